@@ -1,0 +1,102 @@
+"""Local executor: one process group per cell, a wall-clock limit, and no survivors afterwards.
+
+Every process of a cell carries BENCH_CELL_TOKEN in its environment, so descendants that leave the
+process group (launchers sometimes start their own sessions) are found in /proc and killed too.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from bench.executors import Outcome
+from bench.launch import LaunchPlan
+
+MARKER = "BENCH_CELL_TOKEN"
+GRACE_S = 5.0
+TAIL_BYTES = 6000
+
+
+def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def marked_pids(token: str) -> list[int]:
+    needle = f"{MARKER}={token}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_cell(process: subprocess.Popen, token: str) -> None:
+    """SIGTERM the group, then SIGKILL everything still carrying the cell's token."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    for _ in range(3):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        pids = marked_pids(token)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.poll()
+        if not pids:
+            break
+        time.sleep(0.2)
+    process.wait()
+
+
+def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> Outcome:
+    token = uuid.uuid4().hex
+    env = os.environ | plan.env | {MARKER: token}
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        try:
+            process = subprocess.Popen(
+                plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
+            return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
+        timed_out = False
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_cell(process, token)
+        except BaseException:
+            kill_cell(process, token)
+            raise
+        else:
+            kill_cell(process, token)  # stragglers a launcher left behind
+    return Outcome(
+        exit_code=process.returncode,
+        timed_out=timed_out,
+        wall_s=time.monotonic() - started,
+        log_tail=read_tail(log_path),
+    )

@@ -1,0 +1,128 @@
+"""Hardware profiles and workloads: typed schemas and loading from scenarios/."""
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from bench.errors import BenchError
+from bench.paths import SCENARIOS_DIR
+from bench.yaml_schema import Strict, load_yaml_model
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class HardwareProfile(Strict):
+    name: str
+    description: str = ""
+    device: Literal["cpu", "cuda", "hpu"]
+    device_count: int = Field(ge=1, description="devices one process can split a model over (device_map)")
+    processes: int = Field(ge=1, description="world size of multi-process backends")
+    memory_per_device_gb: float | None = Field(default=None, gt=0)
+    peak_tflops: float | None = Field(default=None, gt=0, description="peak dense bf16 TFLOP/s per device")
+    precision: Literal["fp32", "bf16", "fp16"]
+    image_flavor: Literal["cpu", "cuda", "hpu"]
+    workload: str
+    timeout_s: int = Field(ge=10, description="wall-clock limit of one cell")
+    threads_per_process: int = Field(default=1, ge=1)
+
+
+class ModelSpec(Strict):
+    weights: Literal["random", "pretrained"]
+    config: str | None = Field(default=None, description="config.json under scenarios/workloads/ (random weights)")
+    source: str | None = Field(default=None, description="hub id or local folder (pretrained weights)")
+    seed: int = 0
+
+    @field_validator("config")
+    @classmethod
+    def _config_inside_scenarios(cls, value: str | None) -> str | None:
+        if value is not None:
+            inside_folder(SCENARIOS_DIR / "workloads", value)
+        return value
+
+
+class TokenizerSpec(Strict):
+    kind: Literal["train_bpe", "pretrained"]
+    vocab_size: int = Field(default=512, ge=64)
+    source: str | None = None
+
+
+class DatasetSpec(Strict):
+    source: str = Field(description="folder under scenarios/data/, or a hub dataset name")
+    split: str = "train"
+
+
+class TrainSpec(Strict):
+    max_length: int = Field(ge=8)
+    per_device_train_batch_size: int = Field(ge=1)
+    steps: int = Field(ge=2)
+    warmup_steps: int = Field(ge=0)
+    learning_rate: float = Field(default=5e-5, gt=0)
+    beta: float = Field(default=0.1, gt=0)
+    gradient_checkpointing: bool = True
+    seed: int = 0
+
+
+class LoraSpec(Strict):
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(min_length=1)
+
+
+class Workload(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    tokenizer: TokenizerSpec
+    dataset: DatasetSpec
+    train: TrainSpec
+    lora: LoraSpec
+
+    @field_validator("train")
+    @classmethod
+    def _warmup_below_steps(cls, value: TrainSpec) -> TrainSpec:
+        if value.warmup_steps >= value.steps:
+            raise ValueError(f"warmup_steps ({value.warmup_steps}) must be below steps ({value.steps})")
+        return value
+
+
+def inside_folder(folder: Path, relative: str) -> Path:
+    """Resolve `relative` under `folder`, refusing anything that escapes it."""
+    candidate = (folder / relative).resolve()
+    if not candidate.is_relative_to(folder.resolve()):
+        raise ValueError(f"path {relative!r} escapes {folder.name}/")
+    return candidate
+
+
+def checked_name(kind: str, name: str, folder: Path) -> Path:
+    if not NAME_PATTERN.match(name):
+        raise BenchError(f"invalid {kind} name {name!r}: use letters, digits, '_', '-', '.'")
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(available(folder)) or "none"
+        raise BenchError(f"unknown {kind} {name!r}; available: {known}")
+    return path
+
+
+def available(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def load_profile(name: str, scenarios: Path = SCENARIOS_DIR) -> HardwareProfile:
+    folder = scenarios / "hardware"
+    path = checked_name("hardware profile", name, folder)
+    profile = load_yaml_model(path, HardwareProfile)
+    if profile.name != name:
+        raise BenchError(f"{path.name}: key 'name': {profile.name!r} does not match the file name {name!r}")
+    return profile
+
+
+def load_workload(name: str, scenarios: Path = SCENARIOS_DIR) -> Workload:
+    folder = scenarios / "workloads"
+    path = checked_name("workload", name, folder)
+    workload = load_yaml_model(path, Workload)
+    if workload.name != name:
+        raise BenchError(f"{path.name}: key 'name': {workload.name!r} does not match the file name {name!r}")
+    return workload

@@ -1,0 +1,1 @@
+"""Human-readable views of results: matrix tables (and later compare / publish)."""

@@ -1,0 +1,155 @@
+"""Result storage: append-only results.jsonl (one atomic line per cell), env.json fingerprint, loading."""
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bench.errors import BenchError
+from bench.paths import PROJECT_ROOT
+from bench.results_schema import ResultRecord
+from bench.secrets import redact
+
+PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "bitsandbytes", "datasets", "pandas")
+RESULTS_FILE = "results.jsonl"
+ENV_FILE = "env.json"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def append_result(run_dir: Path, record: ResultRecord) -> None:
+    """One line, one write, fsync'd: a crash leaves either the whole line or nothing."""
+    line = (record.model_dump_json() + "\n").encode()
+    path = run_dir / RESULTS_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(28, f"short write ({written} of {len(line)} bytes)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise BenchError(f"could not append the result of {record.cell_id} to {path}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class LoadedResults:
+    records: list[ResultRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def latest_by_cell(self) -> dict[str, ResultRecord]:
+        latest: dict[str, ResultRecord] = {}
+        for record in self.records:
+            latest[record.cell_id] = record
+        return latest
+
+
+def load_results(path: Path) -> LoadedResults:
+    """Every valid line of a results file; each bad line becomes a problem naming file and line."""
+    loaded = LoadedResults()
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.is_file():
+        return loaded
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                loaded.records.append(ResultRecord.model_validate_json(line))
+            except ValidationError as exc:
+                first = str(exc).splitlines()[0]
+                loaded.problems.append(f"{path}:{number}: unreadable result line ({first})")
+    return loaded
+
+
+def lock_file_hash(lock: Path) -> str | None:
+    return hashlib.sha256(lock.read_bytes()).hexdigest()[:16] if lock.is_file() else None
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def detect_hardware() -> dict:
+    import torch
+
+    info: dict = {
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": [],
+    }
+    cpu = Path("/proc/cpuinfo")
+    if cpu.is_file():
+        names = [ln.split(":", 1)[1].strip() for ln in cpu.read_text().splitlines() if ln.startswith("model name")]
+        info["cpu_model"] = names[0] if names else None
+    if torch.cuda.is_available():
+        info["cuda"] = torch.version.cuda
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            info["gpus"].append({"name": props.name, "memory_bytes": props.total_memory})
+    return info
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def environment_fingerprint(hardware: str, workload: str, executor: str, lock: Path, image: str | None) -> dict:
+    return {
+        "created_at": now_iso(),
+        "hardware_profile": hardware,
+        "workload": workload,
+        "executor": executor,
+        "image": image,
+        "hardware": detect_hardware(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "lock_file": str(lock.relative_to(PROJECT_ROOT)) if lock.is_relative_to(PROJECT_ROOT) else str(lock),
+        "lock_hash": lock_file_hash(lock),
+        "git_sha": git_sha(),
+        "command": redact(" ".join(sys.argv)),
+    }
+
+
+def write_env(run_dir: Path, env: dict) -> None:
+    path = run_dir / ENV_FILE
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("lock_hash") != env.get("lock_hash") or old.get("packages") != env.get("packages"):
+            raise BenchError(
+                f"{path}: this run was measured with other package versions; start a new run instead of resuming"
+            )
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(redact(json.dumps(env, indent=2)))
+    tmp.replace(path)

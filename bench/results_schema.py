@@ -1,0 +1,83 @@
+"""The result record: one schema-versioned JSON line per cell."""
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from bench.engagement import Engagement
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    SILENT_FALLBACK = "silent_fallback"
+    NOT_APPLICABLE = "not_applicable"
+
+
+class ErrorClass(StrEnum):
+    DEVICE_MISMATCH = "device_mismatch"
+    INCOMPATIBLE = "incompatible"
+    IMPORT = "import"
+    CONFIG = "config"
+    COMM = "comm"
+    CRASH = "crash"
+    OTHER = "other"
+
+
+class Metrics(BaseModel):
+    """Steady-state throughput (warm-up steps excluded) and memory peaks, max over ranks.
+
+    tokens: non-padding tokens of chosen + rejected sequences seen by the policy, summed over ranks (TRL's
+    num_tokens). Step time: interval between consecutive step ends (data loading included).
+    memory_kind: `rss` (host peak resident set, CPU profiles) or `cuda_allocated` (torch max_memory_allocated).
+    """
+
+    tokens_per_s: float
+    pairs_per_s: float
+    step_time_median_s: float
+    step_time_p90_s: float
+    steps: int
+    warmup_steps: int
+    tokens_total: int
+    memory_kind: str
+    load_peak_bytes: int | None
+    train_peak_bytes: int | None
+    cuda_reserved_peak_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+    mem_growth_per_step_bytes: float | None
+    load_s: float | None
+    mfu: float | None = None
+
+
+class ResultRecord(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    cell_id: str
+    init: str
+    quant: str
+    backend: str
+    launcher: str
+    options: list[str] = []
+    hardware: str
+    workload: str
+    status: Status
+    error_class: ErrorClass | None = None
+    message: str = ""
+    known_issue: str | None = None
+    mismatches: list[str] = []
+    metrics: Metrics | None = None
+    engagement: Engagement | None = None
+    world_size: int = 1
+    exit_code: int | None = None
+    signal: str | None = None
+    wall_s: float | None = None
+    log_tail: str = ""
+    config_files: list[str] = []
+    started_at: str | None = None
+    finished_at: str | None = None
+    executor: str = "local"
+    image: str | None = None

@@ -1,0 +1,122 @@
+"""A benchmark run: plan the cells for a profile, run each in isolation, record it, resume, summarise."""
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.assets import PreparedAssets
+from bench.executors import Outcome
+from bench.executors.local import run_local
+from bench.launch import plan_launch
+from bench.paths import PROJECT_ROOT
+from bench.profiles import HardwareProfile, Workload
+from bench.rank_report import read_rank_reports
+from bench.record import base_record, finished_record
+from bench.results import append_result, load_results, now_iso
+from bench.results_schema import ResultRecord, Status
+from bench.scenario import Cell, not_applicable_reason, world_size
+from bench.worker.spec import WorkerSpec
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    run_dir: Path
+    profile: HardwareProfile
+    workload: Workload
+    assets: PreparedAssets
+
+
+def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell], dict[str, str]]:
+    """Runnable cells, and the not-applicable ones with their reasons."""
+    runnable, skipped = [], {}
+    for cell in cells:
+        reason = not_applicable_reason(cell, profile)
+        if reason:
+            skipped[cell.id] = reason
+        else:
+            runnable.append(cell)
+    return runnable, skipped
+
+
+def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
+    config_dir = ctx.run_dir / "configs" / cell.id
+    out_dir = ctx.run_dir / "cells" / cell.id
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    (ctx.run_dir / "logs").mkdir(exist_ok=True)
+    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
+    plan, spec = plan_launch(spec, config_dir / "spec.json", config_dir)
+    world = world_size(cell, ctx.profile)
+    base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world)
+    started = now_iso()
+    outcome: Outcome = run_local(plan, ctx.run_dir / "logs" / f"{cell.id}.log", ctx.profile.timeout_s, PROJECT_ROOT)
+    reports, problems = read_rank_reports(out_dir)
+    train = ctx.workload.train
+    record = finished_record(
+        base, cell, reports, problems, outcome, train.warmup_steps, train.per_device_train_batch_size * world
+    )
+    files = [str(p.relative_to(ctx.run_dir)) for p in plan.config_files + [config_dir / "spec.json"]]
+    return record.model_copy(update={"config_files": files, "started_at": started, "finished_at": now_iso()})
+
+
+def format_progress(done: int, total: int, record: ResultRecord, elapsed: float) -> str:
+    remaining = total - done
+    eta = elapsed / done * remaining if done else 0.0
+    detail = ""
+    if record.metrics:
+        peak = record.metrics.train_peak_bytes or 0
+        detail = f"{record.metrics.tokens_per_s:>9,.0f} tok/s {peak / 2**20:>7,.0f} MiB"
+    elif record.message:
+        detail = record.message[:60]
+    wall = f"{record.wall_s:5.1f}s" if record.wall_s is not None else ""
+    return f"[{done:>3}/{total}] {record.cell_id:<40} {record.status:<15} {detail} {wall} | ETA {eta / 60:4.1f} min"
+
+
+def execute(ctx: RunContext, cells: list[Cell], force: bool = False, out=sys.stdout) -> list[ResultRecord]:
+    """Run (or resume) `cells`; every record is appended as its cell ends. Returns this run's latest records."""
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    existing = load_results(ctx.run_dir)
+    for problem in existing.problems:
+        print(f"warning: {problem}", file=out)
+    done = existing.latest_by_cell()
+    runnable, skipped = plan_cells(cells, ctx.profile)
+
+    for cell in cells:
+        if cell.id in skipped and (force or cell.id not in done):
+            base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world_size(cell, ctx.profile))
+            record = base.model_copy(update={"message": skipped[cell.id], "finished_at": now_iso()})
+            append_result(ctx.run_dir, record)
+            done[cell.id] = record
+
+    todo = [c for c in runnable if force or c.id not in done]
+    resumed = len(runnable) - len(todo)
+    print(
+        f"run {ctx.run_id}: {len(todo)} cell(s) to run, {resumed} already recorded, {len(skipped)} not applicable "
+        f"-> {ctx.run_dir}",
+        file=out,
+        flush=True,
+    )
+    started = time.monotonic()
+    for index, cell in enumerate(todo, start=1):
+        print(f"[{index - 1:>3}/{len(todo)}] {cell.id} ...", file=out, flush=True)
+        try:
+            record = run_cell(ctx, cell)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted during {cell.id}: it is not recorded; re-run with RUN={ctx.run_id} to resume",
+                  file=out, flush=True)
+            raise
+        append_result(ctx.run_dir, record)
+        done[cell.id] = record
+        print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
+    return [done[c.id] for c in cells if c.id in done]
+
+
+def summary(records: list[ResultRecord]) -> str:
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    order = [s.value for s in Status]
+    return ", ".join(f"{counts[s]} {s}" for s in order if s in counts)

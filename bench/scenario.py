@@ -1,0 +1,221 @@
+"""Matrix axes, cells, expansion of scenarios/matrix.yaml, and the not-applicable rules.
+
+The rules here are the single source of every N/A cell in every table.
+"""
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from bench.errors import BenchError
+from bench.paths import SCENARIOS_DIR
+from bench.profiles import HardwareProfile
+from bench.yaml_schema import Strict, load_yaml_model
+
+
+class Init(StrEnum):
+    TWO_MODELS = "two_models"
+    ONE_ADAPTER = "one_adapter"
+    TWO_ADAPTERS = "two_adapters"
+
+
+class Quant(StrEnum):
+    NONE = "none"
+    INT8 = "int8"
+    NF4 = "nf4"
+
+
+class Backend(StrEnum):
+    SINGLE = "single"
+    DDP = "ddp"
+    DEVICE_MAP = "device_map"
+    FSDP = "fsdp"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+
+
+class Launcher(StrEnum):
+    PYTHON = "python"
+    TORCHRUN = "torchrun"
+    ACCELERATE = "accelerate"
+    DEEPSPEED = "deepspeed"
+    MPIRUN = "mpirun"
+
+
+class Option(StrEnum):
+    PRECOMPUTE_REF = "precompute_ref"
+    NO_GRADIENT_CHECKPOINTING = "no_gc"
+    LIGER = "liger"
+
+
+DEFAULT_LAUNCHER: dict[Backend, Launcher] = {
+    Backend.SINGLE: Launcher.PYTHON,
+    Backend.DEVICE_MAP: Launcher.PYTHON,
+    Backend.DDP: Launcher.TORCHRUN,
+    Backend.FSDP: Launcher.ACCELERATE,
+    Backend.ZERO2: Launcher.DEEPSPEED,
+    Backend.ZERO3: Launcher.DEEPSPEED,
+}
+
+SUPPORTED_LAUNCHERS: dict[Backend, tuple[Launcher, ...]] = {
+    Backend.SINGLE: (Launcher.PYTHON,),
+    Backend.DEVICE_MAP: (Launcher.PYTHON,),
+    Backend.DDP: (Launcher.TORCHRUN, Launcher.ACCELERATE, Launcher.MPIRUN),
+    Backend.FSDP: (Launcher.ACCELERATE,),
+    Backend.ZERO2: (Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
+    Backend.ZERO3: (Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
+}
+
+MULTI_PROCESS_BACKENDS = frozenset({Backend.DDP, Backend.FSDP, Backend.ZERO2, Backend.ZERO3})
+
+
+class Cell(Strict):
+    init: Init
+    quant: Quant
+    backend: Backend
+    launcher: Launcher
+    options: tuple[Option, ...] = ()
+
+    @property
+    def id(self) -> str:
+        suffix = ""
+        if self.launcher != DEFAULT_LAUNCHER[self.backend]:
+            suffix += f"+{self.launcher}"
+        for option in sorted(self.options):
+            suffix += f"+{option}"
+        return f"{self.init}-{self.quant}-{self.backend}{suffix}"
+
+    @property
+    def is_variant(self) -> bool:
+        return self.id != f"{self.init}-{self.quant}-{self.backend}"
+
+    @property
+    def uses_adapters(self) -> bool:
+        return self.init != Init.TWO_MODELS
+
+
+class Axes(Strict):
+    init: list[Init] = Field(min_length=1)
+    quant: list[Quant] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+
+
+class Variant(Strict):
+    """Extra rows: the same init x quant x backend run with another launcher and/or options."""
+
+    init: list[Init] = Field(min_length=1)
+    quant: list[Quant] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+    launcher: Launcher | None = None
+    options: list[Option] = []
+
+    @model_validator(mode="after")
+    def _launcher_fits_backends(self) -> "Variant":
+        if self.launcher is None and not self.options:
+            raise ValueError("a variant needs a launcher or options")
+        for backend in self.backend:
+            if self.launcher is not None and self.launcher not in SUPPORTED_LAUNCHERS[backend]:
+                allowed = ", ".join(SUPPORTED_LAUNCHERS[backend])
+                raise ValueError(f"launcher {self.launcher} cannot launch backend {backend}; allowed: {allowed}")
+        return self
+
+
+class MatrixSpec(Strict):
+    axes: Axes
+    variants: list[Variant] = []
+
+
+def load_matrix(path: Path = SCENARIOS_DIR / "matrix.yaml") -> MatrixSpec:
+    return load_yaml_model(path, MatrixSpec)
+
+
+def expand(matrix: MatrixSpec) -> list[Cell]:
+    """Every cell of the matrix, base cells first, in a stable order."""
+    cells: list[Cell] = []
+    axes = matrix.axes
+    for init in axes.init:
+        for quant in axes.quant:
+            for backend in axes.backend:
+                cells.append(Cell(init=init, quant=quant, backend=backend, launcher=DEFAULT_LAUNCHER[backend]))
+    for variant in matrix.variants:
+        for init in variant.init:
+            for quant in variant.quant:
+                for backend in variant.backend:
+                    launcher = variant.launcher or DEFAULT_LAUNCHER[backend]
+                    cells.append(
+                        Cell(init=init, quant=quant, backend=backend, launcher=launcher, options=tuple(variant.options))
+                    )
+    seen: set[str] = set()
+    unique = []
+    for cell in cells:
+        if cell.id not in seen:
+            seen.add(cell.id)
+            unique.append(cell)
+    return unique
+
+
+def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
+    """Cells whose id matches any of the comma-separated glob patterns (all when no pattern)."""
+    cells = list(cells)
+    if not pattern:
+        return cells
+    patterns = [p.strip() for p in pattern.split(",") if p.strip()]
+    chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    if not chosen:
+        raise BenchError(f"FILTER {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
+    return chosen
+
+
+# --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
+
+Rule = Callable[[Cell, HardwareProfile], str | None]
+
+
+def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.quant != Quant.NONE and cell.init == Init.TWO_MODELS:
+        return (
+            f"full fine-tuning of {cell.quant} weights is impossible: quantized weights are frozen and need adapters "
+            "(use one_adapter or two_adapters)"
+        )
+    return None
+
+
+def device_map_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.backend == Backend.DEVICE_MAP and profile.device_count < 2:
+        return f"device_map splits layers over >=2 devices; profile {profile.name} has {profile.device_count}"
+    return None
+
+
+def distributed_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.backend in MULTI_PROCESS_BACKENDS and profile.processes < 2:
+        return f"{cell.backend} needs >=2 processes; profile {profile.name} has {profile.processes}"
+    return None
+
+
+def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | None:
+    if Option.PRECOMPUTE_REF in cell.options and cell.init == Init.TWO_ADAPTERS:
+        return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    quantized_full_finetune,
+    device_map_needs_devices,
+    distributed_needs_processes,
+    precompute_needs_reference,
+)
+
+
+def not_applicable_reason(cell: Cell, profile: HardwareProfile) -> str | None:
+    for rule in RULES:
+        reason = rule(cell, profile)
+        if reason is not None:
+            return f"{rule.__name__}: {reason}"
+    return None
+
+
+def world_size(cell: Cell, profile: HardwareProfile) -> int:
+    return profile.processes if cell.backend in MULTI_PROCESS_BACKENDS else 1

@@ -1,0 +1,20 @@
+"""Keep tokens out of everything the suite writes: results, logs, env.json, published pages."""
+
+import os
+import re
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH", re.I)
+TOKEN_SHAPES = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b|\bgh[pousr]_[A-Za-z0-9]{20,}\b|\bsk-[A-Za-z0-9_-]{20,}\b")
+REDACTED = "***"
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 6}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, environ: dict[str, str] | None = None) -> str:
+    for value in secret_values(environ):
+        text = text.replace(value, REDACTED)
+    return TOKEN_SHAPES.sub(REDACTED, text)

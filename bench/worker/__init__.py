@@ -1,0 +1,1 @@
+"""Runs one cell inside its own process (or container). Imports nothing from executors or report."""

@@ -1,0 +1,86 @@
+"""Entry point of one cell's worker process: `python -m bench.worker SPEC.json` (under any launcher)."""
+
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from bench.rank_report import RankReport
+from bench.worker.spec import WorkerSpec
+
+RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def launcher_rank() -> int:
+    for name in RANK_ENV:
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def run(spec: WorkerSpec, report: RankReport) -> None:
+    import torch
+
+    from bench.worker import memory
+    from bench.worker.build import build_trainer
+    from bench.worker.engage import observe
+    from bench.worker.measure import StepRecorder
+
+    torch.set_num_threads(spec.profile.threads_per_process)
+    started = time.perf_counter()
+    recorder = StepRecorder()
+    trainer = build_trainer(spec, [recorder])
+    recorder.trainer = trainer
+    recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
+    report.rank = trainer.accelerator.process_index
+    report.load_s = time.perf_counter() - started
+
+    on_cuda = memory.cuda_used()
+    report.memory_kind = "cuda_allocated" if on_cuda else "rss"
+    report.load_peak_bytes = memory.cuda_peaks()[0] if on_cuda else memory.peak_rss_bytes()
+    if on_cuda:
+        memory.reset_cuda_peaks()
+    memory.reset_peak_rss()
+
+    trainer.train()
+
+    report.train_start = recorder.train_start
+    report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
+    report.host_peak_rss_bytes = memory.peak_rss_bytes()
+    if on_cuda:
+        report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks()
+    else:
+        report.train_peak_bytes = report.host_peak_rss_bytes
+    shutdown_distributed()
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group cleanly: gloo aborts the interpreter at exit when it is left alive."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec = WorkerSpec.read(argv[1])
+    report = RankReport(rank=launcher_rank(), pid=os.getpid(), hostname=socket.gethostname())
+    try:
+        run(spec, report)
+    except BaseException as exc:  # the runner classifies every failure from this record
+        report.error = f"{type(exc).__name__}: {exc}".strip()
+        report.traceback_tail = "".join(traceback.format_exception(exc))[-4000:]
+        report.write(spec.rank_file(report.rank))
+        raise
+    report.write(spec.rank_file(report.rank))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
