@@ -32,19 +32,36 @@ def _p(regex: str, status: Status, error_class: ErrorClass | None = None, link: 
 
 # First match wins: the most specific evidence comes first.
 PATTERNS: tuple[Pattern, ...] = (
-    _p(r"CUDA out of memory|OutOfMemoryError|out of memory|\bMemoryError\b|Cannot allocate memory|HIP out of memory",
-       Status.OOM),
+    _p(
+        r"CUDA out of memory|OutOfMemoryError|out of memory|\bMemoryError\b|Cannot allocate memory|HIP out of memory",
+        Status.OOM,
+    ),
     _p(r"Expected all tensors to be on the same device", Status.ERROR, ErrorClass.DEVICE_MISMATCH),
-    _p(r"No module named|ModuleNotFoundError|ImportError|cannot import name|command not found"
-       r"|No such file or directory: '(mpirun|deepspeed|torchrun|accelerate)'|is not installed|requires the",
-       Status.ERROR, ErrorClass.IMPORT),
-    _p(r"ProcessGroup|c10d|NCCL error|Gloo|gloo|Connection (reset|refused)|DistNetworkError|Broken pipe"
-       r"|collective operation timeout|socket timeout", Status.ERROR, ErrorClass.COMM),
-    _p(r"NotImplementedError|not supported|is not compatible|incompatible|cannot be used with|does not support"
-       r"|can't train|only supported|no available devices|not implemented for", Status.ERROR, ErrorClass.INCOMPATIBLE),
+    _p(
+        r"No module named|ModuleNotFoundError|ImportError|cannot import name|command not found"
+        r"|No such file or directory: .(mpirun|deepspeed|torchrun|accelerate)."
+        r"|launcher not found|is not installed|requires the",
+        Status.ERROR,
+        ErrorClass.IMPORT,
+    ),
+    _p(
+        r"ProcessGroup|c10d|NCCL error|Gloo|gloo|Connection (reset|refused)|DistNetworkError|Broken pipe"
+        r"|collective operation timeout|socket timeout",
+        Status.ERROR,
+        ErrorClass.COMM,
+    ),
+    _p(
+        r"NotImplementedError|not supported|is not compatible|incompatible|cannot be used with|does not support"
+        r"|can't train|only supported|no available devices|not implemented for",
+        Status.ERROR,
+        ErrorClass.INCOMPATIBLE,
+    ),
     _p(r"ValueError|TypeError|KeyError|AssertionError|config", Status.ERROR, ErrorClass.CONFIG),
-    _p(r"Segmentation fault|core dumped|Fatal Python error|Aborted|SIGSEGV|SIGABRT|SIGBUS",
-       Status.ERROR, ErrorClass.CRASH),
+    _p(
+        r"Segmentation fault|core dumped|Fatal Python error|Aborted|SIGSEGV|SIGABRT|SIGBUS",
+        Status.ERROR,
+        ErrorClass.CRASH,
+    ),
 )
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)

@@ -9,8 +9,11 @@ from bench.paths import PROJECT_ROOT, RESULTS_DIR, SCENARIOS_DIR
 from bench.profiles import load_profile, load_workload
 from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, select, world_size
 
-LOCK_FILES = {"cpu": "docker/cpu/requirements.lock", "cuda": "docker/cuda/requirements.lock",
-              "hpu": "docker/hpu/requirements.lock"}
+LOCK_FILES = {
+    "cpu": "docker/cpu/requirements.lock",
+    "cuda": "docker/cuda/requirements.lock",
+    "hpu": "docker/hpu/requirements.lock",
+}
 
 
 def _cells(args: argparse.Namespace) -> list[Cell]:
@@ -103,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hw", default="cpu")
     p.add_argument("--run-id", default=None)
     p.set_defaults(func=cmd_matrix)
+
+    from bench.report.commands import add_commands
+
+    add_commands(sub)
     return top
 
 

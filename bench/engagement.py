@@ -65,12 +65,14 @@ def _quant_mismatches(quant: Quant, seen: Engagement) -> list[str]:
 
 def _init_mismatches(init: Init, seen: Engagement) -> list[str]:
     adapters = set(seen.adapters)
-    if init == Init.TWO_MODELS and (adapters or seen.ref_model is None):
-        if seen.precompute_ref_log_probs and not adapters:
-            return []
-        return [f"two_models expects a reference model and no adapter; saw ref={seen.ref_model}, adapters={sorted(adapters)}"]
+    saw = f"saw adapters={sorted(adapters)}, ref={seen.ref_model}"
+    if init == Init.TWO_MODELS:
+        # With precomputed reference log-probs TRL may drop the reference model after the precompute pass.
+        has_reference = seen.ref_model is not None or seen.precompute_ref_log_probs
+        if adapters or not has_reference:
+            return [f"two_models expects a reference model and no adapter; {saw}"]
     if init == Init.ONE_ADAPTER and (adapters != {"default"} or seen.ref_model is not None):
-        return [f"one_adapter expects adapter 'default' only and no ref model; saw adapters={sorted(adapters)}, ref={seen.ref_model}"]
+        return [f"one_adapter expects adapter 'default' only and no ref model; {saw}"]
     if init == Init.TWO_ADAPTERS and (adapters != {"default", "ref"} or seen.ref_model is not None):
-        return [f"two_adapters expects adapters 'default' and 'ref'; saw adapters={sorted(adapters)}, ref={seen.ref_model}"]
+        return [f"two_adapters expects adapters 'default' and 'ref'; {saw}"]
     return []

@@ -119,12 +119,27 @@ def plan_launch(spec: WorkerSpec, spec_path: Path, config_dir: Path) -> tuple[La
         plan.argv = [_bin("accelerate"), "launch", "--config_file", str(accelerate_file), *module]
     elif cell.launcher == Launcher.DEEPSPEED:
         plan.argv = [
-            _bin("deepspeed"), f"--num_gpus={processes}", f"--master_port={port}", "--no_local_rank",
-            "--module", WORKER_MODULE, str(spec_path),
+            _bin("deepspeed"),
+            f"--num_gpus={processes}",
+            f"--master_port={port}",
+            "--no_local_rank",
+            "--module",
+            WORKER_MODULE,
+            str(spec_path),
         ]
     elif cell.launcher == Launcher.MPIRUN:
-        plan.argv = ["mpirun", "-np", str(processes), "--oversubscribe", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
-                     sys.executable, *module]
+        plan.argv = [
+            "mpirun",
+            "-np",
+            str(processes),
+            "--oversubscribe",
+            "-x",
+            "MASTER_ADDR",
+            "-x",
+            "MASTER_PORT",
+            sys.executable,
+            *module,
+        ]
         if os.geteuid() == 0:
             plan.env |= {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     spec_path.write_text(spec.model_dump_json(indent=2))

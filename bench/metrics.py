@@ -34,7 +34,7 @@ def aggregate(reports: list[RankReport], warmup_steps: int, pairs_per_step: int)
     ends, tokens = lead.step_ends, lead.tokens
     if len(ends) <= warmup_steps + 1:
         raise ValueError(f"only {len(ends)} steps recorded; need more than warm-up ({warmup_steps}) + 1")
-    intervals = [b - a for a, b in zip(ends[warmup_steps:], ends[warmup_steps + 1 :])]
+    intervals = [b - a for a, b in zip(ends[warmup_steps:-1], ends[warmup_steps + 1 :], strict=True)]
     steady_time = ends[-1] - ends[warmup_steps]
     steady_tokens = tokens[-1] - tokens[warmup_steps]
     steady_steps = len(intervals)

@@ -29,9 +29,10 @@ def context_lines(run_dir: Path) -> list[str]:
     hw = env.get("hardware", {})
     machine = hw.get("cpu_model") or hw.get("machine") or "unknown"
     gpus = ", ".join(g["name"] for g in hw.get("gpus", [])) or "no GPU"
+    image = env.get("image") or "none (local venv)"
     return [
         f"Run `{run_dir.name}` · workload `{env.get('workload')}` · measured {env.get('created_at')} "
-        f"· executor {env.get('executor')} · image {env.get('image') or 'none (local venv)'} · git {env.get('git_sha')}",
+        f"· executor {env.get('executor')} · image {image} · git {env.get('git_sha')}",
         "",
         f"Machine: {machine}, {hw.get('cpu_count')} cores, {gpus}. Versions: {versions}.",
         "",

@@ -12,9 +12,17 @@ from bench.secrets import redact
 
 def base_record(cell: Cell, run_id: str, hardware: str, workload: str, world: int) -> ResultRecord:
     return ResultRecord(
-        run_id=run_id, cell_id=cell.id, init=cell.init, quant=cell.quant, backend=cell.backend,
-        launcher=cell.launcher, options=[str(o) for o in cell.options], hardware=hardware, workload=workload,
-        status=Status.NOT_APPLICABLE, world_size=world,
+        run_id=run_id,
+        cell_id=cell.id,
+        init=cell.init,
+        quant=cell.quant,
+        backend=cell.backend,
+        launcher=cell.launcher,
+        options=[str(o) for o in cell.options],
+        hardware=hardware,
+        workload=workload,
+        status=Status.NOT_APPLICABLE,
+        world_size=world,
     )
 
 
@@ -28,30 +36,42 @@ def finished_record(
     pairs_per_step: int,
 ) -> ResultRecord:
     sig = signal_of(outcome.exit_code)
-    record = base.model_copy(update={
-        "exit_code": outcome.exit_code,
-        "signal": signal_name(sig) if sig else None,
-        "wall_s": round(outcome.wall_s, 3),
-        "log_tail": redact(outcome.log_tail[-3000:]),
-        "image": outcome.image,
-    })
+    record = base.model_copy(
+        update={
+            "exit_code": outcome.exit_code,
+            "signal": signal_name(sig) if sig else None,
+            "wall_s": round(outcome.wall_s, 3),
+            "log_tail": redact(outcome.log_tail[-3000:]),
+            "image": outcome.image,
+        }
+    )
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
     failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or report_problems
     if failed:
         verdict = classify(
-            exit_code=outcome.exit_code, timed_out=outcome.timed_out, error_texts=errors + report_problems,
-            log_tail=outcome.log_tail, oom_killed=outcome.oom_killed,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            error_texts=errors + report_problems,
+            log_tail=outcome.log_tail,
+            oom_killed=outcome.oom_killed,
         )
-        return record.model_copy(update={
-            "status": verdict.status, "error_class": verdict.error_class,
-            "message": redact(verdict.message), "known_issue": verdict.known_issue,
-        })
+        return record.model_copy(
+            update={
+                "status": verdict.status,
+                "error_class": verdict.error_class,
+                "message": redact(verdict.message),
+                "known_issue": verdict.known_issue,
+            }
+        )
     lead = min(reports, key=lambda r: r.rank) if reports else None
     if lead is None or lead.engagement is None:
-        return record.model_copy(update={
-            "status": Status.ERROR, "error_class": "other",
-            "message": "worker exited 0 without reporting a training step",
-        })
+        return record.model_copy(
+            update={
+                "status": Status.ERROR,
+                "error_class": "other",
+                "message": "worker exited 0 without reporting a training step",
+            }
+        )
     found = mismatches(cell, base.world_size, lead.engagement)
     if len(reports) != base.world_size:
         found.append(f"{len(reports)} rank(s) reported, expected {base.world_size}")
@@ -59,10 +79,12 @@ def finished_record(
         metrics = aggregate(reports, warmup_steps, pairs_per_step)
     except ValueError as exc:
         return record.model_copy(update={"status": Status.ERROR, "error_class": "other", "message": str(exc)})
-    return record.model_copy(update={
-        "status": Status.SILENT_FALLBACK if found else Status.OK,
-        "mismatches": found,
-        "message": "; ".join(found),
-        "metrics": metrics,
-        "engagement": lead.engagement,
-    })
+    return record.model_copy(
+        update={
+            "status": Status.SILENT_FALLBACK if found else Status.OK,
+            "mismatches": found,
+            "message": "; ".join(found),
+            "metrics": metrics,
+            "engagement": lead.engagement,
+        }
+    )

@@ -57,6 +57,8 @@ class ResultRecord(BaseModel):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     cell_id: str
+    trial: int = 0
+    """Repeat index (0-based) when a run measures each cell several times (--repeats)."""
     init: str
     quant: str
     backend: str

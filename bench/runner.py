@@ -58,7 +58,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
     record = finished_record(
         base, cell, reports, problems, outcome, train.warmup_steps, train.per_device_train_batch_size * world
     )
-    files = [str(p.relative_to(ctx.run_dir)) for p in plan.config_files + [config_dir / "spec.json"]]
+    files = [str(p.relative_to(ctx.run_dir)) for p in [*plan.config_files, config_dir / "spec.json"]]
     return record.model_copy(update={"config_files": files, "started_at": started, "finished_at": now_iso()})
 
 
@@ -105,8 +105,11 @@ def execute(ctx: RunContext, cells: list[Cell], force: bool = False, out=sys.std
         try:
             record = run_cell(ctx, cell)
         except KeyboardInterrupt:
-            print(f"\ninterrupted during {cell.id}: it is not recorded; re-run with RUN={ctx.run_id} to resume",
-                  file=out, flush=True)
+            print(
+                f"\ninterrupted during {cell.id}: it is not recorded; re-run with RUN={ctx.run_id} to resume",
+                file=out,
+                flush=True,
+            )
             raise
         append_result(ctx.run_dir, record)
         done[cell.id] = record

@@ -18,8 +18,13 @@ TOPICS = {
 }
 VERBS = ["check", "start with", "keep", "adjust", "measure", "clean", "replace", "note", "compare", "repeat"]
 FILLER = ["first", "then", "after that", "carefully", "every day", "if needed", "slowly", "again", "always"]
-QUESTIONS = ["How do I take care of my {t}?", "What should I know about {t}?", "Any tips for {t} beginners?",
-             "Why does my {t} keep failing?", "Explain {t} in simple words."]
+QUESTIONS = [
+    "How do I take care of my {t}?",
+    "What should I know about {t}?",
+    "Any tips for {t} beginners?",
+    "Why does my {t} keep failing?",
+    "Explain {t} in simple words.",
+]
 
 
 def _sentence(rng: random.Random, words: list[str]) -> str:

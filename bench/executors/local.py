@@ -4,6 +4,7 @@ Every process of a cell carries BENCH_CELL_TOKEN in its environment, so descenda
 process group (launchers sometimes start their own sessions) are found in /proc and killed too.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -45,24 +46,18 @@ def marked_pids(token: str) -> list[int]:
 
 def kill_cell(process: subprocess.Popen, token: str) -> None:
     """SIGTERM the group, then SIGKILL everything still carrying the cell's token."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)
     for _ in range(3):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         pids = marked_pids(token)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         process.poll()
         if not pids:
             break
@@ -77,11 +72,17 @@ def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> 
     with log_path.open("wb") as log:
         try:
             process = subprocess.Popen(
-                plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                plan.argv,
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         except FileNotFoundError as exc:
             log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
+            log.flush()
             return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
         timed_out = False
         try:

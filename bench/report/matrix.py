@@ -25,16 +25,27 @@ def to_frame(records: list[ResultRecord]) -> pd.DataFrame:
     rows = []
     for r in records:
         m = r.metrics
-        rows.append({
-            "cell_id": r.cell_id, "init": r.init, "quant": r.quant, "backend": r.backend, "launcher": r.launcher,
-            "options": "+".join(r.options), "variant": r.cell_id != f"{r.init}-{r.quant}-{r.backend}",
-            "status": str(r.status), "error_class": str(r.error_class) if r.error_class else "",
-            "tokens_per_s": m.tokens_per_s if m else None, "pairs_per_s": m.pairs_per_s if m else None,
-            "step_time_median_s": m.step_time_median_s if m else None,
-            "train_peak_mib": m.train_peak_bytes / 2**20 if m and m.train_peak_bytes else None,
-            "load_peak_mib": m.load_peak_bytes / 2**20 if m and m.load_peak_bytes else None,
-            "memory_kind": m.memory_kind if m else "", "wall_s": r.wall_s, "message": r.message,
-        })
+        rows.append(
+            {
+                "cell_id": r.cell_id,
+                "init": r.init,
+                "quant": r.quant,
+                "backend": r.backend,
+                "launcher": r.launcher,
+                "options": "+".join(r.options),
+                "variant": r.cell_id != f"{r.init}-{r.quant}-{r.backend}",
+                "status": str(r.status),
+                "error_class": str(r.error_class) if r.error_class else "",
+                "tokens_per_s": m.tokens_per_s if m else None,
+                "pairs_per_s": m.pairs_per_s if m else None,
+                "step_time_median_s": m.step_time_median_s if m else None,
+                "train_peak_mib": m.train_peak_bytes / 2**20 if m and m.train_peak_bytes else None,
+                "load_peak_mib": m.load_peak_bytes / 2**20 if m and m.load_peak_bytes else None,
+                "memory_kind": m.memory_kind if m else "",
+                "wall_s": r.wall_s,
+                "message": r.message,
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -5,7 +5,6 @@ import socket
 import sys
 import time
 import traceback
-from pathlib import Path
 
 from bench.rank_report import RankReport
 from bench.worker.spec import WorkerSpec

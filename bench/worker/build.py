@@ -24,9 +24,7 @@ def quantization_config(quant: Quant, compute_dtype: torch.dtype) -> Any:
     if quant == Quant.INT8:
         return BitsAndBytesConfig(load_in_8bit=True)
     if quant == Quant.NF4:
-        return BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype
-        )
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype)
     return None
 
 
@@ -79,9 +77,7 @@ def build_models(spec: WorkerSpec) -> Built:
     from peft import get_peft_model, prepare_model_for_kbit_training
 
     if spec.cell.quant != Quant.NONE:
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=gradient_checkpointing(spec)
-        )
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing(spec))
     # Adapter `default` is trained; TRL adds a frozen copy named `ref` and uses it as the reference.
     return Built(model=get_peft_model(model, lora_config(spec)), ref_model=None, peft_config=None)
 

@@ -33,9 +33,7 @@ def observe(trainer: Any) -> Engagement:
     zero_stage = plugin.zero_stage if plugin is not None else None
     if hasattr(wrapped, "zero_optimization_stage"):
         zero_stage = wrapped.zero_optimization_stage()
-    quantized = Counter(
-        type(m).__name__ for m in model.modules() if type(m).__module__.startswith("bitsandbytes")
-    )
+    quantized = Counter(type(m).__name__ for m in model.modules() if type(m).__module__.startswith("bitsandbytes"))
     peft_config = getattr(model, "peft_config", None) or {}
     devices = sorted({str(p.device) for p in model.parameters() if p.device.type != "meta"})
     ref = getattr(trainer, "ref_model", None)

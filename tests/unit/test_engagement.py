@@ -1,0 +1,51 @@
+from bench.engagement import Engagement, mismatches
+from bench.scenario import Cell
+
+
+def cell(init="one_adapter", quant="none", backend="single", launcher="python") -> Cell:
+    return Cell(init=init, quant=quant, backend=backend, launcher=launcher)
+
+
+def seen(**overrides) -> Engagement:
+    base = {"world_size": 1, "distributed_type": "NO", "wrapper": "PeftModelForCausalLM", "adapters": ["default"]}
+    return Engagement(**(base | overrides))
+
+
+def test_matching_single_cell_has_no_mismatch():
+    assert mismatches(cell(), 1, seen()) == []
+
+
+def test_fsdp_that_ran_as_ddp_is_a_fallback():
+    found = mismatches(
+        cell(backend="fsdp", launcher="accelerate"),
+        2,
+        seen(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel"),
+    )
+    assert found == ["FSDP requested, ran as MULTI_CPU with wrapper DistributedDataParallel and 0 FSDP modules"]
+
+
+def test_one_process_instead_of_two_is_a_fallback():
+    found = mismatches(cell(backend="ddp", launcher="accelerate"), 2, seen())
+    assert "world size 1, expected 2" in found
+
+
+def test_zero3_needs_partitioned_parameters():
+    ds = {"world_size": 2, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
+    assert mismatches(cell(backend="zero3", launcher="deepspeed"), 2, seen(**ds)) == [
+        "ZeRO-3 requested, but no parameter is partitioned"
+    ]
+    assert mismatches(cell(backend="zero3", launcher="deepspeed"), 2, seen(**ds, partitioned_params=True)) == []
+    assert "ZeRO stage 3" in mismatches(cell(backend="zero2", launcher="deepspeed"), 2, seen(**ds))[0]
+
+
+def test_quantization_must_show_its_layer_class():
+    assert "no Linear4bit layer" in mismatches(cell(quant="nf4"), 1, seen())[0]
+    assert mismatches(cell(quant="nf4"), 1, seen(quantized_layers={"Linear4bit": 14})) == []
+    assert "unexpected quantized layers" in mismatches(cell(), 1, seen(quantized_layers={"Linear8bitLt": 2}))[0]
+
+
+def test_init_modes():
+    assert mismatches(cell(init="two_models"), 1, seen(adapters=[], ref_model="LlamaForCausalLM")) == []
+    assert mismatches(cell(init="two_adapters"), 1, seen(adapters=["default", "ref"])) == []
+    assert "two_adapters expects" in mismatches(cell(init="two_adapters"), 1, seen())[0]
+    assert "one_adapter expects" in mismatches(cell(), 1, seen(ref_model="LlamaForCausalLM"))[0]

@@ -1,0 +1,49 @@
+import io
+
+from bench import runner
+from bench.profiles import load_workload
+from bench.report.matrix import render
+from bench.results import load_results
+from bench.results_schema import ResultRecord, Status
+from bench.scenario import Cell
+from tests.unit.test_results import record
+
+
+def test_matrix_grid_marks_and_footnotes():
+    records = [
+        record("one_adapter-none-single"),
+        record("one_adapter-none-ddp", Status.ERROR).model_copy(
+            update={"backend": "ddp", "error_class": "comm", "message": "gloo connection reset"}
+        ),
+        record("one_adapter-none-ddp+mpirun").model_copy(update={"backend": "ddp", "launcher": "mpirun"}),
+    ]
+    text = render(records, "cpu", ["context line"])
+    assert "| init · quant | single | ddp |" in text
+    assert "| one_adapter · none | ✅ 1,000 tok/s · 0 MiB | ❌ (comm) [1] |" in text
+    assert "## Variants" in text and "one_adapter-none-ddp+mpirun" in text
+    assert "1. one_adapter-none-ddp: error — gloo connection reset" in text
+
+
+def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypatch):
+    ran: list[str] = []
+
+    def fake_run_cell(ctx, cell: Cell) -> ResultRecord:
+        ran.append(cell.id)
+        return record(cell.id)
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    cells = [
+        Cell(init="one_adapter", quant="none", backend="single", launcher="python"),
+        Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun"),
+        Cell(init="two_models", quant="int8", backend="single", launcher="python"),
+    ]
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, workload=load_workload("tiny"), assets=None)
+    runner.execute(ctx, cells[:1], out=io.StringIO())
+    assert ran == ["one_adapter-none-single"]
+    records = runner.execute(ctx, cells, out=io.StringIO())
+    assert ran == ["one_adapter-none-single", "one_adapter-none-ddp"]
+    assert [r.status for r in records] == [Status.OK, Status.OK, Status.NOT_APPLICABLE]
+    runner.execute(ctx, cells, out=io.StringIO())
+    assert len(ran) == 2 and len(load_results(tmp_path).records) == 3
+    runner.execute(ctx, cells[:1], force=True, out=io.StringIO())
+    assert len(ran) == 3

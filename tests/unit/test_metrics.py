@@ -1,0 +1,47 @@
+import pytest
+
+from bench.metrics import aggregate, percentile, slope
+from bench.rank_report import RankReport
+
+
+def report(rank: int, step_s: float = 0.1, warm_s: float = 1.0, peak: int = 100) -> RankReport:
+    ends, t = [], 0.0
+    for step in range(10):
+        t += warm_s if step < 3 else step_s
+        ends.append(t)
+    return RankReport(
+        rank=rank,
+        pid=1,
+        hostname="h",
+        step_ends=ends,
+        tokens=[100 * (i + 1) for i in range(10)],
+        memory_now=[1000 + 10 * i for i in range(10)],
+        load_peak_bytes=peak // 2,
+        train_peak_bytes=peak,
+    )
+
+
+def test_warmup_steps_are_excluded_from_throughput():
+    metrics = aggregate([report(0)], warmup_steps=3, pairs_per_step=8)
+    # steady: steps 4..10 end 0.1 s apart; 100 tokens and 8 pairs per step
+    assert metrics.tokens_per_s == pytest.approx(1000.0)
+    assert metrics.pairs_per_s == pytest.approx(80.0)
+    assert metrics.step_time_median_s == pytest.approx(0.1)
+    assert metrics.steps == 10 and metrics.tokens_total == 1000
+
+
+def test_memory_is_max_over_ranks_and_growth_is_the_slope():
+    metrics = aggregate([report(1, peak=300), report(0, peak=100)], warmup_steps=3, pairs_per_step=8)
+    assert metrics.train_peak_bytes == 300 and metrics.load_peak_bytes == 150
+    assert metrics.mem_growth_per_step_bytes == pytest.approx(10.0)
+
+
+def test_too_few_steps_is_an_error():
+    with pytest.raises(ValueError, match="only 10 steps recorded"):
+        aggregate([report(0)], warmup_steps=9, pairs_per_step=8)
+
+
+def test_percentile_and_slope():
+    assert percentile([1, 2, 3, 4, 5], 0.9) == pytest.approx(4.6)
+    assert slope([5.0, 5.0, 5.0]) == 0.0
+    assert slope([1.0, 2.0]) is None

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from bench.errors import BenchError
+from bench.results import append_result, environment_fingerprint, load_results, write_env
+from bench.results_schema import Metrics, ResultRecord, Status
+
+
+def record(cell_id: str = "one_adapter-none-single", status: Status = Status.OK) -> ResultRecord:
+    metrics = Metrics(
+        tokens_per_s=1000.0,
+        pairs_per_s=10.0,
+        step_time_median_s=0.05,
+        step_time_p90_s=0.06,
+        steps=30,
+        warmup_steps=5,
+        tokens_total=7000,
+        memory_kind="rss",
+        load_peak_bytes=1,
+        train_peak_bytes=2,
+        mem_growth_per_step_bytes=0.0,
+        load_s=1.0,
+    )
+    return ResultRecord(
+        run_id="r1",
+        cell_id=cell_id,
+        init="one_adapter",
+        quant="none",
+        backend="single",
+        launcher="python",
+        hardware="cpu",
+        workload="tiny",
+        status=status,
+        metrics=metrics if status == Status.OK else None,
+    )
+
+
+def test_record_round_trips_through_json():
+    original = record()
+    assert ResultRecord.model_validate_json(original.model_dump_json()) == original
+
+
+def test_append_then_load_keeps_order_and_latest(tmp_path):
+    append_result(tmp_path, record("a", Status.ERROR))
+    append_result(tmp_path, record("b"))
+    append_result(tmp_path, record("a"))
+    loaded = load_results(tmp_path)
+    assert [r.cell_id for r in loaded.records] == ["a", "b", "a"]
+    assert loaded.latest_by_cell()["a"].status == Status.OK
+    assert loaded.problems == []
+
+
+def test_corrupt_line_is_reported_with_file_and_line_and_others_load(tmp_path):
+    append_result(tmp_path, record("a"))
+    with (tmp_path / "results.jsonl").open("a") as handle:
+        handle.write('{"cell_id": "half a line\n')
+    append_result(tmp_path, record("b"))
+    loaded = load_results(tmp_path)
+    assert [r.cell_id for r in loaded.records] == ["a", "b"]
+    assert len(loaded.problems) == 1 and "results.jsonl:2: unreadable result line" in loaded.problems[0]
+
+
+def test_append_into_missing_folder_is_one_clear_error(tmp_path):
+    with pytest.raises(BenchError, match="could not append the result of one_adapter-none-single"):
+        append_result(tmp_path / "missing", record())
+
+
+def test_env_fingerprint_has_versions_and_no_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz123456")
+    monkeypatch.setattr("sys.argv", ["bench", "run", "--token", "hf_abcdefghijklmnopqrstuvwxyz123456"])
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("torch==2.13.0\n")
+    env = environment_fingerprint("cpu", "tiny", "local", lock, None)
+    write_env(tmp_path, env)
+    text = (tmp_path / "env.json").read_text()
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in text
+    data = json.loads(text)
+    assert data["packages"]["trl"] and data["lock_hash"] and data["hardware"]["cpu_count"] >= 1
+
+
+def test_resuming_with_other_packages_is_refused(tmp_path):
+    write_env(tmp_path, {"lock_hash": "aaa", "packages": {"trl": "1"}})
+    write_env(tmp_path, {"lock_hash": "aaa", "packages": {"trl": "1"}})
+    with pytest.raises(BenchError, match="other package versions"):
+        write_env(tmp_path, {"lock_hash": "bbb", "packages": {"trl": "2"}})

@@ -1,0 +1,102 @@
+import pytest
+
+from bench.errors import BenchError
+from bench.scenario import (
+    Backend,
+    Cell,
+    Init,
+    Launcher,
+    MatrixSpec,
+    Option,
+    Quant,
+    expand,
+    load_matrix,
+    not_applicable_reason,
+    select,
+    world_size,
+)
+
+
+def test_shipped_matrix_expands_to_every_base_cell_plus_variants():
+    cells = expand(load_matrix())
+    ids = [c.id for c in cells]
+    assert len(ids) == len(set(ids))
+    base = [c for c in cells if not c.is_variant]
+    assert len(base) == len(Init) * len(Quant) * len(Backend)
+    assert "one_adapter-none-ddp+mpirun" in ids
+    assert "one_adapter-none-zero2+mpirun" in ids
+
+
+def test_cell_ids_are_stable_and_name_only_non_default_choices():
+    cell = Cell(init="one_adapter", quant="nf4", backend="zero3", launcher="deepspeed")
+    assert cell.id == "one_adapter-nf4-zero3"
+    variant = Cell(init="two_models", quant="none", backend="ddp", launcher="mpirun", options=("precompute_ref",))
+    assert variant.id == "two_models-none-ddp+mpirun+precompute_ref"
+
+
+def test_quantized_full_finetune_is_not_applicable(cpu_profile):
+    cell = Cell(init="two_models", quant="int8", backend="single", launcher="python")
+    assert "need adapters" in not_applicable_reason(cell, cpu_profile)
+    adapter = cell.model_copy(update={"init": Init.ONE_ADAPTER})
+    assert not_applicable_reason(adapter, cpu_profile) is None
+
+
+def test_device_map_needs_two_devices(cpu_profile):
+    cell = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
+    assert ">=2 devices" in not_applicable_reason(cell, cpu_profile)
+    two_gpus = cpu_profile.model_copy(update={"device_count": 2})
+    assert not_applicable_reason(cell, two_gpus) is None
+
+
+def test_multi_process_backends_need_two_processes(cpu_profile):
+    cell = Cell(init="one_adapter", quant="none", backend="zero3", launcher="deepspeed")
+    one = cpu_profile.model_copy(update={"processes": 1})
+    assert "needs >=2 processes" in not_applicable_reason(cell, one)
+    assert world_size(cell, cpu_profile) == 2
+    assert world_size(cell.model_copy(update={"backend": Backend.SINGLE}), cpu_profile) == 1
+
+
+def test_precompute_with_two_adapters_is_not_applicable(cpu_profile):
+    cell = Cell(
+        init="two_adapters", quant="none", backend="single", launcher="python", options=(Option.PRECOMPUTE_REF,)
+    )
+    assert "precompute_ref" in not_applicable_reason(cell, cpu_profile)
+
+
+def test_variant_with_a_launcher_that_cannot_launch_the_backend_is_rejected(scenario_copy):
+    path = scenario_copy / "matrix.yaml"
+    path.write_text(
+        "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
+        "variants:\n  - {init: [one_adapter], quant: [none], backend: [fsdp], launcher: mpirun}\n"
+    )
+    with pytest.raises(BenchError, match=r"matrix.yaml: key 'variants.0': launcher mpirun cannot launch backend fsdp"):
+        load_matrix(path)
+
+
+def test_unknown_axis_value_names_file_key_and_allowed_values(scenario_copy):
+    path = scenario_copy / "matrix.yaml"
+    path.write_text("axes: {init: [one_adapter], quant: [int3], backend: [single]}\n")
+    with pytest.raises(BenchError) as err:
+        load_matrix(path)
+    message = str(err.value)
+    assert "matrix.yaml" in message and "axes.quant.0" in message and "'int3'" in message
+    assert "'none', 'int8' or 'nf4'" in message
+
+
+def test_filter_globs_and_no_match():
+    cells = expand(
+        MatrixSpec.model_validate(
+            {"axes": {"init": ["one_adapter"], "quant": ["none", "nf4"], "backend": ["single", "ddp"]}}
+        )
+    )
+    assert [c.id for c in select(cells, "*-nf4-*")] == ["one_adapter-nf4-single", "one_adapter-nf4-ddp"]
+    assert len(select(cells, "one_adapter-none-single, *-ddp")) == 3
+    with pytest.raises(BenchError, match="matches no cell"):
+        select(cells, "nothing*")
+
+
+def test_default_launchers():
+    cells = {c.backend: c.launcher for c in expand(load_matrix()) if not c.is_variant}
+    assert cells[Backend.DDP] == Launcher.TORCHRUN
+    assert cells[Backend.ZERO3] == Launcher.DEEPSPEED
+    assert cells[Backend.FSDP] == Launcher.ACCELERATE
