@@ -35,6 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.assets import prepare
+    from bench.executors.local import LocalExecutor
     from bench.publish_matrix import run_is_complete, write_matrix
     from bench.report.matrix import render
     from bench.results import environment_fingerprint, new_run_id, write_env
@@ -54,7 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = PROJECT_ROOT / LOCK_FILES[profile.image_flavor]
     write_env(run_dir, environment_fingerprint(profile.name, workload.name, "local", lock, None))
-    ctx = RunContext(run_id=run_id, run_dir=run_dir, profile=profile, workload=workload, assets=assets)
+    executor = LocalExecutor(cwd=PROJECT_ROOT)
+    ctx = RunContext(run_id, run_dir, profile, workload, assets, executor)
     try:
         records = execute(ctx, cells, force=args.force)
     except KeyboardInterrupt:

@@ -85,14 +85,17 @@ def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed
     )
 
 
-def _bin(name: str) -> str:
-    """The launcher installed beside this interpreter (same venv), else whatever PATH has."""
-    candidate = Path(sys.executable).parent / name
+def _bin(python: str, name: str) -> str:
+    """The launcher installed beside the interpreter (same venv), else whatever PATH has."""
+    candidate = Path(python).parent / name
     return str(candidate) if candidate.exists() else name
 
 
-def plan_launch(spec: WorkerSpec, spec_path: Path, config_dir: Path) -> tuple[LaunchPlan, WorkerSpec]:
-    """The command that runs `spec` with its launcher; may set spec.deepspeed_config (returned updated)."""
+def plan_launch(
+    spec: WorkerSpec, spec_path: Path, config_dir: Path, python: str = sys.executable
+) -> tuple[LaunchPlan, WorkerSpec]:
+    """The command that runs `spec` with its launcher under `python`; may set spec.deepspeed_config
+    (the updated spec is returned and written to spec_path)."""
     cell, profile = spec.cell, spec.profile
     processes = world_size(cell, profile)
     port = free_port()
@@ -109,17 +112,17 @@ def plan_launch(spec: WorkerSpec, spec_path: Path, config_dir: Path) -> tuple[La
 
     module = ["-m", WORKER_MODULE, str(spec_path)]
     if cell.launcher == Launcher.PYTHON:
-        plan.argv = [sys.executable, *module]
+        plan.argv = [python, *module]
     elif cell.launcher == Launcher.TORCHRUN:
-        plan.argv = [_bin("torchrun"), "--standalone", f"--nproc_per_node={processes}", *module]
+        plan.argv = [_bin(python, "torchrun"), "--standalone", f"--nproc_per_node={processes}", *module]
     elif cell.launcher == Launcher.ACCELERATE:
         accelerate_file = config_dir / "accelerate.yaml"
         accelerate_config(cell, profile, port, ds_file).to_yaml_file(str(accelerate_file))
         plan.config_files.append(accelerate_file)
-        plan.argv = [_bin("accelerate"), "launch", "--config_file", str(accelerate_file), *module]
+        plan.argv = [_bin(python, "accelerate"), "launch", "--config_file", str(accelerate_file), *module]
     elif cell.launcher == Launcher.DEEPSPEED:
         plan.argv = [
-            _bin("deepspeed"),
+            _bin(python, "deepspeed"),
             f"--num_gpus={processes}",
             f"--master_port={port}",
             "--no_local_rank",
@@ -137,7 +140,7 @@ def plan_launch(spec: WorkerSpec, spec_path: Path, config_dir: Path) -> tuple[La
             "MASTER_ADDR",
             "-x",
             "MASTER_PORT",
-            sys.executable,
+            python,
             *module,
         ]
         if os.geteuid() == 0:

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.assets import PreparedAssets
-from bench.executors import Outcome
-from bench.executors.local import run_local
+from bench.executors import Executor
 from bench.launch import plan_launch
-from bench.paths import PROJECT_ROOT
 from bench.profiles import HardwareProfile, Workload
 from bench.rank_report import read_rank_reports
 from bench.record import base_record, finished_record
@@ -27,6 +25,7 @@ class RunContext:
     profile: HardwareProfile
     workload: Workload
     assets: PreparedAssets
+    executor: Executor
 
 
 def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell], dict[str, str]]:
@@ -48,18 +47,21 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
     out_dir.mkdir(parents=True)
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
-    plan, spec = plan_launch(spec, config_dir / "spec.json", config_dir)
+    plan, spec = plan_launch(spec, config_dir / "spec.json", config_dir, ctx.executor.python)
     world = world_size(cell, ctx.profile)
     base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world)
     started = now_iso()
-    outcome: Outcome = run_local(plan, ctx.run_dir / "logs" / f"{cell.id}.log", ctx.profile.timeout_s, PROJECT_ROOT)
+    labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.hardware": ctx.profile.name}
+    outcome = ctx.executor.run(plan, ctx.run_dir / "logs" / f"{cell.id}.log", ctx.profile.timeout_s, labels)
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
     record = finished_record(
         base, cell, reports, problems, outcome, train.warmup_steps, train.per_device_train_batch_size * world
     )
     files = [str(p.relative_to(ctx.run_dir)) for p in [*plan.config_files, config_dir / "spec.json"]]
-    return record.model_copy(update={"config_files": files, "started_at": started, "finished_at": now_iso()})
+    return record.model_copy(
+        update={"config_files": files, "started_at": started, "finished_at": now_iso(), "executor": ctx.executor.name}
+    )
 
 
 def format_progress(done: int, total: int, record: ResultRecord, elapsed: float) -> str:

@@ -1,6 +1,10 @@
 """Executors run one launch plan in isolation and report how it ended. They know nothing of TRL."""
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bench.launch import LaunchPlan
 
 
 @dataclass
@@ -11,3 +15,12 @@ class Outcome:
     log_tail: str
     oom_killed: bool = False
     image: str | None = None
+
+
+class Executor(Protocol):
+    name: str
+    python: str
+    """Interpreter that runs workers and launchers where this executor runs them."""
+    image: str | None
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome: ...

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -63,6 +64,20 @@ def kill_cell(process: subprocess.Popen, token: str) -> None:
             break
         time.sleep(0.2)
     process.wait()
+
+
+class LocalExecutor:
+    """Cells run as process groups on this machine, in this interpreter's environment."""
+
+    name = "local"
+    image = None
+
+    def __init__(self, cwd: Path, python: str = sys.executable) -> None:
+        self.cwd = cwd
+        self.python = python
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        return run_local(plan, log_path, timeout_s, self.cwd)
 
 
 def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> Outcome:

@@ -37,7 +37,7 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
         Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun"),
         Cell(init="two_models", quant="int8", backend="single", launcher="python"),
     ]
-    ctx = runner.RunContext("r1", tmp_path, cpu_profile, workload=load_workload("tiny"), assets=None)
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
     runner.execute(ctx, cells[:1], out=io.StringIO())
     assert ran == ["one_adapter-none-single"]
     records = runner.execute(ctx, cells, out=io.StringIO())
