@@ -65,6 +65,7 @@ PATTERNS: tuple[Pattern, ...] = (
 )
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+_FATAL_LINE = re.compile(r"terminate called[^\n]*|Fatal Python error:[^\n]*|Segmentation fault[^\n]*")
 _ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|RuntimeError|AssertionError)\b.*$")
 
 
@@ -93,7 +94,12 @@ def first_error_line(text: str) -> str:
     if root:
         rank, code = int(root.group(1)), int(root.group(2))
         sig = signal_of(code)
-        return f"rank {rank} exited with code {code}" + (f" ({signal_name(sig)})" if sig else "")
+        fatal = _FATAL_LINE.search(text)
+        return (
+            f"rank {rank} exited with code {code}"
+            + (f" ({signal_name(sig)})" if sig else "")
+            + (f": {fatal.group(0).strip()}" if fatal else "")
+        )
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(lines):
         if _ERROR_LINE.match(line):

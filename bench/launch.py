@@ -70,7 +70,8 @@ def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed
     return ClusterConfig(
         compute_environment="LOCAL_MACHINE",
         distributed_type=distributed,
-        mixed_precision="no" if profile.precision == "fp32" else profile.precision,
+        # With a deepspeed_config_file accelerate refuses its own precision setting: the DeepSpeed file decides.
+        mixed_precision=None if deepspeed else ("no" if profile.precision == "fp32" else profile.precision),
         use_cpu=False,
         num_processes=processes,
         num_machines=1,

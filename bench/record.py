@@ -34,6 +34,7 @@ def finished_record(
     outcome: Outcome,
     warmup_steps: int,
     pairs_per_step: int,
+    steps: int,
 ) -> ResultRecord:
     sig = signal_of(outcome.exit_code)
     record = base.model_copy(
@@ -48,6 +49,9 @@ def finished_record(
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
     failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or report_problems
     if failed:
+        message_suffix = ""
+        if not errors and reports and all(len(r.step_ends) == steps for r in reports):
+            message_suffix = " (after every rank finished its training steps)"
         verdict = classify(
             exit_code=outcome.exit_code,
             timed_out=outcome.timed_out,
@@ -55,11 +59,12 @@ def finished_record(
             log_tail=outcome.log_tail,
             oom_killed=outcome.oom_killed,
         )
+        message = verdict.message + message_suffix
         return record.model_copy(
             update={
                 "status": verdict.status,
                 "error_class": verdict.error_class,
-                "message": redact(verdict.message),
+                "message": redact(message),
                 "known_issue": verdict.known_issue,
             }
         )

@@ -56,7 +56,14 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
     record = finished_record(
-        base, cell, reports, problems, outcome, train.warmup_steps, train.per_device_train_batch_size * world
+        base,
+        cell,
+        reports,
+        problems,
+        outcome,
+        train.warmup_steps,
+        train.per_device_train_batch_size * world,
+        train.steps,
     )
     files = [str(p.relative_to(ctx.run_dir)) for p in [*plan.config_files, config_dir / "spec.json"]]
     return record.model_copy(
