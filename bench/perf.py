@@ -22,7 +22,10 @@ IMPORTS = {
     "import torch": "import torch",
     "import transformers": "import transformers",
     "from trl import DPOTrainer": "from trl import DPOTrainer",
-    "bench.worker imports (trl+peft+datasets)": "import bench.worker.build as b; b.build_trainer",
+    "worker imports (trl, peft, datasets, bitsandbytes, deepspeed)": (
+        "from trl import DPOTrainer; import peft, datasets, bitsandbytes, deepspeed"
+    ),
+    "deepspeed launcher process (import deepspeed)": "import deepspeed",
 }
 
 
