@@ -3,6 +3,12 @@ HW       ?= cpu
 FILTER   ?=
 RUN      ?=
 FLAVOR   ?= cpu
+EXECUTOR ?= auto
+# make images: OFFLINE_BASE=1 builds the base with debootstrap (no registry); EXTRA_CA_CERTS=auto|<dir or .crt>;
+# WHEELS=<dir> whose torch-*.whl is copied into docker/wheelhouse/ (docs/docker.md)
+OFFLINE_BASE   ?=
+EXTRA_CA_CERTS ?=
+WHEELS         ?= /opt/wheels
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
@@ -11,11 +17,11 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force)
 
-.PHONY: help setup bench list matrix test test-unit test-integration lint perf compare publish clean
+.PHONY: help setup bench images list matrix test test-unit test-integration lint perf compare publish clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
-	@echo "  variables: HW=$(HW) FILTER='glob,glob' RUN=<run-id> FORCE=1"
+	@echo "  variables: HW=$(HW) FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local"
 
 setup: $(STAMP) ## create .venv from the lock file (idempotent)
 
@@ -25,11 +31,15 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(PY) -m pip install --quiet -r $(LOCK)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@# DeepSpeed JIT-builds its CPU shared-memory comm op on first use (~1 min): build it once here, not inside a timed cell.
-	$(if $(filter cpu,$(FLAVOR)),$(PY) -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()")
+	$(if $(filter cpu,$(FLAVOR)),TORCH_EXTENSIONS_DIR=$(abspath $(VENV))/torch_extensions $(PY) -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()")
 	@touch $@
 
 bench: setup ## run the matrix for HW (default cpu), print the table, write results/HW/
-	$(PY) -m bench run $(BENCH_ARGS)
+	$(PY) -m bench run $(BENCH_ARGS) --executor $(EXECUTOR)
+
+images: setup ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
+	$(PY) -m bench images --flavor $(FLAVOR) $(if $(OFFLINE_BASE),--offline-base) \
+		$(if $(EXTRA_CA_CERTS),--extra-ca-certs '$(EXTRA_CA_CERTS)') --wheels '$(WHEELS)'
 
 list: setup ## list every cell and the not-applicable reasons, run nothing
 	$(PY) -m bench list --hw $(HW) $(if $(FILTER),--filter '$(FILTER)')
@@ -49,6 +59,12 @@ lint: setup ## ruff
 
 perf: setup ## per-cell fixed cost and full-matrix wall time benchmark
 	$(PY) -m bench.perf
+
+compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
+	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
+
+publish: setup ## regenerate results/README.md and the static site results/site/
+	$(PY) -m bench publish
 
 clean: ## remove build outputs (keeps results/)
 	rm -rf build .pytest_cache .ruff_cache

@@ -107,6 +107,51 @@ def first_error_line(text: str) -> str:
     return lines[-1][:500] if lines else ""
 
 
+# Most causal first: a peer's broken connection is the consequence of the rank that died or failed.
+CAUSAL_ORDER: tuple[ErrorClass, ...] = (
+    ErrorClass.CRASH,
+    ErrorClass.DEVICE_MISMATCH,
+    ErrorClass.IMPORT,
+    ErrorClass.INCOMPATIBLE,
+    ErrorClass.CONFIG,
+    ErrorClass.COMM,
+    ErrorClass.OTHER,
+)
+_LAUNCHER_RANK_EXIT = (
+    # torchrun / accelerate (torchelastic failure report)
+    re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-\d+)"),
+    # mpirun
+    re.compile(r"process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)"),
+)
+
+
+def _causal_rank(verdict: Verdict) -> int:
+    if verdict.status == Status.OOM:
+        return -1
+    return CAUSAL_ORDER.index(verdict.error_class or ErrorClass.OTHER)
+
+
+def _verdict_of(text: str) -> Verdict:
+    for pattern in PATTERNS:
+        if pattern.regex.search(text):
+            return Verdict(pattern.status, pattern.error_class, first_error_line(text), pattern.known_issue)
+    return Verdict(Status.ERROR, ErrorClass.OTHER, first_error_line(text))
+
+
+def killed_rank(log: str) -> Verdict | None:
+    """A rank the launcher saw die by a signal other than the SIGTERM it sends survivors."""
+    for regex in _LAUNCHER_RANK_EXIT:
+        for match in regex.finditer(log):
+            sig = int(match["signal"]) if "signal" in match.groupdict() else signal_of(int(match["code"]))
+            if sig and sig != signal.SIGTERM:
+                fatal = _FATAL_LINE.search(log)
+                message = f"rank {match['rank']} was killed by {signal_name(sig)}"
+                return Verdict(
+                    Status.ERROR, ErrorClass.CRASH, message + (f": {fatal.group(0).strip()}" if fatal else "")
+                )
+    return None
+
+
 def classify(
     *,
     exit_code: int | None,
@@ -115,18 +160,24 @@ def classify(
     log_tail: str,
     oom_killed: bool = False,
 ) -> Verdict:
-    """Status of a cell that did not produce a clean ok, from what it left behind."""
+    """Status of a cell that did not produce a clean ok, from what it left behind: every rank's error and the
+    launcher's account of dead ranks are candidates, and the most causal one wins."""
     if timed_out:
         return Verdict(Status.TIMEOUT, None, "cell exceeded its time limit and was killed")
     if oom_killed:
         return Verdict(Status.OOM, None, "killed by the memory limit (OOMKilled)")
-    evidence = "\n".join(error_texts) or log_tail
-    for pattern in PATTERNS:
-        if pattern.regex.search(evidence):
-            message = first_error_line(error_texts[0] if error_texts else log_tail)
-            return Verdict(pattern.status, pattern.error_class, message, pattern.known_issue)
+    candidates = [_verdict_of(text) for text in error_texts]
+    dead = killed_rank(log_tail)
+    if dead:
+        candidates.append(dead)
+    if not candidates and log_tail.strip():
+        candidates.append(_verdict_of(log_tail))
     sig = signal_of(exit_code)
     if sig is not None:
-        return Verdict(Status.ERROR, ErrorClass.CRASH, f"a rank was killed by {signal_name(sig)} (exit {exit_code})")
-    message = first_error_line(evidence) or f"exit code {exit_code}"
-    return Verdict(Status.ERROR, ErrorClass.OTHER, message)
+        candidates.append(
+            Verdict(Status.ERROR, ErrorClass.CRASH, f"a rank was killed by {signal_name(sig)} (exit {exit_code})")
+        )
+    informative = [c for c in candidates if c.message] or [
+        Verdict(Status.ERROR, ErrorClass.OTHER, f"exit code {exit_code}")
+    ]
+    return min(informative, key=_causal_rank)

@@ -1,13 +1,20 @@
-"""Command line: python -m bench {list, run, matrix}."""
+"""Command line: python -m bench {list, run, matrix, images}."""
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from bench import images
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT, RESULTS_DIR, SCENARIOS_DIR
-from bench.profiles import load_profile, load_workload
+from bench.profiles import HardwareProfile, load_profile, load_workload
 from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, select, world_size
+
+if TYPE_CHECKING:
+    from bench.assets import PreparedAssets
+    from bench.executors import Executor
 
 LOCK_FILES = {
     "cpu": "docker/cpu/requirements.lock",
@@ -34,8 +41,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.assets import prepare
-    from bench.executors.local import LocalExecutor
+    from bench.assets import PreparedAssets, prepare
+    from bench.hardware import preflight
     from bench.publish_matrix import run_is_complete, write_matrix
     from bench.report.matrix import render
     from bench.results import environment_fingerprint, new_run_id, write_env
@@ -50,13 +57,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.results) / profile.name / run_id
     if args.run_id and not run_dir.is_dir():
         raise BenchError(f"no run {args.run_id!r} under {Path(args.results) / profile.name} to resume")
-    print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
-    assets = prepare(workload)
+    machine = preflight(profile, args.emulate)  # one-line BenchError when HW= does not fit this machine
+    if machine.untested_reason:
+        print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
+        assets = PreparedAssets(model="", tokenizer="", dataset="")
+    else:
+        print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
+        assets = prepare(workload)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = PROJECT_ROOT / LOCK_FILES[profile.image_flavor]
-    write_env(run_dir, environment_fingerprint(profile.name, workload.name, "local", lock, None))
-    executor = LocalExecutor(cwd=PROJECT_ROOT)
-    ctx = RunContext(run_id, run_dir, profile, workload, assets, executor)
+    executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
+    env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
+    if executor.name == "docker":
+        from bench.results import PACKAGES
+
+        # the versions the cells really run with: the image's, not this interpreter's
+        env |= images.image_report(executor.image, PACKAGES) | {"image_tag": images.image_tag(profile.image_flavor)}
+    write_env(run_dir, env)
+    ctx = RunContext(run_id, run_dir, profile, workload, assets, executor, machine.launch_env, machine.emulated)
     try:
         records = execute(ctx, cells, force=args.force)
     except KeyboardInterrupt:
@@ -71,6 +89,60 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"matrix written to {write_matrix(run_dir, ids)}")
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
+    return 0
+
+
+def _asset_mounts(assets: "PreparedAssets") -> tuple[list[Path], list[Path]]:
+    """(writable, read-only) local asset folders for the docker executor; hub ids are not paths. The dataset
+    folder is writable: `datasets` writes its map() cache files next to a dataset loaded from disk."""
+    writable = [Path(assets.dataset)] if Path(assets.dataset).is_absolute() else []
+    readonly = [Path(p) for p in (assets.model, assets.tokenizer) if Path(p).is_absolute()]
+    return writable, readonly
+
+
+def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets: "PreparedAssets") -> "Executor":
+    """`local`, `docker` (engine and image required; a missing image is built), or `auto` (docker when it
+    can be had, else local with a one-line notice)."""
+    from bench.executors.local import LocalExecutor
+
+    if choice == "local":
+        return LocalExecutor(cwd=PROJECT_ROOT)
+    tag = images.image_tag(profile.image_flavor)
+    if not images.engine_available():
+        if choice == "docker":
+            raise BenchError(f"--executor docker: no docker engine answers `{images.DOCKER} info`; start dockerd")
+        print("notice: no docker engine answers; running cells with the local executor", flush=True)
+        return LocalExecutor(cwd=PROJECT_ROOT)
+    image_id = images.image_id(tag)
+    if image_id is None:
+        print(f"image {tag} is not built yet: building it (make images FLAVOR={profile.image_flavor}) ...", flush=True)
+        offline = images.image_id(images.OFFLINE_BASE_TAG) is not None
+        try:
+            image_id = images.build_image(profile.image_flavor, offline_base=offline)
+        except BenchError as exc:
+            if choice == "docker":
+                raise BenchError(f"{exc}; build it with `make images FLAVOR={profile.image_flavor}`") from None
+            print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
+            return LocalExecutor(cwd=PROJECT_ROOT)
+    from bench.executors.docker import DockerExecutor, container_spec
+
+    writable, readonly = _asset_mounts(assets)
+    spec = container_spec(tag, profile, PROJECT_ROOT, writable=[run_dir.resolve(), *writable], readonly=readonly)
+    print(f"executor: docker, image {tag} ({image_id[:19]})", flush=True)
+    return DockerExecutor(spec, image_id)
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    if not images.engine_available():
+        raise BenchError(f"no docker engine answers `{images.DOCKER} info`; start dockerd first")
+    started = time.monotonic()
+    built = images.build_image(
+        args.flavor,
+        offline_base=args.offline_base,
+        extra_ca_certs=args.extra_ca_certs,
+        wheels=Path(args.wheels) if args.wheels else None,
+    )
+    print(f"built {images.image_tag(args.flavor)} ({built}) in {time.monotonic() - started:.0f} s")
     return 0
 
 
@@ -102,12 +174,44 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument("--run-id", default=None, help="resume this run instead of starting a new one")
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run a smaller GPU profile on bigger GPUs: memory capped per process, devices limited; "
+        "memory answers are valid, speed is not (docs/hardware.md)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=["auto", "docker", "local"],
+        default="auto",
+        help="where cells run: docker (a container per cell), local (a process group per cell), "
+        "auto (docker when an engine answers and the image exists or builds, else local; default)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run")
     p.add_argument("--hw", default="cpu")
     p.add_argument("--run-id", default=None)
     p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("images", help="build the pinned docker image of a flavor (docs/docker.md)")
+    p.add_argument("--flavor", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument(
+        "--offline-base", action="store_true", help="build the base from Debian with debootstrap (no registry)"
+    )
+    p.add_argument(
+        "--extra-ca-certs",
+        default=None,
+        metavar="auto|PATH",
+        help="copy CA certificates into docker/certs/ first: auto = the host's /usr/local/share/ca-certificates",
+    )
+    p.add_argument(
+        "--wheels",
+        default=str(images.HOST_WHEELS_DIR),
+        metavar="DIR",
+        help="copy DIR/torch-*.whl into docker/wheelhouse/ first when DIR exists (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_images)
 
     from bench.report.commands import add_commands
 

@@ -58,6 +58,7 @@ def aggregate(reports: list[RankReport], warmup_steps: int, pairs_per_step: int)
         train_peak_bytes=peak([r.train_peak_bytes for r in reports]),
         cuda_reserved_peak_bytes=peak([r.cuda_reserved_peak_bytes for r in reports]),
         host_peak_rss_bytes=peak([r.host_peak_rss_bytes for r in reports]),
+        nvml_peak_bytes=peak([r.nvml_peak_bytes for r in reports]),
         mem_growth_per_step_bytes=max(growth, key=abs) if growth else None,
         load_s=max((r.load_s for r in reports if r.load_s is not None), default=None),
     )

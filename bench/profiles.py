@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from bench.errors import BenchError
 from bench.paths import SCENARIOS_DIR
@@ -26,6 +26,9 @@ class HardwareProfile(Strict):
     workload: str
     timeout_s: int = Field(ge=10, description="wall-clock limit of one cell")
     threads_per_process: int = Field(default=1, ge=1)
+    container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
+    container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")
+    shm_size_gb: float | None = Field(default=None, gt=0, description="docker executor: --shm-size of a cell")
 
 
 class ModelSpec(Strict):
@@ -48,9 +51,27 @@ class TokenizerSpec(Strict):
     source: str | None = None
 
 
+class SyntheticPrefs(Strict):
+    """Generated preference pairs (bench/synthetic_prefs.py) with long-tailed prompt/answer lengths, capped so
+    prompt + answer fits the workload's max_length. Lengths are in approximate tokens (words x ~1.3)."""
+
+    rows: int = Field(default=1000, ge=8)
+    seed: int = 0
+    prompt_median_tokens: int = Field(default=96, ge=1)
+    answer_median_tokens: int = Field(default=320, ge=1)
+    sigma: float = Field(default=0.9, gt=0, le=3, description="log-normal spread: larger = longer tail")
+
+
 class DatasetSpec(Strict):
-    source: str = Field(description="folder under scenarios/data/, or a hub dataset name")
+    source: str | None = Field(default=None, description="folder under scenarios/data/, or a hub dataset name")
     split: str = "train"
+    synthetic: SyntheticPrefs | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetSpec":
+        if (self.source is None) == (self.synthetic is None):
+            raise ValueError("set exactly one of 'source' (shipped folder or hub dataset) and 'synthetic'")
+        return self
 
 
 class TrainSpec(Strict):

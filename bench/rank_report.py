@@ -21,6 +21,7 @@ class RankReport(BaseModel):
     train_peak_bytes: int | None = None
     cuda_reserved_peak_bytes: int | None = None
     host_peak_rss_bytes: int | None = None
+    nvml_peak_bytes: int | None = None
     engagement: Engagement | None = None
     error: str | None = None
     traceback_tail: str | None = None

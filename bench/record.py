@@ -4,6 +4,7 @@ from bench.classify import classify, signal_name, signal_of
 from bench.engagement import mismatches
 from bench.executors import Outcome
 from bench.metrics import aggregate
+from bench.mfu import MfuInputs, with_mfu
 from bench.rank_report import RankReport
 from bench.results_schema import ResultRecord, Status
 from bench.scenario import Cell
@@ -35,6 +36,7 @@ def finished_record(
     warmup_steps: int,
     pairs_per_step: int,
     steps: int,
+    mfu: MfuInputs | None = None,
 ) -> ResultRecord:
     sig = signal_of(outcome.exit_code)
     record = base.model_copy(
@@ -81,7 +83,7 @@ def finished_record(
     if len(reports) != base.world_size:
         found.append(f"{len(reports)} rank(s) reported, expected {base.world_size}")
     try:
-        metrics = aggregate(reports, warmup_steps, pairs_per_step)
+        metrics = with_mfu(aggregate(reports, warmup_steps, pairs_per_step), mfu)
     except ValueError as exc:
         return record.model_copy(update={"status": Status.ERROR, "error_class": "other", "message": str(exc)})
     return record.model_copy(

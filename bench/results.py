@@ -1,6 +1,8 @@
 """Result storage: append-only results.jsonl (one atomic line per cell), env.json fingerprint, loading."""
 
+import contextlib
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
@@ -32,16 +34,23 @@ def new_run_id() -> str:
 
 
 def append_result(run_dir: Path, record: ResultRecord) -> None:
-    """One line, one write, fsync'd: a crash leaves either the whole line or nothing."""
+    """One line, one write, fsync'd. A failed or short write (disk full) is cut back off, so the file keeps
+    exactly its earlier lines."""
     line = (record.model_dump_json() + "\n").encode()
     path = run_dir / RESULTS_FILE
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            written = os.write(fd, line)
-            if written != len(line):
-                raise OSError(28, f"short write ({written} of {len(line)} bytes)")
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)")
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
     except OSError as exc:

@@ -16,6 +16,8 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     SILENT_FALLBACK = "silent_fallback"
     NOT_APPLICABLE = "not_applicable"
+    UNTESTED = "untested"
+    """Not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked."""
 
 
 class ErrorClass(StrEnum):
@@ -34,6 +36,10 @@ class Metrics(BaseModel):
     tokens: non-padding tokens of chosen + rejected sequences seen by the policy, summed over ranks (TRL's
     num_tokens). Step time: interval between consecutive step ends (data loading included).
     memory_kind: `rss` (host peak resident set, CPU profiles) or `cuda_allocated` (torch max_memory_allocated).
+    nvml_peak_bytes: NVML per-process used GPU memory (allocator reserve + CUDA context), sampled in the
+    background over load and training, max over devices and ranks; None without pynvml or a GPU.
+    mfu: model FLOPs utilisation, set when the profile has peak_tflops; flops_per_token and the convention
+    (bench/mfu.py) alongside it.
     """
 
     tokens_per_s: float
@@ -51,6 +57,9 @@ class Metrics(BaseModel):
     mem_growth_per_step_bytes: float | None
     load_s: float | None
     mfu: float | None = None
+    flops_per_token: float | None = None
+    mfu_convention: str | None = None
+    nvml_peak_bytes: int | None = None
 
 
 class ResultRecord(BaseModel):
@@ -83,3 +92,12 @@ class ResultRecord(BaseModel):
     finished_at: str | None = None
     executor: str = "local"
     image: str | None = None
+    emulated: bool = False
+    """Run with --emulate: a smaller profile on bigger GPUs (memory capped per process, devices limited).
+    Memory answers (fits / OOM, peaks) are valid; speed and MFU are those of the bigger GPU, not the profile's."""
+
+
+EMULATED_NOTE = (
+    "Emulated run (--emulate): a smaller profile on bigger GPUs with per-process memory capped to the profile's. "
+    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed."
+)

@@ -3,18 +3,21 @@
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.assets import PreparedAssets
 from bench.executors import Executor
+from bench.hardware import untested_reason
 from bench.launch import plan_launch
+from bench.mfu import inputs_for
 from bench.profiles import HardwareProfile, Workload
 from bench.rank_report import read_rank_reports
 from bench.record import base_record, finished_record
 from bench.results import append_result, load_results, now_iso
 from bench.results_schema import ResultRecord, Status
 from bench.scenario import Cell, not_applicable_reason, world_size
+from bench.secrets import redact_file
 from bench.worker.spec import WorkerSpec
 
 
@@ -26,6 +29,9 @@ class RunContext:
     workload: Workload
     assets: PreparedAssets
     executor: Executor
+    launch_env: dict[str, str] = field(default_factory=dict)
+    """Added to every cell's launch environment (bench.hardware.preflight: visible devices, --emulate cap)."""
+    emulated: bool = False
 
 
 def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell], dict[str, str]]:
@@ -41,6 +47,12 @@ def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell],
 
 
 def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
+    untested = untested_reason(ctx.profile)
+    if untested:  # the device's software stack is absent: record why, never a fake result
+        base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world_size(cell, ctx.profile))
+        return base.model_copy(
+            update={"status": Status.UNTESTED, "message": untested, "finished_at": now_iso(), "executor": "none"}
+        )
     config_dir = ctx.run_dir / "configs" / cell.id
     out_dir = ctx.run_dir / "cells" / cell.id
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -48,11 +60,14 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
     plan, spec = plan_launch(spec, config_dir / "spec.json", config_dir, ctx.executor.python)
+    plan.env |= ctx.launch_env
     world = world_size(cell, ctx.profile)
     base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world)
     started = now_iso()
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.hardware": ctx.profile.name}
-    outcome = ctx.executor.run(plan, ctx.run_dir / "logs" / f"{cell.id}.log", ctx.profile.timeout_s, labels)
+    log_path = ctx.run_dir / "logs" / f"{cell.id}.log"
+    outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
+    redact_file(log_path)
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
     record = finished_record(
@@ -64,10 +79,17 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
         train.warmup_steps,
         train.per_device_train_batch_size * world,
         train.steps,
+        inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
     )
     files = [str(p.relative_to(ctx.run_dir)) for p in [*plan.config_files, config_dir / "spec.json"]]
     return record.model_copy(
-        update={"config_files": files, "started_at": started, "finished_at": now_iso(), "executor": ctx.executor.name}
+        update={
+            "config_files": files,
+            "started_at": started,
+            "finished_at": now_iso(),
+            "executor": ctx.executor.name,
+            "emulated": ctx.emulated,
+        }
     )
 
 

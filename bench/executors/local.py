@@ -80,9 +80,14 @@ class LocalExecutor:
         return run_local(plan, log_path, timeout_s, self.cwd)
 
 
+def extensions_dir() -> str:
+    """Per-environment JIT cache (DeepSpeed ops): one shared cache makes two venvs rebuild each other's ops."""
+    return str(Path(sys.prefix) / "torch_extensions")
+
+
 def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> Outcome:
     token = uuid.uuid4().hex
-    env = os.environ | plan.env | {MARKER: token}
+    env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env | {MARKER: token}
     started = time.monotonic()
     with log_path.open("wb") as log:
         try:

@@ -1,7 +1,126 @@
-"""CLI subcommands of the report package (compare, publish). Filled in by the report work."""
+"""CLI subcommands of the report package: compare, publish, export. Thin: parse, call, write, exit code."""
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.secrets import redact
+
+
+def _threshold(text: str) -> float:
+    """Percent: `5`, `5%` and `2.5` all mean percent of the base median."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r} (e.g. 5 or 5%)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"threshold must be >= 0, got {text!r}")
+    return value / 100
+
+
+def _write_or_print(text: str, path: str | None) -> None:
+    if path is None:
+        sys.stdout.write(text)
+        return
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"{out}: cannot write ({exc.strerror or exc})") from None
+
+
+def _resolve_run(path: str, scenarios: Path) -> Path:
+    """A run dir or results.jsonl as given; a hardware folder (results/<HW>) means its latest complete run."""
+    target = Path(path)
+    if not target.exists():
+        raise BenchError(f"{target}: no such run dir or results file")
+    if target.is_dir() and not (target / "results.jsonl").is_file() and any(target.glob("*/results.jsonl")):
+        from bench.publish_matrix import latest_complete_run
+
+        return latest_complete_run(target, _cell_ids(scenarios))
+    return target
+
+
+def _cell_ids(scenarios: Path) -> list[str]:
+    from bench.scenario import expand, load_matrix
+
+    return [c.id for c in expand(load_matrix(scenarios / "matrix.yaml"))]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.report.compare import compare, failing_kinds, load_run, parse_fail_on, to_json, to_markdown
+
+    fail_on = parse_fail_on(args.fail_on)
+    scenarios = Path(args.scenarios)
+    base = load_run(_resolve_run(args.base, scenarios))
+    head = load_run(_resolve_run(args.head, scenarios))
+    result = compare(base, head, args.threshold)
+    _write_or_print(to_markdown(result, fail_on), args.output)
+    if args.json:
+        _write_or_print(redact(json.dumps(to_json(result, fail_on), indent=2)) + "\n", args.json)
+    failed = failing_kinds(result, fail_on)
+    if failed:
+        print(f"compare: regressions in {', '.join(failed)} (--fail-on {args.fail_on})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from bench.report.publish import publish
+
+    results = Path(args.results)
+    site = Path(args.out) if args.out else results / "site"
+    readme, index = publish(results, site, _cell_ids(Path(args.scenarios)))
+    print(f"index written to {readme}\nsite written to {index}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from bench.report.compare import load_run
+    from bench.report.export import gab_entries
+
+    run = load_run(_resolve_run(args.run, Path(args.scenarios)))
+    entries = gab_entries(run, args.metric)
+    _write_or_print(redact(json.dumps(entries, indent=2)) + "\n", args.output)
+    return 0
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:
     """Register report subcommands on the `python -m bench` parser."""
+    p = sub.add_parser(
+        "compare",
+        help="Markdown diff of two runs (status changes, then throughput and memory), for PR comments",
+        description="BASE and HEAD: a run dir, its results.jsonl, or a hardware folder (its latest complete run).",
+    )
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("head", metavar="HEAD")
+    p.add_argument(
+        "--threshold", type=_threshold, default=0.05, help="flag metric changes above this percent (default 5)"
+    )
+    p.add_argument(
+        "--fail-on",
+        default="status",
+        help="exit 1 on regressions of these kinds: comma-separated status,throughput,memory, or none "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
+    p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("export", help="export a run as github-action-benchmark custom JSON")
+    p.add_argument("run", metavar="RUN", help="a run dir, its results.jsonl, or a hardware folder")
+    p.add_argument("--format", choices=["gab"], default="gab", help="github-action-benchmark (the only format)")
+    p.add_argument(
+        "--metric",
+        choices=["throughput", "memory"],
+        default="throughput",
+        help="throughput -> tool customBiggerIsBetter (tokens/s); memory -> customSmallerIsBetter (MiB)",
+    )
+    p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.set_defaults(func=cmd_export)

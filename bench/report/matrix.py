@@ -3,7 +3,7 @@ per cell, variant rows below, and a footnote with the reason for every cell that
 
 import pandas as pd
 
-from bench.results_schema import ResultRecord, Status
+from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
 from bench.scenario import Backend, Init, Quant
 
 MARKS = {
@@ -13,10 +13,12 @@ MARKS = {
     Status.ERROR: "❌",
     Status.TIMEOUT: "⏱️ timeout",
     Status.NOT_APPLICABLE: "N/A",
+    Status.UNTESTED: "❔ untested",
 }
 LEGEND = (
     "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · 💥 OOM · ❌ error (class in brackets) · "
-    "⏱️ timeout · N/A = impossible by rule. Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
+    "⏱️ timeout · N/A = impossible by rule · ❔ untested = the device's software stack was absent, nothing ran. "
+    "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
     "Memory: peak per process during training, max over ranks (host RSS on CPU, CUDA allocated on GPU)."
 )
 
@@ -87,6 +89,9 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str]) ->
     grid = grid.reindex(index=row_order, columns=col_order).fillna("not run")
     grid = grid.reset_index().rename(columns={"row": "init · quant"})
 
+    if any(r.emulated for r in records):
+        title += " · EMULATED"
+        context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
     parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown(grid)]
     variants = frame[frame["variant"]]
     if not variants.empty:

@@ -7,6 +7,7 @@ import time
 import traceback
 
 from bench.rank_report import RankReport
+from bench.worker import faults
 from bench.worker.spec import WorkerSpec
 
 RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -19,18 +20,23 @@ def launcher_rank() -> int:
     return 0
 
 
-def run(spec: WorkerSpec, report: RankReport) -> None:
+def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> None:
     import torch
 
     from bench.worker import memory
     from bench.worker.build import build_trainer
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder
+    from bench.worker.nvml import NvmlSampler
 
     torch.set_num_threads(spec.profile.threads_per_process)
     started = time.perf_counter()
+    nvml_sampler = NvmlSampler.start_if_available() if torch.cuda.is_available() else None
     recorder = StepRecorder()
-    trainer = build_trainer(spec, [recorder])
+    callbacks = [recorder]
+    if fault:
+        callbacks.append(faults.FaultCallback(fault, launcher_rank()))
+    trainer = build_trainer(spec, callbacks)
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
     report.rank = trainer.accelerator.process_index
@@ -48,6 +54,7 @@ def run(spec: WorkerSpec, report: RankReport) -> None:
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
+    report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:
         report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks()
     else:
@@ -70,14 +77,16 @@ def main(argv: list[str]) -> int:
         return 2
     spec = WorkerSpec.read(argv[1])
     report = RankReport(rank=launcher_rank(), pid=os.getpid(), hostname=socket.gethostname())
+    fault = faults.from_environment(spec.cell.id)
     try:
-        run(spec, report)
+        run(spec, report, fault)
     except BaseException as exc:  # the runner classifies every failure from this record
         report.error = f"{type(exc).__name__}: {exc}".strip()
         report.traceback_tail = "".join(traceback.format_exception(exc))[-4000:]
         report.write(spec.rank_file(report.rank))
         raise
     report.write(spec.rank_file(report.rank))
+    faults.corrupt_report(fault, report.rank, spec.rank_file(report.rank))
     return 0
 
 

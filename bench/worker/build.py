@@ -6,6 +6,7 @@ from typing import Any
 import torch
 
 from bench.scenario import Backend, Init, Option, Quant
+from bench.worker.emulate import apply_memory_cap
 from bench.worker.spec import WorkerSpec
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -116,8 +117,15 @@ def dpo_config(spec: WorkerSpec) -> Any:
 def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from datasets import load_from_disk
     from transformers import AutoTokenizer
+
+    if spec.profile.device == "hpu":
+        from bench.worker.hpu import build_gaudi_trainer
+
+        return build_gaudi_trainer(spec, callbacks)
     from trl import DPOTrainer
 
+    # --emulate: cap this process's CUDA memory at the profile's before anything is allocated
+    apply_memory_cap(all_devices=spec.cell.backend == Backend.DEVICE_MAP)
     args = dpo_config(spec)
     tokenizer = AutoTokenizer.from_pretrained(spec.assets.tokenizer)
     dataset = load_from_disk(spec.assets.dataset)

@@ -59,7 +59,7 @@ def test_torchrun_root_cause_names_rank_and_signal(tmp_path):
     log = done.stdout + done.stderr
     verdict = classify(exit_code=done.returncode, timed_out=False, error_texts=[], log_tail=log)
     assert (verdict.status, verdict.error_class) == (Status.ERROR, ErrorClass.CRASH)
-    assert verdict.message.startswith("rank 1 exited with code -6 (SIGABRT)")
+    assert verdict.message.startswith("rank 1 was killed by SIGABRT")
 
 
 def test_cuda_oom_and_device_mismatch_messages():
@@ -85,3 +85,18 @@ def test_first_error_line_takes_the_last_exception_of_a_traceback():
     text = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad value\n\nnoise\n'
     assert first_error_line(text) == "ValueError: bad value"
     assert first_error_line("") == ""
+
+
+def test_a_dead_rank_outranks_its_peers_broken_connection():
+    peer = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer [127.0.0.1]:1"
+    log = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+    verdict = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail=log)
+    assert (verdict.error_class, verdict.message) == (ErrorClass.CRASH, "rank 1 was killed by SIGKILL")
+    alone = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail="")
+    assert alone.error_class == ErrorClass.COMM
+
+
+def test_mpirun_signal_report():
+    log = "mpirun noticed that process rank 1 with PID 4242 on node vm exited on signal 9 (Killed)."
+    verdict = classify(exit_code=137, timed_out=False, error_texts=[], log_tail=log)
+    assert verdict.message == "rank 1 was killed by SIGKILL"

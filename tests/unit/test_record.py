@@ -29,7 +29,7 @@ def test_crash_after_training_says_so():
     record = finished([rank(0), rank(1)], Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=TEARDOWN_ABORT))
     assert (record.status, record.error_class) == (Status.ERROR, ErrorClass.CRASH)
     assert record.message == (
-        "rank 1 exited with code -6 (SIGABRT): terminate called without an active exception "
+        "rank 1 was killed by SIGABRT: terminate called without an active exception "
         "(after every rank finished its training steps)"
     )
 

@@ -84,3 +84,37 @@ def test_resuming_with_other_packages_is_refused(tmp_path):
     write_env(tmp_path, {"lock_hash": "aaa", "packages": {"trl": "1"}})
     with pytest.raises(BenchError, match="other package versions"):
         write_env(tmp_path, {"lock_hash": "bbb", "packages": {"trl": "2"}})
+
+
+def test_disk_full_is_one_clear_error(tmp_path):
+    (tmp_path / "results.jsonl").symlink_to("/dev/full")
+    with pytest.raises(BenchError, match="No space left on device"):
+        append_result(tmp_path, record())
+
+
+def test_short_write_keeps_earlier_lines_intact(tmp_path):
+    """A real file-size limit cuts the third write short: the partial line is removed, earlier lines load."""
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, signal
+from pathlib import Path
+from bench.errors import BenchError
+from bench.results import append_result
+from tests.unit.test_results import record
+run = Path({str(tmp_path)!r})
+append_result(run, record("a"))
+append_result(run, record("b"))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+size = (run / "results.jsonl").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, size + 100))
+try:
+    append_result(run, record("c"))
+except BenchError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=".")
+    assert "could not append the result of c" in done.stdout, done.stderr
+    loaded = load_results(tmp_path)
+    assert [r.cell_id for r in loaded.records] == ["a", "b"] and loaded.problems == []

@@ -1,0 +1,205 @@
+"""Docker executor: one container per cell, from the flavor's pinned image.
+
+The checkout is bind-mounted read-only at the SAME absolute path inside the container, the run dir
+read-write, the prepared assets read-only, and the container starts in the project root with
+PYTHONPATH set to it: every absolute path in a launch plan and worker spec stays valid as it is.
+Multi-rank cells run their launcher (torchrun, accelerate, deepspeed, mpirun) inside that one container.
+The container runs as the invoking user (results stay theirs), without network, with CPU/memory/shm
+limits from the hardware profile, and never privileged. On timeout or Ctrl-C it is killed and removed.
+"""
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.executors import Outcome
+from bench.executors.local import read_tail
+from bench.images import DOCKER
+from bench.launch import LaunchPlan
+from bench.profiles import HardwareProfile
+
+PYTHON_IN_IMAGE = "/opt/venv/bin/python"
+HOME_IN_IMAGE = "/tmp/home"
+HOSTNAME = "dpo-bench-cell"
+DOCKER_CLI_TIMEOUT_S = 60.0
+NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: Path
+    read_only: bool = True
+
+    def arg(self) -> str:
+        spec = f"type=bind,source={self.path},target={self.path}"
+        return spec + ",readonly" if self.read_only else spec
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything `docker run` needs that does not change from cell to cell."""
+
+    image: str
+    project_root: Path
+    mounts: tuple[Mount, ...]
+    cpus: float | None = None
+    memory_gb: float | None = None
+    shm_size_gb: float | None = None
+    gpus: bool = False
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+
+
+def container_spec(
+    image: str, profile: HardwareProfile, project_root: Path, writable: list[Path], readonly: list[Path]
+) -> ContainerSpec:
+    """Pure: the container settings for `profile`; nested mounts are fine (docker mounts parents first)."""
+    mounts: dict[Path, Mount] = {project_root: Mount(project_root)}
+    for path in readonly:
+        mounts.setdefault(path, Mount(path))
+    for path in writable:
+        mounts[path] = Mount(path, read_only=False)
+    return ContainerSpec(
+        image=image,
+        project_root=project_root,
+        mounts=tuple(mounts[p] for p in sorted(mounts)),
+        cpus=profile.container_cpus,
+        memory_gb=profile.container_memory_gb,
+        shm_size_gb=profile.shm_size_gb,
+        gpus=profile.device == "cuda",
+    )
+
+
+def container_name(labels: dict[str, str]) -> str:
+    """Unique per cell run: readable run/cell part + a random suffix."""
+    readable = "-".join(labels[k] for k in ("dpo-bench.run", "dpo-bench.cell") if k in labels)
+    safe = NAME_UNSAFE.sub("_", readable)[:100].strip("_.-")
+    return f"dpo-bench-{safe}-{uuid.uuid4().hex[:8]}" if safe else f"dpo-bench-{uuid.uuid4().hex[:12]}"
+
+
+def _gigabytes(value: float) -> str:
+    return f"{round(value * 1024)}m"
+
+
+def docker_run_argv(spec: ContainerSpec, plan: LaunchPlan, name: str, labels: dict[str, str]) -> list[str]:
+    """Pure: the `docker run` command line for one cell."""
+    root = str(spec.project_root)
+    argv = [DOCKER, "run", "--name", name, "--init", "--network", "none"]
+    # Without a network the hostname resolves nowhere; rendezvous code (torchrun, gloo) looks it up.
+    argv += ["--hostname", HOSTNAME, "--add-host", f"{HOSTNAME}:127.0.0.1"]
+    argv += ["--user", f"{spec.uid}:{spec.gid}", "--security-opt", "no-new-privileges"]
+    argv += ["--workdir", root]
+    if spec.cpus:
+        argv += ["--cpus", f"{spec.cpus:g}"]
+    if spec.memory_gb:
+        # same value for swap: over the limit the kernel OOM-kills (exit 137, State.OOMKilled) instead of swapping
+        argv += ["--memory", _gigabytes(spec.memory_gb), "--memory-swap", _gigabytes(spec.memory_gb)]
+    if spec.shm_size_gb:
+        argv += ["--shm-size", _gigabytes(spec.shm_size_gb)]
+    if spec.gpus:
+        argv += ["--gpus", "all"]
+    for mount in spec.mounts:
+        argv += ["--mount", mount.arg()]
+    for key, value in sorted(labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    env = {"HOME": HOME_IN_IMAGE, "PYTHONPATH": root} | plan.env
+    for key, value in sorted(env.items()):
+        argv += ["--env", f"{key}={value}"]
+    return [*argv, spec.image, *plan.argv]
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    exit_code: int | None
+    oom_killed: bool
+
+
+def parse_state(inspect_json: str) -> ContainerState:
+    """Pure: exit code and OOM flag from `docker inspect <container>` output."""
+    try:
+        data = json.loads(inspect_json)
+        state = (data[0] if isinstance(data, list) else data)["State"]
+        return ContainerState(exit_code=int(state["ExitCode"]), oom_killed=bool(state.get("OOMKilled")))
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ContainerState(exit_code=None, oom_killed=False)
+
+
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=DOCKER_CLI_TIMEOUT_S, check=False)
+
+
+def remove_container(name: str) -> None:
+    """Kill and remove; safe to call when the container is already gone."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        _docker("kill", name)
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        _docker("rm", "-f", name)
+
+
+def leftover_containers(run_id: str) -> list[str]:
+    """Names of containers (running or not) still labelled with this run."""
+    done = _docker("ps", "-a", "--filter", f"label=dpo-bench.run={run_id}", "--format", "{{.Names}}")
+    return done.stdout.split()
+
+
+class DockerExecutor:
+    """Cells run in containers of one pinned image."""
+
+    name = "docker"
+
+    def __init__(self, spec: ContainerSpec, image_id: str, python: str = PYTHON_IN_IMAGE) -> None:
+        self.spec = spec
+        self.image = image_id
+        self.python = python
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        name = container_name(labels)
+        argv = docker_run_argv(self.spec, plan, name, labels)
+        started = time.monotonic()
+        with log_path.open("wb") as log:
+            # Own session: a Ctrl-C reaches us only, and we remove the container ourselves.
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            timed_out = False
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _stop(process, name)
+            except BaseException:
+                _stop(process, name)
+                remove_container(name)
+                raise
+        wall = time.monotonic() - started
+        state = ContainerState(exit_code=process.returncode, oom_killed=False)
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            inspected = _docker("inspect", name)
+            if inspected.returncode == 0:
+                state = parse_state(inspected.stdout)
+        remove_container(name)
+        exit_code = state.exit_code if state.exit_code is not None else process.returncode
+        return Outcome(
+            exit_code=exit_code,
+            timed_out=timed_out,
+            wall_s=wall,
+            log_tail=read_tail(log_path),
+            oom_killed=state.oom_killed and not timed_out,
+            image=self.image,
+        )
+
+
+def _stop(process: subprocess.Popen, name: str) -> None:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        _docker("kill", name)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,339 @@
+"""Diff two runs cell by cell: status changes first, then noise-aware throughput and memory deltas.
+
+Everything here is pure (records and env dicts in, dataclasses out) except `load_run`.
+"""
+
+import json
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.results import ENV_FILE, RESULTS_FILE, load_results
+from bench.results_schema import ResultRecord, Status
+from bench.secrets import redact
+
+DEFAULT_THRESHOLD = 0.05
+FAIL_KINDS = ("status", "throughput", "memory")
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    records: list[ResultRecord]
+    env: dict
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """One cell of one run, its trials folded together (the newest line of each trial wins)."""
+
+    cell_id: str
+    status: str
+    error_class: str | None
+    message: str
+    trials: int
+    flaky: bool
+    tokens_per_s: list[float]
+    train_peak_bytes: list[float]
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    base: float
+    head: float
+    change: float
+    """(head - base) / base."""
+    spread: float
+    """The larger max-min range of the trials on either side, relative to the base median."""
+    trials: tuple[int, int]
+    verdict: str
+    """regression, improvement, within_noise or unchanged."""
+
+
+@dataclass(frozen=True)
+class CellDiff:
+    cell_id: str
+    base: CellSummary | None
+    head: CellSummary | None
+    status_change: str | None
+    """regression (ok -> not ok), improvement (not ok -> ok), changed, new, removed; None when equal."""
+    throughput: MetricDelta | None
+    memory: MetricDelta | None
+
+
+@dataclass
+class Comparison:
+    base: str
+    head: str
+    threshold: float
+    not_comparable: list[str]
+    cells: list[CellDiff] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[CellDiff]:
+        """Cells with a regression of `kind` (status, throughput or memory)."""
+        if kind == "status":
+            return [c for c in self.cells if c.status_change == "regression"]
+        return [c for c in self.cells if (d := getattr(c, kind)) is not None and d.verdict == "regression"]
+
+
+def load_run(path: Path) -> Run:
+    """A run dir (results.jsonl + env.json) or a results.jsonl file; env.json is looked up beside it."""
+    run_dir = path if path.is_dir() else path.parent
+    loaded = load_results(path)
+    if not (run_dir / RESULTS_FILE).is_file() and not path.is_file():
+        raise BenchError(f"{path}: no {RESULTS_FILE} here; pass a run dir results/<HW>/<run-id> or its {RESULTS_FILE}")
+    if loaded.problems:
+        raise BenchError(loaded.problems[0])
+    if not loaded.records:
+        raise BenchError(f"{path}: no result records")
+    env_path = run_dir / ENV_FILE
+    try:
+        env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"{env_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    return Run(name=run_dir.name, records=loaded.records, env=env)
+
+
+def summarize(records: Iterable[ResultRecord]) -> dict[str, CellSummary]:
+    by_trial: dict[str, dict[int, ResultRecord]] = {}
+    for record in records:
+        by_trial.setdefault(record.cell_id, {})[record.trial] = record
+    return {cell_id: _summary(cell_id, list(trials.values())) for cell_id, trials in by_trial.items()}
+
+
+def _summary(cell_id: str, trials: list[ResultRecord]) -> CellSummary:
+    ok = [r for r in trials if r.status == Status.OK and r.metrics is not None]
+    failing = [r for r in trials if r.status != Status.OK]
+    # One failing trial makes the cell fail: a setup that works two times out of three does not "work".
+    shown = failing[-1] if failing else trials[-1]
+    return CellSummary(
+        cell_id=cell_id,
+        status=str(shown.status),
+        error_class=str(shown.error_class) if shown.error_class else None,
+        message=shown.message,
+        trials=len(trials),
+        flaky=bool(ok) and bool(failing),
+        tokens_per_s=[r.metrics.tokens_per_s for r in ok],
+        train_peak_bytes=[float(r.metrics.train_peak_bytes) for r in ok if r.metrics.train_peak_bytes is not None],
+    )
+
+
+def metric_delta(base: list[float], head: list[float], threshold: float, bigger_is_better: bool) -> MetricDelta | None:
+    """Medians compared; flagged only when the change exceeds both the threshold and the measured spread."""
+    if not base or not head:
+        return None
+    b, h = statistics.median(base), statistics.median(head)
+    if b == 0:
+        return None
+    change = (h - b) / b
+    spread = max(max(base) - min(base), max(head) - min(head)) / abs(b)
+    if abs(change) <= threshold:
+        verdict = "unchanged"
+    elif abs(change) <= spread:
+        verdict = "within_noise"
+    else:
+        verdict = "improvement" if (change > 0) == bigger_is_better else "regression"
+    return MetricDelta(b, h, change, spread, (len(base), len(head)), verdict)
+
+
+def status_change(base: CellSummary | None, head: CellSummary | None) -> str | None:
+    if base is None:
+        return "new"
+    if head is None:
+        return "removed"
+    if base.status == Status.OK and head.status != Status.OK:
+        return "regression"
+    if base.status != Status.OK and head.status == Status.OK:
+        return "improvement"
+    if (base.status, base.error_class) != (head.status, head.error_class):
+        return "changed"
+    return None
+
+
+ENV_KEYS = {
+    "hardware_profile": "hardware profile",
+    "workload": "workload",
+    "image": "image",
+    "lock_hash": "lock file hash",
+    "executor": "executor",
+}
+
+
+def comparability(base_env: dict, head_env: dict) -> list[str]:
+    """Reasons the two runs' numbers should not be compared directly; empty when they can be."""
+    if not base_env or not head_env:
+        side = "base" if not base_env else "head"
+        return [f"the {side} run has no {ENV_FILE}: its hardware, image and versions are unknown"]
+    reasons = [
+        f"{label}: {base_env.get(key)!s} → {head_env.get(key)!s}"
+        for key, label in ENV_KEYS.items()
+        if base_env.get(key) != head_env.get(key)
+    ]
+    base_pkgs, head_pkgs = base_env.get("packages") or {}, head_env.get("packages") or {}
+    for name in sorted(set(base_pkgs) | set(head_pkgs)):
+        if base_pkgs.get(name) != head_pkgs.get(name):
+            reasons.append(f"package {name}: {base_pkgs.get(name)} → {head_pkgs.get(name)}")
+    base_machine, head_machine = _machine(base_env), _machine(head_env)
+    if base_machine != head_machine:
+        reasons.append(f"machine: {base_machine} → {head_machine}")
+    return reasons
+
+
+def _machine(env: dict) -> str:
+    hw = env.get("hardware") or {}
+    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "no GPU"
+    return f"{hw.get('cpu_model') or hw.get('machine') or 'unknown CPU'} x{hw.get('cpu_count')}, {gpus}"
+
+
+def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    base_cells, head_cells = summarize(base.records), summarize(head.records)
+    order = list(base_cells) + [c for c in head_cells if c not in base_cells]
+    result = Comparison(base.name, head.name, threshold, comparability(base.env, head.env))
+    for cell_id in order:
+        b, h = base_cells.get(cell_id), head_cells.get(cell_id)
+        both = b is not None and h is not None
+        result.cells.append(
+            CellDiff(
+                cell_id=cell_id,
+                base=b,
+                head=h,
+                status_change=status_change(b, h),
+                throughput=metric_delta(b.tokens_per_s, h.tokens_per_s, threshold, True) if both else None,
+                memory=metric_delta(b.train_peak_bytes, h.train_peak_bytes, threshold, False) if both else None,
+            )
+        )
+    return result
+
+
+def parse_fail_on(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip() and k.strip() != "none")
+    unknown = [k for k in kinds if k not in FAIL_KINDS]
+    if unknown:
+        raise BenchError(f"--fail-on: unknown kind {unknown[0]!r}; use a comma-separated subset of {FAIL_KINDS}")
+    return kinds
+
+
+def failing_kinds(comparison: Comparison, kinds: Iterable[str]) -> list[str]:
+    return [k for k in kinds if comparison.of_kind(k)]
+
+
+def to_json(comparison: Comparison, fail_on: Iterable[str] = ()) -> dict:
+    return {
+        "base": comparison.base,
+        "head": comparison.head,
+        "threshold": comparison.threshold,
+        "comparable": not comparison.not_comparable,
+        "not_comparable": comparison.not_comparable,
+        "regressions": {k: [c.cell_id for c in comparison.of_kind(k)] for k in FAIL_KINDS},
+        "failed": failing_kinds(comparison, fail_on),
+        "cells": [asdict(c) for c in comparison.cells],
+    }
+
+
+MARKER = "<!-- dpo-bench-compare -->"
+STATUS_ORDER = ("regression", "improvement", "changed", "new", "removed")
+STATUS_LABEL = {
+    "regression": "🔴 regression",
+    "improvement": "🟢 improvement",
+    "changed": "🟡 changed",
+    "new": "🆕 new",
+    "removed": "➖ removed",
+}
+VERDICT_LABEL = {"regression": "🔴 regression", "improvement": "🟢 better", "within_noise": "≈ noise", "unchanged": "="}
+
+
+def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
+    """A PR-comment report: banner, summary, status changes, then flagged and all metric deltas."""
+    c = comparison
+    lines = [MARKER, f"## DPO bench: `{c.head}` (head) vs `{c.base}` (base)", ""]
+    if c.not_comparable:
+        lines += [
+            "> [!WARNING]",
+            "> **These runs are not comparable**: differences below may come from the environment, not the change.",
+            *[f"> - {reason}" for reason in c.not_comparable],
+            "",
+        ]
+    lines += [_summary_line(c, fail_on), ""]
+    lines += _status_section(c)
+    lines += _metric_section(c, "throughput", "Throughput (tokens/s, higher is better)", _tokens)
+    lines += _metric_section(c, "memory", "Peak training memory (lower is better)", _mib)
+    lines += [
+        f"<sub>Medians over trials. A metric change is flagged only when it exceeds both the threshold "
+        f"({c.threshold:.0%}) and the spread (max − min of the trials on either side, relative to the base "
+        f"median); single-trial cells have no spread estimate. Status: ok → anything else is a regression.</sub>",
+    ]
+    return redact("\n".join(lines) + "\n")
+
+
+def _summary_line(c: Comparison, fail_on: Iterable[str]) -> str:
+    counts = {kind: sum(d.status_change == kind for d in c.cells) for kind in STATUS_ORDER}
+    parts = [f"{n} {kind}" for kind, n in counts.items() if n]
+    for kind in ("throughput", "memory"):
+        deltas = [d for cell in c.cells if (d := getattr(cell, kind)) is not None]
+        worse = sum(d.verdict == "regression" for d in deltas)
+        better = sum(d.verdict == "improvement" for d in deltas)
+        parts.append(f"{kind}: {worse} worse, {better} better of {len(deltas)}")
+    failed = failing_kinds(c, fail_on)
+    verdict = f"**❌ fails on {', '.join(failed)}**" if failed else "**✅ no blocking regression**"
+    status = "status: " + (", ".join(parts[:-2]) if parts[:-2] else "no change")
+    return f"{verdict} · {len(c.cells)} cells · {status} · " + " · ".join(parts[-2:])
+
+
+def _status_section(c: Comparison) -> list[str]:
+    changed = sorted((d for d in c.cells if d.status_change), key=lambda d: STATUS_ORDER.index(d.status_change))
+    lines = ["### Status changes", ""]
+    if not changed:
+        return [*lines, "No cell changed status.", ""]
+    lines += ["| cell | change | base | head | head message |", "|---|---|---|---|---|"]
+    for d in changed:
+        message = d.head.message if d.head and d.head.status != Status.OK else ""
+        lines.append(
+            f"| `{d.cell_id}` | {STATUS_LABEL[d.status_change]} | {_status(d.base)} | {_status(d.head)} "
+            f"| {_cell_text(message)} |"
+        )
+    return [*lines, ""]
+
+
+def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str]) -> list[str]:
+    rows = [(d.cell_id, m) for d in c.cells if (m := getattr(d, kind)) is not None]
+    flagged = [(cell, m) for cell, m in rows if m.verdict in ("regression", "improvement")]
+    lines = [f"### {title}", ""]
+    if not rows:
+        return [*lines, "No cell is ok on both sides.", ""]
+    header = ["| cell | base | head | change | spread | trials | verdict |", "|---|---:|---:|---:|---:|---:|---|"]
+    table = [
+        f"| `{cell}` | {fmt(m.base)} | {fmt(m.head)} | {m.change:+.1%} | {_spread(m)} | "
+        f"{m.trials[0]}/{m.trials[1]} | {VERDICT_LABEL[m.verdict]} |"
+        for cell, m in rows
+    ]
+    flagged_table = [row for row, (_, m) in zip(table, rows, strict=True) if m.verdict in ("regression", "improvement")]
+    lines += [*header, *flagged_table] if flagged else ["No change beyond the threshold and the noise."]
+    lines += ["", f"<details><summary>All {len(rows)} cells</summary>", "", *header, *table, "", "</details>", ""]
+    return lines
+
+
+def _spread(delta: MetricDelta) -> str:
+    return "—" if delta.trials == (1, 1) else f"{delta.spread:.1%}"
+
+
+def _status(summary: CellSummary | None) -> str:
+    if summary is None:
+        return "—"
+    text = summary.status + (f" ({summary.error_class})" if summary.error_class else "")
+    return text + (" (flaky)" if summary.flaky else "")
+
+
+def _cell_text(text: str, limit: int = 160) -> str:
+    first = " ".join(text.split())
+    first = first if len(first) <= limit else first[: limit - 1] + "…"
+    return first.replace("|", "\\|")
+
+
+def _tokens(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"

@@ -1,0 +1,398 @@
+"""The static results site: one self-contained index.html (inline CSS, JS and SVG, nothing fetched).
+
+Pure rendering: `ProfileView`s in, HTML text out. Reading files is publish.py's job.
+"""
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from html import escape
+
+from bench.report.compare import CellSummary
+from bench.report.matrix import LEGEND, MARKS
+from bench.results_schema import ResultRecord, Status
+from bench.scenario import Backend, Init, Quant
+
+BACKEND_COLORS: dict[str, str] = {
+    Backend.SINGLE: "#4e79a7",
+    Backend.DDP: "#f28e2b",
+    Backend.DEVICE_MAP: "#76b7b2",
+    Backend.FSDP: "#e15759",
+    Backend.ZERO2: "#59a14f",
+    Backend.ZERO3: "#b07aa1",
+}
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    path: str
+    text: str | None
+    """None when the file is not in the published results."""
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    hardware: str
+    run_name: str
+    complete: bool
+    env: dict
+    records: dict[str, ResultRecord]
+    """Newest record per cell, in matrix order: what the cell panel shows."""
+    cells: dict[str, CellSummary]
+    """Trials folded: status over all trials, metric medians."""
+    configs: dict[str, list[ConfigFile]]
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def panel_id(hardware: str, cell_id: str) -> str:
+    return f"cell-{hardware}-{cell_id}"
+
+
+def reproduce_command(hardware: str, cell_id: str) -> str:
+    return f"make bench HW={hardware} FILTER='{cell_id}'"
+
+
+def is_variant(record: ResultRecord) -> bool:
+    return record.cell_id != f"{record.init}-{record.quant}-{record.backend}"
+
+
+# ---------------------------------------------------------------- matrix
+
+
+def cell_label(summary: CellSummary, record: ResultRecord) -> str:
+    text = MARKS[Status(summary.status)]
+    if summary.error_class:
+        text += f" ({summary.error_class})"
+    tokens, memory = median(summary.tokens_per_s), median(summary.train_peak_bytes)
+    if tokens is None and record.metrics is not None:
+        tokens, memory = record.metrics.tokens_per_s, record.metrics.train_peak_bytes
+    if tokens is not None:
+        text += f" {tokens:,.0f} tok/s"
+    if memory is not None:
+        text += f" · {memory / 2**20:,.0f} MiB"
+    return text
+
+
+def _cell_link(view: ProfileView, cell_id: str) -> str:
+    summary = view.cells[cell_id]
+    label = cell_label(summary, view.records[cell_id])
+    return (
+        f'<a class="cell s-{escape(summary.status)}" href="#{escape(panel_id(view.hardware, cell_id))}" '
+        f'data-cell="{escape(cell_id)}" title="{escape(cell_id)}">{escape(label)}</a>'
+    )
+
+
+def matrix_table(view: ProfileView) -> str:
+    base = [r for r in view.records.values() if not is_variant(r)]
+    backends = [b for b in Backend if any(r.backend == b for r in base)]
+    rows = [(i, q) for i in Init for q in Quant if any(r.init == i and r.quant == q for r in base)]
+    by_key = {(r.init, r.quant, r.backend): r.cell_id for r in base}
+    head = "".join(f"<th>{escape(b)}</th>" for b in backends)
+    body = []
+    for init, quant in rows:
+        cells = []
+        for backend in backends:
+            cell_id = by_key.get((init, quant, backend))
+            cells.append(f"<td>{_cell_link(view, cell_id)}</td>" if cell_id else '<td class="not-run">not run</td>')
+        body.append(f"<tr><th>{escape(init)} · {escape(quant)}</th>{''.join(cells)}</tr>")
+    table = (
+        f'<table class="matrix" data-hardware="{escape(view.hardware)}"><thead><tr><th>init · quant</th>{head}</tr>'
+        f"</thead><tbody>{''.join(body)}</tbody></table>"
+    )
+    variants = [r for r in view.records.values() if is_variant(r)]
+    if variants:
+        items = "".join(f"<li><code>{escape(r.cell_id)}</code> {_cell_link(view, r.cell_id)}</li>" for r in variants)
+        table += f'<h4>Variants (other launchers and options)</h4><ul class="variants">{items}</ul>'
+    return table
+
+
+def profile_heading(view: ProfileView) -> str:
+    env = view.env
+    image = env.get("image") or "local venv"
+    partial = "" if view.complete else ' <span class="warn">partial run: not every cell has a result</span>'
+    return (
+        f'<h3>{escape(view.hardware)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
+        f"{escape(str(env.get('created_at', '?')))} · workload {escape(str(env.get('workload', '?')))} · "
+        f"image {escape(str(image))}{partial}</p>"
+    )
+
+
+# ---------------------------------------------------------------- cell panel
+
+
+def _fmt_bytes(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
+    m = record.metrics
+    if m is None:
+        return ""
+    # Medians over ok trials; a cell that ran but is not ok (silent_fallback) shows its own numbers.
+    tokens = median(summary.tokens_per_s) or m.tokens_per_s
+    train_peak = median(summary.train_peak_bytes) or m.train_peak_bytes
+    trials = ", ".join(f"{v:,.0f}" for v in summary.tokens_per_s)
+    rows = [
+        ("tokens/s (median)", f"{tokens:,.1f}" + (f" — trials: {trials}" if len(summary.tokens_per_s) > 1 else "")),
+        ("pairs/s", f"{m.pairs_per_s:,.2f}"),
+        ("step time median / p90", f"{m.step_time_median_s * 1000:,.1f} ms / {m.step_time_p90_s * 1000:,.1f} ms"),
+        ("steps (warm-up)", f"{m.steps} ({m.warmup_steps})"),
+        ("tokens total", f"{m.tokens_total:,}"),
+        (f"train peak ({m.memory_kind}, median)", _fmt_bytes(train_peak)),
+        ("load peak", _fmt_bytes(m.load_peak_bytes)),
+        ("CUDA reserved peak", _fmt_bytes(m.cuda_reserved_peak_bytes)),
+        ("host peak RSS", _fmt_bytes(m.host_peak_rss_bytes)),
+        ("memory growth / step", _fmt_bytes(m.mem_growth_per_step_bytes)),
+        ("load time", "—" if m.load_s is None else f"{m.load_s:.2f} s"),
+        ("MFU", "—" if m.mfu is None else f"{m.mfu:.2%}"),
+    ]
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="metrics">{body}</table>'
+
+
+def _known_issue(link: str | None) -> str:
+    if not link:
+        return ""
+    if link.startswith(("https://", "http://")):
+        return f'<p>Known issue: <a href="{escape(link)}">{escape(link)}</a></p>'
+    return f"<p>Known issue: {escape(link)}</p>"
+
+
+def _configs(files: list[ConfigFile]) -> str:
+    if not files:
+        return "<p>No generated config files.</p>"
+    items = []
+    for f in files:
+        body = f"<pre>{escape(f.text)}</pre>" if f.text is not None else "<p>(not in the published results)</p>"
+        items.append(f'<details class="config"><summary><code>{escape(f.path)}</code></summary>{body}</details>')
+    return "".join(items)
+
+
+def cell_panel(view: ProfileView, cell_id: str) -> str:
+    record, summary = view.records[cell_id], view.cells[cell_id]
+    status = summary.status + (f" ({summary.error_class})" if summary.error_class else "")
+    facts = [
+        ("status", status + (" — flaky: some trials failed" if summary.flaky else "")),
+        ("launcher", record.launcher),
+        ("options", ", ".join(record.options) or "none"),
+        ("world size", str(record.world_size)),
+        ("trials", str(summary.trials)),
+        ("wall time", "—" if record.wall_s is None else f"{record.wall_s:.1f} s"),
+    ]
+    parts = [
+        f'<details class="panel" id="{escape(panel_id(view.hardware, cell_id))}" data-cell="{escape(cell_id)}">',
+        f'<summary><code>{escape(cell_id)}</code> <span class="badge s-{escape(summary.status)}">'
+        f"{escape(MARKS[Status(summary.status)])} {escape(status)}</span> <small>{escape(view.hardware)}</small>"
+        "</summary>",
+        "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts) + "</dl>",
+    ]
+    if summary.message:
+        parts.append(f'<h5>Message</h5><pre class="message">{escape(summary.message)}</pre>')
+    parts.append(_known_issue(record.known_issue))
+    if record.mismatches:
+        parts.append("<h5>What ran instead</h5><ul>" + "".join(f"<li>{escape(m)}</li>" for m in record.mismatches))
+        parts.append("</ul>")
+    parts.append(metrics_table(record, summary))
+    parts.append(f'<h5>Reproduce</h5><pre class="repro">{escape(reproduce_command(view.hardware, cell_id))}</pre>')
+    parts.append("<h5>Config files</h5>" + _configs(view.configs.get(cell_id, [])))
+    if record.engagement is not None:
+        engaged = json.dumps(record.engagement.model_dump(), indent=1)
+        parts.append(f"<details><summary>What really ran (engagement)</summary><pre>{escape(engaged)}</pre></details>")
+    if record.status != Status.OK and record.log_tail:
+        parts.append(f"<details><summary>Log tail</summary><pre>{escape(record.log_tail)}</pre></details>")
+    parts.append("</details>")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (1/2/5 x 10^k steps)."""
+    if high <= low:
+        high = low + (abs(low) or 1.0)
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    start = math.floor(low / step) * step
+    ticks = []
+    value = start
+    while value < high + step * 0.999:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def _legend(backends: list[str], x: float, y: float) -> str:
+    items = []
+    for n, backend in enumerate(backends):
+        color = BACKEND_COLORS.get(backend, "#999")
+        items.append(
+            f'<rect x="{x + n * 78:.0f}" y="{y - 9:.0f}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{x + n * 78 + 14:.0f}" y="{y:.0f}">{escape(backend)}</text>'
+        )
+    return "".join(items)
+
+
+def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
+    """tokens/s (y) against peak training memory (x) for every ok cell, coloured by backend."""
+    points = []
+    for cell_id, s in view.cells.items():
+        tokens, memory = median(s.tokens_per_s), median(s.train_peak_bytes)
+        if s.status == Status.OK and tokens is not None and memory is not None:
+            points.append((cell_id, view.records[cell_id].backend, memory / 2**20, tokens))
+    title = f"{view.hardware}: tokens/s vs peak memory"
+    head = (
+        f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+        f'<text class="title" x="{width / 2:.0f}" y="16" text-anchor="middle">{escape(title)}</text>'
+    )
+    if not points:
+        return head + f'<text x="{width / 2:.0f}" y="{height / 2:.0f}" text-anchor="middle">no ok cell</text></svg>'
+    left, right, top, bottom = 64, 14, 28, 58
+    xt = nice_ticks(min(p[2] for p in points), max(p[2] for p in points))
+    yt = nice_ticks(min(0.0, min(p[3] for p in points)), max(p[3] for p in points))
+
+    def sx(v: float) -> float:
+        return left + (v - xt[0]) / (xt[-1] - xt[0]) * (width - left - right)
+
+    def sy(v: float) -> float:
+        return height - bottom - (v - yt[0]) / (yt[-1] - yt[0]) * (height - top - bottom)
+
+    grid = [
+        f'<line class="grid" x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}"/>'
+        f'<text x="{left - 4}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:,.0f}</text>'
+        for t in yt
+    ] + [
+        f'<line class="grid" y1="{top}" y2="{height - bottom}" x1="{sx(t):.1f}" x2="{sx(t):.1f}"/>'
+        f'<text x="{sx(t):.1f}" y="{height - bottom + 14}" text-anchor="middle">{t:,.0f}</text>'
+        for t in xt
+    ]
+    dots = [
+        f'<circle class="point" data-cell="{escape(c)}" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" '
+        f'fill="{BACKEND_COLORS.get(b, "#999")}"><title>{escape(c)}: {y:,.0f} tok/s, {x:,.1f} MiB</title>'
+        "</circle>"
+        for c, b, x, y in points
+    ]
+    labels = (
+        f'<text x="{(left + width - right) / 2:.0f}" y="{height - bottom + 30}" text-anchor="middle">'
+        "peak training memory (MiB)</text>"
+        f'<text transform="translate(14 {(top + height - bottom) / 2:.0f}) rotate(-90)" text-anchor="middle">'
+        "tokens/s</text>"
+    )
+    backends = [b.value for b in Backend if any(p[1] == b for p in points)]
+    return head + "".join(grid) + labels + "".join(dots) + _legend(backends, left, height - 8) + "</svg>"
+
+
+def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
+    """Per init · quant row: the backend with the highest median tokens/s among ok cells (None when none works)."""
+    rows: dict[str, tuple[str | None, float | None]] = {}
+    for cell_id, record in view.records.items():
+        if is_variant(record):
+            continue
+        key = f"{record.init} · {record.quant}"
+        rows.setdefault(key, (None, None))
+        tokens = median(view.cells[cell_id].tokens_per_s)
+        if view.cells[cell_id].status == Status.OK and tokens is not None:
+            best = rows[key][1]
+            if best is None or tokens > best:
+                rows[key] = (record.backend, tokens)
+    order = [f"{i} · {q}" for i in Init for q in Quant]
+    return [(k, *rows[k]) for k in order if k in rows]
+
+
+def winners_svg(view: ProfileView, width: int = 460) -> str:
+    rows = winners(view)
+    row_h, top, label_w = 24, 28, 150
+    height = top + row_h * max(len(rows), 1) + 10
+    title = f"{view.hardware}: fastest working backend per init · quant"
+    best = max((t for _, _, t in rows if t is not None), default=1.0)
+    parts = [
+        f'<svg class="plot winners" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+        f'<text class="title" x="{width / 2:.0f}" y="16" text-anchor="middle">{escape(title)}</text>'
+    ]
+    for n, (key, backend, tokens) in enumerate(rows):
+        y = top + n * row_h
+        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(key)}</text>')
+        if backend is None or tokens is None:
+            parts.append(f'<text class="none" x="{label_w}" y="{y + 15}">no working backend</text>')
+            continue
+        bar = max(2.0, tokens / best * (width - label_w - 10))
+        color = BACKEND_COLORS.get(backend, "#999")
+        parts.append(
+            f'<rect class="bar" data-backend="{escape(backend)}" x="{label_w}" y="{y + 3}" width="{bar:.1f}" '
+            f'height="{row_h - 6}" fill="{color}"><title>{escape(key)}: {escape(backend)} {tokens:,.0f} tok/s</title>'
+            f'</rect><text class="on-bar" x="{label_w + 4}" y="{y + 15}">{escape(backend)} · {tokens:,.0f} tok/s</text>'
+        )
+    return "".join(parts) + "</svg>"
+
+
+# ---------------------------------------------------------------- page
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0 1.5rem 3rem;color:#222}
+h1{margin:1rem 0 .2rem}.meta{color:#555;margin:.2rem 0 .6rem}.warn{color:#a40}
+.matrices,.plots{display:flex;flex-wrap:wrap;gap:1.5rem;align-items:flex-start}
+.profile{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+table.matrix td{padding:0}a.cell{display:block;padding:3px 6px;color:inherit;text-decoration:none;min-width:7rem}
+a.cell:hover{outline:2px solid #333}.not-run{color:#999;padding:3px 6px}
+.s-ok{background:#dff5e1}.s-error{background:#fbe0e0}.s-oom{background:#f9d3c4}.s-timeout{background:#fde9c8}
+.s-silent_fallback{background:#fff4bf}.s-not_applicable{background:#eee;color:#666}
+.badge{padding:1px 6px;border-radius:8px}
+details.panel{border:1px solid #ccc;border-radius:6px;margin:.4rem 0;padding:.3rem .7rem}
+details.panel[open]{box-shadow:0 0 0 2px #4e79a7}
+pre{background:#f6f6f6;padding:.5rem;overflow-x:auto;max-height:24rem;white-space:pre-wrap}
+dl{display:grid;grid-template-columns:max-content auto;gap:0 1rem}dt{color:#555}dd{margin:0}
+svg.plot{background:#fff;border:1px solid #ddd;font-size:11px}svg .grid{stroke:#eee}
+svg .title{font-weight:600;font-size:12px}svg .on-bar{fill:#fff;font-weight:600}svg .none{fill:#a00}
+.variants{list-style:none;padding:0}.variants li{display:flex;gap:.5rem;align-items:center;margin:2px 0}
+"""
+
+# Open the panel named by the URL fragment (clicks on matrix cells change it); works from file:// too.
+JS = """
+function openFromHash(){
+  var id = decodeURIComponent(location.hash.slice(1));
+  var panel = id && document.getElementById(id);
+  if (panel && panel.tagName === 'DETAILS') { panel.open = true; panel.scrollIntoView({block: 'start'}); }
+}
+window.addEventListener('hashchange', openFromHash);
+document.addEventListener('DOMContentLoaded', function(){
+  openFromHash();
+  document.documentElement.setAttribute('data-ready', '1');
+});
+"""
+
+
+def render_site(views: list[ProfileView], generated_at: str) -> str:
+    matrices = "".join(
+        f'<section class="profile" id="hw-{escape(v.hardware)}">{profile_heading(v)}{matrix_table(v)}</section>'
+        for v in views
+    )
+    plots = "".join(
+        f'<div class="profile-plots" data-hardware="{escape(v.hardware)}">{scatter_svg(v)}{winners_svg(v)}</div>'
+        for v in views
+    )
+    panels = "".join(
+        f'<section class="panels" data-hardware="{escape(v.hardware)}"><h3>{escape(v.hardware)}</h3>'
+        + "".join(cell_panel(v, cell_id) for cell_id in v.records)
+        + "</section>"
+        for v in views
+    )
+    empty = "" if views else "<p>No hardware profile has a MATRIX.md yet: run <code>make bench</code>.</p>"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>dpo-bench results</title><style>{CSS}</style><script>{JS}</script></head><body>"
+        f'<h1>dpo-bench: DPO compatibility matrices</h1><p class="meta">Generated {escape(generated_at)} by '
+        "<code>python -m bench publish</code>. Click a cell for its details.</p>"
+        f'<p class="legend">{escape(LEGEND)}</p>{empty}'
+        f'<h2>Matrices</h2><div class="matrices">{matrices}</div>'
+        f'<h2>Plots</h2><div class="plots">{plots}</div>'
+        f"<h2>Cell details</h2>{panels}</body></html>\n"
+    )

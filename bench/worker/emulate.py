@@ -1,0 +1,49 @@
+"""--emulate inside the worker: cap this process's CUDA caching allocator at the profile's memory per device,
+before the model is loaded. The runner computes the fraction (profile memory / real device memory) and passes
+it in the launch environment; the visible devices are limited there too (CUDA_VISIBLE_DEVICES).
+
+The cap covers what torch allocates, not the CUDA context (~0.3-0.6 GB per device), so an emulated run is
+that much more optimistic than the real smaller card.
+"""
+
+import os
+
+MEMORY_FRACTION_ENV = "BENCH_EMULATE_MEMORY_FRACTION"
+LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def local_rank(environ: dict[str, str] | os._Environ = os.environ) -> int:
+    for name in LOCAL_RANK_ENV:
+        if name in environ:
+            return int(environ[name])
+    return 0
+
+
+def fraction_from_env(environ: dict[str, str] | os._Environ = os.environ) -> float | None:
+    value = environ.get(MEMORY_FRACTION_ENV)
+    if not value:
+        return None
+    fraction = float(value)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"{MEMORY_FRACTION_ENV}={value}: must be in (0, 1]")
+    return fraction
+
+
+def apply_memory_cap(all_devices: bool, cuda: object = None, environ: dict[str, str] | None = None) -> float | None:
+    """Cap the devices this process uses: its local rank's, or every visible one (device_map). Touching
+    another rank's device would create a CUDA context there, so only this process's devices are capped.
+    Returns the fraction applied, None when not emulating or without CUDA."""
+    fraction = fraction_from_env(os.environ if environ is None else environ)
+    if fraction is None:
+        return None
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not cuda.is_available():
+        return None
+    rank_device = local_rank(os.environ if environ is None else environ)
+    devices = range(cuda.device_count()) if all_devices else [rank_device]
+    for index in devices:
+        cuda.set_per_process_memory_fraction(fraction, index)
+    return fraction

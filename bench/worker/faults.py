@@ -1,0 +1,92 @@
+"""Test-only fault injection, off unless BENCH_FAULT is set: `BENCH_FAULT=<fault>[@rank<R>][:step<S>]`.
+
+BENCH_FAULT_CELL=<glob> limits it to matching cell ids. Faults fire on rank R (default 0) at the end of
+step S (default 3), with real signals, real allocations and real exceptions, so the suite's handling of
+them is tested end to end:
+
+  sigkill        the rank SIGKILLs itself
+  hang           the rank stops forever (its peers block in the next collective)
+  host_oom       the rank caps its address space just above its use, then allocates past it
+  cuda_oom       the rank raises torch's OutOfMemoryError with CUDA's message
+  bad_result     after training the rank overwrites its report with malformed JSON
+  leak_secret    the rank prints the value of HF_TOKEN and fails with it in the message
+"""
+
+import fnmatch
+import os
+import re
+import resource
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+FAULT_ENV = "BENCH_FAULT"
+FAULT_CELL_ENV = "BENCH_FAULT_CELL"
+"""Optional glob over cell ids: the fault fires only in matching cells."""
+_SPEC = re.compile(r"^(?P<fault>[a-z_]+)(@rank(?P<rank>\d+))?(:step(?P<step>\d+))?$")
+FAULTS = ("sigkill", "hang", "host_oom", "cuda_oom", "bad_result", "leak_secret")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int = 0
+    step: int = 3
+
+
+def from_environment(cell_id: str) -> Fault | None:
+    target = os.environ.get(FAULT_CELL_ENV)
+    if target and not fnmatch.fnmatchcase(cell_id, target):
+        return None
+    return parse(os.environ.get(FAULT_ENV))
+
+
+def parse(value: str | None) -> Fault | None:
+    if not value:
+        return None
+    match = _SPEC.match(value)
+    if not match or match["fault"] not in FAULTS:
+        raise ValueError(f"{FAULT_ENV}={value!r}: expected <fault>[@rank<R>][:step<S>], fault one of {FAULTS}")
+    return Fault(match["fault"], int(match["rank"] or 0), int(match["step"] or 3))
+
+
+def fire(kind: str) -> None:
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "hang":
+        while True:
+            time.sleep(60)
+    elif kind == "host_oom":
+        in_use = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (in_use + 256 * 2**20, resource.RLIM_INFINITY))
+        bytearray(2 * 2**30)
+    elif kind == "cuda_oom":
+        import torch
+
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 22.05 GiB "
+            "of which 1.12 GiB is free."
+        )
+    elif kind == "leak_secret":
+        token = os.environ.get("HF_TOKEN", "")
+        print(f"debug: using token {token}", flush=True)
+        raise RuntimeError(f"authentication failed for token {token}")
+
+
+class FaultCallback(TrainerCallback):
+    def __init__(self, fault: Fault, rank: int) -> None:
+        self.fault, self.rank, self.steps = fault, rank, 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps += 1
+        if self.rank == self.fault.rank and self.steps == self.fault.step and self.fault.kind != "bad_result":
+            fire(self.fault.kind)
+
+
+def corrupt_report(fault: Fault | None, rank: int, path: Path) -> None:
+    if fault and fault.kind == "bad_result" and rank == fault.rank:
+        path.write_text('{"rank": 0, "step_ends": [1.0, 2.')

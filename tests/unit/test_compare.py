@@ -1,0 +1,410 @@
+"""compare: status changes, noise-aware metric deltas, comparability, and the CLI's exit codes.
+
+Fixtures are ResultRecord objects built here and written to tmp_path; nothing touches results/.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import main
+from bench.report.compare import (
+    MARKER,
+    Run,
+    comparability,
+    compare,
+    metric_delta,
+    summarize,
+    to_json,
+    to_markdown,
+)
+from bench.report.export import gab_entries
+from bench.results import append_result
+from bench.results_schema import ErrorClass, Metrics, ResultRecord, Status
+
+MiB = 2**20
+ENV = {
+    "created_at": "2026-01-01T00:00:00+00:00",
+    "hardware_profile": "cpu",
+    "workload": "tiny",
+    "executor": "local",
+    "image": None,
+    "hardware": {"machine": "x86_64", "cpu_count": 2, "cpu_model": "AMD EPYC", "gpus": []},
+    "packages": {"torch": "2.13.0+cpu", "trl": "1.16.0"},
+    "lock_hash": "abc",
+}
+
+
+def rec(
+    cell_id: str,
+    status: Status = Status.OK,
+    tokens: float = 1000.0,
+    peak_mib: float = 500.0,
+    trial: int = 0,
+    message: str = "",
+    error_class: ErrorClass | None = None,
+    run_id: str = "r",
+) -> ResultRecord:
+    init, quant, backend = cell_id.split("+")[0].split("-")
+    metrics = Metrics(
+        tokens_per_s=tokens,
+        pairs_per_s=tokens / 100,
+        step_time_median_s=0.05,
+        step_time_p90_s=0.06,
+        steps=30,
+        warmup_steps=5,
+        tokens_total=7000,
+        memory_kind="rss",
+        load_peak_bytes=int(peak_mib * MiB * 0.9),
+        train_peak_bytes=int(peak_mib * MiB),
+        mem_growth_per_step_bytes=0.0,
+        load_s=1.0,
+    )
+    return ResultRecord(
+        run_id=run_id,
+        cell_id=cell_id,
+        trial=trial,
+        init=init,
+        quant=quant,
+        backend=backend,
+        launcher="python",
+        hardware="cpu",
+        workload="tiny",
+        status=status,
+        error_class=error_class,
+        message=message,
+        metrics=metrics if status in (Status.OK, Status.SILENT_FALLBACK) else None,
+    )
+
+
+def trials(cell_id: str, tokens: list[float], peak_mib: float = 500.0) -> list[ResultRecord]:
+    return [rec(cell_id, tokens=t, peak_mib=peak_mib, trial=n) for n, t in enumerate(tokens)]
+
+
+def run(records: list[ResultRecord], env: dict | None = None, name: str = "run") -> Run:
+    return Run(name=name, records=records, env=ENV if env is None else env)
+
+
+def write_run(run_dir: Path, records: list[ResultRecord], env: dict | None = ENV) -> Path:
+    run_dir.mkdir(parents=True)
+    for record in records:
+        append_result(run_dir, record)
+    if env is not None:
+        (run_dir / "env.json").write_text(json.dumps(env))
+    return run_dir
+
+
+# ---------------------------------------------------------------- status
+
+
+def test_status_changes_are_classified():
+    base = [
+        rec("one_adapter-none-single"),
+        rec("one_adapter-none-ddp", Status.ERROR, error_class=ErrorClass.COMM, message="gloo reset"),
+        rec("one_adapter-none-zero2"),
+        rec("one_adapter-none-zero3", Status.ERROR, error_class=ErrorClass.CONFIG),
+        rec("one_adapter-none-fsdp"),
+    ]
+    head = [
+        rec("one_adapter-none-single", Status.OOM, message="CUDA out of memory"),
+        rec("one_adapter-none-ddp"),
+        rec("one_adapter-none-zero3", Status.ERROR, error_class=ErrorClass.CRASH),
+        rec("one_adapter-none-fsdp"),
+        rec("one_adapter-int8-single", Status.ERROR, error_class=ErrorClass.IMPORT),
+    ]
+    result = compare(run(base), run(head))
+    changes = {c.cell_id: c.status_change for c in result.cells}
+    assert changes == {
+        "one_adapter-none-single": "regression",
+        "one_adapter-none-ddp": "improvement",
+        "one_adapter-none-zero2": "removed",
+        "one_adapter-none-zero3": "changed",
+        "one_adapter-none-fsdp": None,
+        "one_adapter-int8-single": "new",
+    }
+    assert [c.cell_id for c in result.of_kind("status")] == ["one_adapter-none-single"]
+
+
+def test_silent_fallback_after_ok_is_a_regression():
+    result = compare(run([rec("two_models-none-fsdp")]), run([rec("two_models-none-fsdp", Status.SILENT_FALLBACK)]))
+    assert result.cells[0].status_change == "regression"
+    # the fallback's own numbers are not compared with a real FSDP run
+    assert result.cells[0].throughput is None
+
+
+def test_one_failing_trial_fails_the_cell_and_marks_it_flaky():
+    records = [*trials("one_adapter-none-ddp", [1000, 1010]), rec("one_adapter-none-ddp", Status.TIMEOUT, trial=2)]
+    summary = summarize(records)["one_adapter-none-ddp"]
+    assert (summary.status, summary.flaky, summary.trials) == ("timeout", True, 3)
+    assert summary.tokens_per_s == [1000, 1010]
+
+
+def test_a_rerun_line_replaces_the_older_line_of_the_same_trial():
+    records = [rec("one_adapter-none-ddp", Status.ERROR), rec("one_adapter-none-ddp", tokens=1234)]
+    summary = summarize(records)["one_adapter-none-ddp"]
+    assert (summary.status, summary.trials, summary.tokens_per_s) == ("ok", 1, [1234])
+
+
+# ---------------------------------------------------------------- noise
+
+
+def test_ten_percent_inside_a_twenty_percent_spread_is_not_flagged():
+    delta = metric_delta([900, 1000, 1100], [1100, 1100, 1100], threshold=0.05, bigger_is_better=True)
+    assert delta is not None
+    assert delta.change == pytest.approx(0.10) and delta.spread == pytest.approx(0.20)
+    assert delta.verdict == "within_noise"
+
+
+def test_ten_percent_with_a_tight_spread_is_flagged():
+    slower = metric_delta([995, 1000, 1005], [895, 900, 905], threshold=0.05, bigger_is_better=True)
+    faster = metric_delta([995, 1000, 1005], [1095, 1100, 1105], threshold=0.05, bigger_is_better=True)
+    assert slower is not None and slower.verdict == "regression" and slower.change == pytest.approx(-0.10)
+    assert faster is not None and faster.verdict == "improvement"
+
+
+def test_changes_below_the_threshold_are_unchanged_even_without_noise():
+    small = metric_delta([1000], [970], threshold=0.05, bigger_is_better=True)
+    assert small is not None and small.verdict == "unchanged"
+    tighter = metric_delta([1000], [970], threshold=0.02, bigger_is_better=True)
+    assert tighter is not None and tighter.verdict == "regression"
+
+
+def test_memory_growth_is_a_regression_and_shrinking_an_improvement():
+    grew = metric_delta([500.0], [600.0], threshold=0.05, bigger_is_better=False)
+    shrank = metric_delta([500.0], [400.0], threshold=0.05, bigger_is_better=False)
+    assert grew is not None and grew.verdict == "regression"
+    assert shrank is not None and shrank.verdict == "improvement"
+
+
+def test_compare_uses_medians_of_trials_per_cell():
+    base = trials("one_adapter-none-single", [995, 1000, 1005], peak_mib=500)
+    head = trials("one_adapter-none-single", [850, 860, 2000], peak_mib=500)
+    result = compare(run(base), run(head))
+    cell = result.cells[0]
+    assert cell.throughput is not None
+    assert (cell.throughput.base, cell.throughput.head, cell.throughput.trials) == (1000, 860, (3, 3))
+    # the outlier trial widens the head's range to 115% of the base: the drop is within that noise
+    assert cell.throughput.verdict == "within_noise"
+    assert cell.memory is not None and cell.memory.verdict == "unchanged"
+    assert "| `one_adapter-none-single` | 1,000 | 860 | -14.0% | 115.0% | 3/3 | ≈ noise |" in to_markdown(result)
+
+
+# ---------------------------------------------------------------- comparability and report
+
+
+def test_same_environment_is_comparable():
+    assert comparability(ENV, dict(ENV)) == []
+
+
+def test_environment_differences_are_named():
+    other = {
+        **ENV,
+        "hardware_profile": "2xA10",
+        "image": "dpo-bench:cuda",
+        "workload": "phi2",
+        "packages": {"torch": "2.14.0", "trl": "1.16.0"},
+    }
+    reasons = comparability(ENV, other)
+    assert "hardware profile: cpu → 2xA10" in reasons
+    assert "workload: tiny → phi2" in reasons
+    assert "image: None → dpo-bench:cuda" in reasons
+    assert "package torch: 2.13.0+cpu → 2.14.0" in reasons
+    assert not any("trl" in r for r in reasons)
+    assert comparability({}, ENV) == ["the base run has no env.json: its hardware, image and versions are unknown"]
+
+
+def test_markdown_warns_when_not_comparable_and_still_reports():
+    other = {**ENV, "packages": {"torch": "2.14.0", "trl": "1.16.0"}}
+    base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp")]
+    head = [rec("one_adapter-none-single", Status.ERROR, message="boom"), rec("one_adapter-none-ddp", tokens=500)]
+    text = to_markdown(compare(run(base, name="base-run"), run(head, other, name="head-run")), ["status"])
+    assert text.startswith("<!-- dpo-bench-compare -->")
+    assert "**These runs are not comparable**" in text
+    assert "package torch: 2.13.0+cpu → 2.14.0" in text
+    assert "| `one_adapter-none-single` | 🔴 regression | ok | error | boom |" in text
+    assert "| `one_adapter-none-ddp` | 1,000 | 500 | -50.0% | — | 1/1 | 🔴 regression |" in text
+    assert "❌ fails on status" in text
+    # status changes come before metric deltas
+    assert text.index("### Status changes") < text.index("### Throughput") < text.index("### Peak training memory")
+
+    comparable = to_markdown(compare(run(base), run(base)))
+    assert "not comparable" not in comparable and "No cell changed status." in comparable
+
+
+def test_markdown_redacts_tokens_and_escapes_pipes():
+    head = [rec("one_adapter-none-single", Status.ERROR, message="401 for hf_abcdefghijklmnopqrstuvwx | retry")]
+    text = to_markdown(compare(run([rec("one_adapter-none-single")]), run(head)))
+    assert "hf_abcdefghijklmnopqrstuvwx" not in text
+    assert "401 for *** \\| retry" in text
+
+
+def test_json_lists_regressions_by_kind():
+    base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp", peak_mib=500)]
+    head = [rec("one_adapter-none-single", tokens=800), rec("one_adapter-none-ddp", peak_mib=700)]
+    data = to_json(compare(run(base), run(head)), ["throughput"])
+    assert data["regressions"] == {
+        "status": [],
+        "throughput": ["one_adapter-none-single"],
+        "memory": ["one_adapter-none-ddp"],
+    }
+    assert data["failed"] == ["throughput"] and data["comparable"] is True
+    json.dumps(data)  # serialisable as is
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path]:
+    base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp"), rec("one_adapter-none-zero2", peak_mib=500)]
+    head = [
+        rec("one_adapter-none-single", Status.OOM),
+        rec("one_adapter-none-ddp", tokens=700),
+        rec("one_adapter-none-zero2", peak_mib=500),
+    ]
+    return write_run(tmp_path / "cpu" / "base", base), write_run(tmp_path / "cpu" / "head", head)
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "code"),
+    [(None, 1), ("status", 1), ("throughput", 1), ("memory", 0), ("none", 0), ("memory,throughput", 1)],
+)
+def test_fail_on_sets_the_exit_code(runs, fail_on, code, capsys):
+    base, head = runs
+    argv = ["compare", str(base), str(head)] + (["--fail-on", fail_on] if fail_on else [])
+    assert main(argv) == code
+    assert "## DPO bench: `head` (head) vs `base` (base)" in capsys.readouterr().out
+
+
+def test_memory_regression_fails_only_when_asked(tmp_path):
+    base = write_run(tmp_path / "b", [rec("one_adapter-none-single", peak_mib=500)])
+    head = write_run(tmp_path / "h", [rec("one_adapter-none-single", peak_mib=600)])
+    assert main(["compare", str(base), str(head)]) == 0
+    assert main(["compare", str(base), str(head), "--fail-on", "status,memory"]) == 1
+
+
+def test_output_json_and_threshold_options(runs, tmp_path, capsys):
+    base, head = runs
+    md, js = tmp_path / "out" / "report.md", tmp_path / "out" / "report.json"
+    code = main(
+        [
+            "compare",
+            str(base / "results.jsonl"),
+            str(head),
+            "--output",
+            str(md),
+            "--json",
+            str(js),
+            "--threshold",
+            "40%",
+        ]
+    )
+    assert code == 1
+    assert capsys.readouterr().out == ""
+    assert "🔴 regression" in md.read_text()
+    data = json.loads(js.read_text())
+    assert data["threshold"] == pytest.approx(0.40)
+    # -30% is inside a 40% threshold
+    assert data["regressions"]["throughput"] == [] and data["regressions"]["status"] == ["one_adapter-none-single"]
+
+
+def test_not_comparable_runs_are_reported_with_a_banner(tmp_path, capsys):
+    base = write_run(tmp_path / "b", [rec("one_adapter-none-single")])
+    head = write_run(tmp_path / "h", [rec("one_adapter-none-single")], env={**ENV, "image": "dpo-bench:cpu-2"})
+    assert main(["compare", str(base), str(head)]) == 0
+    out = capsys.readouterr().out
+    assert "> [!WARNING]" in out and "image: None → dpo-bench:cpu-2" in out
+
+
+def test_user_errors_exit_2_with_one_line(runs, tmp_path, capsys):
+    base, head = runs
+    assert main(["compare", str(base), str(head), "--fail-on", "speed"]) == 2
+    assert "unknown kind 'speed'" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "missing"), str(head)]) == 2
+    assert "no such run dir" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "empty"), str(head)]) == 2
+    assert "no results.jsonl here" in capsys.readouterr().err
+
+
+def test_a_hardware_folder_means_its_latest_complete_run(tmp_path, capsys):
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "matrix.yaml").write_text(
+        "axes:\n  init: [one_adapter]\n  quant: [none]\n  backend: [single, ddp]\n", encoding="utf-8"
+    )
+    cells = ["one_adapter-none-single", "one_adapter-none-ddp"]
+    write_run(tmp_path / "cpu" / "20260101-000000", [rec(c) for c in cells])
+    write_run(tmp_path / "cpu" / "20260102-000000", [rec(cells[0])])  # newer, but partial
+    head = write_run(tmp_path / "head", [rec(c) for c in cells])
+    assert main(["--scenarios", str(scenarios), "compare", str(tmp_path / "cpu"), str(head)]) == 0
+    assert "vs `20260101-000000` (base)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- github-action-benchmark export
+
+
+def test_gab_export_has_one_entry_per_ok_cell():
+    records = [
+        *trials("one_adapter-none-single", [900, 1000, 1100], peak_mib=512),
+        rec("one_adapter-none-ddp", Status.ERROR),
+    ]
+    entries = gab_entries(run(records, name="r1"), "throughput")
+    assert entries == [
+        {
+            "name": "cpu/one_adapter-none-single throughput",
+            "unit": "tokens/s",
+            "value": 1000.0,
+            "range": "200.000",
+            "extra": "run r1; median of 3 trial(s); min 900.000, max 1100.000",
+        }
+    ]
+    (memory,) = gab_entries(run(records), "memory")
+    assert (memory["unit"], memory["value"]) == ("MiB", 512.0)
+
+
+def test_export_command_writes_gab_json(tmp_path, capsys):
+    run_dir = write_run(tmp_path / "r", [rec("one_adapter-none-single", tokens=4321)])
+    out = tmp_path / "gab.json"
+    assert main(["export", "--format", "gab", "--metric", "throughput", str(run_dir), "--output", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())
+    assert set(entry) == {"name", "unit", "value", "range", "extra"} and entry["value"] == 4321
+
+
+# ---------------------------------------------------------------- the PR workflow
+
+WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "bench-pr.yml"
+
+
+def test_pr_workflow_runs_bench_compares_and_keeps_one_comment():
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    triggers = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert "pull_request" in triggers
+    assert data["permissions"]["pull-requests"] == "write"
+    steps = data["jobs"]["compare"]["steps"]
+    uses = [s.get("uses", "") for s in steps]
+    runs = "\n".join(s.get("run", "") for s in steps)
+    assert any(u.startswith("actions/checkout@") for u in uses)
+    assert steps[0]["with"]["fetch-depth"] == 0
+    (python,) = [s for s in steps if s.get("uses", "").startswith("actions/setup-python@")]
+    assert python["with"]["python-version"] == "3.11"
+    assert "apt-get install" in runs and "openmpi-bin" in runs
+    assert "make setup" in runs and "make bench HW=cpu" in runs
+    assert '"$RUNNER_TEMP/base/results/cpu"' in runs and "-m bench --scenarios" in runs and " compare " in runs
+    (script,) = [s for s in steps if s.get("uses", "").startswith("actions/github-script@")]
+    assert data["jobs"]["compare"]["env"]["MARKER"] == MARKER
+    for call in ("listComments", "updateComment", "createComment", "includes(marker)"):
+        assert call in script["with"]["script"]
+    assert steps[-1]["if"] == "steps.compare.outputs.rc == '1'"
+
+
+def test_pr_workflow_shell_steps_are_valid_bash(tmp_path):
+    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["compare"]["steps"]
+    for n, step in enumerate(s for s in steps if "run" in s):
+        script = tmp_path / f"step{n}.sh"
+        script.write_text(step["run"])
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{step.get('name')}: {done.stderr}"

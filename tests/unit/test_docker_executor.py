@@ -1,0 +1,173 @@
+"""Pure parts of the docker executor and image tagging: no docker engine needed."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import images
+from bench.executors import Outcome
+from bench.executors.docker import (
+    ContainerSpec,
+    Mount,
+    container_name,
+    container_spec,
+    docker_run_argv,
+    parse_state,
+)
+from bench.launch import LaunchPlan
+from bench.profiles import load_profile
+from bench.record import base_record, finished_record
+from bench.results_schema import Status
+from bench.scenario import Backend, Cell, Init, Launcher, Quant
+
+ROOT = Path("/src/dpo-bench")
+RUN_DIR = Path("/data/results/cpu/20250101-000000")
+LABELS = {"dpo-bench.run": "20250101-000000", "dpo-bench.cell": "one_adapter-none-ddp+precompute_ref"}
+
+
+def _argv(profile, plan: LaunchPlan | None = None) -> list[str]:
+    spec = container_spec("dpo-bench/cpu:abc", profile, ROOT, writable=[RUN_DIR], readonly=[ROOT / "build" / "assets"])
+    plan = plan or LaunchPlan(argv=["/opt/venv/bin/python", "-m", "bench.worker", "spec.json"], env={"A": "1"})
+    return docker_run_argv(spec, plan, "dpo-bench-x", LABELS)
+
+
+def _option(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == flag]
+
+
+@pytest.fixture
+def limited(cpu_profile):
+    return cpu_profile.model_copy(update={"container_cpus": 2.0, "container_memory_gb": 1.5, "shm_size_gb": 2.0})
+
+
+def test_limits_network_user_and_no_privileges(limited):
+    argv = _argv(limited)
+    assert _option(argv, "--cpus") == ["2"]
+    assert _option(argv, "--memory") == ["1536m"] and _option(argv, "--memory-swap") == ["1536m"]
+    assert _option(argv, "--shm-size") == ["2048m"]
+    assert _option(argv, "--network") == ["none"]
+    assert _option(argv, "--user") == [f"{limited_uid()}"]
+    assert "--privileged" not in argv and not any(a.startswith("--cap-add") for a in argv)
+    assert "--gpus" not in argv
+
+
+def limited_uid() -> str:
+    import os
+
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def test_no_limits_when_the_profile_sets_none(cpu_profile):
+    argv = _argv(cpu_profile)
+    for flag in ("--cpus", "--memory", "--shm-size"):
+        assert flag not in argv
+
+
+def test_cuda_profile_gets_all_gpus(limited):
+    argv = _argv(limited.model_copy(update={"device": "cuda", "image_flavor": "cuda"}))
+    assert _option(argv, "--gpus") == ["all"]
+
+
+def test_mounts_keep_host_paths_and_only_the_run_dir_is_writable(limited):
+    mounts = _option(_argv(limited), "--mount")
+    assert f"type=bind,source={ROOT},target={ROOT},readonly" in mounts
+    assert f"type=bind,source={RUN_DIR},target={RUN_DIR}" in mounts
+    assert f"type=bind,source={ROOT / 'build' / 'assets'},target={ROOT / 'build' / 'assets'},readonly" in mounts
+    assert [m for m in mounts if not m.endswith(",readonly")] == [f"type=bind,source={RUN_DIR},target={RUN_DIR}"]
+
+
+def test_a_writable_path_wins_over_the_same_readonly_one(limited):
+    spec = container_spec("img", limited, ROOT, writable=[ROOT], readonly=[ROOT])
+    assert spec.mounts == (Mount(ROOT, read_only=False),)
+
+
+def test_workdir_pythonpath_env_labels_and_command(limited):
+    plan = LaunchPlan(argv=["torchrun", "--standalone", "-m", "bench.worker", "s.json"], env={"OMP_NUM_THREADS": "1"})
+    argv = _argv(limited, plan)
+    assert _option(argv, "--workdir") == [str(ROOT)]
+    env = _option(argv, "--env")
+    assert f"PYTHONPATH={ROOT}" in env and "OMP_NUM_THREADS=1" in env and any(e.startswith("HOME=") for e in env)
+    assert sorted(_option(argv, "--label")) == sorted(f"{k}={v}" for k, v in LABELS.items())
+    assert argv[-len(plan.argv) - 1 :] == ["dpo-bench/cpu:abc", *plan.argv]
+    assert "--rm" not in argv  # the executor inspects the exit state (OOMKilled) before removing it
+
+
+def test_container_names_are_unique_and_valid():
+    names = {container_name(LABELS) for _ in range(50)}
+    assert len(names) == 50
+    import re
+
+    assert all(re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", n) for n in names)
+    assert all("+" not in n for n in names)
+
+
+def test_image_tag_changes_with_the_lock_and_the_dockerfile():
+    base = images.tag_for("cpu", b"torch==2.13.0\n", b"FROM x\n")
+    assert base.startswith("dpo-bench/cpu:") and len(base.split(":")[1]) == 12
+    assert images.tag_for("cpu", b"torch==2.13.1\n", b"FROM x\n") != base
+    assert images.tag_for("cpu", b"torch==2.13.0\n", b"FROM y\n") != base
+    assert images.tag_for("cpu", b"torch==2.13.0\n", b"FROM x\n") == base
+
+
+def test_image_tag_of_a_checkout_follows_its_lock_file(tmp_path):
+    folder = tmp_path / "docker" / "cpu"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text("FROM x\n")
+    (folder / "requirements.lock").write_text("torch==1\n")
+    first = images.image_tag("cpu", tmp_path)
+    (folder / "requirements.lock").write_text("torch==2\n")
+    assert images.image_tag("cpu", tmp_path) != first
+
+
+def test_shipped_flavors_have_a_lock_and_a_dockerfile():
+    for flavor in images.FLAVORS:
+        assert images.image_tag(flavor).startswith(f"dpo-bench/{flavor}:")
+
+
+def test_build_argv_passes_the_offline_base_and_build_args():
+    argv = images.build_argv("cpu", "dpo-bench/cpu:abc", "dpo-bench/base:bookworm", {"PIP_EXTRA_INDEX_URL": "u"})
+    assert _option(argv, "--build-arg") == ["BASE_IMAGE=dpo-bench/base:bookworm", "PIP_EXTRA_INDEX_URL=u"]
+    assert _option(argv, "-f") == ["docker/cpu/Dockerfile"] and argv[-1] == "."
+    assert "--build-arg" not in images.build_argv("cpu", "t", None, {})
+
+
+def test_parse_state_reads_oom_killed():
+    inspected = json.dumps([{"State": {"ExitCode": 137, "OOMKilled": True}}])
+    state = parse_state(inspected)
+    assert state.exit_code == 137 and state.oom_killed
+    assert parse_state("not json").exit_code is None
+
+
+def test_oom_killed_container_is_recorded_as_oom():
+    cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.SINGLE, launcher=Launcher.PYTHON)
+    base = base_record(cell, "r", "cpu", "tiny", 1)
+    state = parse_state(json.dumps([{"State": {"ExitCode": 137, "OOMKilled": True}}]))
+    outcome = Outcome(exit_code=state.exit_code, timed_out=False, wall_s=3.0, log_tail="Killed", oom_killed=True)
+    record = finished_record(base, cell, [], [], outcome, warmup_steps=1, pairs_per_step=1, steps=4)
+    assert record.status == Status.OOM
+
+
+def test_shipped_cpu_profile_sets_container_limits():
+    profile = load_profile("cpu")
+    assert profile.container_cpus and profile.container_memory_gb and profile.shm_size_gb
+
+
+def test_stage_build_inputs_copies_certs_and_wheels(tmp_path):
+    certs, wheels, root = tmp_path / "certs", tmp_path / "wheels", tmp_path / "root"
+    certs.mkdir()
+    wheels.mkdir()
+    (certs / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
+    (wheels / "other-1.0-py3-none-any.whl").write_bytes(b"x")
+    copied = images.stage_build_inputs(str(certs), wheels, root)
+    assert sorted(copied) == ["corp.crt", "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]
+    assert (root / "docker" / "certs" / "corp.crt").is_file()
+    assert images.stage_build_inputs(str(certs), wheels, root) == []  # already there
+
+
+def test_container_spec_is_frozen(limited):
+    spec = container_spec("img", limited, ROOT, writable=[], readonly=[])
+    assert isinstance(spec, ContainerSpec)
+    with pytest.raises(AttributeError):
+        spec.image = "other"  # type: ignore[misc]

@@ -1,0 +1,98 @@
+"""MFU arithmetic on hand-computed numbers, and the shapes read from the shipped configs."""
+
+import pytest
+
+from bench.mfu import CONVENTION, MfuInputs, ModelShape, flops_per_token, inputs_for, mfu, model_shape, with_mfu
+from bench.paths import SCENARIOS_DIR
+from bench.profiles import load_profile, load_workload
+from bench.results_schema import Metrics
+from bench.scenario import Backend, Cell, Init, Launcher, Option, Quant
+
+SHAPE = ModelShape(matmul_params=1_000_000_000, layers=16, heads=32, head_dim=64)
+
+
+def test_flops_per_token_with_reference_forward():
+    # L*H*Q*T = 16*32*64*1024 = 33_554_432; 8N = 8e9; 16*LHQT = 536_870_912
+    assert flops_per_token(SHAPE, 1024, precomputed_ref=False) == 8_536_870_912
+
+
+def test_flops_per_token_with_precomputed_reference():
+    # 6N = 6e9; 12*LHQT = 402_653_184
+    assert flops_per_token(SHAPE, 1024, precomputed_ref=True) == 6_402_653_184
+
+
+def test_mfu_divides_by_devices_and_peak():
+    # 10_000 tok/s * 8e9 FLOP/tok = 8e13 FLOP/s over 2 devices of 100 TFLOP/s = 0.4
+    assert mfu(10_000, 8e9, devices=2, peak_tflops=100) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="devices"):
+        mfu(1.0, 1.0, devices=0, peak_tflops=1.0)
+
+
+def metrics(tokens_per_s: float) -> Metrics:
+    return Metrics(
+        tokens_per_s=tokens_per_s,
+        pairs_per_s=1.0,
+        step_time_median_s=1.0,
+        step_time_p90_s=1.0,
+        steps=10,
+        warmup_steps=2,
+        tokens_total=100,
+        memory_kind="cuda_allocated",
+        load_peak_bytes=None,
+        train_peak_bytes=None,
+        mem_growth_per_step_bytes=None,
+        load_s=None,
+    )
+
+
+def test_with_mfu_records_value_flops_and_convention():
+    inputs = MfuInputs(SHAPE, peak_tflops=989, seq_len=1024, devices=1, precomputed_ref=False)
+    out = with_mfu(metrics(50_000), inputs)
+    assert out.flops_per_token == 8_536_870_912
+    assert out.mfu == pytest.approx(50_000 * 8_536_870_912 / 989e12)
+    assert out.mfu_convention == CONVENTION and "8N+16LHQT" in CONVENTION
+    assert with_mfu(metrics(1.0), None).mfu is None
+
+
+def test_tiny_shape_by_hand():
+    # tiny Llama: per layer q,k,v,o 4*64*64 + mlp 3*64*128 + 2 norms*64 = 41_088; 2 layers + final norm 64
+    # + untied LM head 512*64; the input embedding (512*64) is a lookup and does not count.
+    shape = model_shape(str(SCENARIOS_DIR / "workloads" / "tiny"))
+    assert shape == ModelShape(matmul_params=2 * 41_088 + 64 + 512 * 64, layers=2, heads=4, head_dim=16)
+
+
+def test_tied_head_counts_and_position_embeddings_do_not():
+    shape = model_shape(str(SCENARIOS_DIR / "workloads" / "opt-1.3b"))
+    total, embed, positions = 1_315_758_080, 50272 * 2048, 2050 * 2048
+    assert shape.matmul_params == total - embed - positions + embed
+
+
+def test_mixtral_counts_active_experts_only():
+    shape = model_shape(str(SCENARIOS_DIR / "workloads" / "mixtral-8x7b"))
+    experts = 32 * 8 * 3 * 4096 * 14336  # layers * experts * (gate, up, down) * hidden * intermediate
+    total = 46_702_792_704
+    assert shape.matmul_params == total - 32000 * 4096 - experts * 6 // 8
+    # Mistral AI publishes 12.9B active parameters (embeddings included)
+    assert shape.matmul_params + 32000 * 4096 == pytest.approx(12.9e9, rel=0.01)
+
+
+def cell(backend: Backend, options: tuple = ()) -> Cell:
+    launcher = Launcher.PYTHON if backend in (Backend.SINGLE, Backend.DEVICE_MAP) else Launcher.TORCHRUN
+    return Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=backend, launcher=launcher, options=options)
+
+
+def test_inputs_for_uses_profile_peak_devices_and_max_length():
+    profile, workload = load_profile("2xA10"), load_workload("phi-2")
+    model = str(SCENARIOS_DIR / "workloads" / "phi-2")
+    ddp = inputs_for(profile, workload, model, cell(Backend.DDP), world=2)
+    assert (ddp.peak_tflops, ddp.devices, ddp.seq_len, ddp.precomputed_ref) == (125, 2, 1024, False)
+    assert inputs_for(profile, workload, model, cell(Backend.DEVICE_MAP), world=1).devices == 2
+    single = inputs_for(profile, workload, model, cell(Backend.SINGLE, (Option.PRECOMPUTE_REF,)), world=1)
+    assert single.precomputed_ref and single.devices == 1
+
+
+def test_no_mfu_without_peak_or_local_config():
+    cpu, tiny = load_profile("cpu"), load_workload("tiny")
+    assert inputs_for(cpu, tiny, str(SCENARIOS_DIR / "workloads" / "tiny"), cell(Backend.SINGLE), 1) is None
+    h100 = load_profile("1xH100")
+    assert inputs_for(h100, tiny, "meta-llama/Llama-3.2-1B", cell(Backend.SINGLE), 1) is None

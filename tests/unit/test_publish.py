@@ -1,0 +1,205 @@
+"""publish: results/README.md index and the static site, from runs built here (tmp_path, never results/)."""
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.report.publish import discover, profile_view, read_config
+from bench.report.site import nice_ticks, winners
+from bench.results_schema import ErrorClass, ResultRecord, Status
+from tests.unit.test_compare import ENV, rec, write_run
+
+MATRIX_YAML = """
+axes:
+  init: [two_models, one_adapter]
+  quant: [none, int8]
+  backend: [single, ddp, zero2]
+variants:
+  - {init: [one_adapter], quant: [none], backend: [ddp], launcher: mpirun}
+"""
+KNOWN_ISSUE = "https://github.com/huggingface/trl/issues/1377"
+DEEPSPEED_JSON = '{"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": true}'
+A10_ENV = {
+    **ENV,
+    "hardware_profile": "2xA10",
+    "image": "dpo-bench:cuda-1a2b3c",
+    "workload": "phi2",
+    "hardware": {"machine": "x86_64", "cpu_count": 32, "gpus": [{"name": "NVIDIA A10"}, {"name": "NVIDIA A10"}]},
+    "git_sha": "0123456789abcdef",
+}
+
+
+def cell_ids() -> list[str]:
+    base = [
+        f"{i}-{q}-{b}"
+        for i in ("two_models", "one_adapter")
+        for q in ("none", "int8")
+        for b in ("single", "ddp", "zero2")
+    ]
+    return [*base, "one_adapter-none-ddp+mpirun"]
+
+
+def fixture_record(cell_id: str, hardware: str, n: int) -> ResultRecord:
+    if cell_id.startswith("two_models-int8"):
+        return rec(cell_id, Status.NOT_APPLICABLE, message="quantized_full_finetune: full fine-tuning of int8 weights")
+    if cell_id == "one_adapter-none-zero2":
+        error = rec(cell_id, Status.ERROR, error_class=ErrorClass.CONFIG, message="ValueError: bad zero config")
+        return error.model_copy(
+            update={
+                "known_issue": KNOWN_ISSUE,
+                "log_tail": "Traceback ...\nValueError: bad zero config",
+                "config_files": ["configs/one_adapter-none-zero2/deepspeed.json", "configs/gone/accelerate.yaml"],
+            }
+        )
+    if cell_id == "one_adapter-int8-ddp":
+        return rec(cell_id, Status.OOM, message="CUDA out of memory")
+    factor = 3.0 if hardware == "2xA10" else 1.0
+    record = rec(cell_id, tokens=(1000 + 100 * n) * factor, peak_mib=400 + 20 * n)
+    launcher = "mpirun" if cell_id.endswith("+mpirun") else "python"
+    return record.model_copy(update={"hardware": hardware, "launcher": launcher})
+
+
+def build_results(root: Path) -> tuple[Path, Path]:
+    """scenarios/ with a 13-cell matrix; results/ with cpu (complete + newer partial run), 2xA10, and 4xL4
+    (a run but no MATRIX.md, so not published)."""
+    scenarios = root / "scenarios"
+    scenarios.mkdir(parents=True)
+    (scenarios / "matrix.yaml").write_text(MATRIX_YAML, encoding="utf-8")
+    results = root / "results"
+    for hardware, env in (("cpu", ENV), ("2xA10", A10_ENV)):
+        records = [fixture_record(c, hardware, n) for n, c in enumerate(cell_ids())]
+        run_dir = write_run(results / hardware / "20260101-000000", records, env)
+        config = run_dir / "configs" / "one_adapter-none-zero2" / "deepspeed.json"
+        config.parent.mkdir(parents=True)
+        config.write_text(DEEPSPEED_JSON, encoding="utf-8")
+        (results / hardware / "MATRIX.md").write_text(f"# {hardware}\n", encoding="utf-8")
+    write_run(results / "cpu" / "20260102-000000", [rec("one_adapter-none-single", tokens=1)], ENV)
+    write_run(results / "4xL4" / "20260101-000000", [rec("one_adapter-none-single")], ENV)
+    return results, scenarios
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> tuple[Path, str, str]:
+    results, scenarios = build_results(tmp_path)
+    assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
+    readme = (results / "README.md").read_text(encoding="utf-8")
+    page = (results / "site" / "index.html").read_text(encoding="utf-8")
+    return results, readme, page
+
+
+def test_readme_indexes_profiles_with_a_matrix_and_their_latest_complete_run(published):
+    _, readme, _ = published
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "MATRIX.md" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| 2xA10", "| cpu"]
+    a10, cpu = rows
+    assert "[`20260101-000000`](cpu/20260101-000000/)" in cpu and "20260102" not in readme
+    assert "2026-01-01T00:00:00+00:00" in cpu and "none (local venv)" in cpu and "torch 2.13.0+cpu, trl 1.16.0" in cpu
+    assert "dpo-bench:cuda-1a2b3c" in a10 and "phi2" in a10 and "0123456789" in a10
+    assert "[site/index.html](site/index.html)" in readme
+    assert "4xL4" not in readme
+
+
+def test_site_has_every_cell_of_every_profile_with_its_panel(published):
+    _, _, page = published
+    text = html.unescape(page)
+    for hardware in ("cpu", "2xA10"):
+        for cell_id in cell_ids():
+            assert f'id="cell-{hardware}-{cell_id}"' in text
+            assert f'href="#cell-{hardware}-{cell_id}"' in text
+            assert f"make bench HW={hardware} FILTER='{cell_id}'" in text
+    assert text.count('<table class="matrix"') == 2
+    assert "4xL4" not in text
+
+
+def test_site_panel_shows_the_real_error_known_issue_and_inlined_configs(published):
+    _, _, page = published
+    panel = re.search(
+        r'<details class="panel" id="cell-cpu-one_adapter-none-zero2".*?</details>(?=<details class="panel")',
+        page,
+        re.S,
+    )
+    assert panel is not None
+    body = html.unescape(panel.group(0))
+    assert "ValueError: bad zero config" in body
+    assert f'<a href="{KNOWN_ISSUE}">' in body
+    assert DEEPSPEED_JSON in body
+    assert "configs/gone/accelerate.yaml" in body and "(not in the published results)" in body
+    assert "Log tail" in body
+
+
+def test_site_is_self_contained_with_svg_plots(published):
+    _, _, page = published
+    assert page.count("<svg") == 4  # scatter + winners per profile
+    assert '<svg class="plot scatter"' in page and '<svg class="plot winners"' in page
+    assert "<link" not in page and " src=" not in page and "url(" not in page and "@import" not in page
+    # 13 cells - 3 not applicable - 1 error - 1 oom = 8 ok cells per profile, one dot each
+    assert page.count('<circle class="point"') == 2 * 8
+
+
+def test_winning_backend_per_init_and_quant(tmp_path):
+    results, _ = build_results(tmp_path)
+
+    (cpu, *_) = [r for r in discover(results, cell_ids()) if r.hardware == "cpu"]
+    assert cpu.complete and cpu.run_dir is not None
+    view = profile_view(cpu, cpu.run_dir, cell_ids())
+    # tokens grow with the cell's position in the matrix, so the last ok backend of each row wins
+    assert winners(view) == [
+        ("two_models · none", "zero2", 1200.0),
+        ("two_models · int8", None, None),
+        ("one_adapter · none", "ddp", 1700.0),
+        ("one_adapter · int8", "zero2", 2100.0),
+    ]
+
+
+def test_secrets_never_reach_the_site(tmp_path, monkeypatch):
+    results, scenarios = build_results(tmp_path)
+    monkeypatch.setenv("HF_TOKEN", "s3cr3t-value-123")
+    message = "auth failed for s3cr3t-value-123 ghp_" + "a" * 30
+    write_run(results / "cpu" / "20260103-000000", [rec(c, Status.ERROR, message=message) for c in cell_ids()])
+    assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
+    page = (results / "site" / "index.html").read_text()
+    assert "auth failed for ***" in page
+    assert "s3cr3t-value-123" not in page and "ghp_aaaa" not in page
+
+
+def test_out_option_and_relative_site_link(tmp_path):
+    results, scenarios = build_results(tmp_path)
+    out = tmp_path / "public" / "site"
+    assert main(["--results", str(results), "--scenarios", str(scenarios), "publish", "--out", str(out)]) == 0
+    assert (out / "index.html").is_file() and not (results / "site").exists()
+    assert "[../public/site/index.html](../public/site/index.html)" in (results / "README.md").read_text()
+
+
+def test_publish_with_no_matrix_yet_writes_an_empty_index(tmp_path, capsys):
+    results, scenarios = tmp_path / "results", build_results(tmp_path / "x")[1]
+    results.mkdir()
+    assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
+    assert "no hardware profile has a MATRIX.md yet" in (results / "README.md").read_text()
+    assert main(["--results", str(tmp_path / "nope"), "--scenarios", str(scenarios), "publish"]) == 2
+    assert "no such results folder" in capsys.readouterr().err
+
+
+def test_config_paths_outside_the_run_dir_are_not_published(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "secret.txt").write_text("nope")
+    assert read_config(run_dir, "../secret.txt").text is None
+    (run_dir / "a.yaml").write_text("x: 1")
+    assert read_config(run_dir, "a.yaml").text == "x: 1"
+
+
+def test_nice_ticks_cover_the_range_with_round_steps():
+    assert nice_ticks(553.0, 694.0) == [550, 600, 650, 700]
+    assert nice_ticks(0.0, 8481.0) == [0, 2000, 4000, 6000, 8000, 10000]
+    assert nice_ticks(5.0, 5.0) == [5, 6, 7, 8, 9, 10]
+
+
+def test_env_json_is_read_for_the_index(tmp_path):
+    results, _ = build_results(tmp_path)
+    found = {r.hardware: r for r in discover(results, cell_ids())}
+    assert set(found) == {"cpu", "2xA10"}
+    assert found["2xA10"].env == json.loads((results / "2xA10" / "20260101-000000" / "env.json").read_text())
