@@ -15,7 +15,7 @@ PY       := $(VENV)/bin/python
 LOCK     := docker/$(FLAVOR)/requirements.lock
 STAMP    := $(VENV)/.installed-$(FLAVOR)
 
-BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force)
+BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS))
 
 .PHONY: help setup bench images list matrix test test-unit test-integration lint perf compare publish clean
 

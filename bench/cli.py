@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from bench import images
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT, RESULTS_DIR, SCENARIOS_DIR
-from bench.profiles import HardwareProfile, load_profile, load_workload
+from bench.profiles import NAME_PATTERN, HardwareProfile, load_profile, load_workload
 from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, select, world_size
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload or profile.workload, scenarios)
     all_cells = _cells(args)
     cells = select(all_cells, args.filter)
-    run_id = args.run_id or new_run_id()
+    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
     run_dir = Path(args.results) / profile.name / run_id
     if args.run_id and not run_dir.is_dir():
         raise BenchError(f"no run {args.run_id!r} under {Path(args.results) / profile.name} to resume")
@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_env(run_dir, env)
     ctx = RunContext(run_id, run_dir, profile, workload, assets, executor, machine.launch_env, machine.emulated)
     try:
-        records = execute(ctx, cells, force=args.force)
+        records = execute(ctx, cells, force=args.force, repeats=args.repeats)
     except KeyboardInterrupt:
         return 130
     print()
@@ -152,9 +152,23 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     ids = [c.id for c in _cells(args)]
     hardware_dir = Path(args.results) / profile.name
-    run_dir = hardware_dir / args.run_id if args.run_id else latest_complete_run(hardware_dir, ids)
+    run_dir = hardware_dir / checked_run_id(args.run_id) if args.run_id else latest_complete_run(hardware_dir, ids)
     print(f"matrix written to {write_matrix(run_dir, ids)}")
     return 0
+
+
+def checked_run_id(run_id: str) -> str:
+    """Run ids name a folder under results/<HW>/ and nothing else."""
+    if not NAME_PATTERN.match(run_id):
+        raise BenchError(f"invalid run id {run_id!r}: use letters, digits, '_', '-', '.'")
+    return run_id
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
 
 
 def parser() -> argparse.ArgumentParser:
@@ -174,6 +188,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument("--run-id", default=None, help="resume this run instead of starting a new one")
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
+    p.add_argument("--repeats", type=_positive, default=1, help="trials per cell (compare uses medians and spread)")
     p.add_argument(
         "--emulate",
         action="store_true",

@@ -67,6 +67,14 @@ class DatasetSpec(Strict):
     split: str = "train"
     synthetic: SyntheticPrefs | None = None
 
+    @field_validator("source")
+    @classmethod
+    def _source_stays_inside(cls, value: str | None) -> str | None:
+        # A relative path would also be found by load_dataset from the working directory: keep it inside scenarios/.
+        if value is not None and (value.startswith(("/", "~")) or ".." in Path(value).parts):
+            raise ValueError(f"dataset source {value!r} must be a folder under scenarios/ or a hub dataset name")
+        return value
+
     @model_validator(mode="after")
     def _one_source(self) -> "DatasetSpec":
         if (self.source is None) == (self.synthetic is None):

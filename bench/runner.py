@@ -46,7 +46,7 @@ def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell],
     return runnable, skipped
 
 
-def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
+def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
     untested = untested_reason(ctx.profile)
     if untested:  # the device's software stack is absent: record why, never a fake result
         base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world_size(cell, ctx.profile))
@@ -65,7 +65,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
     base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world)
     started = now_iso()
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.hardware": ctx.profile.name}
-    log_path = ctx.run_dir / "logs" / f"{cell.id}.log"
+    log_path = ctx.run_dir / "logs" / (f"{cell.id}.log" if trial == 0 else f"{cell.id}.trial{trial}.log")
     outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
     redact_file(log_path)
     reports, problems = read_rank_reports(out_dir)
@@ -88,6 +88,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> ResultRecord:
             "started_at": started,
             "finished_at": now_iso(),
             "executor": ctx.executor.name,
+            "trial": trial,
             "emulated": ctx.emulated,
         }
     )
@@ -106,8 +107,11 @@ def format_progress(done: int, total: int, record: ResultRecord, elapsed: float)
     return f"[{done:>3}/{total}] {record.cell_id:<40} {record.status:<15} {detail} {wall} | ETA {eta / 60:4.1f} min"
 
 
-def execute(ctx: RunContext, cells: list[Cell], force: bool = False, out=sys.stdout) -> list[ResultRecord]:
-    """Run (or resume) `cells`; every record is appended as its cell ends. Returns this run's latest records."""
+def execute(
+    ctx: RunContext, cells: list[Cell], force: bool = False, repeats: int = 1, out=sys.stdout
+) -> list[ResultRecord]:
+    """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends.
+    Returns this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     existing = load_results(ctx.run_dir)
     for problem in existing.problems:
@@ -122,19 +126,23 @@ def execute(ctx: RunContext, cells: list[Cell], force: bool = False, out=sys.std
             append_result(ctx.run_dir, record)
             done[cell.id] = record
 
-    todo = [c for c in runnable if force or c.id not in done]
-    resumed = len(runnable) - len(todo)
+    recorded = {(r.cell_id, r.trial) for r in existing.records}
+    todo = [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
+    resumed = len(runnable) * repeats - len(todo)
+    trials = f" x {repeats} trials" if repeats > 1 else ""
     print(
-        f"run {ctx.run_id}: {len(todo)} cell(s) to run, {resumed} already recorded, {len(skipped)} not applicable "
+        f"run {ctx.run_id}: {len(todo)} cell(s){trials} to run, {resumed} already recorded, "
+        f"{len(skipped)} not applicable "
         f"-> {ctx.run_dir}",
         file=out,
         flush=True,
     )
     started = time.monotonic()
-    for index, cell in enumerate(todo, start=1):
-        print(f"[{index - 1:>3}/{len(todo)}] {cell.id} ...", file=out, flush=True)
+    for index, (cell, trial) in enumerate(todo, start=1):
+        label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")
+        print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
         try:
-            record = run_cell(ctx, cell)
+            record = run_cell(ctx, cell, trial)
         except KeyboardInterrupt:
             print(
                 f"\ninterrupted during {cell.id}: it is not recorded; re-run with RUN={ctx.run_id} to resume",

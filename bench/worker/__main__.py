@@ -7,6 +7,7 @@ import time
 import traceback
 
 from bench.rank_report import RankReport
+from bench.secrets import redact
 from bench.worker import faults
 from bench.worker.spec import WorkerSpec
 
@@ -81,8 +82,8 @@ def main(argv: list[str]) -> int:
     try:
         run(spec, report, fault)
     except BaseException as exc:  # the runner classifies every failure from this record
-        report.error = f"{type(exc).__name__}: {exc}".strip()
-        report.traceback_tail = "".join(traceback.format_exception(exc))[-4000:]
+        report.error = redact(f"{type(exc).__name__}: {exc}".strip())
+        report.traceback_tail = redact("".join(traceback.format_exception(exc))[-4000:])
         report.write(spec.rank_file(report.rank))
         raise
     report.write(spec.rank_file(report.rank))

@@ -38,7 +38,8 @@ def bench_run(results: Path, cells: str, env: dict[str, str], scenarios: Path | 
     argv = [sys.executable, "-m", "bench", "--results", str(results)]
     if scenarios:
         argv += ["--scenarios", str(scenarios)]
-    argv += ["run", "--hw", "cpu", "--filter", cells] + (["--run-id", run_id] if run_id else [])
+    argv += ["run", "--hw", "cpu", "--executor", "local", "--filter", cells]
+    argv += ["--run-id", run_id] if run_id else []
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=os.environ | env)
 
 
@@ -101,6 +102,8 @@ def test_ctrl_c_keeps_finished_cells_and_resume_redoes_the_interrupted_one(tmp_p
         "run",
         "--hw",
         "cpu",
+        "--executor",
+        "local",
         "--filter",
         "two_models-none-single,one_adapter-none-ddp",
     ]

@@ -39,7 +39,7 @@ def bench(*args: str, results: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    done = bench("run", "--hw", "cpu", "--filter", ",".join(CELLS), results=results)
+    done = bench("run", "--hw", "cpu", "--executor", "local", "--filter", ",".join(CELLS), results=results)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run_dir,) = (results / "cpu").iterdir()
     return run_dir, done.stdout
@@ -91,7 +91,16 @@ def test_rerun_resumes_without_repeating(run):
     run_dir, _ = run
     before = len(load_results(run_dir).records)
     done = bench(
-        "run", "--hw", "cpu", "--filter", ",".join(CELLS), "--run-id", run_dir.name, results=run_dir.parent.parent
+        "run",
+        "--hw",
+        "cpu",
+        "--executor",
+        "local",
+        "--filter",
+        ",".join(CELLS),
+        "--run-id",
+        run_dir.name,
+        results=run_dir.parent.parent,
     )
     assert done.returncode == 0, done.stderr
     assert "0 cell(s) to run, 6 already recorded, 1 not applicable" in done.stdout

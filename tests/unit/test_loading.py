@@ -71,3 +71,15 @@ def test_cli_unknown_profile(capsys):
     assert main(["list", "--hw", "9xTPU"]) == 2
     err = capsys.readouterr().err
     assert "unknown hardware profile '9xTPU'; available:" in err and "cpu" in err
+
+
+def test_dataset_source_cannot_escape(scenario_copy):
+    path = scenario_copy / "workloads" / "tiny.yaml"
+    path.write_text(path.read_text().replace("source: data/tiny_prefs", "source: ../../../etc"))
+    with pytest.raises(BenchError, match=r"key 'dataset.source': dataset source '../../../etc' must be a folder"):
+        load_workload("tiny", scenario_copy)
+
+
+def test_run_id_cannot_escape_the_results_folder(capsys, tmp_path):
+    assert main(["--results", str(tmp_path), "run", "--hw", "cpu", "--run-id", "../../../tmp/x"]) == 2
+    assert "invalid run id '../../../tmp/x'" in capsys.readouterr().err

@@ -27,9 +27,9 @@ def test_matrix_grid_marks_and_footnotes():
 def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypatch):
     ran: list[str] = []
 
-    def fake_run_cell(ctx, cell: Cell) -> ResultRecord:
-        ran.append(cell.id)
-        return record(cell.id)
+    def fake_run_cell(ctx, cell: Cell, trial: int = 0) -> ResultRecord:
+        ran.append(cell.id if trial == 0 else f"{cell.id}#{trial}")
+        return record(cell.id).model_copy(update={"trial": trial})
 
     monkeypatch.setattr(runner, "run_cell", fake_run_cell)
     cells = [
@@ -47,3 +47,18 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
     assert len(ran) == 2 and len(load_results(tmp_path).records) == 3
     runner.execute(ctx, cells[:1], force=True, out=io.StringIO())
     assert len(ran) == 3
+
+
+def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, monkeypatch):
+    ran: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        runner,
+        "run_cell",
+        lambda ctx, cell, trial=0: ran.append((cell.id, trial)) or record(cell.id).model_copy(update={"trial": trial}),
+    )
+    cell = Cell(init="one_adapter", quant="none", backend="single", launcher="python")
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
+    runner.execute(ctx, [cell], repeats=2, out=io.StringIO())
+    runner.execute(ctx, [cell], repeats=3, out=io.StringIO())
+    assert ran == [(cell.id, 0), (cell.id, 1), (cell.id, 2)]
+    assert [r.trial for r in load_results(tmp_path).records] == [0, 1, 2]
