@@ -17,7 +17,7 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS))
 
-.PHONY: help setup bench images list matrix test test-unit test-integration lint perf compare publish clean
+.PHONY: help setup bench images list matrix test test-unit test-docker lint perf compare publish clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -47,8 +47,11 @@ list: setup ## list every cell and the not-applicable reasons, run nothing
 matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
-test: setup ## unit + integration tests (really trains a subset of cells)
-	$(PY) -m pytest tests
+test: setup ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
+	$(PY) -m pytest tests -m "not docker"
+
+test-docker: setup ## cells in containers vs local (needs dockerd and `make images FLAVOR=cpu`)
+	$(PY) -m pytest tests -m docker -v -s
 
 test-unit: setup ## fast tests only
 	$(PY) -m pytest tests/unit

