@@ -71,13 +71,15 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 def render(records: list[ResultRecord], title: str, context_lines: list[str]) -> str:
     frame = to_frame(records)
-    notes: list[str] = []
+    # One footnote per distinct (status, reason): twelve cells impossible for the same reason share a number.
+    notes: dict[str, list[str]] = {}
     texts = []
     for _, row in frame.iterrows():
         note = None
         if row["status"] != Status.OK:
-            notes.append(f"{row['cell_id']}: {row['status']} — {row['message'] or 'no message'}")
-            note = len(notes)
+            reason = f"{row['status']} — {row['message'] or 'no message'}"
+            notes.setdefault(reason, []).append(row["cell_id"])
+            note = list(notes).index(reason) + 1
         texts.append(cell_text(row, note))
     frame = frame.assign(text=texts)
 
@@ -98,7 +100,9 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str]) ->
         table = variants[["cell_id", "launcher", "options", "text"]].rename(columns={"text": "result"})
         parts += ["", "## Variants (other launchers and options)", "", _markdown(table)]
     if notes:
-        parts += ["", "## Notes", ""] + [f"{n}. {text}" for n, text in enumerate(notes, start=1)]
+        parts += ["", "## Notes", ""] + [
+            f"{n}. {reason} ({', '.join(cells)})" for n, (reason, cells) in enumerate(notes.items(), start=1)
+        ]
     return "\n".join(parts) + "\n"
 
 

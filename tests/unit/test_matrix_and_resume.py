@@ -21,7 +21,7 @@ def test_matrix_grid_marks_and_footnotes():
     assert "| init · quant | single | ddp |" in text
     assert "| one_adapter · none | ✅ 1,000 tok/s · 0 MiB | ❌ (comm) [1] |" in text
     assert "## Variants" in text and "one_adapter-none-ddp+mpirun" in text
-    assert "1. one_adapter-none-ddp: error — gloo connection reset" in text
+    assert "1. error — gloo connection reset (one_adapter-none-ddp)" in text
 
 
 def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypatch):
@@ -62,3 +62,20 @@ def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, 
     runner.execute(ctx, [cell], repeats=3, out=io.StringIO())
     assert ran == [(cell.id, 0), (cell.id, 1), (cell.id, 2)]
     assert [r.trial for r in load_results(tmp_path).records] == [0, 1, 2]
+
+
+def test_cells_with_the_same_reason_share_one_footnote():
+    same = {
+        "init": "two_models",
+        "status": Status.NOT_APPLICABLE,
+        "metrics": None,
+        "message": "quantized weights need adapters",
+    }
+    records = [
+        record("two_models-int8-single").model_copy(update={"quant": "int8", **same}),
+        record("two_models-int8-ddp").model_copy(update={"quant": "int8", "backend": "ddp", **same}),
+    ]
+    text = render(records, "cpu", [])
+    assert "| two_models · int8 | N/A [1] | N/A [1] |" in text
+    assert "1. not_applicable — quantized weights need adapters (two_models-int8-single, two_models-int8-ddp)" in text
+    assert "2." not in text
