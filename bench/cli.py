@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.hardware import preflight
     from bench.publish_matrix import run_is_complete, write_matrix
     from bench.report.matrix import render
-    from bench.results import environment_fingerprint, new_run_id, write_env
+    from bench.results import PACKAGES, environment_fingerprint, load_results, new_run_id, write_env
     from bench.runner import RunContext, execute, summary
 
     scenarios = Path(args.scenarios)
@@ -69,8 +69,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
     env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
     if executor.name == "docker":
-        from bench.results import PACKAGES
-
         # the versions the cells really run with: the image's, not this interpreter's
         env |= images.image_report(executor.image, PACKAGES) | {"image_tag": images.image_tag(profile.image_flavor)}
     write_env(run_dir, env)
@@ -83,8 +81,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render(records, f"{profile.name} · run {run_id}", []))
     print(f"summary: {summary(records)}")
     ids = [c.id for c in all_cells]
-    from bench.results import load_results
-
     if run_is_complete(load_results(run_dir).latest_by_cell(), ids):
         print(f"matrix written to {write_matrix(run_dir, ids)}")
     else:

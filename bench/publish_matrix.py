@@ -1,11 +1,10 @@
 """Write results/<HW>/MATRIX.md and matrix.csv from a run's records."""
 
-import json
 from pathlib import Path
 
 from bench.errors import BenchError
 from bench.report.matrix import csv_frame, render
-from bench.results import ENV_FILE, RESULTS_FILE, load_results
+from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord
 
 
@@ -22,8 +21,7 @@ def latest_complete_run(hardware_dir: Path, cell_ids: list[str]) -> Path:
 
 
 def context_lines(run_dir: Path) -> list[str]:
-    env_path = run_dir / ENV_FILE
-    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    env = read_env(run_dir)
     packages = env.get("packages", {})
     versions = ", ".join(f"{k} {v}" for k, v in packages.items() if v)
     hw = env.get("hardware", {})

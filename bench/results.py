@@ -150,10 +150,21 @@ def environment_fingerprint(hardware: str, workload: str, executor: str, lock: P
     }
 
 
+def read_env(run_dir: Path) -> dict:
+    """A run's env.json, {} when it has none; one-line error when it is not JSON."""
+    path = run_dir / ENV_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
 def write_env(run_dir: Path, env: dict) -> None:
     path = run_dir / ENV_FILE
     if path.is_file():
-        old = json.loads(path.read_text())
+        old = read_env(run_dir)
         if old.get("lock_hash") != env.get("lock_hash") or old.get("packages") != env.get("packages"):
             raise BenchError(
                 f"{path}: this run was measured with other package versions; start a new run instead of resuming"

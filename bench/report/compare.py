@@ -3,14 +3,13 @@
 Everything here is pure (records and env dicts in, dataclasses out) except `load_run`.
 """
 
-import json
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.results import ENV_FILE, RESULTS_FILE, load_results
+from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord, Status
 from bench.secrets import redact
 
@@ -88,12 +87,7 @@ def load_run(path: Path) -> Run:
         raise BenchError(loaded.problems[0])
     if not loaded.records:
         raise BenchError(f"{path}: no result records")
-    env_path = run_dir / ENV_FILE
-    try:
-        env = json.loads(env_path.read_text()) if env_path.is_file() else {}
-    except json.JSONDecodeError as exc:
-        raise BenchError(f"{env_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    return Run(name=run_dir.name, records=loaded.records, env=env)
+    return Run(name=run_dir.name, records=loaded.records, env=read_env(run_dir))
 
 
 def summarize(records: Iterable[ResultRecord]) -> dict[str, CellSummary]:

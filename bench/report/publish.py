@@ -1,6 +1,5 @@
 """`python -m bench publish`: results/README.md (index of hardware profiles) and the static site results/site/."""
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +8,7 @@ from bench.errors import BenchError
 from bench.publish_matrix import latest_complete_run
 from bench.report.compare import summarize
 from bench.report.site import ConfigFile, ProfileView, render_site
-from bench.results import ENV_FILE, RESULTS_FILE, load_results, now_iso
+from bench.results import RESULTS_FILE, load_results, now_iso, read_env
 from bench.results_schema import ResultRecord
 from bench.secrets import redact
 
@@ -34,14 +33,8 @@ def pick_run(hardware_dir: Path, cell_ids: list[str]) -> tuple[Path | None, bool
         return (runs[0], False) if runs else (None, False)
 
 
-def read_env(run_dir: Path | None) -> dict:
-    path = run_dir / ENV_FILE if run_dir else None
-    if path is None or not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BenchError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+def env_of(run_dir: Path | None) -> dict:
+    return read_env(run_dir) if run_dir else {}
 
 
 def discover(results_dir: Path, cell_ids: list[str]) -> list[ProfileRun]:
@@ -51,7 +44,7 @@ def discover(results_dir: Path, cell_ids: list[str]) -> list[ProfileRun]:
     found = []
     for hardware_dir in sorted(p for p in results_dir.iterdir() if (p / "MATRIX.md").is_file()):
         run_dir, complete = pick_run(hardware_dir, cell_ids)
-        found.append(ProfileRun(hardware_dir.name, hardware_dir, run_dir, complete, read_env(run_dir)))
+        found.append(ProfileRun(hardware_dir.name, hardware_dir, run_dir, complete, env_of(run_dir)))
     return found
 
 
