@@ -10,8 +10,11 @@ them is tested end to end:
   cuda_oom       the rank raises torch's OutOfMemoryError with CUDA's message
   bad_result     after training the rank overwrites its report with malformed JSON
   leak_secret    the rank prints the value of HF_TOKEN and fails with it in the message
+  abort_at_exit  the rank trains on, then aborts (SIGABRT) while the interpreter shuts down, as gloo's
+                 threads sometimes do after training has finished
 """
 
+import atexit
 import fnmatch
 import os
 import re
@@ -28,7 +31,7 @@ FAULT_ENV = "BENCH_FAULT"
 FAULT_CELL_ENV = "BENCH_FAULT_CELL"
 """Optional glob over cell ids: the fault fires only in matching cells."""
 _SPEC = re.compile(r"^(?P<fault>[a-z_]+)(@rank(?P<rank>\d+))?(:step(?P<step>\d+))?$")
-FAULTS = ("sigkill", "hang", "host_oom", "cuda_oom", "bad_result", "leak_secret")
+FAULTS = ("sigkill", "hang", "host_oom", "cuda_oom", "bad_result", "leak_secret", "abort_at_exit")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ def fire(kind: str) -> None:
             "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 22.05 GiB "
             "of which 1.12 GiB is free."
         )
+    elif kind == "abort_at_exit":
+        atexit.register(os.abort)
     elif kind == "leak_secret":
         token = os.environ.get("HF_TOKEN", "")
         print(f"debug: using token {token}", flush=True)

@@ -88,7 +88,13 @@ def test_docker_statuses_equal_local_statuses(docker_run, local_run):
             f"{cell:<40} {d.status:<16} {loc.status:<16} {d.wall_s:>9.1f} {loc.wall_s:>8.1f} "
             f"{d.wall_s - loc.wall_s:>10.1f}"
         )
-    assert {c: in_docker[c].status for c in CELLS} == {c: local[c].status for c in CELLS}
+    differing = [c for c in CELLS if in_docker[c].status != local[c].status]
+    assert not differing, "\n\n".join(
+        f"{c}: docker {in_docker[c].status} / local {local[c].status}\n"
+        f"docker: {in_docker[c].error_class} {in_docker[c].message}\n{in_docker[c].log_tail[-2000:]}\n"
+        f"local: {local[c].error_class} {local[c].message}\n{local[c].log_tail[-2000:]}"
+        for c in differing
+    )
     assert all(r.executor == "docker" for r in in_docker.values())
     assert all(r.executor == "local" and r.image is None for r in local.values())
 

@@ -85,6 +85,15 @@ def test_host_oom_and_cuda_oom_are_oom_and_the_run_goes_on(tmp_path):
     assert record.status == "oom" and "CUDA out of memory" in record.message
 
 
+def test_an_abort_at_interpreter_exit_after_the_report_does_not_fail_the_cell(tmp_path):
+    done = bench_run(tmp_path, "one_adapter-none-ddp", {"BENCH_FAULT": "abort_at_exit@rank1:step2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = load_results(only_run(tmp_path)).records[0]
+    assert record.status == "ok", record.message
+    assert record.metrics and record.metrics.tokens_per_s > 0
+    assert leftovers(str(tmp_path)) == []
+
+
 def test_malformed_worker_result_is_an_error_not_a_crash(tmp_path):
     done = bench_run(tmp_path, "one_adapter-none-single", {"BENCH_FAULT": "bad_result"})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -2,6 +2,7 @@
 every quantization and every backend the CPU profile can run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from bench.assets import prepare
 from bench.profiles import load_workload
 from bench.results import load_results
+from bench.shm_segments import PREFIX, SHM_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +38,17 @@ def bench(*args: str, results: Path) -> subprocess.CompletedProcess:
     )
 
 
+def deepspeed_segments() -> set[str]:
+    return {p.name for p in SHM_DIR.glob(f"{PREFIX}_{os.getuid()}_*")} if SHM_DIR.is_dir() else set()
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def shm_before() -> set[str]:
+    return deepspeed_segments()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, shm_before):
     results = tmp_path_factory.mktemp("results")
     done = bench("run", "--hw", "cpu", "--executor", "local", "--filter", ",".join(CELLS), results=results)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -105,3 +116,7 @@ def test_rerun_resumes_without_repeating(run):
     assert done.returncode == 0, done.stderr
     assert "0 cell(s) to run, 6 already recorded, 1 not applicable" in done.stdout
     assert len(load_results(run_dir).records) == before
+
+
+def test_deepspeed_cells_leave_no_shared_memory_behind(run, shm_before):
+    assert deepspeed_segments() - shm_before == set()

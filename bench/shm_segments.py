@@ -1,0 +1,34 @@
+"""Shared-memory segments that DeepSpeed's CPU allreduce leaves in /dev/shm.
+
+deepspeed/ops/csrc/cpu/comm/shm.cpp creates one segment per rank, named
+`deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`, and never unlinks it: every
+multi-rank DeepSpeed cell on CPU would leave about 66 MiB per rank in RAM-backed /dev/shm until reboot.
+The worker removes its cell's segments after the final barrier (every rank has mapped them by then, and a
+mapping outlives the name); the local executor removes whatever a crashed cell left under its port.
+"""
+
+import contextlib
+import os
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+PREFIX = "deepspeed_allreduce_buffer"
+
+
+def segments(addr: str, port: str | int, uid: int | None = None, shm_dir: Path = SHM_DIR) -> list[Path]:
+    """The segments of the process group that rendezvoused at addr:port, for every rank."""
+    uid = os.getuid() if uid is None else uid
+    stem = f"{PREFIX}_{uid}_{addr}_{port}_"
+    if not shm_dir.is_dir():
+        return []
+    return sorted(p for p in shm_dir.iterdir() if p.name.startswith(stem) and p.name[len(stem) :].isdigit())
+
+
+def remove_segments(addr: str, port: str | int, uid: int | None = None, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink them; returns the names removed (a peer may unlink the same ones at the same time)."""
+    removed = []
+    for path in segments(addr, port, uid, shm_dir):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
