@@ -9,6 +9,7 @@ mapping outlives the name); the local executor removes whatever a crashed cell l
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -32,3 +33,10 @@ def remove_segments(addr: str, port: str | int, uid: int | None = None, shm_dir:
             path.unlink()
             removed.append(path.name)
     return removed
+
+
+def remove_group_segments(env: Mapping[str, str], shm_dir: Path = SHM_DIR) -> list[str]:
+    """Those of the process group whose rendezvous `env` names (MASTER_ADDR/MASTER_PORT); none without one."""
+    if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        return []
+    return remove_segments(env["MASTER_ADDR"], env["MASTER_PORT"], shm_dir=shm_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.executors import Outcome
 from bench.launch import LaunchPlan
-from bench.shm_segments import remove_segments
+from bench.shm_segments import remove_group_segments
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0
@@ -117,8 +117,7 @@ def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> 
         else:
             kill_cell(process, token)  # stragglers a launcher left behind
         finally:
-            if "MASTER_ADDR" in plan.env and "MASTER_PORT" in plan.env:
-                remove_segments(plan.env["MASTER_ADDR"], plan.env["MASTER_PORT"])
+            remove_group_segments(plan.env)
     return Outcome(
         exit_code=process.returncode,
         timed_out=timed_out,

@@ -8,7 +8,7 @@ import traceback
 
 from bench.rank_report import RankReport
 from bench.secrets import redact
-from bench.shm_segments import remove_segments
+from bench.shm_segments import remove_group_segments
 from bench.worker import faults
 from bench.worker.spec import WorkerSpec
 
@@ -70,8 +70,7 @@ def shutdown_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            remove_segments(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+        remove_group_segments(os.environ)
         dist.destroy_process_group()
 
 
