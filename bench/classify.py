@@ -1,13 +1,18 @@
 """Failure classification from real evidence: exit status, the rank's exception text, the log tail.
 
-Pure functions: the same text always gives the same class, so tests feed them real messages.
+Pure functions: the same text always gives the same class, so tests feed them real messages. The known-issue
+entries are data (scenarios/known_issues.yaml), read once; tests may pass their own.
 """
 
 import re
 import signal
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from bench.backends import LAUNCHERS
+from bench.known_issues import KnownIssue, find_known_issue, known_issues
 from bench.results_schema import ErrorClass, Status
+from bench.scenario import Cell
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,9 @@ class Verdict:
     error_class: ErrorClass | None = None
     message: str = ""
     known_issue: str | None = None
+    """Upstream link of the first known issue (scenarios/known_issues.yaml) this failure matches."""
+    known_issue_note: str | None = None
+    """That entry's one-line explanation."""
 
 
 @dataclass(frozen=True)
@@ -23,11 +31,10 @@ class Pattern:
     regex: re.Pattern[str]
     status: Status
     error_class: ErrorClass | None
-    known_issue: str | None = None
 
 
-def _p(regex: str, status: Status, error_class: ErrorClass | None = None, link: str | None = None) -> Pattern:
-    return Pattern(re.compile(regex, re.IGNORECASE), status, error_class, link)
+def _p(regex: str, status: Status, error_class: ErrorClass | None = None) -> Pattern:
+    return Pattern(re.compile(regex, re.IGNORECASE), status, error_class)
 
 
 # First match wins: the most specific evidence comes first.
@@ -117,11 +124,9 @@ CAUSAL_ORDER: tuple[ErrorClass, ...] = (
     ErrorClass.COMM,
     ErrorClass.OTHER,
 )
-_LAUNCHER_RANK_EXIT = (
-    # torchrun / accelerate (torchelastic failure report)
-    re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-\d+)"),
-    # mpirun
-    re.compile(r"process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)"),
+# Launchers that share a report format (torchrun and accelerate: torchelastic's) share one regex: scan it once.
+_RANK_EXIT_REPORTS: tuple[re.Pattern[str], ...] = tuple(
+    dict.fromkeys(spec.rank_exit for spec in LAUNCHERS.values() if spec.rank_exit is not None)
 )
 
 
@@ -134,13 +139,13 @@ def _causal_rank(verdict: Verdict) -> int:
 def _verdict_of(text: str) -> Verdict:
     for pattern in PATTERNS:
         if pattern.regex.search(text):
-            return Verdict(pattern.status, pattern.error_class, first_error_line(text), pattern.known_issue)
+            return Verdict(pattern.status, pattern.error_class, first_error_line(text))
     return Verdict(Status.ERROR, ErrorClass.OTHER, first_error_line(text))
 
 
 def killed_rank(log: str) -> Verdict | None:
     """A rank the launcher saw die by a signal other than the SIGTERM it sends survivors."""
-    for regex in _LAUNCHER_RANK_EXIT:
+    for regex in _RANK_EXIT_REPORTS:
         for match in regex.finditer(log):
             sig = int(match["signal"]) if "signal" in match.groupdict() else signal_of(int(match["code"]))
             if sig and sig != signal.SIGTERM:
@@ -159,9 +164,29 @@ def classify(
     error_texts: list[str],
     log_tail: str,
     oom_killed: bool = False,
+    cell: Cell | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    known: Sequence[KnownIssue] | None = None,
 ) -> Verdict:
     """Status of a cell that did not produce a clean ok, from what it left behind: every rank's error and the
-    launcher's account of dead ranks are candidates, and the most causal one wins."""
+    launcher's account of dead ranks are candidates, and the most causal one wins. With the cell and the installed
+    package versions (env.json's `packages`), the first known issue that explains the failure is attached; `known`
+    replaces the shipped entries."""
+    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed)
+    issue = find_known_issue(
+        "\n".join([*error_texts, log_tail]),
+        cell,
+        versions or {},
+        known_issues() if known is None else known,
+    )
+    if issue is None:
+        return verdict
+    return replace(verdict, known_issue=issue.link, known_issue_note=issue.note)
+
+
+def _status_of(
+    exit_code: int | None, timed_out: bool, error_texts: list[str], log_tail: str, oom_killed: bool
+) -> Verdict:
     if timed_out:
         return Verdict(Status.TIMEOUT, None, "cell exceeded its time limit and was killed")
     if oom_killed:

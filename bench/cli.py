@@ -1,4 +1,4 @@
-"""Command line: python -m bench {list, run, matrix, images}."""
+"""Command line: python -m bench {list, run, matrix, images, compare, publish, export}."""
 
 import argparse
 import sys
@@ -15,12 +15,6 @@ from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, sel
 if TYPE_CHECKING:
     from bench.assets import PreparedAssets
     from bench.executors import Executor
-
-LOCK_FILES = {
-    "cpu": "docker/cpu/requirements.lock",
-    "cuda": "docker/cuda/requirements.lock",
-    "hpu": "docker/hpu/requirements.lock",
-}
 
 
 def _cells(args: argparse.Namespace) -> list[Cell]:
@@ -43,20 +37,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.assets import PreparedAssets, prepare
     from bench.hardware import preflight
-    from bench.publish_matrix import run_is_complete, write_matrix
+    from bench.known_issues import known_issues
     from bench.report.matrix import render
+    from bench.report.matrix_file import write_matrix
+    from bench.report.runs import run_is_complete
     from bench.results import PACKAGES, environment_fingerprint, load_results, new_run_id, write_env
     from bench.runner import RunContext, execute, summary
 
     scenarios = Path(args.scenarios)
     profile = load_profile(args.hw, scenarios)
     workload = load_workload(args.workload or profile.workload, scenarios)
+    known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     all_cells = _cells(args)
     cells = select(all_cells, args.filter)
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
     run_dir = Path(args.results) / profile.name / run_id
-    if args.run_id and not run_dir.is_dir():
-        raise BenchError(f"no run {args.run_id!r} under {Path(args.results) / profile.name} to resume")
     machine = preflight(profile, args.emulate)  # one-line BenchError when HW= does not fit this machine
     if machine.untested_reason:
         print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
@@ -65,20 +60,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
         assets = prepare(workload)
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock = PROJECT_ROOT / LOCK_FILES[profile.image_flavor]
+    lock = images.lock_file(profile.image_flavor)
     executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
     env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
     if executor.name == "docker":
         # the versions the cells really run with: the image's, not this interpreter's
-        env |= images.image_report(executor.image, PACKAGES) | {"image_tag": images.image_tag(profile.image_flavor)}
+        inside = images.image_report(executor.image, PACKAGES)
+        env = env.merged(inside | {"image_tag": images.image_tag(profile.image_flavor)})
     write_env(run_dir, env)
-    ctx = RunContext(run_id, run_dir, profile, workload, assets, executor, machine.launch_env, machine.emulated)
+    ctx = RunContext(
+        run_id,
+        run_dir,
+        profile,
+        workload,
+        assets,
+        executor,
+        machine.launch_env,
+        machine.emulated,
+        untested=machine.untested_reason,
+        versions=env.packages,
+    )
     try:
         records = execute(ctx, cells, force=args.force, repeats=args.repeats)
     except KeyboardInterrupt:
         return 130
+    selected = {c.id for c in cells}
+    trials = [r for r in load_results(run_dir).records if r.cell_id in selected]
     print()
-    print(render(records, f"{profile.name} · run {run_id}", []))
+    print(render(trials, f"{profile.name} · run {run_id}", []))  # every trial, folded as in MATRIX.md
     print(f"summary: {summary(records)}")
     ids = [c.id for c in all_cells]
     if run_is_complete(load_results(run_dir).latest_by_cell(), ids):
@@ -103,6 +112,11 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
 
     if choice == "local":
         return LocalExecutor(cwd=PROJECT_ROOT)
+    if profile.image_flavor not in images.FLAVORS:
+        if choice == "docker":
+            raise BenchError(f"--executor docker: no image flavor {profile.image_flavor!r}; use --executor local")
+        print(f"notice: no {profile.image_flavor} image exists; running cells with the local executor", flush=True)
+        return LocalExecutor(cwd=PROJECT_ROOT)
     tag = images.image_tag(profile.image_flavor)
     if not images.engine_available():
         if choice == "docker":
@@ -111,13 +125,18 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
         return LocalExecutor(cwd=PROJECT_ROOT)
     image_id = images.image_id(tag)
     if image_id is None:
-        print(f"image {tag} is not built yet: building it (make images FLAVOR={profile.image_flavor}) ...", flush=True)
+        print(
+            f"image {tag} is not built yet: building it (python -m bench images --flavor {profile.image_flavor}) ...",
+            flush=True,
+        )
         offline = images.image_id(images.OFFLINE_BASE_TAG) is not None
         try:
             image_id = images.build_image(profile.image_flavor, offline_base=offline)
         except BenchError as exc:
             if choice == "docker":
-                raise BenchError(f"{exc}; build it with `make images FLAVOR={profile.image_flavor}`") from None
+                raise BenchError(
+                    f"{exc}; build it with `python -m bench images --flavor {profile.image_flavor}`"
+                ) from None
             print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
             return LocalExecutor(cwd=PROJECT_ROOT)
     from bench.executors.docker import DockerExecutor, container_spec
@@ -143,7 +162,8 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from bench.publish_matrix import latest_complete_run, write_matrix
+    from bench.report.matrix_file import write_matrix
+    from bench.report.runs import latest_complete_run
 
     profile = load_profile(args.hw, Path(args.scenarios))
     ids = [c.id for c in _cells(args)]
@@ -182,7 +202,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hw", default="cpu")
     p.add_argument("--workload", default=None, help="override the profile's default workload")
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
-    p.add_argument("--run-id", default=None, help="resume this run instead of starting a new one")
+    p.add_argument(
+        "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
+    )
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
     p.add_argument("--repeats", type=_positive, default=1, help="trials per cell (compare uses medians and spread)")
     p.add_argument(

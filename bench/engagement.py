@@ -2,7 +2,9 @@
 
 from pydantic import BaseModel
 
-from bench.scenario import Backend, Cell, Init, Quant
+from bench.axes import Backend, Init, Quant
+from bench.backends import backend_spec
+from bench.scenario import Cell
 
 
 class Engagement(BaseModel):
@@ -17,6 +19,8 @@ class Engagement(BaseModel):
     ref_model: str | None = None
     devices: list[str] = []
     precompute_ref_log_probs: bool = False
+    optimizer_offload: str | None = None
+    """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
 
 
 QUANT_LAYER = {Quant.INT8: "Linear8bitLt", Quant.NF4: "Linear4bit"}
@@ -34,24 +38,30 @@ def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[s
 
 
 def _backend_mismatches(backend: Backend, seen: Engagement) -> list[str]:
-    kind = seen.distributed_type
-    if backend in (Backend.SINGLE, Backend.DEVICE_MAP) and kind != "NO":
-        return [f"distributed type {kind}, expected none"]
-    if backend == Backend.DEVICE_MAP and len(seen.devices) < 2:
-        return [f"model on {len(seen.devices)} device(s) {seen.devices}, expected layers split over >=2"]
-    if backend == Backend.DDP and (not kind.startswith("MULTI_") or seen.wrapper != "DistributedDataParallel"):
-        return [f"ran as {kind} with wrapper {seen.wrapper}, expected MULTI_* with DistributedDataParallel"]
-    if backend == Backend.FSDP and (kind != "FSDP" or seen.fsdp_modules == 0):
-        return [f"FSDP requested, ran as {kind} with wrapper {seen.wrapper} and {seen.fsdp_modules} FSDP modules"]
-    if backend in (Backend.ZERO2, Backend.ZERO3):
-        stage = 2 if backend == Backend.ZERO2 else 3
-        if kind != "DEEPSPEED" or seen.zero_stage != stage or seen.wrapper != "DeepSpeedEngine":
-            return [
-                f"ZeRO-{stage} requested, ran as {kind} with wrapper {seen.wrapper} and ZeRO stage {seen.zero_stage}"
-            ]
-        if stage == 3 and not seen.partitioned_params:
-            return ["ZeRO-3 requested, but no parameter is partitioned"]
-    return []
+    rule = backend_spec(backend).engagement
+    kind, wrapper = seen.distributed_type, seen.wrapper
+    ran = f"ran as {kind} with wrapper {wrapper}"
+    if kind not in rule.distributed_types:
+        return [f"{backend} requested, {ran}; expected distributed type {' or '.join(rule.distributed_types)}"]
+    found = []
+    if rule.wrapper is not None and wrapper != rule.wrapper:
+        found.append(f"{backend} requested, {ran}; expected wrapper {rule.wrapper}")
+    if rule.zero_stage is not None and seen.zero_stage != rule.zero_stage:
+        found.append(f"ZeRO-{rule.zero_stage} requested, ran with ZeRO stage {seen.zero_stage}")
+    if rule.partitioned_params and not seen.partitioned_params:
+        found.append(f"{backend} requested, but no parameter is partitioned")
+    if rule.fsdp_modules and seen.fsdp_modules == 0:
+        found.append(f"{backend} requested, {ran} and no FSDP module")
+    if rule.min_model_devices > 1 and len(seen.devices) < rule.min_model_devices:
+        found.append(
+            f"model on {len(seen.devices)} device(s) {seen.devices}, expected layers split over "
+            f">={rule.min_model_devices}"
+        )
+    if rule.optimizer_offload is not None and seen.optimizer_offload != rule.optimizer_offload:
+        found.append(
+            f"optimizer offload to {rule.optimizer_offload} requested, engine reports {seen.optimizer_offload}"
+        )
+    return found
 
 
 def _quant_mismatches(quant: Quant, seen: Engagement) -> list[str]:

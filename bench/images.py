@@ -38,6 +38,11 @@ def tag_for(flavor: str, lock: bytes, dockerfile: bytes) -> str:
     return f"dpo-bench/{flavor}:{hashlib.sha256(lock + dockerfile).hexdigest()[:12]}"
 
 
+def lock_file(flavor: str, root: Path = PROJECT_ROOT) -> Path | None:
+    """The exact pins of an image flavour; None for a flavour without an image."""
+    return docker_dir(flavor, root) / "requirements.lock" if flavor in FLAVORS else None
+
+
 def image_tag(flavor: str, root: Path = PROJECT_ROOT) -> str:
     folder = docker_dir(flavor, root)
     try:

@@ -1,29 +1,41 @@
 """Cell -> launcher command line, environment and the native config files it needs.
 
-Config files are written next to the cell's results (configs/<cell-id>/) so a user can reuse them:
-accelerate's own ClusterConfig writes accelerate.yaml; deepspeed.json is a DeepSpeed config whose
-batch/precision fields are `auto`, filled in by the HF Trainer integration.
+Planning is pure: `plan_launch` returns the argv, the environment and the content of every file the launch
+needs (the worker spec, accelerate.yaml, deepspeed.json); `write_files` puts them on disk. The files go next to
+the cell's results (configs/<cell-id>/) so a user can reuse them: accelerate.yaml is accelerate's own
+ClusterConfig; deepspeed.json is a DeepSpeed config whose batch/precision fields are `auto`, filled in by the HF
+Trainer integration. How each launcher builds its argv and tells ranks who they are: bench/backends.py.
 """
 
 import json
-import os
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from bench.backends import BackendSpec, LaunchInputs, backend_spec, launcher_spec
 from bench.profiles import HardwareProfile
-from bench.scenario import Backend, Cell, Launcher, world_size
+from bench.scenario import Cell, world_size
 from bench.worker.spec import WorkerSpec
 
 WORKER_MODULE = "bench.worker"
+SPEC_FILE = "spec.json"
+DEEPSPEED_FILE = "deepspeed.json"
+ACCELERATE_FILE = "accelerate.yaml"
 
 
 @dataclass
 class LaunchPlan:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    config_files: list[Path] = field(default_factory=list)
+    files: dict[Path, str] = field(default_factory=dict)
+    """Every file the launch reads, path -> content; written by `write_files` before the launch."""
+
+    @property
+    def config_files(self) -> list[Path]:
+        return list(self.files)
 
 
 def free_port() -> int:
@@ -32,10 +44,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def deepspeed_config(stage: int) -> dict:
+def deepspeed_config(backend: BackendSpec) -> dict:
+    if backend.deepspeed is None:
+        raise ValueError(f"backend {backend.name} does not run DeepSpeed")
+    zero: dict = {"stage": backend.deepspeed.stage}
+    if backend.deepspeed.offload_optimizer:
+        zero["offload_optimizer"] = {"device": backend.deepspeed.offload_optimizer}
     # On CPU a `train_batch_size: auto` breaks ZeRO-3 at model load; the Trainer derives it from the rest.
     return {
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": zero,
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": "auto",
         "gradient_clipping": "auto",
@@ -45,22 +62,17 @@ def deepspeed_config(stage: int) -> dict:
     }
 
 
-def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None) -> object:
+def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None) -> dict:
+    """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save."""
     from accelerate.commands.config.config_args import ClusterConfig
 
-    processes = world_size(cell, profile)
-    # `use_cpu: true` makes `accelerate launch` start ONE process whatever num_processes says; MULTI_GPU with
-    # use_cpu false starts real gloo ranks on a CPU-only machine (the worker's DPOConfig sets use_cpu itself).
-    distributed = {
-        Backend.DDP: "MULTI_GPU",
-        Backend.FSDP: "FSDP",
-        Backend.ZERO2: "DEEPSPEED",
-        Backend.ZERO3: "DEEPSPEED",
-    }[cell.backend]
+    backend = backend_spec(cell.backend)
+    if backend.accelerate_type is None:
+        raise ValueError(f"accelerate cannot launch backend {cell.backend}")
     fsdp = None
-    if cell.backend == Backend.FSDP:
+    if backend.fsdp_version:
         fsdp = {
-            "fsdp_version": 2,
+            "fsdp_version": backend.fsdp_version,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_reshard_after_forward": True,
@@ -69,11 +81,13 @@ def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed
     deepspeed = {"deepspeed_config_file": str(deepspeed_file)} if deepspeed_file else None
     return ClusterConfig(
         compute_environment="LOCAL_MACHINE",
-        distributed_type=distributed,
+        # `use_cpu: true` makes `accelerate launch` start ONE process whatever num_processes says; MULTI_GPU with
+        # use_cpu false starts real gloo ranks on a CPU-only machine (the worker's DPOConfig sets use_cpu itself).
+        distributed_type=backend.accelerate_type,
         # With a deepspeed_config_file accelerate refuses its own precision setting: the DeepSpeed file decides.
         mixed_precision=None if deepspeed else ("no" if profile.precision == "fp32" else profile.precision),
         use_cpu=False,
-        num_processes=processes,
+        num_processes=world_size(cell, profile),
         num_machines=1,
         machine_rank=0,
         main_process_ip="127.0.0.1",
@@ -83,71 +97,56 @@ def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed
         deepspeed_config=deepspeed,
         fsdp_config=fsdp,
         debug=False,
-    )
+    ).to_dict()
 
 
-def _bin(python: str, name: str) -> str:
-    """The launcher installed beside the interpreter (same venv), else whatever PATH has."""
+def program_path(python: str, name: str | None) -> str:
+    """The launcher installed beside the interpreter (same venv), else whatever PATH has; None: the interpreter."""
+    if name is None:
+        return python
     candidate = Path(python).parent / name
     return str(candidate) if candidate.exists() else name
 
 
 def plan_launch(
-    spec: WorkerSpec, spec_path: Path, config_dir: Path, python: str = sys.executable
-) -> tuple[LaunchPlan, WorkerSpec]:
-    """The command that runs `spec` with its launcher under `python`; may set spec.deepspeed_config
-    (the updated spec is returned and written to spec_path)."""
+    spec: WorkerSpec, config_dir: Path, port: int, python: str = sys.executable, as_root: bool = False
+) -> LaunchPlan:
+    """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
+    written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root."""
     cell, profile = spec.cell, spec.profile
-    processes = world_size(cell, profile)
-    port = free_port()
-    config_dir.mkdir(parents=True, exist_ok=True)
-    plan = LaunchPlan(argv=[], env=_base_env(profile, port))
+    backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
+    spec_path = config_dir / SPEC_FILE
+    files: dict[Path, str] = {}
 
     ds_file = None
-    if cell.backend in (Backend.ZERO2, Backend.ZERO3):
-        ds_file = config_dir / "deepspeed.json"
-        ds_file.write_text(json.dumps(deepspeed_config(2 if cell.backend == Backend.ZERO2 else 3), indent=2))
-        plan.config_files.append(ds_file)
-        if cell.launcher != Launcher.ACCELERATE:
+    if backend.deepspeed is not None:
+        ds_file = config_dir / DEEPSPEED_FILE
+        files[ds_file] = json.dumps(deepspeed_config(backend), indent=2)
+        if not launcher.reads_accelerate_config:
             spec = spec.model_copy(update={"deepspeed_config": str(ds_file)})
+    accelerate_file = None
+    if launcher.reads_accelerate_config:
+        accelerate_file = config_dir / ACCELERATE_FILE
+        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file))
+    files[spec_path] = spec.model_dump_json(indent=2)
 
-    module = ["-m", WORKER_MODULE, str(spec_path)]
-    if cell.launcher == Launcher.PYTHON:
-        plan.argv = [python, *module]
-    elif cell.launcher == Launcher.TORCHRUN:
-        plan.argv = [_bin(python, "torchrun"), "--standalone", f"--nproc_per_node={processes}", *module]
-    elif cell.launcher == Launcher.ACCELERATE:
-        accelerate_file = config_dir / "accelerate.yaml"
-        accelerate_config(cell, profile, port, ds_file).to_yaml_file(str(accelerate_file))
-        plan.config_files.append(accelerate_file)
-        plan.argv = [_bin(python, "accelerate"), "launch", "--config_file", str(accelerate_file), *module]
-    elif cell.launcher == Launcher.DEEPSPEED:
-        plan.argv = [
-            _bin(python, "deepspeed"),
-            f"--num_gpus={processes}",
-            f"--master_port={port}",
-            "--no_local_rank",
-            "--module",
-            WORKER_MODULE,
-            str(spec_path),
-        ]
-    elif cell.launcher == Launcher.MPIRUN:
-        plan.argv = [
-            "mpirun",
-            "-np",
-            str(processes),
-            "--oversubscribe",
-            "-x",
-            "MASTER_ADDR",
-            "-x",
-            "MASTER_PORT",
-            python,
-            *module,
-        ]
-        if os.geteuid() == 0:
-            plan.env |= {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    spec_path.write_text(spec.model_dump_json(indent=2))
-    return plan, spec
+    inputs = LaunchInputs(
+        python=python,
+        processes=world_size(cell, profile),
+        port=port,
+        worker=("-m", WORKER_MODULE, str(spec_path)),
+        accelerate_config=str(accelerate_file) if accelerate_file else None,
+    )
+    env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {})
+    return LaunchPlan(
+        argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)), env=env, files=files
+    )
+
+
+def write_files(plan: LaunchPlan) -> None:
+    for path, text in plan.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
 
 
 def _base_env(profile: HardwareProfile, port: int) -> dict[str, str]:

@@ -12,7 +12,7 @@ Convention (also stored in every result as Metrics.mfu_convention):
   (LoRA saves the frozen weights' gradient matmuls: its real work is lower; the model FLOPs are kept equal so
   cells compare). Recomputation from gradient checkpointing is not counted (model FLOPs, not hardware FLOPs).
 - MFU = tokens_per_s x flops_per_token / (devices x peak_tflops x 1e12); devices = world size, or the profile's
-  device count for `device_map` (one process spread over every device).
+  device count for a backend that splits one process's layers over every device (bench/backends.py).
 """
 
 import functools
@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.axes import Option
+from bench.backends import backend_spec
 from bench.profiles import HardwareProfile, Workload
 from bench.results_schema import Metrics
-from bench.scenario import Backend, Cell, Option
+from bench.scenario import Cell
 
 CONVENTION = (
     "flops/token = 8N+16LHQT (policy fwd+bwd 6N+12LHQT + reference fwd 2N+4LHQT; 6N+12LHQT with precomputed "
@@ -118,6 +120,6 @@ def inputs_for(
     shape = model_shape(model_ref)
     if shape is None:
         return None
-    devices = profile.device_count if cell.backend == Backend.DEVICE_MAP else world
+    devices = backend_spec(cell.backend).devices_per_cell(world, profile.device_count)
     precomputed = Option.PRECOMPUTE_REF in cell.options
     return MfuInputs(shape, profile.peak_tflops, workload.train.max_length, devices, precomputed)

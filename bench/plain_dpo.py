@@ -1,8 +1,9 @@
 """One DPO cell as a plain TRL script, without the suite: the baseline of bench/overhead.py.
 
-Same prepared model, tokenizer and dataset, the same DPOConfig values as bench/worker/build.py for a
-single-process, unquantized cell; its own minimal timing: wall clock and TRL's cumulative num_tokens between the
-end of the warm-up steps and the end of training (the suite's tokens_per_s definition).
+The worker's own TRL trainer (bench/worker/build.py `trl_trainer`: the same models, trainer arguments, tokenizer
+and dataset) in one process, without the suite's launcher, rank reports, step recorder, memory probes or engagement
+check; its own minimal timing: wall clock and TRL's cumulative num_tokens between the end of the warm-up steps and
+the end of training (the suite's tokens_per_s definition).
 
     python -m bench.plain_dpo [--cell one_adapter-none-single] [--hw cpu]   # prints one JSON line
 """
@@ -10,18 +11,21 @@ end of the warm-up steps and the end of training (the suite's tokens_per_s defin
 import argparse
 import itertools
 import json
-import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from bench.paths import SCENARIOS_DIR
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from bench.assets import prepare
+from bench.axes import Backend
+from bench.profiles import load_profile, load_workload
+from bench.scenario import Cell, expand, load_matrix
+from bench.worker.build import trl_trainer
+from bench.worker.spec import WorkerSpec
 
 
 class SteadyClock(TrainerCallback):
@@ -41,90 +45,50 @@ class SteadyClock(TrainerCallback):
             self.marks.append((self.ends[-1], int(self.trainer._total_train_tokens)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.plain_dpo", description=__doc__.splitlines()[0])
-    parser.add_argument("--cell", default="one_adapter-none-single", help="<init>-none-single")
-    parser.add_argument("--hw", default="cpu")
-    parser.add_argument("--workload", default=None)
-    args = parser.parse_args(argv)
-    init, quant, backend = args.cell.split("-")
-    if quant != "none" or backend != "single":
-        parser.error("the plain script runs unquantized single-process cells only")
+def matrix_cell(cell_id: str) -> Cell | None:
+    """The matrix's cell with this id (the ids the suite runs), None when there is none."""
+    return next((cell for cell in expand(load_matrix()) if cell.id == cell_id), None)
 
-    from datasets import load_from_disk
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
 
-    from bench.assets import prepare
-    from bench.profiles import load_profile, load_workload
-
-    profile = load_profile(args.hw, SCENARIOS_DIR)
-    workload = load_workload(args.workload or profile.workload, SCENARIOS_DIR)
-    assets = prepare(workload)
-    torch.set_num_threads(profile.threads_per_process)
-    train, lora = workload.train, workload.lora
-
-    def load() -> Any:
-        return AutoModelForCausalLM.from_pretrained(assets.model, dtype=DTYPES[profile.precision])
-
-    peft_config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
-    model, ref_model, trainer_peft = load(), None, None
-    if init == "two_models":
-        ref_model = load()
-    elif init == "one_adapter":
-        trainer_peft = peft_config
-    else:
-        model = get_peft_model(model, peft_config)
-
-    config = DPOConfig(
-        output_dir=f"/tmp/plain_dpo-{os.getpid()}",
-        max_steps=train.steps,
-        per_device_train_batch_size=train.per_device_train_batch_size,
-        learning_rate=train.learning_rate,
-        beta=train.beta,
-        max_length=train.max_length,
-        seed=train.seed,
-        gradient_checkpointing=train.gradient_checkpointing,
-        bf16=profile.precision == "bf16",
-        fp16=profile.precision == "fp16",
-        use_cpu=profile.device == "cpu",
-        logging_steps=train.steps,
-        save_strategy="no",
-        report_to="none",
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
+def steady_speed(spec: WorkerSpec) -> dict[str, Any]:
+    """Train the cell once; its steady-state speed."""
+    train = spec.workload.train
     clock = SteadyClock(train.warmup_steps)
-    trainer = DPOTrainer(
-        model=model,
-        ref_model=ref_model,
-        args=config,
-        train_dataset=load_from_disk(assets.dataset),
-        processing_class=AutoTokenizer.from_pretrained(assets.tokenizer),
-        peft_config=trainer_peft,
-        callbacks=[clock],
-    )
+    trainer = trl_trainer(spec, [clock])
     clock.trainer = trainer
     trainer.train()
     (start, start_tokens), (end, end_tokens) = clock.marks
     logged = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
     steady = clock.ends[train.warmup_steps :]
-    result = {
-        "cell": args.cell,
+    return {
+        "cell": spec.cell.id,
         "tokens_per_s": (end_tokens - start_tokens) / (end - start),
         "step_time_median_s": statistics.median([b - a for a, b in itertools.pairwise(steady)]),
         "steady_steps": train.steps - train.warmup_steps - 1,
         "tokens_total": end_tokens,
         "logged_num_tokens": logged[-1] if logged else None,
     }
-    print(json.dumps(result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.plain_dpo", description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", default="one_adapter-none-single", help="a cell id of the single backend")
+    parser.add_argument("--hw", default="cpu")
+    parser.add_argument("--workload", default=None)
+    args = parser.parse_args(argv)
+    cell = matrix_cell(args.cell)
+    if cell is None:
+        parser.error(f"unknown cell {args.cell!r}; `python -m bench list` shows the cell ids")
+    if cell.backend != Backend.SINGLE:
+        parser.error("the plain script runs cells of the single backend only (one process, one device)")
+
+    profile = load_profile(args.hw)
+    workload = load_workload(args.workload or profile.workload)
+    assets = prepare(workload)
+    torch.set_num_threads(profile.threads_per_process)
+    with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
+        spec = WorkerSpec(cell=cell, profile=profile, workload=workload, assets=assets, out_dir=out_dir)
+        print(json.dumps(steady_speed(spec)))
     return 0
 
 

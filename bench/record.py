@@ -1,4 +1,11 @@
-"""Turn what a finished cell left behind (rank reports, exit status, log) into its result record. Pure."""
+"""The one place result records are built: cells that are not run (not applicable, untested) and cells that ran
+(rank reports, exit status, log -> status, metrics, engagement).
+
+Pure but for `redact`, which masks the values of this process's secret-looking environment variables.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from bench.classify import classify, signal_name, signal_of
 from bench.engagement import mismatches
@@ -6,86 +13,131 @@ from bench.executors import Outcome
 from bench.metrics import aggregate
 from bench.mfu import MfuInputs, with_mfu
 from bench.rank_report import RankReport
-from bench.results_schema import ResultRecord, Status
+from bench.results_schema import ErrorClass, ResultRecord, Status
 from bench.scenario import Cell
 from bench.secrets import redact
 
+NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED})
 
-def base_record(cell: Cell, run_id: str, hardware: str, workload: str, world: int) -> ResultRecord:
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What every record of one run carries."""
+
+    run_id: str
+    hardware: str
+    workload: str
+    executor: str
+    emulated: bool = False
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How one trial of a cell ran: the launch's outcome and what its ranks left behind."""
+
+    outcome: Outcome
+    reports: list[RankReport]
+    report_problems: list[str]
+    started_at: str
+    finished_at: str
+    trial: int = 0
+    config_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a finished cell is held against."""
+
+    world_size: int
+    warmup_steps: int
+    steps: int
+    pairs_per_step: int
+    mfu: MfuInputs | None = None
+    versions: Mapping[str, str | None] | None = None
+    """Installed package versions: known issues match within their version ranges."""
+
+
+def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
     return ResultRecord(
-        run_id=run_id,
+        run_id=run.run_id,
         cell_id=cell.id,
         init=cell.init,
         quant=cell.quant,
         backend=cell.backend,
         launcher=cell.launcher,
         options=[str(o) for o in cell.options],
-        hardware=hardware,
-        workload=workload,
-        status=Status.NOT_APPLICABLE,
+        hardware=run.hardware,
+        workload=run.workload,
+        status=status,
         world_size=world,
+        executor=run.executor,
+        emulated=run.emulated,
     )
 
 
-def finished_record(
-    base: ResultRecord,
-    cell: Cell,
-    reports: list[RankReport],
-    report_problems: list[str],
-    outcome: Outcome,
-    warmup_steps: int,
-    pairs_per_step: int,
-    steps: int,
-    mfu: MfuInputs | None = None,
-) -> ResultRecord:
+def not_run_record(run: RunFacts, cell: Cell, world: int, status: Status, reason: str, at: str) -> ResultRecord:
+    """A cell recorded without running it: `not_applicable` (a rule's reason) or `untested` (why this machine
+    cannot run the profile at all)."""
+    if status not in NOT_RUN:
+        raise ValueError(f"{status} is not a status of a cell that was not run")
+    record = _identity(run, cell, world, status)
+    executor = "none" if status == Status.UNTESTED else run.executor
+    return record.model_copy(update={"message": reason, "finished_at": at, "executor": executor})
+
+
+def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Execution) -> ResultRecord:
+    """The record of a cell that was launched: its failure class, or ok / silent_fallback with its metrics."""
+    outcome, reports = ran.outcome, ran.reports
     sig = signal_of(outcome.exit_code)
-    record = base.model_copy(
+    record = _identity(run, cell, expect.world_size, Status.ERROR).model_copy(
         update={
+            "trial": ran.trial,
             "exit_code": outcome.exit_code,
             "signal": signal_name(sig) if sig else None,
             "wall_s": round(outcome.wall_s, 3),
             "log_tail": redact(outcome.log_tail[-3000:]),
             "image": outcome.image,
+            "config_files": list(ran.config_files),
+            "started_at": ran.started_at,
+            "finished_at": ran.finished_at,
         }
     )
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
-    failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or report_problems
+    failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or ran.report_problems
     if failed:
         message_suffix = ""
-        if not errors and reports and all(len(r.step_ends) == steps for r in reports):
+        if not errors and reports and all(len(r.step_ends) == expect.steps for r in reports):
             message_suffix = " (after every rank finished its training steps)"
         verdict = classify(
             exit_code=outcome.exit_code,
             timed_out=outcome.timed_out,
-            error_texts=errors + report_problems,
+            error_texts=errors + ran.report_problems,
             log_tail=outcome.log_tail,
             oom_killed=outcome.oom_killed,
+            cell=cell,
+            versions=expect.versions,
         )
-        message = verdict.message + message_suffix
         return record.model_copy(
             update={
                 "status": verdict.status,
                 "error_class": verdict.error_class,
-                "message": redact(message),
+                "message": redact(verdict.message + message_suffix),
                 "known_issue": verdict.known_issue,
+                "known_issue_note": verdict.known_issue_note,
             }
         )
     lead = min(reports, key=lambda r: r.rank) if reports else None
     if lead is None or lead.engagement is None:
         return record.model_copy(
-            update={
-                "status": Status.ERROR,
-                "error_class": "other",
-                "message": "worker exited 0 without reporting a training step",
-            }
+            update={"error_class": ErrorClass.OTHER, "message": "worker exited 0 without reporting a training step"}
         )
-    found = mismatches(cell, base.world_size, lead.engagement)
-    if len(reports) != base.world_size:
-        found.append(f"{len(reports)} rank(s) reported, expected {base.world_size}")
+    found = mismatches(cell, expect.world_size, lead.engagement)
+    if len(reports) != expect.world_size:
+        found.append(f"{len(reports)} rank(s) reported, expected {expect.world_size}")
     try:
-        metrics = with_mfu(aggregate(reports, warmup_steps, pairs_per_step), mfu)
+        metrics = with_mfu(aggregate(reports, expect.warmup_steps, expect.pairs_per_step), expect.mfu)
     except ValueError as exc:
-        return record.model_copy(update={"status": Status.ERROR, "error_class": "other", "message": str(exc)})
+        return record.model_copy(update={"error_class": ErrorClass.OTHER, "message": str(exc)})
     return record.model_copy(
         update={
             "status": Status.SILENT_FALLBACK if found else Status.OK,

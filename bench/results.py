@@ -4,7 +4,6 @@ import contextlib
 import datetime as dt
 import errno
 import hashlib
-import json
 import os
 import platform
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bench.env_schema import EnvFingerprint, Gpu, HostHardware
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 from bench.results_schema import ResultRecord
@@ -100,26 +100,32 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def detect_hardware() -> dict:
+def cpu_model() -> str | None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return None
+    lines = cpuinfo.read_text().splitlines()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+
+
+def detect_hardware() -> HostHardware:
     import torch
 
-    info: dict = {
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "cuda_available": torch.cuda.is_available(),
-        "gpus": [],
-    }
-    cpu = Path("/proc/cpuinfo")
-    if cpu.is_file():
-        names = [ln.split(":", 1)[1].strip() for ln in cpu.read_text().splitlines() if ln.startswith("model name")]
-        info["cpu_model"] = names[0] if names else None
-    if torch.cuda.is_available():
-        info["cuda"] = torch.version.cuda
+    cuda = torch.cuda.is_available()
+    gpus = []
+    if cuda:
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            info["gpus"].append({"name": props.name, "memory_bytes": props.total_memory})
-    return info
+            gpus.append(Gpu(name=props.name, memory_bytes=props.total_memory))
+    return HostHardware(
+        machine=platform.machine(),
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count(),
+        memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        cuda_available=cuda,
+        cuda=torch.version.cuda if cuda else None,
+        gpus=gpus,
+    )
 
 
 def package_versions() -> dict[str, str | None]:
@@ -132,44 +138,54 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def environment_fingerprint(hardware: str, workload: str, executor: str, lock: Path, image: str | None) -> dict:
-    return {
-        "created_at": now_iso(),
-        "hardware_profile": hardware,
-        "workload": workload,
-        "executor": executor,
-        "image": image,
-        "hardware": detect_hardware(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "packages": package_versions(),
-        "lock_file": str(lock.relative_to(PROJECT_ROOT)) if lock.is_relative_to(PROJECT_ROOT) else str(lock),
-        "lock_hash": lock_file_hash(lock),
-        "git_sha": git_sha(),
-        "command": redact(" ".join(sys.argv)),
-    }
+def _project_relative(path: Path) -> str:
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
 
-def read_env(run_dir: Path) -> dict:
-    """A run's env.json, {} when it has none; one-line error when it is not JSON."""
+def environment_fingerprint(
+    hardware: str, workload: str, executor: str, lock: Path | None, image: str | None
+) -> EnvFingerprint:
+    """`lock`: the image flavour's lock file, None for a flavour without one (hpu)."""
+    return EnvFingerprint(
+        created_at=now_iso(),
+        hardware_profile=hardware,
+        workload=workload,
+        executor=executor,
+        image=image,
+        hardware=detect_hardware(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        packages=package_versions(),
+        lock_file=_project_relative(lock) if lock else None,
+        lock_hash=lock_file_hash(lock) if lock else None,
+        git_sha=git_sha(),
+        command=redact(" ".join(sys.argv)),
+    )
+
+
+def read_env(run_dir: Path) -> EnvFingerprint | None:
+    """A run's env.json, None when it has none; one-line error when it is not a fingerprint."""
     path = run_dir / ENV_FILE
     if not path.is_file():
-        return {}
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BenchError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        return EnvFingerprint.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise BenchError(f"{path}: not a valid environment fingerprint ({where}: {first['msg']})") from None
 
 
-def write_env(run_dir: Path, env: dict) -> None:
+def write_env(run_dir: Path, env: EnvFingerprint) -> None:
+    """Write env.json once; resuming a run checks that the software it measures with is still the same."""
     path = run_dir / ENV_FILE
-    if path.is_file():
-        old = read_env(run_dir)
-        if old.get("lock_hash") != env.get("lock_hash") or old.get("packages") != env.get("packages"):
+    old = read_env(run_dir)
+    if old is not None:
+        if (old.lock_hash, old.packages) != (env.lock_hash, env.packages):
             raise BenchError(
                 f"{path}: this run was measured with other package versions; start a new run instead of resuming"
             )
         return
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(redact(json.dumps(env, indent=2)))
+    tmp.write_text(redact(env.model_dump_json(indent=2)))
     tmp.replace(path)

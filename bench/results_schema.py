@@ -79,6 +79,9 @@ class ResultRecord(BaseModel):
     error_class: ErrorClass | None = None
     message: str = ""
     known_issue: str | None = None
+    """Upstream link of the known issue the failure matches (scenarios/known_issues.yaml), if any."""
+    known_issue_note: str | None = None
+    """That entry's one-line explanation."""
     mismatches: list[str] = []
     metrics: Metrics | None = None
     engagement: Engagement | None = None

@@ -1,19 +1,25 @@
-"""A benchmark run: plan the cells for a profile, run each in isolation, record it, resume, summarise."""
+"""A benchmark run: plan the cells for a profile, run each in isolation, record it, resume, summarise.
 
+A cell runs as plan (pure: argv, environment, file contents) -> write its files -> execute (an Executor) ->
+record (bench/record.py, the only place records are built).
+"""
+
+import os
 import shutil
 import sys
 import time
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.assets import PreparedAssets
 from bench.executors import Executor
-from bench.hardware import untested_reason
-from bench.launch import plan_launch
+from bench.launch import free_port, plan_launch, write_files
 from bench.mfu import inputs_for
 from bench.profiles import HardwareProfile, Workload
 from bench.rank_report import read_rank_reports
-from bench.record import base_record, finished_record
+from bench.record import Execution, Expectation, RunFacts, finished_record, not_run_record
 from bench.results import append_result, load_results, now_iso
 from bench.results_schema import ResultRecord, Status
 from bench.scenario import Cell, not_applicable_reason, world_size
@@ -32,66 +38,66 @@ class RunContext:
     launch_env: dict[str, str] = field(default_factory=dict)
     """Added to every cell's launch environment (bench.hardware.preflight: visible devices, --emulate cap)."""
     emulated: bool = False
+    untested: str | None = None
+    """Decided once per run (bench.hardware.preflight): why nothing can run on this machine; every applicable
+    cell is then recorded `untested` with this reason."""
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+    """Package versions the cells run with (env.json): known issues match within their version ranges."""
+
+    @property
+    def facts(self) -> RunFacts:
+        executor = self.executor.name if self.executor is not None else "none"
+        return RunFacts(self.run_id, self.profile.name, self.workload.name, executor, self.emulated)
 
 
-def plan_cells(cells: list[Cell], profile: HardwareProfile) -> tuple[list[Cell], dict[str, str]]:
-    """Runnable cells, and the not-applicable ones with their reasons."""
-    runnable, skipped = [], {}
+@dataclass(frozen=True)
+class CellPlan:
+    cell: Cell
+    world: int
+    not_run: tuple[Status, str] | None = None
+    """(status, reason) of a cell recorded without running it."""
+
+
+def plan_cells(cells: list[Cell], profile: HardwareProfile, untested: str | None = None) -> list[CellPlan]:
+    """Each cell with its world size, and for the ones that will not run, the status and reason to record."""
+    plans = []
     for cell in cells:
         reason = not_applicable_reason(cell, profile)
-        if reason:
-            skipped[cell.id] = reason
-        else:
-            runnable.append(cell)
-    return runnable, skipped
+        not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
+        plans.append(CellPlan(cell, world_size(cell, profile), not_run))
+    return plans
 
 
 def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
-    untested = untested_reason(ctx.profile)
-    if untested:  # the device's software stack is absent: record why, never a fake result
-        base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world_size(cell, ctx.profile))
-        return base.model_copy(
-            update={"status": Status.UNTESTED, "message": untested, "finished_at": now_iso(), "executor": "none"}
-        )
+    """Plan, write, execute and record one trial of a runnable cell."""
     config_dir = ctx.run_dir / "configs" / cell.id
     out_dir = ctx.run_dir / "cells" / cell.id
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
-    plan, spec = plan_launch(spec, config_dir / "spec.json", config_dir, ctx.executor.python)
+    plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
     plan.env |= ctx.launch_env
+    write_files(plan)
     world = world_size(cell, ctx.profile)
-    base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world)
-    started = now_iso()
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.hardware": ctx.profile.name}
     log_path = ctx.run_dir / "logs" / (f"{cell.id}.log" if trial == 0 else f"{cell.id}.trial{trial}.log")
+    started = now_iso()
     outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
     redact_file(log_path)
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
-    record = finished_record(
-        base,
-        cell,
-        reports,
-        problems,
-        outcome,
-        train.warmup_steps,
-        train.per_device_train_batch_size * world,
-        train.steps,
-        inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
+    expect = Expectation(
+        world_size=world,
+        warmup_steps=train.warmup_steps,
+        steps=train.steps,
+        pairs_per_step=train.per_device_train_batch_size * world,
+        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
+        versions=ctx.versions,
     )
-    files = [str(p.relative_to(ctx.run_dir)) for p in [*plan.config_files, config_dir / "spec.json"]]
-    return record.model_copy(
-        update={
-            "config_files": files,
-            "started_at": started,
-            "finished_at": now_iso(),
-            "executor": ctx.executor.name,
-            "trial": trial,
-            "emulated": ctx.emulated,
-        }
-    )
+    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
+    ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
+    return finished_record(ctx.facts, cell, expect, ran)
 
 
 def format_progress(done: int, total: int, record: ResultRecord, elapsed: float) -> str:
@@ -117,23 +123,25 @@ def execute(
     for problem in existing.problems:
         print(f"warning: {problem}", file=out)
     done = existing.latest_by_cell()
-    runnable, skipped = plan_cells(cells, ctx.profile)
-
-    for cell in cells:
-        if cell.id in skipped and (force or cell.id not in done):
-            base = base_record(cell, ctx.run_id, ctx.profile.name, ctx.workload.name, world_size(cell, ctx.profile))
-            record = base.model_copy(update={"message": skipped[cell.id], "finished_at": now_iso()})
+    plans = plan_cells(cells, ctx.profile, ctx.untested)
+    runnable = [p.cell for p in plans if p.not_run is None]
+    skipped = [p for p in plans if p.not_run is not None]
+    for plan in skipped:
+        if force or plan.cell.id not in done:
+            status, reason = plan.not_run
+            record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso())
             append_result(ctx.run_dir, record)
-            done[cell.id] = record
+            done[plan.cell.id] = record
 
     recorded = {(r.cell_id, r.trial) for r in existing.records}
     todo = [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
     resumed = len(runnable) * repeats - len(todo)
     trials = f" x {repeats} trials" if repeats > 1 else ""
+    not_run = Counter(plan.not_run[0] for plan in skipped)
+    counts = [f"{len(todo)} cell(s){trials} to run", f"{resumed} already recorded"]
+    counts += [f"{count} {status.replace('_', ' ')}" for status, count in not_run.items()]
     print(
-        f"run {ctx.run_id}: {len(todo)} cell(s){trials} to run, {resumed} already recorded, "
-        f"{len(skipped)} not applicable "
-        f"-> {ctx.run_dir}",
+        f"run {ctx.run_id}: {', '.join(counts)} -> {ctx.run_dir}",
         file=out,
         flush=True,
     )
@@ -145,7 +153,7 @@ def execute(
             record = run_cell(ctx, cell, trial)
         except KeyboardInterrupt:
             print(
-                f"\ninterrupted during {cell.id}: it is not recorded; re-run with RUN={ctx.run_id} to resume",
+                f"\ninterrupted during {cell.id}: it is not recorded; re-run with --run-id {ctx.run_id} to resume",
                 file=out,
                 flush=True,
             )

@@ -5,71 +5,25 @@ The rules here are the single source of every N/A cell in every table.
 
 import fnmatch
 from collections.abc import Callable, Iterable
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from bench.axes import Backend, Init, Launcher, Option, Quant
+from bench.backends import backend_spec
 from bench.errors import BenchError
 from bench.paths import SCENARIOS_DIR
 from bench.profiles import HardwareProfile
 from bench.yaml_schema import Strict, load_yaml_model
 
 
-class Init(StrEnum):
-    TWO_MODELS = "two_models"
-    ONE_ADAPTER = "one_adapter"
-    TWO_ADAPTERS = "two_adapters"
+def base_cell_id(init: str, quant: str, backend: str) -> str:
+    return f"{init}-{quant}-{backend}"
 
 
-class Quant(StrEnum):
-    NONE = "none"
-    INT8 = "int8"
-    NF4 = "nf4"
-
-
-class Backend(StrEnum):
-    SINGLE = "single"
-    DDP = "ddp"
-    DEVICE_MAP = "device_map"
-    FSDP = "fsdp"
-    ZERO2 = "zero2"
-    ZERO3 = "zero3"
-
-
-class Launcher(StrEnum):
-    PYTHON = "python"
-    TORCHRUN = "torchrun"
-    ACCELERATE = "accelerate"
-    DEEPSPEED = "deepspeed"
-    MPIRUN = "mpirun"
-
-
-class Option(StrEnum):
-    PRECOMPUTE_REF = "precompute_ref"
-    NO_GRADIENT_CHECKPOINTING = "no_gc"
-    LIGER = "liger"
-
-
-DEFAULT_LAUNCHER: dict[Backend, Launcher] = {
-    Backend.SINGLE: Launcher.PYTHON,
-    Backend.DEVICE_MAP: Launcher.PYTHON,
-    Backend.DDP: Launcher.TORCHRUN,
-    Backend.FSDP: Launcher.ACCELERATE,
-    Backend.ZERO2: Launcher.DEEPSPEED,
-    Backend.ZERO3: Launcher.DEEPSPEED,
-}
-
-SUPPORTED_LAUNCHERS: dict[Backend, tuple[Launcher, ...]] = {
-    Backend.SINGLE: (Launcher.PYTHON,),
-    Backend.DEVICE_MAP: (Launcher.PYTHON,),
-    Backend.DDP: (Launcher.TORCHRUN, Launcher.ACCELERATE, Launcher.MPIRUN),
-    Backend.FSDP: (Launcher.ACCELERATE,),
-    Backend.ZERO2: (Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
-    Backend.ZERO3: (Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
-}
-
-MULTI_PROCESS_BACKENDS = frozenset({Backend.DDP, Backend.FSDP, Backend.ZERO2, Backend.ZERO3})
+def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
+    """A row with another launcher or options: its id carries a `+` suffix beyond init-quant-backend."""
+    return cell_id != base_cell_id(init, quant, backend)
 
 
 class Cell(Strict):
@@ -82,15 +36,20 @@ class Cell(Strict):
     @property
     def id(self) -> str:
         suffix = ""
-        if self.launcher != DEFAULT_LAUNCHER[self.backend]:
+        if self.launcher != backend_spec(self.backend).default_launcher:
             suffix += f"+{self.launcher}"
         for option in sorted(self.options):
             suffix += f"+{option}"
-        return f"{self.init}-{self.quant}-{self.backend}{suffix}"
+        return self.base_id + suffix
+
+    @property
+    def base_id(self) -> str:
+        """The init x quant x backend cell this one is a variant of (itself for a base cell)."""
+        return base_cell_id(self.init, self.quant, self.backend)
 
     @property
     def is_variant(self) -> bool:
-        return self.id != f"{self.init}-{self.quant}-{self.backend}"
+        return self.id != self.base_id
 
     @property
     def uses_adapters(self) -> bool:
@@ -117,8 +76,9 @@ class Variant(Strict):
         if self.launcher is None and not self.options:
             raise ValueError("a variant needs a launcher or options")
         for backend in self.backend:
-            if self.launcher is not None and self.launcher not in SUPPORTED_LAUNCHERS[backend]:
-                allowed = ", ".join(SUPPORTED_LAUNCHERS[backend])
+            supported = backend_spec(backend).launchers
+            if self.launcher is not None and self.launcher not in supported:
+                allowed = ", ".join(supported)
                 raise ValueError(f"launcher {self.launcher} cannot launch backend {backend}; allowed: {allowed}")
         return self
 
@@ -139,12 +99,14 @@ def expand(matrix: MatrixSpec) -> list[Cell]:
     for init in axes.init:
         for quant in axes.quant:
             for backend in axes.backend:
-                cells.append(Cell(init=init, quant=quant, backend=backend, launcher=DEFAULT_LAUNCHER[backend]))
+                cells.append(
+                    Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+                )
     for variant in matrix.variants:
         for init in variant.init:
             for quant in variant.quant:
                 for backend in variant.backend:
-                    launcher = variant.launcher or DEFAULT_LAUNCHER[backend]
+                    launcher = variant.launcher or backend_spec(backend).default_launcher
                     cells.append(
                         Cell(init=init, quant=quant, backend=backend, launcher=launcher, options=tuple(variant.options))
                     )
@@ -165,7 +127,7 @@ def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
     patterns = [p.strip() for p in pattern.split(",") if p.strip()]
     chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     if not chosen:
-        raise BenchError(f"FILTER {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
+        raise BenchError(f"--filter {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
     return chosen
 
 
@@ -183,14 +145,15 @@ def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
     return None
 
 
-def device_map_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
-    if cell.backend == Backend.DEVICE_MAP and profile.device_count < 2:
-        return f"device_map splits layers over >=2 devices; profile {profile.name} has {profile.device_count}"
+def backend_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
+    needed = backend_spec(cell.backend).min_devices
+    if profile.device_count < needed:
+        return f"{cell.backend} needs >={needed} devices; profile {profile.name} has {profile.device_count}"
     return None
 
 
 def distributed_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
-    if cell.backend in MULTI_PROCESS_BACKENDS and profile.processes < 2:
+    if backend_spec(cell.backend).multi_process and profile.processes < 2:
         return f"{cell.backend} needs >=2 processes; profile {profile.name} has {profile.processes}"
     return None
 
@@ -203,7 +166,7 @@ def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | No
 
 RULES: tuple[Rule, ...] = (
     quantized_full_finetune,
-    device_map_needs_devices,
+    backend_needs_devices,
     distributed_needs_processes,
     precompute_needs_reference,
 )
@@ -218,4 +181,4 @@ def not_applicable_reason(cell: Cell, profile: HardwareProfile) -> str | None:
 
 
 def world_size(cell: Cell, profile: HardwareProfile) -> int:
-    return profile.processes if cell.backend in MULTI_PROCESS_BACKENDS else 1
+    return profile.processes if backend_spec(cell.backend).multi_process else 1

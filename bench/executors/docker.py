@@ -142,12 +142,6 @@ def remove_container(name: str) -> None:
         _docker("rm", "-f", name)
 
 
-def leftover_containers(run_id: str) -> list[str]:
-    """Names of containers (running or not) still labelled with this run."""
-    done = _docker("ps", "-a", "--filter", f"label=dpo-bench.run={run_id}", "--format", "{{.Names}}")
-    return done.stdout.split()
-
-
 class DockerExecutor:
     """Cells run in containers of one pinned image."""
 

@@ -1,1 +1,2 @@
-"""Human-readable views of results: matrix tables (and later compare / publish)."""
+"""Human-readable views of results: the matrix (MATRIX.md, matrix.csv), compare, publish (index + static site),
+export (github-action-benchmark)."""

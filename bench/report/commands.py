@@ -38,7 +38,7 @@ def _resolve_run(path: str, scenarios: Path) -> Path:
     if not target.exists():
         raise BenchError(f"{target}: no such run dir or results file")
     if target.is_dir() and not (target / "results.jsonl").is_file() and any(target.glob("*/results.jsonl")):
-        from bench.publish_matrix import latest_complete_run
+        from bench.report.runs import latest_complete_run
 
         return latest_complete_run(target, _cell_ids(scenarios))
     return target
@@ -115,7 +115,6 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
 
     p = sub.add_parser("export", help="export a run as github-action-benchmark custom JSON")
     p.add_argument("run", metavar="RUN", help="a run dir, its results.jsonl, or a hardware folder")
-    p.add_argument("--format", choices=["gab"], default="gab", help="github-action-benchmark (the only format)")
     p.add_argument(
         "--metric",
         choices=["throughput", "memory"],

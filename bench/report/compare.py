@@ -1,6 +1,6 @@
 """Diff two runs cell by cell: status changes first, then noise-aware throughput and memory deltas.
 
-Everything here is pure (records and env dicts in, dataclasses out) except `load_run`.
+Everything here is pure (records and environment fingerprints in, dataclasses out) except `load_run`.
 """
 
 import statistics
@@ -8,7 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
+from bench.report.cells import known_issue_markdown
+from bench.report.summary import CellSummary, summarize
 from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord, Status
 from bench.secrets import redact
@@ -21,21 +24,8 @@ FAIL_KINDS = ("status", "throughput", "memory")
 class Run:
     name: str
     records: list[ResultRecord]
-    env: dict
-
-
-@dataclass(frozen=True)
-class CellSummary:
-    """One cell of one run, its trials folded together (the newest line of each trial wins)."""
-
-    cell_id: str
-    status: str
-    error_class: str | None
-    message: str
-    trials: int
-    flaky: bool
-    tokens_per_s: list[float]
-    train_peak_bytes: list[float]
+    env: EnvFingerprint | None
+    """None when the run has no env.json."""
 
 
 @dataclass(frozen=True)
@@ -90,30 +80,6 @@ def load_run(path: Path) -> Run:
     return Run(name=run_dir.name, records=loaded.records, env=read_env(run_dir))
 
 
-def summarize(records: Iterable[ResultRecord]) -> dict[str, CellSummary]:
-    by_trial: dict[str, dict[int, ResultRecord]] = {}
-    for record in records:
-        by_trial.setdefault(record.cell_id, {})[record.trial] = record
-    return {cell_id: _summary(cell_id, list(trials.values())) for cell_id, trials in by_trial.items()}
-
-
-def _summary(cell_id: str, trials: list[ResultRecord]) -> CellSummary:
-    ok = [r for r in trials if r.status == Status.OK and r.metrics is not None]
-    failing = [r for r in trials if r.status != Status.OK]
-    # One failing trial makes the cell fail: a setup that works two times out of three does not "work".
-    shown = failing[-1] if failing else trials[-1]
-    return CellSummary(
-        cell_id=cell_id,
-        status=str(shown.status),
-        error_class=str(shown.error_class) if shown.error_class else None,
-        message=shown.message,
-        trials=len(trials),
-        flaky=bool(ok) and bool(failing),
-        tokens_per_s=[r.metrics.tokens_per_s for r in ok],
-        train_peak_bytes=[float(r.metrics.train_peak_bytes) for r in ok if r.metrics.train_peak_bytes is not None],
-    )
-
-
 def metric_delta(base: list[float], head: list[float], threshold: float, bigger_is_better: bool) -> MetricDelta | None:
     """Medians compared; flagged only when the change exceeds both the threshold and the measured spread."""
     if not base or not head:
@@ -146,39 +112,27 @@ def status_change(base: CellSummary | None, head: CellSummary | None) -> str | N
     return None
 
 
-ENV_KEYS = {
-    "hardware_profile": "hardware profile",
-    "workload": "workload",
-    "image": "image",
-    "lock_hash": "lock file hash",
-    "executor": "executor",
-}
+def _facts(env: EnvFingerprint, packages: list[str]) -> dict[str, str]:
+    """What must be equal for two runs' numbers to be compared directly, as shown to people."""
+    return {
+        "hardware profile": str(env.hardware_profile),
+        "workload": str(env.workload),
+        "image": env.image_label,
+        "lock file hash": str(env.lock_hash),
+        "executor": str(env.executor),
+        **{f"package {name}": str(env.packages.get(name)) for name in packages},
+        "machine": env.hardware.summary,
+    }
 
 
-def comparability(base_env: dict, head_env: dict) -> list[str]:
+def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | None) -> list[str]:
     """Reasons the two runs' numbers should not be compared directly; empty when they can be."""
-    if not base_env or not head_env:
-        side = "base" if not base_env else "head"
+    if base_env is None or head_env is None:
+        side = "base" if base_env is None else "head"
         return [f"the {side} run has no {ENV_FILE}: its hardware, image and versions are unknown"]
-    reasons = [
-        f"{label}: {base_env.get(key)!s} → {head_env.get(key)!s}"
-        for key, label in ENV_KEYS.items()
-        if base_env.get(key) != head_env.get(key)
-    ]
-    base_pkgs, head_pkgs = base_env.get("packages") or {}, head_env.get("packages") or {}
-    for name in sorted(set(base_pkgs) | set(head_pkgs)):
-        if base_pkgs.get(name) != head_pkgs.get(name):
-            reasons.append(f"package {name}: {base_pkgs.get(name)} → {head_pkgs.get(name)}")
-    base_machine, head_machine = _machine(base_env), _machine(head_env)
-    if base_machine != head_machine:
-        reasons.append(f"machine: {base_machine} → {head_machine}")
-    return reasons
-
-
-def _machine(env: dict) -> str:
-    hw = env.get("hardware") or {}
-    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "no GPU"
-    return f"{hw.get('cpu_model') or hw.get('machine') or 'unknown CPU'} x{hw.get('cpu_count')}, {gpus}"
+    packages = sorted(set(base_env.packages) | set(head_env.packages))
+    base, head = _facts(base_env, packages), _facts(head_env, packages)
+    return [f"{name}: {base[name]} → {head[name]}" for name in base if base[name] != head[name]]
 
 
 def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
@@ -283,11 +237,19 @@ def _status_section(c: Comparison) -> list[str]:
     lines += ["| cell | change | base | head | head message |", "|---|---|---|---|---|"]
     for d in changed:
         message = d.head.message if d.head and d.head.status != Status.OK else ""
+        text = " · ".join(part for part in (_shorten(message), _known_issue(d)) if part).replace("|", "\\|")
         lines.append(
-            f"| `{d.cell_id}` | {STATUS_LABEL[d.status_change]} | {_status(d.base)} | {_status(d.head)} "
-            f"| {_cell_text(message)} |"
+            f"| `{d.cell_id}` | {STATUS_LABEL[d.status_change]} | {_status(d.base)} | {_status(d.head)} | {text} |"
         )
     return [*lines, ""]
+
+
+def _known_issue(d: CellDiff) -> str:
+    """The head's known issue; else the base's (for a cell that works now: the issue it no longer hits)."""
+    for summary, label in ((d.head, "known issue"), (d.base, "base's known issue")):
+        if summary is not None and summary.known_issue:
+            return f"{label}: {known_issue_markdown(summary)}"
+    return ""
 
 
 def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str]) -> list[str]:
@@ -319,10 +281,9 @@ def _status(summary: CellSummary | None) -> str:
     return text + (" (flaky)" if summary.flaky else "")
 
 
-def _cell_text(text: str, limit: int = 160) -> str:
+def _shorten(text: str, limit: int = 160) -> str:
     first = " ".join(text.split())
-    first = first if len(first) <= limit else first[: limit - 1] + "…"
-    return first.replace("|", "\\|")
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def _tokens(value: float) -> str:

@@ -5,7 +5,8 @@ That action takes one direction per file, so throughput and memory are separate 
 
 import statistics
 
-from bench.report.compare import Run, summarize
+from bench.report.compare import Run
+from bench.report.summary import summarize
 
 # metric -> (github-action-benchmark tool, unit)
 GAB_METRICS = {
@@ -17,7 +18,7 @@ GAB_METRICS = {
 def gab_entries(run: Run, metric: str) -> list[dict]:
     """[{name, unit, value, extra}] for every cell that is ok in `run`, value = median over its ok trials."""
     unit = GAB_METRICS[metric][1]
-    profile = run.env.get("hardware_profile") or (run.records[0].hardware if run.records else "?")
+    profile = (run.env and run.env.hardware_profile) or (run.records[0].hardware if run.records else "?")
     entries = []
     for cell in summarize(run.records).values():
         values = cell.tokens_per_s if metric == "throughput" else [v / 2**20 for v in cell.train_peak_bytes]

@@ -1,29 +1,66 @@
-"""The compatibility matrix: rows init x quant, columns backend, one status mark + throughput + peak memory
-per cell, variant rows below, and a footnote with the reason for every cell that is not ok."""
+"""The compatibility matrix as Markdown (MATRIX.md, the console) and as a flat table (matrix.csv).
+
+Markdown: rows init · quant, columns backend, one cell label each, variant rows below, and a numbered note with
+the reason (and known issue) of every cell that is not ok.
+"""
 
 import pandas as pd
 
+from bench.report.cells import LEGEND, cell_label, known_issue_markdown
+from bench.report.grid import build_grid, row_label
+from bench.report.summary import CellSummary, summarize
 from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
-from bench.scenario import Backend, Init, Quant
-
-MARKS = {
-    Status.OK: "✅",
-    Status.SILENT_FALLBACK: "⚠️ fallback",
-    Status.OOM: "💥 OOM",
-    Status.ERROR: "❌",
-    Status.TIMEOUT: "⏱️ timeout",
-    Status.NOT_APPLICABLE: "N/A",
-    Status.UNTESTED: "❔ untested",
-}
-LEGEND = (
-    "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · 💥 OOM · ❌ error (class in brackets) · "
-    "⏱️ timeout · N/A = impossible by rule · ❔ untested = the device's software stack was absent, nothing ran. "
-    "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
-    "Memory: peak per process during training, max over ranks (host RSS on CPU, CUDA allocated on GPU)."
-)
 
 
-def to_frame(records: list[ResultRecord]) -> pd.DataFrame:
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def footnotes(summaries: dict[str, CellSummary]) -> tuple[dict[str, int], list[str]]:
+    """(cell id -> note number, note lines). Cells that are not ok for the same reason share one note."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for s in summaries.values():
+        if s.status != Status.OK:
+            reason = f"{s.status} — {s.message or 'no message'}"
+            groups.setdefault((reason, known_issue_markdown(s)), []).append(s.cell_id)
+    numbers = {cell: n for n, cells in enumerate(groups.values(), start=1) for cell in cells}
+    lines = [
+        f"{n}. {reason} ({', '.join(cells)})" + (f". Known issue: {known}" if known else "")
+        for n, ((reason, known), cells) in enumerate(groups.items(), start=1)
+    ]
+    return numbers, lines
+
+
+def render(records: list[ResultRecord], title: str, context_lines: list[str]) -> str:
+    """The matrix of `records` (every trial of every cell; trials are folded, cells keep their first order)."""
+    summaries = summarize(records)
+    newest = {r.cell_id: r for r in records}
+    grid = build_grid(records)
+    numbers, notes = footnotes(summaries)
+
+    def text(cell_id: str | None) -> str:
+        if cell_id is None:
+            return "not run"
+        note = numbers.get(cell_id)
+        return cell_label(summaries[cell_id]) + (f" [{note}]" if note else "")
+
+    rows = [[row_label(i, q), *(text(grid.cell(i, q, b)) for b in grid.backends)] for i, q in grid.rows]
+    if any(r.emulated for r in records):
+        title += " · EMULATED"
+        context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
+    parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown_table(["init · quant", *grid.backends], rows)]
+    if grid.variants:
+        variants = [[c, newest[c].launcher, "+".join(newest[c].options), text(c)] for c in grid.variants]
+        table = _markdown_table(["cell_id", "launcher", "options", "result"], variants)
+        parts += ["", "## Variants (other launchers and options)", "", table]
+    if notes:
+        parts += ["", "## Notes", "", *notes]
+    return "\n".join(parts) + "\n"
+
+
+def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
+    """One row per record, every number unrounded."""
     rows = []
     for r in records:
         m = r.metrics
@@ -35,7 +72,6 @@ def to_frame(records: list[ResultRecord]) -> pd.DataFrame:
                 "backend": r.backend,
                 "launcher": r.launcher,
                 "options": "+".join(r.options),
-                "variant": r.cell_id != f"{r.init}-{r.quant}-{r.backend}",
                 "status": str(r.status),
                 "error_class": str(r.error_class) if r.error_class else "",
                 "tokens_per_s": m.tokens_per_s if m else None,
@@ -49,62 +85,3 @@ def to_frame(records: list[ResultRecord]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
-
-
-def cell_text(row: pd.Series, note: int | None) -> str:
-    text = MARKS[Status(row["status"])]
-    if row["error_class"]:
-        text += f" ({row['error_class']})"
-    if pd.notna(row["tokens_per_s"]):
-        text += f" {row['tokens_per_s']:,.0f} tok/s · {row['train_peak_mib']:,.0f} MiB"
-    if note is not None:
-        text += f" [{note}]"
-    return text
-
-
-def _markdown(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
-
-
-def render(records: list[ResultRecord], title: str, context_lines: list[str]) -> str:
-    frame = to_frame(records)
-    # One footnote per distinct (status, reason): twelve cells impossible for the same reason share a number.
-    notes: dict[str, list[str]] = {}
-    texts = []
-    for _, row in frame.iterrows():
-        note = None
-        if row["status"] != Status.OK:
-            reason = f"{row['status']} — {row['message'] or 'no message'}"
-            notes.setdefault(reason, []).append(row["cell_id"])
-            note = list(notes).index(reason) + 1
-        texts.append(cell_text(row, note))
-    frame = frame.assign(text=texts)
-
-    base = frame[~frame["variant"]].copy()
-    base["row"] = base["init"] + " · " + base["quant"]
-    row_order = [f"{i} · {q}" for i in Init for q in Quant if f"{i} · {q}" in set(base["row"])]
-    col_order = [b.value for b in Backend if b.value in set(base["backend"])]
-    grid = base.pivot_table(index="row", columns="backend", values="text", aggfunc="first")
-    grid = grid.reindex(index=row_order, columns=col_order).fillna("not run")
-    grid = grid.reset_index().rename(columns={"row": "init · quant"})
-
-    if any(r.emulated for r in records):
-        title += " · EMULATED"
-        context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
-    parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown(grid)]
-    variants = frame[frame["variant"]]
-    if not variants.empty:
-        table = variants[["cell_id", "launcher", "options", "text"]].rename(columns={"text": "result"})
-        parts += ["", "## Variants (other launchers and options)", "", _markdown(table)]
-    if notes:
-        parts += ["", "## Notes", ""] + [
-            f"{n}. {reason} ({', '.join(cells)})" for n, (reason, cells) in enumerate(notes.items(), start=1)
-        ]
-    return "\n".join(parts) + "\n"
-
-
-def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
-    return to_frame(records).drop(columns=["variant"])

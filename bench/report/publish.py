@@ -4,12 +4,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
-from bench.publish_matrix import latest_complete_run
-from bench.report.compare import summarize
+from bench.report.runs import latest_complete_run, run_dirs
 from bench.report.site import ConfigFile, ProfileView, render_site
-from bench.results import RESULTS_FILE, load_results, now_iso, read_env
-from bench.results_schema import ResultRecord
+from bench.report.summary import summarize
+from bench.results import load_results, now_iso, read_env
 from bench.secrets import redact
 
 CONFIG_TEXT_LIMIT = 64 * 1024
@@ -21,7 +21,7 @@ class ProfileRun:
     hardware_dir: Path
     run_dir: Path | None
     complete: bool
-    env: dict
+    env: EnvFingerprint | None
 
 
 def pick_run(hardware_dir: Path, cell_ids: list[str]) -> tuple[Path | None, bool]:
@@ -29,12 +29,12 @@ def pick_run(hardware_dir: Path, cell_ids: list[str]) -> tuple[Path | None, bool
     try:
         return latest_complete_run(hardware_dir, cell_ids), True
     except BenchError:
-        runs = sorted((p.parent for p in hardware_dir.glob(f"*/{RESULTS_FILE}")), reverse=True)
+        runs = run_dirs(hardware_dir)
         return (runs[0], False) if runs else (None, False)
 
 
-def env_of(run_dir: Path | None) -> dict:
-    return read_env(run_dir) if run_dir else {}
+def env_of(run_dir: Path | None) -> EnvFingerprint | None:
+    return read_env(run_dir) if run_dir else None
 
 
 def discover(results_dir: Path, cell_ids: list[str]) -> list[ProfileRun]:
@@ -60,10 +60,8 @@ def read_config(run_dir: Path, relative: str) -> ConfigFile:
 
 
 def profile_view(run: ProfileRun, run_dir: Path, cell_ids: list[str]) -> ProfileView:
-    records = load_results(run_dir).records
-    latest: dict[str, ResultRecord] = {}
-    for record in records:
-        latest[record.cell_id] = record
+    loaded = load_results(run_dir)
+    latest = loaded.latest_by_cell()
     order = [c for c in cell_ids if c in latest] + [c for c in latest if c not in cell_ids]
     return ProfileView(
         hardware=run.hardware,
@@ -71,13 +69,9 @@ def profile_view(run: ProfileRun, run_dir: Path, cell_ids: list[str]) -> Profile
         complete=run.complete,
         env=run.env,
         records={c: latest[c] for c in order},
-        cells=summarize(records),
+        cells=summarize(loaded.records),
         configs={c: [read_config(run_dir, f) for f in latest[c].config_files] for c in order},
     )
-
-
-def versions(env: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items() if v) or "unknown"
 
 
 def render_index(runs: list[ProfileRun], results_dir: Path, site_dir: Path) -> str:
@@ -93,21 +87,24 @@ def render_index(runs: list[ProfileRun], results_dir: Path, site_dir: Path) -> s
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        env = run.env
         if run.run_dir is None:
             run_cell = "no run found"
         else:
             name = run.run_dir.name
             run_cell = f"[`{name}`]({run.hardware}/{name}/)" + ("" if run.complete else " (partial)")
-        git = (env.get("git_sha") or "")[:10] or "—"
-        lines.append(
-            f"| {run.hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {env.get('created_at', '—')} "
-            f"| {env.get('image') or 'none (local venv)'} | {env.get('executor', '—')} | {env.get('workload', '—')} "
-            f"| {versions(env)} | {git} |"
-        )
+        lines.append(f"| {run.hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {_env_cells(run.env)} |")
     if not runs:
         lines.append("| — | no hardware profile has a MATRIX.md yet | | | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _env_cells(env: EnvFingerprint | None) -> str:
+    """measured | image | executor | workload | versions | git."""
+    if env is None:
+        return " | ".join(["—"] * 6)
+    git = (env.git_sha or "")[:10] or "—"
+    cells = [env.created_at, env.image_label, env.executor, env.workload, env.versions, git]
+    return " | ".join(cell or "—" for cell in cells)
 
 
 def publish(results_dir: Path, site_dir: Path, cell_ids: list[str]) -> tuple[Path, Path]:

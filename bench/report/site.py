@@ -5,23 +5,36 @@ Pure rendering: `ProfileView`s in, HTML text out. Reading files is publish.py's 
 
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from html import escape
 
-from bench.report.compare import CellSummary
-from bench.report.matrix import LEGEND, MARKS
+from bench.axes import Backend
+from bench.env_schema import EnvFingerprint
+from bench.report.cells import LEGEND, MARKS, cell_label, is_link
+from bench.report.grid import build_grid, in_axis_order, row_label
+from bench.report.summary import CellSummary
 from bench.results_schema import ResultRecord, Status
-from bench.scenario import Backend, Init, Quant
 
-BACKEND_COLORS: dict[str, str] = {
-    Backend.SINGLE: "#4e79a7",
-    Backend.DDP: "#f28e2b",
-    Backend.DEVICE_MAP: "#76b7b2",
-    Backend.FSDP: "#e15759",
-    Backend.ZERO2: "#59a14f",
-    Backend.ZERO3: "#b07aa1",
-}
+# Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
+# repeat after ten).
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#76b7b2",
+    "#e15759",
+    "#59a14f",
+    "#b07aa1",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+UNKNOWN_COLOR = "#999"
+
+
+def backend_color(backend: str) -> str:
+    axis = [b.value for b in Backend]
+    return PALETTE[axis.index(backend) % len(PALETTE)] if backend in axis else UNKNOWN_COLOR
 
 
 @dataclass(frozen=True)
@@ -36,16 +49,13 @@ class ProfileView:
     hardware: str
     run_name: str
     complete: bool
-    env: dict
+    env: EnvFingerprint | None
+    """None when the run has no env.json."""
     records: dict[str, ResultRecord]
     """Newest record per cell, in matrix order: what the cell panel shows."""
     cells: dict[str, CellSummary]
     """Trials folded: status over all trials, metric medians."""
     configs: dict[str, list[ConfigFile]]
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def panel_id(hardware: str, cell_id: str) -> str:
@@ -56,30 +66,12 @@ def reproduce_command(hardware: str, cell_id: str) -> str:
     return f"make bench HW={hardware} FILTER='{cell_id}'"
 
 
-def is_variant(record: ResultRecord) -> bool:
-    return record.cell_id != f"{record.init}-{record.quant}-{record.backend}"
-
-
 # ---------------------------------------------------------------- matrix
-
-
-def cell_label(summary: CellSummary, record: ResultRecord) -> str:
-    text = MARKS[Status(summary.status)]
-    if summary.error_class:
-        text += f" ({summary.error_class})"
-    tokens, memory = median(summary.tokens_per_s), median(summary.train_peak_bytes)
-    if tokens is None and record.metrics is not None:
-        tokens, memory = record.metrics.tokens_per_s, record.metrics.train_peak_bytes
-    if tokens is not None:
-        text += f" {tokens:,.0f} tok/s"
-    if memory is not None:
-        text += f" · {memory / 2**20:,.0f} MiB"
-    return text
 
 
 def _cell_link(view: ProfileView, cell_id: str) -> str:
     summary = view.cells[cell_id]
-    label = cell_label(summary, view.records[cell_id])
+    label = cell_label(summary)
     return (
         f'<a class="cell s-{escape(summary.status)}" href="#{escape(panel_id(view.hardware, cell_id))}" '
         f'data-cell="{escape(cell_id)}" title="{escape(cell_id)}">{escape(label)}</a>'
@@ -87,37 +79,32 @@ def _cell_link(view: ProfileView, cell_id: str) -> str:
 
 
 def matrix_table(view: ProfileView) -> str:
-    base = [r for r in view.records.values() if not is_variant(r)]
-    backends = [b for b in Backend if any(r.backend == b for r in base)]
-    rows = [(i, q) for i in Init for q in Quant if any(r.init == i and r.quant == q for r in base)]
-    by_key = {(r.init, r.quant, r.backend): r.cell_id for r in base}
-    head = "".join(f"<th>{escape(b)}</th>" for b in backends)
+    grid = build_grid(view.records.values())
+    head = "".join(f"<th>{escape(b)}</th>" for b in grid.backends)
     body = []
-    for init, quant in rows:
+    for init, quant in grid.rows:
         cells = []
-        for backend in backends:
-            cell_id = by_key.get((init, quant, backend))
+        for backend in grid.backends:
+            cell_id = grid.cell(init, quant, backend)
             cells.append(f"<td>{_cell_link(view, cell_id)}</td>" if cell_id else '<td class="not-run">not run</td>')
-        body.append(f"<tr><th>{escape(init)} · {escape(quant)}</th>{''.join(cells)}</tr>")
+        body.append(f"<tr><th>{escape(row_label(init, quant))}</th>{''.join(cells)}</tr>")
     table = (
         f'<table class="matrix" data-hardware="{escape(view.hardware)}"><thead><tr><th>init · quant</th>{head}</tr>'
         f"</thead><tbody>{''.join(body)}</tbody></table>"
     )
-    variants = [r for r in view.records.values() if is_variant(r)]
-    if variants:
-        items = "".join(f"<li><code>{escape(r.cell_id)}</code> {_cell_link(view, r.cell_id)}</li>" for r in variants)
+    if grid.variants:
+        items = "".join(f"<li><code>{escape(c)}</code> {_cell_link(view, c)}</li>" for c in grid.variants)
         table += f'<h4>Variants (other launchers and options)</h4><ul class="variants">{items}</ul>'
     return table
 
 
 def profile_heading(view: ProfileView) -> str:
-    env = view.env
-    image = env.get("image") or "local venv"
+    env = view.env or EnvFingerprint()
     partial = "" if view.complete else ' <span class="warn">partial run: not every cell has a result</span>'
     return (
         f'<h3>{escape(view.hardware)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
-        f"{escape(str(env.get('created_at', '?')))} · workload {escape(str(env.get('workload', '?')))} · "
-        f"image {escape(str(image))}{partial}</p>"
+        f"{escape(env.created_at or '?')} · workload {escape(env.workload or '?')} · "
+        f"image {escape(env.image_label)}{partial}</p>"
     )
 
 
@@ -132,9 +119,8 @@ def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
     m = record.metrics
     if m is None:
         return ""
-    # Medians over ok trials; a cell that ran but is not ok (silent_fallback) shows its own numbers.
-    tokens = median(summary.tokens_per_s) or m.tokens_per_s
-    train_peak = median(summary.train_peak_bytes) or m.train_peak_bytes
+    tokens = summary.headline_tokens_per_s or m.tokens_per_s
+    train_peak = summary.headline_train_peak_bytes or m.train_peak_bytes
     trials = ", ".join(f"{v:,.0f}" for v in summary.tokens_per_s)
     rows = [
         ("tokens/s (median)", f"{tokens:,.1f}" + (f" — trials: {trials}" if len(summary.tokens_per_s) > 1 else "")),
@@ -154,12 +140,13 @@ def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
     return f'<table class="metrics">{body}</table>'
 
 
-def _known_issue(link: str | None) -> str:
+def _known_issue(summary: CellSummary) -> str:
+    link = summary.known_issue
     if not link:
         return ""
-    if link.startswith(("https://", "http://")):
-        return f'<p>Known issue: <a href="{escape(link)}">{escape(link)}</a></p>'
-    return f"<p>Known issue: {escape(link)}</p>"
+    shown = f'<a href="{escape(link)}">{escape(link)}</a>' if is_link(link) else escape(link)
+    note = f" — {escape(summary.known_issue_note)}" if summary.known_issue_note else ""
+    return f'<p class="known-issue">Known issue: {shown}{note}</p>'
 
 
 def _configs(files: list[ConfigFile]) -> str:
@@ -192,7 +179,7 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
     ]
     if summary.message:
         parts.append(f'<h5>Message</h5><pre class="message">{escape(summary.message)}</pre>')
-    parts.append(_known_issue(record.known_issue))
+    parts.append(_known_issue(summary))
     if record.mismatches:
         parts.append("<h5>What ran instead</h5><ul>" + "".join(f"<li>{escape(m)}</li>" for m in record.mismatches))
         parts.append("</ul>")
@@ -227,24 +214,41 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def _legend(backends: list[str], x: float, y: float) -> str:
-    items = []
-    for n, backend in enumerate(backends):
-        color = BACKEND_COLORS.get(backend, "#999")
-        items.append(
-            f'<rect x="{x + n * 78:.0f}" y="{y - 9:.0f}" width="10" height="10" fill="{color}"/>'
-            f'<text x="{x + n * 78 + 14:.0f}" y="{y:.0f}">{escape(backend)}</text>'
-        )
-    return "".join(items)
+LEGEND_LINE = 14
+
+
+def legend_layout(backends: list[str], left: float, right: float) -> list[tuple[str, float, int]]:
+    """(backend, x, line) per legend entry: entries flow left to right and wrap before `right`."""
+    placed: list[tuple[str, float, int]] = []
+    x, line = left, 0
+    for backend in backends:
+        entry = 14 + 7 * len(backend) + 10  # swatch, label at ~7 px per character, gap
+        if x + entry > right and x > left:
+            x, line = left, line + 1
+        placed.append((backend, x, line))
+        x += entry
+    return placed
+
+
+def _legend(placed: list[tuple[str, float, int]], y: float) -> str:
+    return "".join(
+        f'<rect x="{x:.0f}" y="{y + line * LEGEND_LINE - 9:.0f}" width="10" height="10" fill="{backend_color(b)}"/>'
+        f'<text x="{x + 14:.0f}" y="{y + line * LEGEND_LINE:.0f}">{escape(b)}</text>'
+        for b, x, line in placed
+    )
 
 
 def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     """tokens/s (y) against peak training memory (x) for every ok cell, coloured by backend."""
     points = []
     for cell_id, s in view.cells.items():
-        tokens, memory = median(s.tokens_per_s), median(s.train_peak_bytes)
+        tokens, memory = s.headline_tokens_per_s, s.headline_train_peak_bytes
         if s.status == Status.OK and tokens is not None and memory is not None:
             points.append((cell_id, view.records[cell_id].backend, memory / 2**20, tokens))
+    left, right, top, bottom = 64, 14, 28, 58
+    legend = legend_layout(in_axis_order((p[1] for p in points), Backend), left, width - right)
+    extra = LEGEND_LINE * max((line for _, _, line in legend), default=0)
+    height, bottom = height + extra, bottom + extra
     title = f"{view.hardware}: tokens/s vs peak memory"
     head = (
         f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
@@ -253,7 +257,6 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     )
     if not points:
         return head + f'<text x="{width / 2:.0f}" y="{height / 2:.0f}" text-anchor="middle">no ok cell</text></svg>'
-    left, right, top, bottom = 64, 14, 28, 58
     xt = nice_ticks(min(p[2] for p in points), max(p[2] for p in points))
     yt = nice_ticks(min(0.0, min(p[3] for p in points)), max(p[3] for p in points))
 
@@ -274,7 +277,7 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     ]
     dots = [
         f'<circle class="point" data-cell="{escape(c)}" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" '
-        f'fill="{BACKEND_COLORS.get(b, "#999")}"><title>{escape(c)}: {y:,.0f} tok/s, {x:,.1f} MiB</title>'
+        f'fill="{backend_color(b)}"><title>{escape(c)}: {y:,.0f} tok/s, {x:,.1f} MiB</title>'
         "</circle>"
         for c, b, x, y in points
     ]
@@ -284,25 +287,25 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
         f'<text transform="translate(14 {(top + height - bottom) / 2:.0f}) rotate(-90)" text-anchor="middle">'
         "tokens/s</text>"
     )
-    backends = [b.value for b in Backend if any(p[1] == b for p in points)]
-    return head + "".join(grid) + labels + "".join(dots) + _legend(backends, left, height - 8) + "</svg>"
+    return head + "".join(grid) + labels + "".join(dots) + _legend(legend, height - bottom + 50) + "</svg>"
 
 
 def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
-    """Per init · quant row: the backend with the highest median tokens/s among ok cells (None when none works)."""
-    rows: dict[str, tuple[str | None, float | None]] = {}
-    for cell_id, record in view.records.items():
-        if is_variant(record):
-            continue
-        key = f"{record.init} · {record.quant}"
-        rows.setdefault(key, (None, None))
-        tokens = median(view.cells[cell_id].tokens_per_s)
-        if view.cells[cell_id].status == Status.OK and tokens is not None:
-            best = rows[key][1]
-            if best is None or tokens > best:
-                rows[key] = (record.backend, tokens)
-    order = [f"{i} · {q}" for i in Init for q in Quant]
-    return [(k, *rows[k]) for k in order if k in rows]
+    """Per init · quant row: the backend with the highest median tokens/s among ok base cells (None when none
+    works); launcher and option variants do not compete."""
+    grid = build_grid(view.records.values())
+    rows = []
+    for init, quant in grid.rows:
+        best: tuple[str | None, float | None] = (None, None)
+        for backend in grid.backends:
+            cell_id = grid.cell(init, quant, backend)
+            summary = view.cells.get(cell_id) if cell_id else None
+            if summary is None or summary.status != Status.OK or summary.headline_tokens_per_s is None:
+                continue
+            if best[1] is None or summary.headline_tokens_per_s > best[1]:
+                best = (backend, summary.headline_tokens_per_s)
+        rows.append((row_label(init, quant), *best))
+    return rows
 
 
 def winners_svg(view: ProfileView, width: int = 460) -> str:
@@ -323,7 +326,7 @@ def winners_svg(view: ProfileView, width: int = 460) -> str:
             parts.append(f'<text class="none" x="{label_w}" y="{y + 15}">no working backend</text>')
             continue
         bar = max(2.0, tokens / best * (width - label_w - 10))
-        color = BACKEND_COLORS.get(backend, "#999")
+        color = backend_color(backend)
         parts.append(
             f'<rect class="bar" data-backend="{escape(backend)}" x="{label_w}" y="{y + 3}" width="{bar:.1f}" '
             f'height="{row_h - 6}" fill="{color}"><title>{escape(key)}: {escape(backend)} {tokens:,.0f} tok/s</title>'

@@ -6,20 +6,17 @@ import sys
 import time
 import traceback
 
+from bench.backends import rank_from_env
 from bench.rank_report import RankReport
 from bench.secrets import redact
 from bench.shm_segments import remove_group_segments
 from bench.worker import faults
 from bench.worker.spec import WorkerSpec
 
-RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
-
-def launcher_rank() -> int:
-    for name in RANK_ENV:
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
+def launcher_rank(spec: WorkerSpec) -> int:
+    """This process's global rank, as its launcher tells it (bench/backends.py)."""
+    return rank_from_env(spec.cell.launcher, dict(os.environ))[0]
 
 
 def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> None:
@@ -37,7 +34,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     recorder = StepRecorder()
     callbacks = [recorder]
     if fault:
-        callbacks.append(faults.FaultCallback(fault, launcher_rank()))
+        callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
     trainer = build_trainer(spec, callbacks)
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
@@ -79,7 +76,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
     spec = WorkerSpec.read(argv[1])
-    report = RankReport(rank=launcher_rank(), pid=os.getpid(), hostname=socket.gethostname())
+    report = RankReport(rank=launcher_rank(spec), pid=os.getpid(), hostname=socket.gethostname())
     fault = faults.from_environment(spec.cell.id)
     try:
         run(spec, report, fault)

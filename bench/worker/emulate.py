@@ -8,8 +8,11 @@ that much more optimistic than the real smaller card.
 
 import os
 
+from bench.backends import LAUNCHERS
+
 MEMORY_FRACTION_ENV = "BENCH_EMULATE_MEMORY_FRACTION"
-LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+LOCAL_RANK_ENV = tuple(dict.fromkeys(s.rank_env[1] for s in LAUNCHERS.values() if s.rank_env))
+"""Every launcher's local-rank variable (bench/backends.py), in launcher order."""
 
 
 def local_rank(environ: dict[str, str] | os._Environ = os.environ) -> int:

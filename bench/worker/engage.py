@@ -25,6 +25,15 @@ def _fsdp_module_count(model: Any) -> int:
     return sum(1 for m in model.modules() if any(base.__name__ in names for base in type(m).__mro__))
 
 
+def _optimizer_offload(wrapped: Any) -> str | None:
+    """The device DeepSpeed's ZeRO optimizer really keeps its state on, when it runs the offload path."""
+    optimizer = getattr(wrapped, "optimizer", None)
+    if not (getattr(optimizer, "offload_optimizer", False) or getattr(optimizer, "cpu_offload", False)):
+        return None
+    device = wrapped.zero_offload_optimizer().device
+    return str(getattr(device, "value", device))
+
+
 def observe(trainer: Any) -> Engagement:
     accelerator = trainer.accelerator
     wrapped = trainer.model_wrapped
@@ -49,4 +58,5 @@ def observe(trainer: Any) -> Engagement:
         ref_model=type(ref).__name__ if ref is not None else None,
         devices=devices,
         precompute_ref_log_probs=bool(trainer.args.precompute_ref_log_probs),
+        optimizer_offload=_optimizer_offload(wrapped),
     )

@@ -5,27 +5,37 @@ hpu profile as `untested` (bench/hardware.py) and this module is not reached.
 How the Gaudi path differs from the CUDA one (optimum-habana 1.1x, Gaudi software 1.1x):
 - `adapt_transformers_to_gaudi()` must patch transformers before any model is built.
 - The trainer is `optimum.habana.trl.GaudiDPOTrainer` with a `GaudiConfig` (fused AdamW, fused clip-norm,
-  torch autocast to bf16) and Gaudi training arguments (`use_habana=True`, `use_lazy_mode=True`: graphs are
-  compiled in the first steps, hence the profile's long timeout and the warm-up steps).
-- optimum-habana pins its own (older) TRL and transformers: the hpu image (docker/hpu/) must use those pins,
-  not the CUDA lock file. Newer releases take a `GaudiDPOConfig` (TRL's DPOConfig fields); older ones take
-  `GaudiTrainingArguments` plus `beta`/`max_length` as trainer arguments: both are handled below.
+  torch autocast to bf16) and the cell's trainer arguments (bench/worker/trainer_args.py) plus `use_habana=True`,
+  `use_lazy_mode=True`: graphs are compiled in the first steps, hence the profile's long timeout and warm-up steps.
+- optimum-habana pins its own (older) TRL and transformers: its environment must keep those pins, not take the
+  cpu or cuda lock file. Newer releases take a `GaudiDPOConfig` (TRL's DPOConfig fields); older ones take
+  `GaudiTrainingArguments` plus the DPO fields as trainer arguments: `gaudi_split` handles both.
 - bitsandbytes has no HPU backend: int8/nf4 cells are expected to fail with `error (import|incompatible)`.
 - Multi-card runs use the HCCL backend through `deepspeed` or `gaudi_spawn.py` (optimum-habana) rather than
   NCCL; DDP/ZeRO cells launch as on CUDA with `deepspeed`/`torchrun`, which habana's torch integration patches.
 
-To validate on a Gaudi2 node: build the hpu image (docker/hpu/), then
-`python -m bench run --hw 8xGaudi2 --filter 'one_adapter-none-single'`, and check that the engagement record
-shows the HPU device, then widen the filter.
+There is no hpu image: docker/ holds the cpu and cuda flavours only (bench/images.py), so an hpu profile runs
+with the local executor, in an environment that already has the Habana stack and optimum-habana. To validate on a
+Gaudi2 node: `python -m bench run --hw 8xGaudi2 --executor local --filter 'one_adapter-none-single'`, check that
+the engagement record shows the HPU device, then widen the filter.
 """
 
+import dataclasses
 from typing import Any
 
+from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
+from bench.worker.trainer_args import trainer_arguments
+
+GAUDI_SWITCHES: dict[str, Any] = {"use_habana": True, "use_lazy_mode": True}
+
+TRAINER_KEYWORDS = frozenset({"beta", "max_length", "precompute_ref_log_probs"})
+"""DPO fields that GaudiDPOTrainer takes as its own arguments where the arguments class lacks them (releases
+without GaudiDPOConfig)."""
 
 
-def gaudi_modules() -> tuple[Any, Any, Any | None, Any | None]:
-    """(GaudiConfig, GaudiDPOTrainer, GaudiDPOConfig or None, GaudiTrainingArguments or None); ImportError
+def gaudi_modules() -> tuple[Any, Any, Any]:
+    """(GaudiConfig, GaudiDPOTrainer, GaudiDPOConfig or, in older releases, GaudiTrainingArguments); ImportError
     with the missing package's name when the Habana stack is absent."""
     import habana_frameworks.torch.core  # noqa: F401  # type: ignore[import-not-found]
     from optimum.habana import GaudiConfig  # type: ignore[import-not-found]
@@ -36,50 +46,41 @@ def gaudi_modules() -> tuple[Any, Any, Any | None, Any | None]:
 
     adapt_transformers_to_gaudi()
     try:
-        from optimum.habana.trl import GaudiDPOConfig  # type: ignore[import-not-found]
+        from optimum.habana.trl import GaudiDPOConfig as arguments_cls  # type: ignore[import-not-found]
     except ImportError:
-        GaudiDPOConfig = None  # older optimum-habana
-    from optimum.habana import GaudiTrainingArguments  # type: ignore[import-not-found]
-
-    return GaudiConfig, GaudiDPOTrainer, GaudiDPOConfig, GaudiTrainingArguments
+        from optimum.habana import GaudiTrainingArguments as arguments_cls  # type: ignore[import-not-found]
+    return GaudiConfig, GaudiDPOTrainer, arguments_cls
 
 
 def gaudi_arguments(spec: WorkerSpec) -> dict[str, Any]:
-    """The DPOConfig fields the CUDA worker sets, plus the Gaudi switches. Pure."""
-    train = spec.workload.train
-    return {
-        "output_dir": str(spec.out_dir) + "/trainer",
-        "max_steps": train.steps,
-        "per_device_train_batch_size": train.per_device_train_batch_size,
-        "learning_rate": train.learning_rate,
-        "seed": train.seed,
-        "gradient_checkpointing": train.gradient_checkpointing,
-        "bf16": spec.profile.precision == "bf16",
-        "use_habana": True,
-        "use_lazy_mode": True,
-        "logging_steps": train.steps,
-        "save_strategy": "no",
-        "report_to": "none",
-        "deepspeed": spec.deepspeed_config,
-    }
+    """The cell's trainer arguments plus the Gaudi switches. Pure."""
+    return trainer_arguments(spec) | GAUDI_SWITCHES
+
+
+def gaudi_split(arguments: dict[str, Any], fields: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(arguments for the arguments class, which has `fields`; keyword arguments for the trainer). A field neither
+    takes is dropped when off (False/None), and refused when set, so no requested option is silently lost. Pure."""
+    for_class: dict[str, Any] = {}
+    for_trainer: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if name in fields:
+            for_class[name] = value
+        elif name in TRAINER_KEYWORDS:
+            for_trainer[name] = value
+        elif value is not None and value is not False:
+            raise ValueError(f"{name}={value!r} is not supported by this optimum-habana release's arguments")
+    return for_class, for_trainer
 
 
 def build_gaudi_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from datasets import load_from_disk
     from transformers import AutoTokenizer
 
-    from bench.worker.build import build_models
-
-    gaudi_config_cls, trainer_cls, dpo_config_cls, training_args_cls = gaudi_modules()
+    gaudi_config_cls, trainer_cls, arguments_cls = gaudi_modules()
     gaudi_config = gaudi_config_cls(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
-    train = spec.workload.train
-    arguments = gaudi_arguments(spec)
-    extra: dict[str, Any] = {}
-    if dpo_config_cls is not None:
-        args = dpo_config_cls(**arguments, beta=train.beta, max_length=train.max_length)
-    else:
-        args = training_args_cls(**arguments)
-        extra = {"beta": train.beta, "max_length": train.max_length}
+    fields = frozenset(field.name for field in dataclasses.fields(arguments_cls))
+    for_class, for_trainer = gaudi_split(gaudi_arguments(spec), fields)
+    args = arguments_cls(**for_class)
     built = build_models(spec)
     return trainer_cls(
         model=built.model,
@@ -90,5 +91,5 @@ def build_gaudi_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
         tokenizer=AutoTokenizer.from_pretrained(spec.assets.tokenizer),
         peft_config=built.peft_config,
         callbacks=callbacks,
-        **extra,
+        **for_trainer,
     )

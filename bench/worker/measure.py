@@ -2,6 +2,7 @@
 global token count and memory, with nothing heavier than a clock read and a /proc read per step."""
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -13,16 +14,17 @@ from bench.worker import memory
 class StepRecorder(TrainerCallback):
     """Step-end timestamps (CUDA-synchronised), cumulative global tokens and memory per step.
 
-    `trainer` is attached after construction: TRL keeps its rank-gathered token count on the trainer.
+    `trainer` and `on_first_step` are attached after construction, once the trainer exists: TRL keeps its
+    rank-gathered token count on the trainer.
     """
 
-    def __init__(self, on_first_step: Any = None) -> None:
+    def __init__(self) -> None:
         self.trainer: Any = None
+        self.on_first_step: Callable[[], None] | None = None
         self.train_start: float | None = None
         self.step_ends: list[float] = []
         self.tokens: list[int] = []
         self.memory_now: list[int] = []
-        self.on_first_step = on_first_step
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -30,6 +30,8 @@ CELLS = [
     "two_adapters-none-fsdp",
     "one_adapter-int8-zero2",
     "two_models-none-zero3",
+    # needs DeepSpeedCPUAdam, prebuilt in the image (docker/cpu/prebuild_deepspeed_ops.py)
+    "one_adapter-none-zero3_offload",
     "two_adapters-nf4-single",
     "one_adapter-none-ddp+mpirun",
     "one_adapter-none-ddp+precompute_ref",

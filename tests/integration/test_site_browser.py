@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from tests.unit.test_publish import build_results, cell_ids
+from tests.unit.test_publish import KNOWN_ISSUE, build_results, cell_ids
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +105,7 @@ def test_fragment_opens_the_cell_panel(site, tmp_path):
     page = parse(browse(url, tmp_path, "--dump-dom").stdout)
     opened = [d["id"] for d in page.find("details", **{"class": "panel"}) if "open" in d]
     assert opened == ["cell-cpu-one_adapter-none-zero2"]
+    assert page.find("a", href=KNOWN_ISSUE), "the panel links the known issue"
 
 
 def test_screenshot_renders(site, tmp_path):

@@ -72,7 +72,7 @@ def test_engagement_shows_what_really_ran(run):
     zero3 = latest["two_models-none-zero3"].engagement
     assert zero3.zero_stage == 3 and zero3.partitioned_params and zero3.ref_model is not None
     fsdp = latest["one_adapter-none-fsdp"]
-    assert fsdp.engagement.fsdp_modules == 0 and "FSDP requested" in fsdp.message
+    assert fsdp.engagement.fsdp_modules == 0 and "expected distributed type FSDP" in fsdp.message
     mpi = latest["one_adapter-none-ddp+mpirun"].engagement
     assert mpi.world_size == 2 and mpi.wrapper == "DistributedDataParallel"
 

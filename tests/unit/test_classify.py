@@ -3,8 +3,12 @@
 import subprocess
 import sys
 
+from bench.axes import Backend, Init, Launcher, Quant
+from bench.backends import LAUNCHERS
 from bench.classify import classify, first_error_line
+from bench.known_issues import known_issues
 from bench.results_schema import ErrorClass, Status
+from bench.scenario import Cell
 
 # Verbatim messages from torch and transformers; these need hardware this suite's CI lacks.
 CUDA_OOM = (
@@ -15,6 +19,11 @@ DEVICE_MISMATCH = (
     "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cuda:1! "
     "(when checking argument for argument mat2 in method wrapper_CUDA_mm)"
 )
+# Launchers' own reports of a rank killed by SIGKILL (torchelastic for torchrun and accelerate; Open MPI).
+TORCHELASTIC_KILLED = (
+    "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+)
+MPIRUN_KILLED = "mpirun noticed that process rank 1 with PID 4242 on node vm exited on signal 9 (Killed)."
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -89,14 +98,56 @@ def test_first_error_line_takes_the_last_exception_of_a_traceback():
 
 def test_a_dead_rank_outranks_its_peers_broken_connection():
     peer = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer [127.0.0.1]:1"
-    log = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
-    verdict = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail=log)
+    verdict = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail=TORCHELASTIC_KILLED)
     assert (verdict.error_class, verdict.message) == (ErrorClass.CRASH, "rank 1 was killed by SIGKILL")
     alone = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail="")
     assert alone.error_class == ErrorClass.COMM
 
 
 def test_mpirun_signal_report():
-    log = "mpirun noticed that process rank 1 with PID 4242 on node vm exited on signal 9 (Killed)."
-    verdict = classify(exit_code=137, timed_out=False, error_texts=[], log_tail=log)
+    verdict = classify(exit_code=137, timed_out=False, error_texts=[], log_tail=MPIRUN_KILLED)
     assert verdict.message == "rank 1 was killed by SIGKILL"
+
+
+def test_every_launcher_that_reports_dead_ranks_is_read_from_its_description():
+    reports = {Launcher.TORCHRUN: TORCHELASTIC_KILLED, Launcher.ACCELERATE: TORCHELASTIC_KILLED}
+    reports[Launcher.MPIRUN] = MPIRUN_KILLED
+    assert {name for name, spec in LAUNCHERS.items() if spec.rank_exit is not None} == set(reports)
+    for launcher, log in reports.items():
+        verdict = classify(exit_code=1, timed_out=False, error_texts=[], log_tail=log)
+        assert verdict.message == "rank 1 was killed by SIGKILL", launcher
+
+
+SPLIT_CELL = Cell(init=Init.ONE_ADAPTER, quant=Quant.NF4, backend=Backend.DEVICE_MAP, launcher=Launcher.PYTHON)
+STACK = {"trl": "1.16.0", "transformers": "5.23.0", "deepspeed": "0.19.8", "accelerate": "1.15.0"}
+
+
+def test_known_issue_is_attached_from_the_shipped_entries():
+    verdict = classify(
+        exit_code=1, timed_out=False, error_texts=[DEVICE_MISMATCH], log_tail="", cell=SPLIT_CELL, versions=STACK
+    )
+    entry = next(issue for issue in known_issues() if issue.id == "device-map-split")
+    assert verdict.error_class == ErrorClass.DEVICE_MISMATCH
+    assert (verdict.known_issue, verdict.known_issue_note) == (entry.link, entry.note)
+    assert verdict.known_issue == "https://github.com/huggingface/trl/issues/958"
+
+
+def test_no_known_issue_without_the_cell_or_with_no_entries():
+    no_cell = classify(exit_code=1, timed_out=False, error_texts=[DEVICE_MISMATCH], log_tail="", versions=STACK)
+    no_entries = classify(
+        exit_code=1, timed_out=False, error_texts=[DEVICE_MISMATCH], log_tail="", cell=SPLIT_CELL, known=()
+    )
+    assert (no_cell.known_issue, no_cell.known_issue_note) == (None, None)
+    assert (no_entries.known_issue, no_entries.known_issue_note) == (None, None)
+    assert no_cell.error_class == no_entries.error_class == ErrorClass.DEVICE_MISMATCH
+
+
+def test_known_issue_reads_the_launcher_log_too():
+    # DeepSpeed's stage-3 warning reaches the log, the OOM the rank's report (trl#1377).
+    warning = "2 pytorch allocator cache flushes since last step. this happens when there is high memory pressure"
+    zero3 = Cell(init=Init.TWO_MODELS, quant=Quant.NONE, backend=Backend.ZERO3, launcher=Launcher.DEEPSPEED)
+    with_log = classify(exit_code=1, timed_out=False, error_texts=[CUDA_OOM], log_tail=warning, cell=zero3)
+    without = classify(exit_code=1, timed_out=False, error_texts=[CUDA_OOM], log_tail="", cell=zero3)
+    assert with_log.status == without.status == Status.OOM
+    assert with_log.known_issue == "https://github.com/huggingface/trl/issues/1377"
+    assert without.known_issue is None

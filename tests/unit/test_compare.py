@@ -11,17 +11,18 @@ import pytest
 import yaml
 
 from bench.cli import main
+from bench.env_schema import EnvFingerprint
 from bench.report.compare import (
     MARKER,
     Run,
     comparability,
     compare,
     metric_delta,
-    summarize,
     to_json,
     to_markdown,
 )
 from bench.report.export import gab_entries
+from bench.report.summary import summarize
 from bench.results import append_result
 from bench.results_schema import ErrorClass, Metrics, ResultRecord, Status
 
@@ -36,6 +37,11 @@ ENV = {
     "packages": {"torch": "2.13.0+cpu", "trl": "1.16.0"},
     "lock_hash": "abc",
 }
+"""What an env.json of a local CPU run holds (written as JSON by write_run)."""
+
+
+def fingerprint(**changes) -> EnvFingerprint:
+    return EnvFingerprint.model_validate(ENV | changes)
 
 
 def rec(
@@ -84,8 +90,8 @@ def trials(cell_id: str, tokens: list[float], peak_mib: float = 500.0) -> list[R
     return [rec(cell_id, tokens=t, peak_mib=peak_mib, trial=n) for n, t in enumerate(tokens)]
 
 
-def run(records: list[ResultRecord], env: dict | None = None, name: str = "run") -> Run:
-    return Run(name=name, records=records, env=ENV if env is None else env)
+def run(records: list[ResultRecord], env: EnvFingerprint | None = None, name: str = "run") -> Run:
+    return Run(name=name, records=records, env=fingerprint() if env is None else env)
 
 
 def write_run(run_dir: Path, records: list[ResultRecord], env: dict | None = ENV) -> Path:
@@ -196,28 +202,36 @@ def test_compare_uses_medians_of_trials_per_cell():
 
 
 def test_same_environment_is_comparable():
-    assert comparability(ENV, dict(ENV)) == []
+    assert comparability(fingerprint(), fingerprint(created_at="2026-02-02T00:00:00+00:00", extra_key=1)) == []
 
 
 def test_environment_differences_are_named():
-    other = {
-        **ENV,
-        "hardware_profile": "2xA10",
-        "image": "dpo-bench:cuda",
-        "workload": "phi2",
-        "packages": {"torch": "2.14.0", "trl": "1.16.0"},
-    }
-    reasons = comparability(ENV, other)
-    assert "hardware profile: cpu → 2xA10" in reasons
-    assert "workload: tiny → phi2" in reasons
-    assert "image: None → dpo-bench:cuda" in reasons
-    assert "package torch: 2.13.0+cpu → 2.14.0" in reasons
-    assert not any("trl" in r for r in reasons)
-    assert comparability({}, ENV) == ["the base run has no env.json: its hardware, image and versions are unknown"]
+    other = fingerprint(
+        hardware_profile="2xA10",
+        image="dpo-bench:cuda",
+        workload="phi2",
+        packages={"torch": "2.14.0", "trl": "1.16.0", "peft": None},
+    )
+    reasons = comparability(fingerprint(), other)
+    assert reasons == [
+        "hardware profile: cpu → 2xA10",
+        "workload: tiny → phi2",
+        "image: none (local venv) → dpo-bench:cuda",
+        "package torch: 2.13.0+cpu → 2.14.0",
+    ]
+    assert comparability(None, fingerprint()) == [
+        "the base run has no env.json: its hardware, image and versions are unknown"
+    ]
+    assert comparability(fingerprint(), None)[0].startswith("the head run has no env.json")
+
+
+def test_a_different_machine_is_named():
+    gpus = fingerprint(hardware={"machine": "x86_64", "cpu_count": 32, "gpus": [{"name": "NVIDIA A10"}]})
+    assert comparability(fingerprint(), gpus) == ["machine: AMD EPYC, 2 cores, no GPU → x86_64, 32 cores, NVIDIA A10"]
 
 
 def test_markdown_warns_when_not_comparable_and_still_reports():
-    other = {**ENV, "packages": {"torch": "2.14.0", "trl": "1.16.0"}}
+    other = fingerprint(packages={"torch": "2.14.0", "trl": "1.16.0"})
     base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp")]
     head = [rec("one_adapter-none-single", Status.ERROR, message="boom"), rec("one_adapter-none-ddp", tokens=500)]
     text = to_markdown(compare(run(base, name="base-run"), run(head, other, name="head-run")), ["status"])
@@ -239,6 +253,27 @@ def test_markdown_redacts_tokens_and_escapes_pipes():
     text = to_markdown(compare(run([rec("one_adapter-none-single")]), run(head)))
     assert "hf_abcdefghijklmnopqrstuvwx" not in text
     assert "401 for *** \\| retry" in text
+
+
+def test_status_changes_show_the_known_issue_link_and_note():
+    known = {"known_issue": "https://github.com/huggingface/trl/issues/1377", "known_issue_note": "ZeRO-3 | gather"}
+    base = [rec("one_adapter-none-zero3"), rec("one_adapter-none-fsdp", Status.ERROR).model_copy(update=known)]
+    head = [
+        rec("one_adapter-none-zero3", Status.ERROR, message="boom").model_copy(update=known),
+        rec("one_adapter-none-fsdp"),
+    ]
+    lines = to_markdown(compare(run(base), run(head))).splitlines()
+    (regression,) = [line for line in lines if line.startswith("| `one_adapter-none-zero3`")]
+    assert regression.endswith(
+        "| boom · known issue: <https://github.com/huggingface/trl/issues/1377> — ZeRO-3 \\| gather |"
+    )
+    (fixed,) = [line for line in lines if line.startswith("| `one_adapter-none-fsdp`")]
+    assert (
+        "| 🟢 improvement |" in fixed
+        and "base's known issue: <https://github.com/huggingface/trl/issues/1377>" in fixed
+    )
+    plain = to_markdown(compare(run([rec("one_adapter-none-ddp")]), run([rec("one_adapter-none-ddp", Status.OOM)])))
+    assert "known issue" not in plain
 
 
 def test_json_lists_regressions_by_kind():
@@ -316,7 +351,7 @@ def test_not_comparable_runs_are_reported_with_a_banner(tmp_path, capsys):
     head = write_run(tmp_path / "h", [rec("one_adapter-none-single")], env={**ENV, "image": "dpo-bench:cpu-2"})
     assert main(["compare", str(base), str(head)]) == 0
     out = capsys.readouterr().out
-    assert "> [!WARNING]" in out and "image: None → dpo-bench:cpu-2" in out
+    assert "> [!WARNING]" in out and "image: none (local venv) → dpo-bench:cpu-2" in out
 
 
 def test_user_errors_exit_2_with_one_line(runs, tmp_path, capsys):
@@ -369,7 +404,7 @@ def test_gab_export_has_one_entry_per_ok_cell():
 def test_export_command_writes_gab_json(tmp_path, capsys):
     run_dir = write_run(tmp_path / "r", [rec("one_adapter-none-single", tokens=4321)])
     out = tmp_path / "gab.json"
-    assert main(["export", "--format", "gab", "--metric", "throughput", str(run_dir), "--output", str(out)]) == 0
+    assert main(["export", "--metric", "throughput", str(run_dir), "--output", str(out)]) == 0
     (entry,) = json.loads(out.read_text())
     assert set(entry) == {"name", "unit", "value", "range", "extra"} and entry["value"] == 4321
 

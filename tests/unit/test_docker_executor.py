@@ -17,7 +17,7 @@ from bench.executors.docker import (
 )
 from bench.launch import LaunchPlan
 from bench.profiles import load_profile
-from bench.record import base_record, finished_record
+from bench.record import Execution, Expectation, RunFacts, finished_record
 from bench.results_schema import Status
 from bench.scenario import Backend, Cell, Init, Launcher, Quant
 
@@ -141,10 +141,14 @@ def test_parse_state_reads_oom_killed():
 
 def test_oom_killed_container_is_recorded_as_oom():
     cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.SINGLE, launcher=Launcher.PYTHON)
-    base = base_record(cell, "r", "cpu", "tiny", 1)
     state = parse_state(json.dumps([{"State": {"ExitCode": 137, "OOMKilled": True}}]))
     outcome = Outcome(exit_code=state.exit_code, timed_out=False, wall_s=3.0, log_tail="Killed", oom_killed=True)
-    record = finished_record(base, cell, [], [], outcome, warmup_steps=1, pairs_per_step=1, steps=4)
+    record = finished_record(
+        RunFacts("r", "cpu", "tiny", "docker"),
+        cell,
+        Expectation(world_size=1, warmup_steps=1, steps=4, pairs_per_step=1),
+        Execution(outcome, [], [], "t0", "t1"),
+    )
     assert record.status == Status.OOM
 
 

@@ -21,7 +21,11 @@ def test_fsdp_that_ran_as_ddp_is_a_fallback():
         2,
         seen(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel"),
     )
-    assert found == ["FSDP requested, ran as MULTI_CPU with wrapper DistributedDataParallel and 0 FSDP modules"]
+    assert found == [
+        "fsdp requested, ran as MULTI_CPU with wrapper DistributedDataParallel; expected distributed type FSDP"
+    ]
+    fsdp_without_modules = seen(world_size=2, distributed_type="FSDP", wrapper="FSDPModule")
+    assert "no FSDP module" in mismatches(cell(backend="fsdp", launcher="accelerate"), 2, fsdp_without_modules)[0]
 
 
 def test_one_process_instead_of_two_is_a_fallback():
@@ -32,7 +36,7 @@ def test_one_process_instead_of_two_is_a_fallback():
 def test_zero3_needs_partitioned_parameters():
     ds = {"world_size": 2, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
     assert mismatches(cell(backend="zero3", launcher="deepspeed"), 2, seen(**ds)) == [
-        "ZeRO-3 requested, but no parameter is partitioned"
+        "zero3 requested, but no parameter is partitioned"
     ]
     assert mismatches(cell(backend="zero3", launcher="deepspeed"), 2, seen(**ds, partitioned_params=True)) == []
     assert "ZeRO stage 3" in mismatches(cell(backend="zero2", launcher="deepspeed"), 2, seen(**ds))[0]
@@ -49,3 +53,20 @@ def test_init_modes():
     assert mismatches(cell(init="two_adapters"), 1, seen(adapters=["default", "ref"])) == []
     assert "two_adapters expects" in mismatches(cell(init="two_adapters"), 1, seen())[0]
     assert "one_adapter expects" in mismatches(cell(), 1, seen(ref_model="LlamaForCausalLM"))[0]
+
+
+def test_zero3_offload_needs_the_optimizer_really_offloaded():
+    ds = {"world_size": 2, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
+    offload = cell(backend="zero3_offload", launcher="deepspeed")
+    assert mismatches(offload, 2, seen(**ds, partitioned_params=True, optimizer_offload="cpu")) == []
+    assert mismatches(offload, 2, seen(**ds, partitioned_params=True)) == [
+        "optimizer offload to cpu requested, engine reports None"
+    ]
+    # plain ZeRO-3 does not check for offload
+    assert mismatches(cell(backend="zero3", launcher="deepspeed"), 2, seen(**ds, partitioned_params=True)) == []
+
+
+def test_device_map_needs_the_model_on_two_devices():
+    split = cell(backend="device_map")
+    assert mismatches(split, 1, seen(devices=["cuda:0", "cuda:1"])) == []
+    assert "expected layers split over >=2" in mismatches(split, 1, seen(devices=["cuda:0"]))[0]

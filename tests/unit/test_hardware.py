@@ -4,6 +4,7 @@ This machine has no GPU: detect() is exercised for real (it must say cpu); CUDA 
 memory-cap API are fakes injected where the hardware is absent.
 """
 
+import io
 import sys
 import types
 from pathlib import Path
@@ -24,7 +25,7 @@ from bench.hardware import (
 from bench.profiles import load_profile
 from bench.report.matrix import render
 from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
-from bench.runner import RunContext, run_cell
+from bench.runner import RunContext, execute
 from bench.scenario import Backend, Cell, Init, Launcher, Quant
 from bench.worker import emulate, nvml
 
@@ -187,18 +188,20 @@ def test_runner_records_untested_without_running(tmp_path: Path):
         def run(self, *args: object) -> None:
             raise AssertionError("an untested cell must not run")
 
+    gaudi = load_profile("8xGaudi2")
     ctx = RunContext(
         "r1",
         tmp_path,
-        load_profile("8xGaudi2"),
+        gaudi,
         load_workload("llama-2-7b"),
         PreparedAssets(model="", tokenizer="", dataset=""),
         NoExecutor(),
+        untested=preflight(gaudi, emulate=False, detected=CPU).untested_reason,
     )
     cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.DDP, launcher=Launcher.TORCHRUN)
-    record = run_cell(ctx, cell)
+    (record,) = execute(ctx, [cell], out=io.StringIO())
     assert record.status == Status.UNTESTED and "habana_frameworks" in record.message
-    assert record.metrics is None and record.world_size == 8
+    assert record.metrics is None and record.world_size == 8 and record.executor == "none"
 
 
 def record(status: Status, emulated: bool) -> ResultRecord:

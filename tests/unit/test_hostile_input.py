@@ -96,7 +96,7 @@ def test_model_loading_never_trusts_remote_code(monkeypatch):
     from bench.assets import PreparedAssets
     from bench.profiles import load_workload as workload
     from bench.scenario import Cell
-    from bench.worker.build import load_causal_lm
+    from bench.worker.models import load_causal_lm
     from bench.worker.spec import WorkerSpec
 
     seen = {}

@@ -1,16 +1,18 @@
 import json
 import sys
 
+import pytest
 import yaml
 
 from bench.assets import PreparedAssets
-from bench.launch import plan_launch
+from bench.backends import BACKENDS, LAUNCHERS, rank_from_env
+from bench.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
 from bench.profiles import load_workload
 from bench.scenario import Cell
 from bench.worker.spec import WorkerSpec
 
 
-def plan(tmp_path, cpu_profile, backend, launcher):
+def plan(tmp_path, cpu_profile, backend, launcher, as_root=False, write=True):
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
     spec = WorkerSpec(
         cell=cell,
@@ -19,47 +21,83 @@ def plan(tmp_path, cpu_profile, backend, launcher):
         assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
         out_dir=str(tmp_path / "out"),
     )
-    return plan_launch(spec, tmp_path / "spec.json", tmp_path)
+    launch = plan_launch(spec, tmp_path, port=29555, as_root=as_root)
+    if write:
+        write_files(launch)
+    return launch
+
+
+def test_planning_writes_nothing_and_write_files_writes_every_planned_file(tmp_path, cpu_profile):
+    launch = plan(tmp_path, cpu_profile, "zero2", "accelerate", write=False)
+    assert sorted(p.name for p in launch.files) == [ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE]
+    assert list(tmp_path.iterdir()) == []
+    write_files(launch)
+    assert all(path.read_text() == text for path, text in launch.files.items())
 
 
 def test_single_runs_the_worker_module(tmp_path, cpu_profile):
-    launch, _ = plan(tmp_path, cpu_profile, "single", "python")
-    assert launch.argv == [sys.executable, "-m", "bench.worker", str(tmp_path / "spec.json")]
-    assert launch.env["OMP_NUM_THREADS"] == "1"
-    assert WorkerSpec.read(tmp_path / "spec.json").cell.id == "one_adapter-none-single"
+    launch = plan(tmp_path, cpu_profile, "single", "python")
+    assert launch.argv == [sys.executable, "-m", "bench.worker", str(tmp_path / SPEC_FILE)]
+    assert launch.env["OMP_NUM_THREADS"] == "1" and launch.env["MASTER_PORT"] == "29555"
+    assert WorkerSpec.read(tmp_path / SPEC_FILE).cell.id == "one_adapter-none-single"
 
 
 def test_torchrun_starts_one_process_per_rank(tmp_path, cpu_profile):
-    launch, _ = plan(tmp_path, cpu_profile, "ddp", "torchrun")
+    launch = plan(tmp_path, cpu_profile, "ddp", "torchrun")
     assert launch.argv[0].endswith("torchrun") and "--nproc_per_node=2" in launch.argv
 
 
 def test_deepspeed_launcher_gets_a_zero_config_passed_to_the_trainer(tmp_path, cpu_profile):
-    launch, spec = plan(tmp_path, cpu_profile, "zero3", "deepspeed")
-    config = json.loads((tmp_path / "deepspeed.json").read_text())
-    assert config["zero_optimization"]["stage"] == 3 and "train_batch_size" not in config
-    assert spec.deepspeed_config == str(tmp_path / "deepspeed.json")
-    assert "--no_local_rank" in launch.argv and "--num_gpus=2" in launch.argv
+    launch = plan(tmp_path, cpu_profile, "zero3", "deepspeed")
+    config = json.loads((tmp_path / DEEPSPEED_FILE).read_text())
+    assert config["zero_optimization"] == {"stage": 3} and "train_batch_size" not in config
+    assert WorkerSpec.read(tmp_path / SPEC_FILE).deepspeed_config == str(tmp_path / DEEPSPEED_FILE)
+    assert "--no_local_rank" in launch.argv and "--num_gpus=2" in launch.argv and "--master_port=29555" in launch.argv
+    assert launch.argv[-3:] == ["--module", "bench.worker", str(tmp_path / SPEC_FILE)]
+
+
+def test_zero3_offload_config_offloads_the_optimizer(tmp_path, cpu_profile):
+    plan(tmp_path, cpu_profile, "zero3_offload", "deepspeed")
+    config = json.loads((tmp_path / DEEPSPEED_FILE).read_text())
+    assert config["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu"}}
 
 
 def test_accelerate_config_is_accelerates_own_format(tmp_path, cpu_profile):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    _, spec = plan(tmp_path, cpu_profile, "zero2", "accelerate")
-    loaded = load_config_from_file(str(tmp_path / "accelerate.yaml"))
+    plan(tmp_path, cpu_profile, "zero2", "accelerate")
+    loaded = load_config_from_file(str(tmp_path / ACCELERATE_FILE))
     assert loaded.distributed_type == "DEEPSPEED" and loaded.num_processes == 2
-    assert loaded.deepspeed_config["deepspeed_config_file"] == str(tmp_path / "deepspeed.json")
-    assert spec.deepspeed_config is None  # accelerate configures DeepSpeed itself
-    raw = yaml.safe_load((tmp_path / "accelerate.yaml").read_text())
+    assert loaded.deepspeed_config["deepspeed_config_file"] == str(tmp_path / DEEPSPEED_FILE)
+    assert WorkerSpec.read(tmp_path / SPEC_FILE).deepspeed_config is None  # accelerate configures DeepSpeed itself
+    raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
     assert raw["use_cpu"] is False  # use_cpu: true would silently start one process
 
 
 def test_fsdp_config(tmp_path, cpu_profile):
     plan(tmp_path, cpu_profile, "fsdp", "accelerate")
-    raw = yaml.safe_load((tmp_path / "accelerate.yaml").read_text())
+    raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
     assert raw["distributed_type"] == "FSDP" and raw["fsdp_config"]["fsdp_version"] == 2
 
 
-def test_mpirun_exports_the_rendezvous(tmp_path, cpu_profile):
-    launch, _ = plan(tmp_path, cpu_profile, "ddp", "mpirun")
-    assert launch.argv[:3] == ["mpirun", "-np", "2"] and "MASTER_PORT" in launch.argv
+def test_mpirun_exports_the_rendezvous_and_allows_root_only_as_root(tmp_path, cpu_profile):
+    launch = plan(tmp_path, cpu_profile, "ddp", "mpirun")
+    assert launch.argv[0].endswith("mpirun") and launch.argv[1:3] == ["-np", "2"] and "MASTER_PORT" in launch.argv
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in launch.env
+    assert plan(tmp_path, cpu_profile, "ddp", "mpirun", as_root=True).env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_every_supported_launcher_of_every_backend_plans(tmp_path, cpu_profile, backend):
+    for launcher in BACKENDS[backend].launchers:
+        launch = plan(tmp_path / launcher, cpu_profile, backend, launcher, write=False)
+        assert str(tmp_path / launcher / SPEC_FILE) in launch.argv
+        assert (tmp_path / launcher / DEEPSPEED_FILE in launch.files) == (BACKENDS[backend].deepspeed is not None)
+
+
+def test_each_launcher_tells_ranks_who_they_are():
+    assert rank_from_env("python", {"RANK": "3"}) == (0, 0, 1)
+    assert rank_from_env("torchrun", {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}) == (3, 1, 4)
+    ompi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "9"}
+    assert rank_from_env("mpirun", ompi) == (1, 1, 2)
+    assert all(spec.multi_process == (spec.rank_env is not None) for spec in LAUNCHERS.values())

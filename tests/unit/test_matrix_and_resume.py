@@ -1,9 +1,12 @@
+import csv
 import io
+import json
 
 from bench import runner
 from bench.profiles import load_workload
 from bench.report.matrix import render
-from bench.results import load_results
+from bench.report.matrix_file import write_matrix
+from bench.results import append_result, load_results
 from bench.results_schema import ResultRecord, Status
 from bench.scenario import Cell
 from tests.unit.test_results import record
@@ -79,3 +82,55 @@ def test_cells_with_the_same_reason_share_one_footnote():
     assert "| two_models · int8 | N/A [1] | N/A [1] |" in text
     assert "1. not_applicable — quantized weights need adapters (two_models-int8-single, two_models-int8-ddp)" in text
     assert "2." not in text
+
+
+def test_footnotes_show_the_known_issue_link_and_note():
+    issue = "https://github.com/deepspeedai/DeepSpeed/issues/4321"
+    failing = {"status": Status.ERROR, "metrics": None, "message": "RuntimeError: zero3 gather"}
+    records = [
+        record("one_adapter-none-single").model_copy(
+            update={**failing, "known_issue": issue, "known_issue_note": "ZeRO-3 + LoRA: fixed in 0.20"}
+        ),
+        record("one_adapter-none-ddp").model_copy(update={**failing, "backend": "ddp"}),
+    ]
+    text = render(records, "cpu", [])
+    assert (
+        f"1. error — RuntimeError: zero3 gather (one_adapter-none-single). Known issue: <{issue}> — "
+        "ZeRO-3 + LoRA: fixed in 0.20"
+    ) in text
+    # the same message without the known issue is another note
+    assert "2. error — RuntimeError: zero3 gather (one_adapter-none-ddp)\n" in text
+    bare = record("one_adapter-none-ddp").model_copy(update={**failing, "backend": "ddp", "known_issue": "TRL-42"})
+    assert "1. error — RuntimeError: zero3 gather (one_adapter-none-ddp). Known issue: TRL-42\n" in render(
+        [bare], "", []
+    )
+
+
+def test_trials_are_folded_like_on_the_site():
+    trials = [
+        record("one_adapter-none-single").model_copy(update={"trial": 0}),
+        record("one_adapter-none-single", Status.TIMEOUT).model_copy(update={"trial": 1, "message": "600 s"}),
+        record("one_adapter-none-single").model_copy(update={"trial": 2}),
+    ]
+    text = render(trials, "cpu", [])
+    assert "| one_adapter · none | ⏱️ timeout 1,000 tok/s · 0 MiB [1] |" in text
+    assert "1. timeout — 600 s (one_adapter-none-single)" in text
+
+
+def test_write_matrix_writes_matrix_md_and_csv_in_matrix_order(tmp_path):
+    run_dir = tmp_path / "cpu" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    for cell_id, backend in (("one_adapter-none-ddp", "ddp"), ("one_adapter-none-single", "single"), ("gone", "x")):
+        append_result(run_dir, record(cell_id).model_copy(update={"backend": backend}))
+    env = {"workload": "tiny", "hardware_profile": "cpu", "image": None, "hardware": {"cpu_model": "AMD EPYC"}}
+    (run_dir / "env.json").write_text(json.dumps(env | {"packages": {"trl": "1.16.0", "liger": None}}))
+    out = write_matrix(run_dir, ["one_adapter-none-single", "one_adapter-none-ddp"])
+    text = out.read_text(encoding="utf-8")
+    assert out == tmp_path / "cpu" / "MATRIX.md"
+    assert text.startswith("# DPO compatibility matrix — cpu\n")
+    assert "· workload `tiny` · measured None · executor None · image none (local venv) · git None" in text
+    assert "Machine: AMD EPYC, ? cores, no GPU. Versions: trl 1.16.0." in text
+    assert "`python -m bench matrix --hw cpu`" in text and "gone" not in text
+    assert "| one_adapter · none | ✅ 1,000 tok/s · 0 MiB | ✅ 1,000 tok/s · 0 MiB |" in text
+    rows = list(csv.DictReader((tmp_path / "cpu" / "matrix.csv").open(encoding="utf-8")))
+    assert [r["cell_id"] for r in rows] == ["one_adapter-none-single", "one_adapter-none-ddp"]

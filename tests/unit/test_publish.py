@@ -1,15 +1,19 @@
 """publish: results/README.md index and the static site, from runs built here (tmp_path, never results/)."""
 
+import dataclasses
 import html
-import json
 import re
 from pathlib import Path
 
 import pytest
 
+from bench.axes import Backend
 from bench.cli import main
+from bench.env_schema import EnvFingerprint
+from bench.report.matrix import render
 from bench.report.publish import discover, profile_view, read_config
-from bench.report.site import nice_ticks, winners
+from bench.report.site import PALETTE, backend_color, legend_layout, matrix_table, nice_ticks, scatter_svg, winners
+from bench.report.summary import summarize
 from bench.results_schema import ErrorClass, ResultRecord, Status
 from tests.unit.test_compare import ENV, rec, write_run
 
@@ -22,6 +26,7 @@ variants:
   - {init: [one_adapter], quant: [none], backend: [ddp], launcher: mpirun}
 """
 KNOWN_ISSUE = "https://github.com/huggingface/trl/issues/1377"
+KNOWN_ISSUE_NOTE = "DeepSpeed rejects this optimizer <without> a flag"
 DEEPSPEED_JSON = '{"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": true}'
 A10_ENV = {
     **ENV,
@@ -51,6 +56,7 @@ def fixture_record(cell_id: str, hardware: str, n: int) -> ResultRecord:
         return error.model_copy(
             update={
                 "known_issue": KNOWN_ISSUE,
+                "known_issue_note": KNOWN_ISSUE_NOTE,
                 "log_tail": "Traceback ...\nValueError: bad zero config",
                 "config_files": ["configs/one_adapter-none-zero2/deepspeed.json", "configs/gone/accelerate.yaml"],
             }
@@ -125,7 +131,8 @@ def test_site_panel_shows_the_real_error_known_issue_and_inlined_configs(publish
     assert panel is not None
     body = html.unescape(panel.group(0))
     assert "ValueError: bad zero config" in body
-    assert f'<a href="{KNOWN_ISSUE}">' in body
+    assert f'Known issue: <a href="{KNOWN_ISSUE}">{KNOWN_ISSUE}</a> — {KNOWN_ISSUE_NOTE}</p>' in body
+    assert "DeepSpeed rejects this optimizer &lt;without&gt; a flag" in panel.group(0)
     assert DEEPSPEED_JSON in body
     assert "configs/gone/accelerate.yaml" in body and "(not in the published results)" in body
     assert "Log tail" in body
@@ -202,4 +209,81 @@ def test_env_json_is_read_for_the_index(tmp_path):
     results, _ = build_results(tmp_path)
     found = {r.hardware: r for r in discover(results, cell_ids())}
     assert set(found) == {"cpu", "2xA10"}
-    assert found["2xA10"].env == json.loads((results / "2xA10" / "20260101-000000" / "env.json").read_text())
+    assert found["2xA10"].env == EnvFingerprint.model_validate(A10_ENV)
+    assert found["2xA10"].env.hardware.summary == "x86_64, 32 cores, NVIDIA A10, NVIDIA A10"
+
+
+def test_index_and_site_name_the_local_venv_the_same_way(published):
+    _, readme, page = published
+    (cpu,) = [line for line in readme.splitlines() if line.startswith("| cpu |")]
+    assert "| none (local venv) |" in cpu
+    assert "image none (local venv)" in html.unescape(page)
+
+
+def test_a_run_without_env_json_is_indexed_with_dashes(tmp_path):
+    results, scenarios = build_results(tmp_path)
+    (results / "2xA10" / "20260101-000000" / "env.json").unlink()
+    assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
+    (a10,) = [line for line in (results / "README.md").read_text().splitlines() if line.startswith("| 2xA10 |")]
+    assert a10.endswith("| — | — | — | — | — | — |")
+    assert "workload ? · image none (local venv)" in html.unescape((results / "site" / "index.html").read_text())
+
+
+# ---------------------------------------------------------------- one grid, one label for MATRIX.md and the site
+
+
+def cpu_view(tmp_path: Path):
+    results, _ = build_results(tmp_path)
+    (cpu,) = [r for r in discover(results, cell_ids()) if r.hardware == "cpu"]
+    assert cpu.run_dir is not None
+    return profile_view(cpu, cpu.run_dir, cell_ids())
+
+
+def test_site_and_matrix_md_show_the_same_cells_in_the_same_places(tmp_path):
+    view = cpu_view(tmp_path)
+    markdown = render(list(view.records.values()), "cpu", [])
+    md_rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in markdown.splitlines()
+        if line.startswith("| ") and " · " in line.split("|")[1]  # header and grid rows
+    ]
+    table = matrix_table(view)
+    site_rows = [
+        [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)
+    ]
+    # MATRIX.md adds the footnote number; otherwise every label is the site's
+    assert [[re.sub(r" \[\d+\]$", "", c) for c in row] for row in md_rows] == site_rows
+    assert site_rows[0] == ["init · quant", "single", "ddp", "zero2"]
+    assert site_rows[1] == [
+        "two_models · none",
+        "✅ 1,000 tok/s · 400 MiB",
+        "✅ 1,100 tok/s · 420 MiB",
+        "✅ 1,200 tok/s · 440 MiB",
+    ]
+    assert "one_adapter-none-ddp+mpirun" in table and "## Variants" in markdown
+
+
+# ---------------------------------------------------------------- backend colours
+
+
+def test_every_backend_has_its_own_colour_from_the_palette_by_axis_position():
+    colours = [backend_color(b) for b in Backend]
+    assert colours == list(PALETTE[: len(Backend)])
+    assert len(set(colours)) == len(Backend)
+    assert backend_color("zero3_offload") == PALETTE[list(Backend).index(Backend.ZERO3_OFFLOAD)]
+    assert backend_color("not_a_backend") == "#999"
+
+
+def test_scatter_legend_of_every_backend_wraps_inside_the_plot(tmp_path):
+    entries = legend_layout([b.value for b in Backend], 64, 446)
+    assert [b for b, _, _ in entries] == [b.value for b in Backend]
+    assert all(x + 14 + 7 * len(b) <= 446 for b, x, _ in entries)
+    assert max(line for _, _, line in entries) >= 1
+    view = cpu_view(tmp_path)
+    records = {f"one_adapter-none-{b}": rec(f"one_adapter-none-{b}") for b in Backend}
+    svg = scatter_svg(dataclasses.replace(view, records=records, cells=summarize(records.values())))
+    assert svg.count('<circle class="point"') == len(Backend)
+    assert 'height="314"' in svg
+    for backend in Backend:
+        assert f'fill="{backend_color(backend)}"' in svg and f">{backend.value}</text>" in svg

@@ -1,6 +1,8 @@
+import pytest
+
 from bench.executors import Outcome
 from bench.rank_report import RankReport
-from bench.record import base_record, finished_record
+from bench.record import Execution, Expectation, RunFacts, finished_record, not_run_record
 from bench.results_schema import ErrorClass, Status
 from bench.scenario import Cell
 
@@ -14,9 +16,12 @@ Root Cause (first observed failure):
 """
 
 
-def finished(reports, outcome):
-    base = base_record(CELL, "r", "cpu", "tiny", 2)
-    return finished_record(base, CELL, reports, [], outcome, warmup_steps=1, pairs_per_step=8, steps=3)
+RUN = RunFacts("r", "cpu", "tiny", "local")
+
+
+def finished(reports, outcome, cell=CELL, versions=None):
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8, versions=versions)
+    return finished_record(RUN, cell, expect, Execution(outcome, reports, [], "t0", "t1", trial=1))
 
 
 def rank(r: int, steps: int = 3, error: str | None = None) -> RankReport:
@@ -59,3 +64,29 @@ def test_missing_rank_report_is_a_fallback_not_ok():
 def test_clean_exit_without_a_step_is_an_error():
     record = finished([], Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""))
     assert record.status == Status.ERROR and "without reporting a training step" in record.message
+
+
+def test_finished_record_carries_the_run_and_the_trial():
+    record = finished([], Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""))
+    assert (record.run_id, record.hardware, record.workload, record.executor) == ("r", "cpu", "tiny", "local")
+    assert (record.trial, record.started_at, record.finished_at, record.world_size) == (1, "t0", "t1", 2)
+
+
+def test_not_run_records_have_an_explicit_status():
+    na = not_run_record(RUN, CELL, 2, Status.NOT_APPLICABLE, "rule: reason", "t")
+    untested = not_run_record(RUN, CELL, 2, Status.UNTESTED, "no stack", "t")
+    assert (na.status, na.message, na.executor) == (Status.NOT_APPLICABLE, "rule: reason", "local")
+    assert (untested.status, untested.executor) == (Status.UNTESTED, "none")
+    with pytest.raises(ValueError, match="not a status of a cell that was not run"):
+        not_run_record(RUN, CELL, 2, Status.OK, "", "t")
+
+
+def test_a_known_failure_carries_its_link_and_note():
+    cell = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
+    text = (
+        "RuntimeError: Expected all tensors to be on the same device, "
+        "but found at least two devices, cuda:0 and cuda:1!"
+    )
+    record = finished([rank(0, 1, text)], Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=""), cell=cell)
+    assert record.error_class == ErrorClass.DEVICE_MISMATCH
+    assert record.known_issue and "github.com" in record.known_issue and record.known_issue_note

@@ -2,8 +2,10 @@ import json
 
 import pytest
 
+from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
-from bench.results import append_result, environment_fingerprint, load_results, write_env
+from bench.paths import PROJECT_ROOT
+from bench.results import append_result, environment_fingerprint, load_results, read_env, write_env
 from bench.results_schema import Metrics, ResultRecord, Status
 
 
@@ -80,10 +82,68 @@ def test_env_fingerprint_has_versions_and_no_secrets(tmp_path, monkeypatch):
 
 
 def test_resuming_with_other_packages_is_refused(tmp_path):
-    write_env(tmp_path, {"lock_hash": "aaa", "packages": {"trl": "1"}})
-    write_env(tmp_path, {"lock_hash": "aaa", "packages": {"trl": "1"}})
+    write_env(tmp_path, EnvFingerprint(lock_hash="aaa", packages={"trl": "1"}))
+    write_env(tmp_path, EnvFingerprint(lock_hash="aaa", packages={"trl": "1"}, created_at="later"))
     with pytest.raises(BenchError, match="other package versions"):
-        write_env(tmp_path, {"lock_hash": "bbb", "packages": {"trl": "2"}})
+        write_env(tmp_path, EnvFingerprint(lock_hash="bbb", packages={"trl": "2"}))
+    with pytest.raises(BenchError, match="other package versions"):
+        write_env(tmp_path, EnvFingerprint(lock_hash="aaa", packages={"trl": "2"}))
+
+
+def test_fingerprint_round_trips_through_env_json(tmp_path):
+    env = environment_fingerprint("cpu", "tiny", "local", tmp_path / "missing.lock", None)
+    write_env(tmp_path, env)
+    assert read_env(tmp_path) == env
+    assert read_env(tmp_path / "no-run") is None
+
+
+COMMITTED_ENVS = sorted(PROJECT_ROOT.glob("results/*/*/env.json"))
+
+
+def test_there_are_committed_env_files_to_check():
+    assert COMMITTED_ENVS
+
+
+@pytest.mark.parametrize("path", COMMITTED_ENVS, ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
+def test_every_committed_env_json_loads_and_keeps_every_key(path):
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    env = read_env(path.parent)
+    assert env is not None and env.hardware_profile == path.parent.parent.name
+    assert env.hardware.cpu_count and env.packages and env.created_at
+    assert set(env.model_dump(exclude_unset=True)) == set(raw)
+
+
+def test_unknown_keys_load_and_are_written_back(tmp_path):
+    future = {"workload": "tiny", "hardware": {"cpu_count": 4, "numa_nodes": 2}, "container_runtime": "podman"}
+    (tmp_path / "env.json").write_text(json.dumps(future))
+    env = read_env(tmp_path)
+    assert env is not None and env.workload == "tiny" and env.hardware.cpu_count == 4
+    assert json.loads(env.model_dump_json(exclude_unset=True)) == future
+
+
+def test_a_malformed_env_json_is_one_line_naming_file_and_key(tmp_path):
+    (tmp_path / "env.json").write_text('{"hardware": {"cpu_count": "many"}}')
+    with pytest.raises(BenchError, match=r"env.json: not a valid environment fingerprint \(hardware.cpu_count: "):
+        read_env(tmp_path)
+    (tmp_path / "env.json").write_text("{not json")
+    with pytest.raises(BenchError, match=r"env\.json: not a valid environment fingerprint \(top level: Invalid JSON"):
+        read_env(tmp_path)
+
+
+def test_environment_labels():
+    local = EnvFingerprint(packages={"torch": "2.13.0", "deepspeed": None})
+    assert (local.image_label, local.versions) == ("none (local venv)", "torch 2.13.0")
+    assert EnvFingerprint(image="sha256:abc").image_label == "sha256:abc"
+    assert EnvFingerprint().versions == "unknown"
+    assert EnvFingerprint().hardware.summary == "unknown CPU, ? cores, no GPU"
+
+
+def test_merged_replaces_keys_and_validates():
+    env = EnvFingerprint(python="3.11.7", packages={"trl": "1"})
+    inside = env.merged({"python": "3.11.2", "packages": {"trl": "2"}, "image_tag": "dpo-bench/cpu:1"})
+    assert (inside.python, inside.packages, inside.image_tag) == ("3.11.2", {"trl": "2"}, "dpo-bench/cpu:1")
+    with pytest.raises(ValueError):
+        env.merged({"packages": "trl 2"})
 
 
 def test_disk_full_is_one_clear_error(tmp_path):

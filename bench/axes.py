@@ -1,0 +1,39 @@
+"""The matrix axes: the ids used everywhere (cell ids, YAML, results, tables)."""
+
+from enum import StrEnum
+
+
+class Init(StrEnum):
+    TWO_MODELS = "two_models"
+    ONE_ADAPTER = "one_adapter"
+    TWO_ADAPTERS = "two_adapters"
+
+
+class Quant(StrEnum):
+    NONE = "none"
+    INT8 = "int8"
+    NF4 = "nf4"
+
+
+class Backend(StrEnum):
+    SINGLE = "single"
+    DDP = "ddp"
+    DEVICE_MAP = "device_map"
+    FSDP = "fsdp"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    ZERO3_OFFLOAD = "zero3_offload"
+
+
+class Launcher(StrEnum):
+    PYTHON = "python"
+    TORCHRUN = "torchrun"
+    ACCELERATE = "accelerate"
+    DEEPSPEED = "deepspeed"
+    MPIRUN = "mpirun"
+
+
+class Option(StrEnum):
+    PRECOMPUTE_REF = "precompute_ref"
+    NO_GRADIENT_CHECKPOINTING = "no_gc"
+    LIGER = "liger"

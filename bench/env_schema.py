@@ -1,0 +1,69 @@
+"""The environment fingerprint of a run (env.json): what it ran on and with which software.
+
+Every field is optional and unknown keys are kept, so env.json files written before or after this schema load.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LOCAL_VENV = "none (local venv)"
+
+
+class Open(BaseModel):
+    """Unknown keys are kept (and written back), not rejected."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Gpu(Open):
+    name: str = "?"
+    memory_bytes: int | None = None
+
+
+class HostHardware(Open):
+    machine: str | None = None
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    memory_bytes: int | None = None
+    cuda_available: bool | None = None
+    cuda: str | None = None
+    gpus: list[Gpu] = []
+
+    @property
+    def summary(self) -> str:
+        """`AMD EPYC, 2 cores, no GPU`."""
+        cpu = self.cpu_model or self.machine or "unknown CPU"
+        cores = "?" if self.cpu_count is None else self.cpu_count
+        gpus = ", ".join(g.name for g in self.gpus) or "no GPU"
+        return f"{cpu}, {cores} cores, {gpus}"
+
+
+class EnvFingerprint(Open):
+    created_at: str | None = None
+    hardware_profile: str | None = None
+    workload: str | None = None
+    executor: str | None = None
+    image: str | None = None
+    """Image id the cells ran in (docker executor); None for the local venv."""
+    image_tag: str | None = None
+    hardware: HostHardware = Field(default_factory=HostHardware)
+    platform: str | None = None
+    python: str | None = None
+    packages: dict[str, str | None] = {}
+    """Versions the cells ran with (read inside the image for docker runs); None when not installed."""
+    lock_file: str | None = None
+    lock_hash: str | None = None
+    git_sha: str | None = None
+    command: str | None = None
+
+    @property
+    def image_label(self) -> str:
+        return self.image or LOCAL_VENV
+
+    @property
+    def versions(self) -> str:
+        """`torch 2.13.0+cpu, trl 1.16.0`: installed packages only."""
+        return ", ".join(f"{name} {version}" for name, version in self.packages.items() if version) or "unknown"
+
+    def merged(self, update: dict) -> "EnvFingerprint":
+        """This fingerprint with `update`'s keys replacing its own, validated."""
+        return EnvFingerprint.model_validate(self.model_dump() | update)

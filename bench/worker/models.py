@@ -1,0 +1,89 @@
+"""The model(s) one cell trains, per init mode: causal LM loading, quantization, placement and LoRA (TRL 1.16).
+
+Shared by every trainer path (TRL, Gaudi) and the plain-TRL baseline (bench/plain_dpo.py).
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.axes import Init, Quant
+from bench.backends import backend_spec
+from bench.worker.spec import WorkerSpec
+from bench.worker.trainer_args import gradient_checkpointing
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Built:
+    """What the trainer is given: the policy, a separate reference model or None, a LoRA config or None."""
+
+    model: Any
+    ref_model: Any
+    peft_config: Any
+
+
+def quantization_config(quant: Quant, compute_dtype: torch.dtype) -> Any:
+    from transformers import BitsAndBytesConfig
+
+    if quant == Quant.INT8:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if quant == Quant.NF4:
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype)
+    return None
+
+
+def device_map(spec: WorkerSpec) -> Any:
+    """None lets accelerate place the model; quantized cells and backends that split layers are placed at load."""
+    if backend_spec(spec.cell.backend).splits_layers:
+        return "balanced"
+    if spec.profile.device == "cpu":
+        return None
+    if spec.cell.quant != Quant.NONE:
+        from accelerate import PartialState
+
+        return {"": PartialState().local_process_index}
+    return None
+
+
+def load_causal_lm(spec: WorkerSpec) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    dtype = DTYPES[spec.profile.precision]
+    return AutoModelForCausalLM.from_pretrained(
+        spec.assets.model,
+        dtype=dtype,
+        quantization_config=quantization_config(spec.cell.quant, dtype),
+        device_map=device_map(spec),
+        trust_remote_code=False,
+    )
+
+
+def lora_config(spec: WorkerSpec) -> Any:
+    from peft import LoraConfig
+
+    lora = spec.workload.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+def build_models(spec: WorkerSpec) -> Built:
+    model = load_causal_lm(spec)
+    init = spec.cell.init
+    if init == Init.TWO_MODELS:
+        return Built(model=model, ref_model=load_causal_lm(spec), peft_config=None)
+    if init == Init.ONE_ADAPTER:
+        return Built(model=model, ref_model=None, peft_config=lora_config(spec))
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    if spec.cell.quant != Quant.NONE:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing(spec))
+    # Adapter `default` is trained; TRL adds a frozen copy named `ref` and uses it as the reference.
+    return Built(model=get_peft_model(model, lora_config(spec)), ref_model=None, peft_config=None)

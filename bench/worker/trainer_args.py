@@ -1,0 +1,37 @@
+"""A cell's trainer arguments: the fields of TRL's DPOConfig, stated once for every path that trains a cell (the TRL
+worker, the Gaudi worker, which adds its own switches, and the plain-TRL baseline bench/plain_dpo.py). Pure."""
+
+from typing import Any
+
+from bench.axes import Option
+from bench.worker.spec import WorkerSpec
+
+
+def gradient_checkpointing(spec: WorkerSpec) -> bool:
+    return spec.workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in spec.cell.options
+
+
+def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """Keyword arguments of DPOConfig for this cell."""
+    train = spec.workload.train
+    return {
+        "output_dir": str(spec.out_dir) + "/trainer",
+        "max_steps": train.steps,
+        "per_device_train_batch_size": train.per_device_train_batch_size,
+        "learning_rate": train.learning_rate,
+        "beta": train.beta,
+        "max_length": train.max_length,
+        "seed": train.seed,
+        "gradient_checkpointing": gradient_checkpointing(spec),
+        "precompute_ref_log_probs": Option.PRECOMPUTE_REF in spec.cell.options,
+        "use_liger_kernel": Option.LIGER in spec.cell.options,
+        "bf16": spec.profile.precision == "bf16",
+        "fp16": spec.profile.precision == "fp16",
+        "use_cpu": spec.profile.device == "cpu",
+        "deepspeed": spec.deepspeed_config,
+        "logging_steps": train.steps,
+        "save_strategy": "no",
+        "report_to": "none",
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }

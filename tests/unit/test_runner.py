@@ -1,0 +1,90 @@
+"""A cell runs as plan -> write files -> execute -> record; a fake executor stands in for the launcher."""
+
+import io
+import sys
+from pathlib import Path
+
+from bench.assets import PreparedAssets
+from bench.engagement import Engagement
+from bench.executors import Outcome
+from bench.launch import LaunchPlan
+from bench.profiles import load_workload
+from bench.rank_report import RankReport
+from bench.results import load_results
+from bench.results_schema import Status
+from bench.runner import RunContext, execute, plan_cells
+from bench.scenario import Cell
+from bench.worker.spec import WorkerSpec
+
+DDP = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+
+
+class FakeExecutor:
+    """Writes what the planned ranks would report, from the spec file the plan names."""
+
+    name, image, python = "fake", None, sys.executable
+
+    def __init__(self, engagement: Engagement, exit_code: int = 0, error: str | None = None) -> None:
+        self.engagement, self.exit_code, self.error = engagement, exit_code, error
+        self.plans: list[LaunchPlan] = []
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        self.plans.append(plan)
+        spec = WorkerSpec.read(plan.argv[-1])  # written before the launch
+        steps = spec.workload.train.steps
+        for rank in range(2):
+            RankReport(
+                rank=rank,
+                pid=100 + rank,
+                hostname="h",
+                step_ends=[float(s) for s in range(steps)],
+                tokens=[100 * s for s in range(steps)],
+                train_peak_bytes=2**20,
+                engagement=self.engagement,
+                error=self.error if rank == 1 else None,
+            ).write(spec.rank_file(rank))
+        log_path.write_text("fake launch\n")
+        return Outcome(exit_code=self.exit_code, timed_out=False, wall_s=1.5, log_tail="fake launch")
+
+
+def context(tmp_path: Path, cpu_profile, executor) -> RunContext:
+    assets = PreparedAssets(model="no-such-model", tokenizer="t", dataset="d")
+    return RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets, executor)
+
+
+def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
+    ddp_ran = Engagement(
+        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+    )
+    executor = FakeExecutor(ddp_ran)
+    (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
+    assert record.status == Status.OK and record.executor == "fake" and record.world_size == 2
+    assert record.metrics is not None and record.metrics.tokens_per_s == 100.0
+    assert record.config_files == [f"configs/{DDP.id}/spec.json"]
+    assert (tmp_path / record.config_files[0]).is_file()
+    assert load_results(tmp_path).records == [record]
+    assert executor.plans[0].argv[0].endswith("torchrun")
+
+
+def test_what_ran_decides_the_status(tmp_path, cpu_profile):
+    one_process = Engagement(world_size=1, distributed_type="NO", wrapper="PeftModelForCausalLM", adapters=["default"])
+    (record,) = execute(context(tmp_path, cpu_profile, FakeExecutor(one_process)), [DDP], out=io.StringIO())
+    assert record.status == Status.SILENT_FALLBACK and "world size 1, expected 2" in record.message
+
+
+def test_a_failing_rank_is_classified(tmp_path, cpu_profile):
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    executor = FakeExecutor(ran, exit_code=1, error="ValueError: bad config value")
+    (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
+    assert (record.status, record.error_class, record.message) == (
+        Status.ERROR,
+        "config",
+        "ValueError: bad config value",
+    )
+
+
+def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
+    device_map = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
+    plans = plan_cells([DDP, device_map], cpu_profile, untested="no stack")
+    assert [p.not_run[0] for p in plans] == [Status.UNTESTED, Status.NOT_APPLICABLE]
+    assert [p.not_run for p in plan_cells([DDP], cpu_profile)] == [None]
