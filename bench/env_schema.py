@@ -53,6 +53,14 @@ class EnvFingerprint(Open):
     lock_file: str | None = None
     lock_hash: str | None = None
     git_sha: str | None = None
+    git_dirty: bool | None = None
+    """True when the code that ran had uncommitted changes on top of git_sha (None: not recorded)."""
+
+    @property
+    def git_label(self) -> str:
+        """`2c709b0…` with ` + uncommitted changes` when the tree was dirty."""
+        return (self.git_sha or "unknown") + (" + uncommitted changes" if self.git_dirty else "")
+
     command: str | None = None
 
     @property

@@ -92,12 +92,26 @@ def lock_file_hash(lock: Path) -> str | None:
     return hashlib.sha256(lock.read_bytes()).hexdigest()[:16] if lock.is_file() else None
 
 
-def git_sha() -> str | None:
+CODE_PATHS = ("bench", "scenarios", "docker", "pyproject.toml", "Makefile")
+"""What a cell's behaviour depends on in the checkout; results/ and docs do not count."""
+
+
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_sha() -> str | None:
+    return (_git("rev-parse", "HEAD") or "").strip() or None
+
+
+def git_dirty() -> bool | None:
+    """Whether the code that runs differs from `git_sha` (changed or new files under CODE_PATHS); None outside git."""
+    status = _git("status", "--porcelain", "--", *CODE_PATHS)
+    return None if status is None else bool(status.strip())
 
 
 def cpu_model() -> str | None:
@@ -159,6 +173,7 @@ def environment_fingerprint(
         lock_file=_project_relative(lock) if lock else None,
         lock_hash=lock_file_hash(lock) if lock else None,
         git_sha=git_sha(),
+        git_dirty=git_dirty(),
         command=redact(" ".join(sys.argv)),
     )
 

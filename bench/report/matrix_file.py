@@ -11,7 +11,7 @@ def context_lines(run_name: str, env: EnvFingerprint) -> list[str]:
     """What MATRIX.md says above the table: the run, its environment, where the raw data is."""
     return [
         f"Run `{run_name}` · workload `{env.workload}` · measured {env.created_at} "
-        f"· executor {env.executor} · image {env.image_label} · git {env.git_sha}",
+        f"· executor {env.executor} · image {env.image_label} · git {env.git_label}",
         "",
         f"Machine: {env.hardware.summary}. Versions: {env.versions}.",
         "",

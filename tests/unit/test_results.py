@@ -178,3 +178,26 @@ except BenchError as exc:
     assert "could not append the result of c" in done.stdout, done.stderr
     loaded = load_results(tmp_path)
     assert [r.cell_id for r in loaded.records] == ["a", "b"] and loaded.problems == []
+
+
+def test_git_dirty_counts_code_changes_only(tmp_path, monkeypatch):
+    import subprocess
+
+    from bench import results
+
+    monkeypatch.setattr(results, "PROJECT_ROOT", tmp_path)
+    assert results.git_dirty() is None  # not a git checkout
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=tmp_path, check=True)
+    assert results.git_dirty() is False
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.jsonl").write_text("{}\n")
+    assert results.git_dirty() is False  # results are not code
+    (tmp_path / "bench" / "new.py").write_text("y = 2\n")
+    assert results.git_dirty() is True
+    env = EnvFingerprint(git_sha="abc", git_dirty=True)
+    assert env.git_label == "abc + uncommitted changes" and EnvFingerprint(git_sha="abc").git_label == "abc"
