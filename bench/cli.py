@@ -206,7 +206,12 @@ def parser() -> argparse.ArgumentParser:
         "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
     )
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
-    p.add_argument("--repeats", type=_positive, default=1, help="trials per cell (compare uses medians and spread)")
+    p.add_argument(
+        "--repeats",
+        type=_positive,
+        default=1,
+        help="trials per cell; compare gives throughput/memory verdicts from 4 trials per side on",
+    )
     p.add_argument(
         "--emulate",
         action="store_true",

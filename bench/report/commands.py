@@ -51,7 +51,15 @@ def _cell_ids(scenarios: Path) -> list[str]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.report.compare import compare, failing_kinds, load_run, parse_fail_on, to_json, to_markdown
+    from bench.report.compare import (
+        compare,
+        failing_kinds,
+        ignored_fail_on,
+        load_run,
+        parse_fail_on,
+        to_json,
+        to_markdown,
+    )
 
     fail_on = parse_fail_on(args.fail_on)
     scenarios = Path(args.scenarios)
@@ -61,6 +69,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _write_or_print(to_markdown(result, fail_on), args.output)
     if args.json:
         _write_or_print(redact(json.dumps(to_json(result, fail_on), indent=2)) + "\n", args.json)
+    for line in ignored_fail_on(result, fail_on):
+        print(line, file=sys.stderr)
     failed = failing_kinds(result, fail_on)
     if failed:
         print(f"compare: regressions in {', '.join(failed)} (--fail-on {args.fail_on})", file=sys.stderr)
@@ -97,7 +107,10 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("base", metavar="BASE")
     p.add_argument("head", metavar="HEAD")
     p.add_argument(
-        "--threshold", type=_threshold, default=0.05, help="flag metric changes above this percent (default 5)"
+        "--threshold",
+        type=_threshold,
+        default=0.05,
+        help="flag metric changes above this percent that a rank test over >= 4 trials per side backs (default 5)",
     )
     p.add_argument(
         "--fail-on",

@@ -12,6 +12,7 @@ from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
 from bench.report.cells import known_issue_markdown
 from bench.report.summary import CellSummary, summarize
+from bench.report.verdict import ALPHA, MIN_TRIALS, Verdict, decide, no_verdict_label
 from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord, Status
 from bench.secrets import redact
@@ -37,8 +38,10 @@ class MetricDelta:
     spread: float
     """The larger max-min range of the trials on either side, relative to the base median."""
     trials: tuple[int, int]
-    verdict: str
-    """regression, improvement, within_noise or unchanged."""
+    verdict: Verdict
+    """regression or improvement only with evidence (see bench/report/verdict.py); no_verdict below MIN_TRIALS."""
+    p_value: float | None
+    """Two-sided Mann–Whitney U p-value; None for no_verdict."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,11 @@ class Comparison:
         """Cells with a regression of `kind` (status, throughput or memory)."""
         if kind == "status":
             return [c for c in self.cells if c.status_change == "regression"]
-        return [c for c in self.cells if (d := getattr(c, kind)) is not None and d.verdict == "regression"]
+        return [c for c in self.cells if (d := getattr(c, kind)) is not None and d.verdict == Verdict.REGRESSION]
+
+    def untested(self, kind: str) -> list[CellDiff]:
+        """Cells whose `kind` (throughput or memory) change has no verdict: too few trials on a side."""
+        return [c for c in self.cells if (d := getattr(c, kind)) is not None and d.verdict == Verdict.NO_VERDICT]
 
 
 def load_run(path: Path) -> Run:
@@ -81,21 +88,14 @@ def load_run(path: Path) -> Run:
 
 
 def metric_delta(base: list[float], head: list[float], threshold: float, bigger_is_better: bool) -> MetricDelta | None:
-    """Medians compared; flagged only when the change exceeds both the threshold and the measured spread."""
-    if not base or not head:
+    """Medians compared; the verdict comes from `decide` (a rank test plus the threshold)."""
+    if not base or not head or statistics.median(base) == 0:
         return None
-    b, h = statistics.median(base), statistics.median(head)
-    if b == 0:
-        return None
-    change = (h - b) / b
+    decision = decide(base, head, threshold, bigger_is_better)
+    b = statistics.median(base)
     spread = max(max(base) - min(base), max(head) - min(head)) / abs(b)
-    if abs(change) <= threshold:
-        verdict = "unchanged"
-    elif abs(change) <= spread:
-        verdict = "within_noise"
-    else:
-        verdict = "improvement" if (change > 0) == bigger_is_better else "regression"
-    return MetricDelta(b, h, change, spread, (len(base), len(head)), verdict)
+    trials = (len(base), len(head))
+    return MetricDelta(b, statistics.median(head), decision.change, spread, trials, decision.verdict, decision.p_value)
 
 
 def status_change(base: CellSummary | None, head: CellSummary | None) -> str | None:
@@ -167,6 +167,18 @@ def failing_kinds(comparison: Comparison, kinds: Iterable[str]) -> list[str]:
     return [k for k in kinds if comparison.of_kind(k)]
 
 
+def ignored_fail_on(comparison: Comparison, kinds: Iterable[str]) -> list[str]:
+    """One line per metric kind in `kinds` that --fail-on cannot judge on some cells, saying why."""
+    lines = []
+    for kind in kinds:
+        if kind != "status" and (untested := comparison.untested(kind)):
+            lines.append(
+                f"compare: --fail-on {kind} ignored for {len(untested)} cells with fewer than {MIN_TRIALS} trials "
+                f"per side; rerun with --repeats {MIN_TRIALS}"
+            )
+    return lines
+
+
 def to_json(comparison: Comparison, fail_on: Iterable[str] = ()) -> dict:
     return {
         "base": comparison.base,
@@ -189,7 +201,8 @@ STATUS_LABEL = {
     "new": "🆕 new",
     "removed": "➖ removed",
 }
-VERDICT_LABEL = {"regression": "🔴 regression", "improvement": "🟢 better", "within_noise": "≈ noise", "unchanged": "="}
+FLAGGED = (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+VERDICT_LABEL = {Verdict.REGRESSION: "🔴 regression", Verdict.IMPROVEMENT: "🟢 better", Verdict.NO_CHANGE: "no change"}
 
 
 def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
@@ -208,9 +221,10 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
     lines += _metric_section(c, "throughput", "Throughput (tokens/s, higher is better)", _tokens)
     lines += _metric_section(c, "memory", "Peak training memory (lower is better)", _mib)
     lines += [
-        f"<sub>Medians over trials. A metric change is flagged only when it exceeds both the threshold "
-        f"({c.threshold:.0%}) and the spread (max − min of the trials on either side, relative to the base "
-        f"median); single-trial cells have no spread estimate. Status: ok → anything else is a regression.</sub>",
+        f"<sub>Medians over trials. A metric change is flagged only when a two-sided Mann–Whitney U test on the "
+        f"trials rejects equal distributions (p ≤ {ALPHA}) and the medians differ by more than the threshold "
+        f"({c.threshold:.0%}); a cell with fewer than {MIN_TRIALS} trials on a side gets no verdict. "
+        f"Status: ok → anything else is a regression.</sub>",
     ]
     return redact("\n".join(lines) + "\n")
 
@@ -220,9 +234,12 @@ def _summary_line(c: Comparison, fail_on: Iterable[str]) -> str:
     parts = [f"{n} {kind}" for kind, n in counts.items() if n]
     for kind in ("throughput", "memory"):
         deltas = [d for cell in c.cells if (d := getattr(cell, kind)) is not None]
-        worse = sum(d.verdict == "regression" for d in deltas)
-        better = sum(d.verdict == "improvement" for d in deltas)
-        parts.append(f"{kind}: {worse} worse, {better} better of {len(deltas)}")
+        tested = [d for d in deltas if d.verdict != Verdict.NO_VERDICT]
+        worse = sum(d.verdict == Verdict.REGRESSION for d in tested)
+        better = sum(d.verdict == Verdict.IMPROVEMENT for d in tested)
+        missing = len(deltas) - len(tested)
+        untested = f", {missing} without verdict (< {MIN_TRIALS} trials)" if missing else ""
+        parts.append(f"{kind}: {worse} worse, {better} better of {len(tested)} tested{untested}")
     failed = failing_kinds(c, fail_on)
     verdict = f"**❌ fails on {', '.join(failed)}**" if failed else "**✅ no blocking regression**"
     status = "status: " + (", ".join(parts[:-2]) if parts[:-2] else "no change")
@@ -254,24 +271,37 @@ def _known_issue(d: CellDiff) -> str:
 
 def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str]) -> list[str]:
     rows = [(d.cell_id, m) for d in c.cells if (m := getattr(d, kind)) is not None]
-    flagged = [(cell, m) for cell, m in rows if m.verdict in ("regression", "improvement")]
+    flagged = [(cell, m) for cell, m in rows if m.verdict in FLAGGED]
     lines = [f"### {title}", ""]
     if not rows:
         return [*lines, "No cell is ok on both sides.", ""]
-    header = ["| cell | base | head | change | spread | trials | verdict |", "|---|---:|---:|---:|---:|---:|---|"]
+    header = [
+        "| cell | base | head | change | spread | trials | p | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     table = [
         f"| `{cell}` | {fmt(m.base)} | {fmt(m.head)} | {m.change:+.1%} | {_spread(m)} | "
-        f"{m.trials[0]}/{m.trials[1]} | {VERDICT_LABEL[m.verdict]} |"
+        f"{m.trials[0]}/{m.trials[1]} | {_p(m)} | {_verdict(m)} |"
         for cell, m in rows
     ]
-    flagged_table = [row for row, (_, m) in zip(table, rows, strict=True) if m.verdict in ("regression", "improvement")]
-    lines += [*header, *flagged_table] if flagged else ["No change beyond the threshold and the noise."]
+    flagged_table = [row for row, (_, m) in zip(table, rows, strict=True) if m.verdict in FLAGGED]
+    lines += [*header, *flagged_table] if flagged else ["No change beyond the threshold with evidence."]
     lines += ["", f"<details><summary>All {len(rows)} cells</summary>", "", *header, *table, "", "</details>", ""]
     return lines
 
 
 def _spread(delta: MetricDelta) -> str:
     return "—" if delta.trials == (1, 1) else f"{delta.spread:.1%}"
+
+
+def _p(delta: MetricDelta) -> str:
+    return "—" if delta.p_value is None else f"{delta.p_value:.3f}"
+
+
+def _verdict(delta: MetricDelta) -> str:
+    if delta.verdict == Verdict.NO_VERDICT:
+        return no_verdict_label(min(delta.trials))
+    return VERDICT_LABEL[delta.verdict]
 
 
 def _status(summary: CellSummary | None) -> str:

@@ -23,6 +23,7 @@ from bench.report.compare import (
 )
 from bench.report.export import gab_entries
 from bench.report.summary import summarize
+from bench.report.verdict import Verdict
 from bench.results import append_result
 from bench.results_schema import ErrorClass, Metrics, ResultRecord, Status
 
@@ -158,44 +159,61 @@ def test_a_rerun_line_replaces_the_older_line_of_the_same_trial():
 
 
 def test_ten_percent_inside_a_twenty_percent_spread_is_not_flagged():
-    delta = metric_delta([900, 1000, 1100], [1100, 1100, 1100], threshold=0.05, bigger_is_better=True)
+    delta = metric_delta([900, 950, 1000, 1050, 1100], [1000, 1050, 1100, 1150, 1200], 0.05, bigger_is_better=True)
     assert delta is not None
     assert delta.change == pytest.approx(0.10) and delta.spread == pytest.approx(0.20)
-    assert delta.verdict == "within_noise"
+    assert delta.verdict == Verdict.NO_CHANGE and delta.p_value == pytest.approx(0.127, abs=0.001)
 
 
 def test_ten_percent_with_a_tight_spread_is_flagged():
-    slower = metric_delta([995, 1000, 1005], [895, 900, 905], threshold=0.05, bigger_is_better=True)
-    faster = metric_delta([995, 1000, 1005], [1095, 1100, 1105], threshold=0.05, bigger_is_better=True)
-    assert slower is not None and slower.verdict == "regression" and slower.change == pytest.approx(-0.10)
-    assert faster is not None and faster.verdict == "improvement"
+    base = [995, 1000, 1005, 1002]
+    slower = metric_delta(base, [v * 0.9 for v in base], threshold=0.05, bigger_is_better=True)
+    faster = metric_delta(base, [v * 1.1 for v in base], threshold=0.05, bigger_is_better=True)
+    assert slower is not None and slower.verdict == Verdict.REGRESSION and slower.change == pytest.approx(-0.10)
+    assert faster is not None and faster.verdict == Verdict.IMPROVEMENT
 
 
-def test_changes_below_the_threshold_are_unchanged_even_without_noise():
-    small = metric_delta([1000], [970], threshold=0.05, bigger_is_better=True)
-    assert small is not None and small.verdict == "unchanged"
-    tighter = metric_delta([1000], [970], threshold=0.02, bigger_is_better=True)
-    assert tighter is not None and tighter.verdict == "regression"
+def test_changes_below_the_threshold_are_no_change_even_without_noise():
+    base, head = [1000, 1001, 999, 1000], [970, 971, 969, 970]
+    small = metric_delta(base, head, threshold=0.05, bigger_is_better=True)
+    assert small is not None and small.verdict == Verdict.NO_CHANGE
+    tighter = metric_delta(base, head, threshold=0.02, bigger_is_better=True)
+    assert tighter is not None and tighter.verdict == Verdict.REGRESSION
 
 
 def test_memory_growth_is_a_regression_and_shrinking_an_improvement():
-    grew = metric_delta([500.0], [600.0], threshold=0.05, bigger_is_better=False)
-    shrank = metric_delta([500.0], [400.0], threshold=0.05, bigger_is_better=False)
-    assert grew is not None and grew.verdict == "regression"
-    assert shrank is not None and shrank.verdict == "improvement"
+    grew = metric_delta([500.0] * 4, [600.0] * 4, threshold=0.05, bigger_is_better=False)
+    shrank = metric_delta([500.0] * 4, [400.0] * 4, threshold=0.05, bigger_is_better=False)
+    assert grew is not None and grew.verdict == Verdict.REGRESSION
+    assert shrank is not None and shrank.verdict == Verdict.IMPROVEMENT
+
+
+def test_single_trials_get_no_verdict_whatever_the_change():
+    delta = metric_delta([1000.0], [500.0], threshold=0.05, bigger_is_better=True)
+    assert delta is not None and delta.verdict == Verdict.NO_VERDICT and delta.change == pytest.approx(-0.5)
+    base, head = trials("one_adapter-none-ddp", [1000, 1010]), trials("one_adapter-none-ddp", [500, 505, 510, 515])
+    result = compare(run(base), run(head))
+    assert result.of_kind("throughput") == [] and [c.cell_id for c in result.untested("throughput")] == [
+        "one_adapter-none-ddp"
+    ]
+    text = to_markdown(result)
+    assert "| `one_adapter-none-ddp` | 1,005 | 508 | -49.5% | 1.5% | 2/4 | — | no verdict (2 trials) |" in text
+    assert "🔴" not in text
+    assert "throughput: 0 worse, 0 better of 0 tested, 1 without verdict (< 4 trials)" in text
 
 
 def test_compare_uses_medians_of_trials_per_cell():
-    base = trials("one_adapter-none-single", [995, 1000, 1005], peak_mib=500)
-    head = trials("one_adapter-none-single", [850, 860, 2000], peak_mib=500)
+    base = trials("one_adapter-none-single", [990, 995, 1005, 1010], peak_mib=500)
+    head = trials("one_adapter-none-single", [850, 855, 865, 2000], peak_mib=500)
     result = compare(run(base), run(head))
     cell = result.cells[0]
     assert cell.throughput is not None
-    assert (cell.throughput.base, cell.throughput.head, cell.throughput.trials) == (1000, 860, (3, 3))
-    # the outlier trial widens the head's range to 115% of the base: the drop is within that noise
-    assert cell.throughput.verdict == "within_noise"
-    assert cell.memory is not None and cell.memory.verdict == "unchanged"
-    assert "| `one_adapter-none-single` | 1,000 | 860 | -14.0% | 115.0% | 3/3 | ≈ noise |" in to_markdown(result)
+    assert (cell.throughput.base, cell.throughput.head, cell.throughput.trials) == (1000, 860, (4, 4))
+    # the outlier trial is the fastest of all: the ranks do not show a consistent drop
+    assert cell.throughput.verdict == Verdict.NO_CHANGE
+    assert cell.memory is not None and cell.memory.verdict == Verdict.NO_CHANGE
+    row = "| `one_adapter-none-single` | 1,000 | 860 | -14.0% | 115.0% | 4/4 | 0.343 | no change |"
+    assert row in to_markdown(result)
 
 
 # ---------------------------------------------------------------- comparability and report
@@ -239,7 +257,8 @@ def test_markdown_warns_when_not_comparable_and_still_reports():
     assert "**These runs are not comparable**" in text
     assert "package torch: 2.13.0+cpu → 2.14.0" in text
     assert "| `one_adapter-none-single` | 🔴 regression | ok | error | boom |" in text
-    assert "| `one_adapter-none-ddp` | 1,000 | 500 | -50.0% | — | 1/1 | 🔴 regression |" in text
+    assert "| `one_adapter-none-ddp` | 1,000 | 500 | -50.0% | — | 1/1 | — | no verdict (1 trial) |" in text
+    assert "🔴" not in text[text.index("### Throughput") :]
     assert "❌ fails on status" in text
     # status changes come before metric deltas
     assert text.index("### Status changes") < text.index("### Throughput") < text.index("### Peak training memory")
@@ -277,8 +296,11 @@ def test_status_changes_show_the_known_issue_link_and_note():
 
 
 def test_json_lists_regressions_by_kind():
-    base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp", peak_mib=500)]
-    head = [rec("one_adapter-none-single", tokens=800), rec("one_adapter-none-ddp", peak_mib=700)]
+    base = [*trials("one_adapter-none-single", [1000, 1010, 990, 1005]), *trials("one_adapter-none-ddp", [1000] * 4)]
+    head = [
+        *trials("one_adapter-none-single", [800, 810, 790, 805]),
+        *trials("one_adapter-none-ddp", [1000] * 4, peak_mib=700),
+    ]
     data = to_json(compare(run(base), run(head)), ["throughput"])
     assert data["regressions"] == {
         "status": [],
@@ -294,11 +316,15 @@ def test_json_lists_regressions_by_kind():
 
 @pytest.fixture
 def runs(tmp_path: Path) -> tuple[Path, Path]:
-    base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp"), rec("one_adapter-none-zero2", peak_mib=500)]
+    base = [
+        rec("one_adapter-none-single"),
+        *trials("one_adapter-none-ddp", [1000, 1010, 990, 1005]),
+        *trials("one_adapter-none-zero2", [1000] * 4, peak_mib=500),
+    ]
     head = [
         rec("one_adapter-none-single", Status.OOM),
-        rec("one_adapter-none-ddp", tokens=700),
-        rec("one_adapter-none-zero2", peak_mib=500),
+        *trials("one_adapter-none-ddp", [700, 710, 690, 705]),
+        *trials("one_adapter-none-zero2", [1000] * 4, peak_mib=500),
     ]
     return write_run(tmp_path / "cpu" / "base", base), write_run(tmp_path / "cpu" / "head", head)
 
@@ -315,10 +341,26 @@ def test_fail_on_sets_the_exit_code(runs, fail_on, code, capsys):
 
 
 def test_memory_regression_fails_only_when_asked(tmp_path):
-    base = write_run(tmp_path / "b", [rec("one_adapter-none-single", peak_mib=500)])
-    head = write_run(tmp_path / "h", [rec("one_adapter-none-single", peak_mib=600)])
+    base = write_run(tmp_path / "b", trials("one_adapter-none-single", [1000] * 4, peak_mib=500))
+    head = write_run(tmp_path / "h", trials("one_adapter-none-single", [1000] * 4, peak_mib=600))
     assert main(["compare", str(base), str(head)]) == 0
     assert main(["compare", str(base), str(head), "--fail-on", "status,memory"]) == 1
+
+
+def test_fail_on_throughput_ignores_single_trials_and_says_why(tmp_path, capsys):
+    base = write_run(tmp_path / "b", [rec("one_adapter-none-single"), rec("one_adapter-none-ddp")])
+    head = write_run(tmp_path / "h", [rec("one_adapter-none-single", tokens=500), rec("one_adapter-none-ddp")])
+    assert main(["compare", str(base), str(head), "--fail-on", "throughput,memory"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"compare: --fail-on {kind} ignored for 2 cells with fewer than 4 trials per side; rerun with --repeats 4"
+        for kind in ("throughput", "memory")
+    ]
+    assert "no verdict (1 trial)" in captured.out and "✅ no blocking regression" in captured.out
+    # status regressions still fail, with no note about them
+    oom = write_run(tmp_path / "oom", [rec("one_adapter-none-single", Status.OOM), rec("one_adapter-none-ddp")])
+    assert main(["compare", str(base), str(oom), "--fail-on", "status"]) == 1
+    assert "ignored" not in capsys.readouterr().err
 
 
 def test_output_json_and_threshold_options(runs, tmp_path, capsys):

@@ -128,7 +128,7 @@ def test_write_matrix_writes_matrix_md_and_csv_in_matrix_order(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert out == tmp_path / "cpu" / "MATRIX.md"
     assert text.startswith("# DPO compatibility matrix — cpu\n")
-    assert "· workload `tiny` · measured None · executor None · image none (local venv) · git None" in text
+    assert "· workload `tiny` · measured None · executor None · image none (local venv) · git unknown" in text
     assert "Machine: AMD EPYC, ? cores, no GPU. Versions: trl 1.16.0." in text
     assert "`python -m bench matrix --hw cpu`" in text and "gone" not in text
     assert "| one_adapter · none | ✅ 1,000 tok/s · 0 MiB | ✅ 1,000 tok/s · 0 MiB |" in text
