@@ -85,12 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     selected = {c.id for c in cells}
-    trials = [r for r in load_results(run_dir).records if r.cell_id in selected]
+    recorded = load_results(run_dir)
+    trials = [r for r in recorded.records if r.cell_id in selected]
     print()
     print(render(trials, f"{profile.name} · run {run_id}", []))  # every trial, folded as in MATRIX.md
     print(f"summary: {summary(records)}")
     ids = [c.id for c in all_cells]
-    if run_is_complete(load_results(run_dir).latest_by_cell(), ids):
+    if run_is_complete(recorded.latest_by_cell(), ids):
         print(f"matrix written to {write_matrix(run_dir, ids)}")
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")

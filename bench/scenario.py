@@ -49,7 +49,7 @@ class Cell(Strict):
 
     @property
     def is_variant(self) -> bool:
-        return self.id != self.base_id
+        return is_variant_id(self.id, self.init, self.quant, self.backend)
 
     @property
     def uses_adapters(self) -> bool:

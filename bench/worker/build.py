@@ -14,7 +14,7 @@ def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     if spec.profile.device == "hpu":
         return build_gaudi_trainer(spec, callbacks)
     # --emulate: cap this process's CUDA memory at the profile's before anything is allocated
-    apply_memory_cap(all_devices=backend_spec(spec.cell.backend).splits_layers)
+    apply_memory_cap(all_devices=backend_spec(spec.cell.backend).splits_layers, launcher=spec.cell.launcher)
     return trl_trainer(spec, callbacks)
 
 

@@ -8,18 +8,10 @@ that much more optimistic than the real smaller card.
 
 import os
 
-from bench.backends import LAUNCHERS
+from bench.axes import Launcher
+from bench.backends import rank_from_env
 
 MEMORY_FRACTION_ENV = "BENCH_EMULATE_MEMORY_FRACTION"
-LOCAL_RANK_ENV = tuple(dict.fromkeys(s.rank_env[1] for s in LAUNCHERS.values() if s.rank_env))
-"""Every launcher's local-rank variable (bench/backends.py), in launcher order."""
-
-
-def local_rank(environ: dict[str, str] | os._Environ = os.environ) -> int:
-    for name in LOCAL_RANK_ENV:
-        if name in environ:
-            return int(environ[name])
-    return 0
 
 
 def fraction_from_env(environ: dict[str, str] | os._Environ = os.environ) -> float | None:
@@ -32,11 +24,14 @@ def fraction_from_env(environ: dict[str, str] | os._Environ = os.environ) -> flo
     return fraction
 
 
-def apply_memory_cap(all_devices: bool, cuda: object = None, environ: dict[str, str] | None = None) -> float | None:
-    """Cap the devices this process uses: its local rank's, or every visible one (device_map). Touching
-    another rank's device would create a CUDA context there, so only this process's devices are capped.
-    Returns the fraction applied, None when not emulating or without CUDA."""
-    fraction = fraction_from_env(os.environ if environ is None else environ)
+def apply_memory_cap(
+    all_devices: bool, launcher: Launcher, cuda: object = None, environ: dict[str, str] | None = None
+) -> float | None:
+    """Cap the devices this process uses: its local rank's (as `launcher` tells it), or every visible one
+    (device_map). Touching another rank's device would create a CUDA context there, so only this process's
+    devices are capped. Returns the fraction applied, None when not emulating or without CUDA."""
+    environ = dict(os.environ) if environ is None else environ
+    fraction = fraction_from_env(environ)
     if fraction is None:
         return None
     if cuda is None:
@@ -45,8 +40,7 @@ def apply_memory_cap(all_devices: bool, cuda: object = None, environ: dict[str, 
         cuda = torch.cuda
     if not cuda.is_available():
         return None
-    rank_device = local_rank(os.environ if environ is None else environ)
-    devices = range(cuda.device_count()) if all_devices else [rank_device]
+    devices = range(cuda.device_count()) if all_devices else [rank_from_env(launcher, environ)[1]]
     for index in devices:
         cuda.set_per_process_memory_fraction(fraction, index)
     return fraction

@@ -116,16 +116,20 @@ class FakeCuda:
 def test_worker_caps_only_its_own_device():
     cuda = FakeCuda(2)
     env = {emulate.MEMORY_FRACTION_ENV: "0.3", "LOCAL_RANK": "1"}
-    assert emulate.apply_memory_cap(all_devices=False, cuda=cuda, environ=env) == 0.3
+    assert emulate.apply_memory_cap(all_devices=False, launcher="torchrun", cuda=cuda, environ=env) == 0.3
     assert cuda.caps == [(0.3, 1)]
+    mpi = FakeCuda(2)
+    mpi_env = {emulate.MEMORY_FRACTION_ENV: "0.3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "LOCAL_RANK": "0"}
+    emulate.apply_memory_cap(all_devices=False, launcher="mpirun", cuda=mpi, environ=mpi_env)
+    assert mpi.caps == [(0.3, 1)]  # the launcher's own variable, not another launcher's
     spread = FakeCuda(2)
-    emulate.apply_memory_cap(all_devices=True, cuda=spread, environ=env)
+    emulate.apply_memory_cap(all_devices=True, launcher="python", cuda=spread, environ=env)
     assert spread.caps == [(0.3, 0), (0.3, 1)]
 
 
 def test_worker_without_emulation_touches_nothing():
     cuda = FakeCuda(2)
-    assert emulate.apply_memory_cap(all_devices=True, cuda=cuda, environ={}) is None
+    assert emulate.apply_memory_cap(all_devices=True, launcher="python", cuda=cuda, environ={}) is None
     assert cuda.caps == []
     with pytest.raises(ValueError, match="must be in"):
         emulate.fraction_from_env({emulate.MEMORY_FRACTION_ENV: "1.5"})

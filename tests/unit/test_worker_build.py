@@ -136,7 +136,7 @@ def test_placement_and_memory_cap_follow_the_backend_description(monkeypatch, ba
     assert models.device_map(spec) == ("balanced" if splits else None)
 
     capped: list[bool] = []
-    monkeypatch.setattr(build, "apply_memory_cap", lambda all_devices: capped.append(all_devices))
+    monkeypatch.setattr(build, "apply_memory_cap", lambda all_devices, launcher: capped.append(all_devices))
     monkeypatch.setattr(build, "trl_trainer", lambda spec, callbacks: "trl")
     assert build.build_trainer(spec, []) == "trl"
     assert capped == [splits]
