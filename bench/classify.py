@@ -164,6 +164,7 @@ def classify(
     error_texts: list[str],
     log_tail: str,
     oom_killed: bool = False,
+    oom_detail: str | None = None,
     cell: Cell | None = None,
     versions: Mapping[str, str | None] | None = None,
     known: Sequence[KnownIssue] | None = None,
@@ -171,8 +172,8 @@ def classify(
     """Status of a cell that did not produce a clean ok, from what it left behind: every rank's error and the
     launcher's account of dead ranks are candidates, and the most causal one wins. With the cell and the installed
     package versions (env.json's `packages`), the first known issue that explains the failure is attached; `known`
-    replaces the shipped entries."""
-    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed)
+    replaces the shipped entries. `oom_detail` names the rank a kernel memory limit killed, and the limit."""
+    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed, oom_detail)
     issue = find_known_issue(
         "\n".join([*error_texts, log_tail]),
         cell,
@@ -185,12 +186,17 @@ def classify(
 
 
 def _status_of(
-    exit_code: int | None, timed_out: bool, error_texts: list[str], log_tail: str, oom_killed: bool
+    exit_code: int | None,
+    timed_out: bool,
+    error_texts: list[str],
+    log_tail: str,
+    oom_killed: bool,
+    oom_detail: str | None = None,
 ) -> Verdict:
+    if oom_killed:  # before the timeout: a peer of a killed rank may hang until the time limit
+        return Verdict(Status.OOM, None, oom_detail or "killed by the memory limit (OOMKilled)")
     if timed_out:
         return Verdict(Status.TIMEOUT, None, "cell exceeded its time limit and was killed")
-    if oom_killed:
-        return Verdict(Status.OOM, None, "killed by the memory limit (OOMKilled)")
     candidates = [_verdict_of(text) for text in error_texts]
     dead = killed_rank(log_tail)
     if dead:

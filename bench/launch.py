@@ -32,6 +32,8 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[Path, str] = field(default_factory=dict)
     """Every file the launch reads, path -> content; written by `write_files` before the launch."""
+    ranks: int = 1
+    """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
 
     @property
     def config_files(self) -> list[Path]:
@@ -139,7 +141,10 @@ def plan_launch(
     )
     env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {})
     return LaunchPlan(
-        argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)), env=env, files=files
+        argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)),
+        env=env,
+        files=files,
+        ranks=world_size(cell, profile),
     )
 
 

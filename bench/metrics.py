@@ -1,9 +1,11 @@
 """Pure aggregation of rank reports into a cell's metrics (definitions in results_schema.Metrics)."""
 
 import statistics
+from collections.abc import Sequence
+from typing import Protocol
 
 from bench.rank_report import RankReport
-from bench.results_schema import Metrics
+from bench.results_schema import Metrics, RankMemoryFigures
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -28,7 +30,71 @@ def slope(values: list[float]) -> float | None:
     return num / den
 
 
-def aggregate(reports: list[RankReport], warmup_steps: int, pairs_per_step: int) -> Metrics:
+class KernelMemory(Protocol):
+    """What the executor read from one rank's memory cgroup (bench.cgroups.RankMemory's fields)."""
+
+    rank: int
+    limit_bytes: int | None
+    peak_bytes: int | None
+    oom_kills: int
+
+
+def rank_memory(reports: Sequence[RankReport], kernel: Sequence[KernelMemory]) -> list[RankMemoryFigures]:
+    """Each rank's memory figures, from its own report (baseline, RSS peak) and the kernel's cgroup (peak, limit,
+    OOM kill); a rank the kernel killed has no report but still has its cgroup figures."""
+    by_rank = {r.rank: r for r in reports}
+    cgroup = {k.rank: k for k in kernel}
+    figures = []
+    for rank in sorted(set(by_rank) | set(cgroup)):
+        report, k = by_rank.get(rank), cgroup.get(rank)
+        rss_peaks = [v for v in (report.load_peak_bytes, report.train_peak_bytes) if v] if report else []
+        if report and report.memory_kind != "rss":
+            rss_peaks = [report.host_peak_rss_bytes] if report.host_peak_rss_bytes else []
+        figures.append(
+            RankMemoryFigures(
+                rank=rank,
+                baseline_rss_bytes=report.baseline_rss_bytes if report else None,
+                baseline_cgroup_bytes=report.baseline_cgroup_bytes if report else None,
+                peak_rss_bytes=max(rss_peaks) if rss_peaks else None,
+                kernel_peak_bytes=k.peak_bytes if k else None,
+                limit_bytes=k.limit_bytes if k else None,
+                oom_killed=bool(k and k.oom_kills > 0),
+            )
+        )
+    return figures
+
+
+def model_memory(
+    figures: Sequence[RankMemoryFigures], reports: Sequence[RankReport]
+) -> tuple[int | None, int | None, int | None]:
+    """(peak, baseline, model memory): the largest raw peak over ranks, and the baseline and peak - baseline of
+    the rank whose model memory is largest.
+
+    Peak and baseline are of one kind: the kernel's cgroup figures under a memory budget, else RSS on CPU; on
+    CUDA the peak is max allocated and the baseline 0 (the libraries allocate no device memory).
+    """
+    cuda = {
+        r.rank: max(v for v in (r.load_peak_bytes, r.train_peak_bytes, 0) if v is not None)
+        for r in reports
+        if r.memory_kind != "rss"
+    }
+    pairs = []
+    for f in figures:
+        if f.rank in cuda:
+            pairs.append((cuda[f.rank], 0))
+        elif f.kernel_peak_bytes is not None and f.baseline_cgroup_bytes is not None:
+            pairs.append((f.kernel_peak_bytes, f.baseline_cgroup_bytes))
+        elif f.peak_rss_bytes is not None and f.baseline_rss_bytes is not None:
+            pairs.append((f.peak_rss_bytes, f.baseline_rss_bytes))
+    if not pairs:
+        return None, None, None
+    peak, baseline = max(pairs, key=lambda pair: pair[0] - pair[1])
+    return max(p for p, _ in pairs), baseline, peak - baseline
+
+
+def aggregate(
+    reports: list[RankReport], warmup_steps: int, pairs_per_step: int, kernel: Sequence[KernelMemory] = ()
+) -> Metrics:
     """Metrics of one cell. Rank 0's clock and TRL's rank-gathered token count; memory max over ranks."""
     lead = min(reports, key=lambda r: r.rank)
     ends, tokens = lead.step_ends, lead.tokens
@@ -45,6 +111,7 @@ def aggregate(reports: list[RankReport], warmup_steps: int, pairs_per_step: int)
         present = [v for v in values if v is not None]
         return max(present) if present else None
 
+    peak_bytes, baseline_bytes, model_bytes = model_memory(rank_memory(reports, kernel), reports)
     return Metrics(
         tokens_per_s=steady_tokens / steady_time,
         pairs_per_s=steady_steps * pairs_per_step / steady_time,
@@ -61,4 +128,7 @@ def aggregate(reports: list[RankReport], warmup_steps: int, pairs_per_step: int)
         nvml_peak_bytes=peak([r.nvml_peak_bytes for r in reports]),
         mem_growth_per_step_bytes=max(growth, key=abs) if growth else None,
         load_s=max((r.load_s for r in reports if r.load_s is not None), default=None),
+        baseline_bytes=baseline_bytes,
+        peak_bytes=peak_bytes,
+        model_memory_bytes=model_bytes,
     )

@@ -29,6 +29,15 @@ class HardwareProfile(Strict):
     container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
     container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")
     shm_size_gb: float | None = Field(default=None, gt=0, description="docker executor: --shm-size of a cell")
+    memory_budget_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="local executor: per-rank host memory limit (GiB), enforced by a kernel memory cgroup per rank",
+    )
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        return None if self.memory_budget_gb is None else int(self.memory_budget_gb * 2**30)
 
 
 class ModelSpec(Strict):
@@ -98,6 +107,9 @@ class LoraSpec(Strict):
     alpha: int = Field(default=16, ge=1)
     dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[str] = Field(min_length=1)
+    learning_rate: float | None = Field(
+        default=None, gt=0, description="learning rate of adapter training (default: train.learning_rate)"
+    )
 
 
 class Workload(Strict):

@@ -22,6 +22,14 @@ class RankReport(BaseModel):
     cuda_reserved_peak_bytes: int | None = None
     host_peak_rss_bytes: int | None = None
     nvml_peak_bytes: int | None = None
+    baseline_rss_bytes: int | None = None
+    """RSS after the cell's libraries are imported, before the model loads."""
+    baseline_cgroup_bytes: int | None = None
+    """The rank's memory cgroup usage at the same moment (None without a memory budget)."""
+    losses: list[float | None] = []
+    """This rank's DPO loss per step (None: not finite)."""
+    reward_accuracies: list[float | None] = []
+    """TRL's rank-gathered rewards/accuracies per step."""
     engagement: Engagement | None = None
     error: str | None = None
     traceback_tail: str | None = None

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from bench.classify import classify, signal_name, signal_of
 from bench.engagement import mismatches
 from bench.executors import Outcome
-from bench.metrics import aggregate
+from bench.learning import check as learning_check
+from bench.metrics import aggregate, rank_memory
 from bench.mfu import MfuInputs, with_mfu
 from bench.rank_report import RankReport
-from bench.results_schema import ErrorClass, ResultRecord, Status
+from bench.results_schema import ErrorClass, RankMemoryFigures, ResultRecord, Status
 from bench.scenario import Cell
 from bench.secrets import redact
 
@@ -55,6 +56,9 @@ class Expectation:
     mfu: MfuInputs | None = None
     versions: Mapping[str, str | None] | None = None
     """Installed package versions: known issues match within their version ranges."""
+    precision: str = "fp32"
+    """The profile's compute precision: the learning check's first-loss tolerance depends on it."""
+    memory_budget_bytes: int | None = None
 
 
 def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
@@ -102,6 +106,9 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "finished_at": ran.finished_at,
         }
     )
+    kernel = getattr(outcome, "rank_memory", [])
+    figures = rank_memory(reports, kernel)
+    record = record.model_copy(update={"rank_memory": figures, "memory_budget_bytes": expect.memory_budget_bytes})
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
     failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or ran.report_problems
     if failed:
@@ -114,6 +121,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             error_texts=errors + ran.report_problems,
             log_tail=outcome.log_tail,
             oom_killed=outcome.oom_killed,
+            oom_detail=oom_detail(figures),
             cell=cell,
             versions=expect.versions,
         )
@@ -135,15 +143,33 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     if len(reports) != expect.world_size:
         found.append(f"{len(reports)} rank(s) reported, expected {expect.world_size}")
     try:
-        metrics = with_mfu(aggregate(reports, expect.warmup_steps, expect.pairs_per_step), expect.mfu)
+        metrics = with_mfu(aggregate(reports, expect.warmup_steps, expect.pairs_per_step, kernel), expect.mfu)
     except ValueError as exc:
         return record.model_copy(update={"error_class": ErrorClass.OTHER, "message": str(exc)})
+    learning = learning_check(
+        [r.losses for r in sorted(reports, key=lambda r: r.rank)], lead.reward_accuracies, expect.precision
+    )
+    status = Status.SILENT_FALLBACK if found else Status.LEARNING_FAILED if learning.failures else Status.OK
     return record.model_copy(
         update={
-            "status": Status.SILENT_FALLBACK if found else Status.OK,
+            "status": status,
             "mismatches": found,
-            "message": "; ".join(found),
+            "message": "; ".join(found or learning.failures),
             "metrics": metrics,
             "engagement": lead.engagement,
+            "learning": learning,
         }
     )
+
+
+def oom_detail(figures: list[RankMemoryFigures]) -> str | None:
+    """Which rank the kernel OOM-killed, at what limit, for the record's message."""
+    killed = [f for f in figures if f.oom_killed]
+    if not killed:
+        return None
+    parts = []
+    for f in killed:
+        limit = f"{f.limit_bytes / 2**30:.2f} GiB" if f.limit_bytes else "its limit"
+        peak = f" (cgroup peak {f.kernel_peak_bytes / 2**30:.2f} GiB)" if f.kernel_peak_bytes else ""
+        parts.append(f"rank {f.rank} was OOM-killed by the kernel at its memory budget of {limit}{peak}")
+    return "; ".join(parts)

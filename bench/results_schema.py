@@ -18,6 +18,9 @@ class Status(StrEnum):
     NOT_APPLICABLE = "not_applicable"
     UNTESTED = "untested"
     """Not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked."""
+    LEARNING_FAILED = "learning_failed"
+    """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the
+    reference is not the initial policy), or a loss that did not fall (bench/learning.py)."""
 
 
 class ErrorClass(StrEnum):
@@ -28,6 +31,35 @@ class ErrorClass(StrEnum):
     COMM = "comm"
     CRASH = "crash"
     OTHER = "other"
+
+
+class RankMemoryFigures(BaseModel):
+    """One rank's memory, host side. baseline: after the libraries are imported, before the model loads.
+    kernel_peak: the peak usage of the rank's own memory cgroup (the kernel's figure, page cache it charged
+    included), None without a memory budget. peak_rss: VmHWM over the whole process life."""
+
+    rank: int
+    baseline_rss_bytes: int | None = None
+    baseline_cgroup_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    kernel_peak_bytes: int | None = None
+    limit_bytes: int | None = None
+    oom_killed: bool = False
+
+
+class Learning(BaseModel):
+    """The learning check's evidence. Losses are the mean over ranks of each rank's DPO loss at that step;
+    reward accuracy is TRL's rank-gathered `rewards/accuracies` of the last step."""
+
+    first_loss: float | None
+    last_loss: float | None
+    end_loss: float | None = None
+    """Mean loss over the last quarter of the steps (at least 3): what the decrease is judged on."""
+    reward_accuracy: float | None
+    losses: list[float | None] = []
+    """Per step; None where the loss was not finite."""
+    failures: list[str] = []
+    """Why the check failed (empty: passed)."""
 
 
 class Metrics(BaseModel):
@@ -60,6 +92,13 @@ class Metrics(BaseModel):
     flops_per_token: float | None = None
     mfu_convention: str | None = None
     nvml_peak_bytes: int | None = None
+    baseline_bytes: int | None = None
+    """Library baseline of the rank with the largest model memory (same kind as peak_bytes)."""
+    peak_bytes: int | None = None
+    """Raw peak per rank, max over ranks: the kernel's cgroup peak under a memory budget, else peak RSS on CPU,
+    else CUDA max allocated."""
+    model_memory_bytes: int | None = None
+    """peak - baseline, max over ranks: what the model, its training state and its activations took."""
 
 
 class ResultRecord(BaseModel):
@@ -84,6 +123,10 @@ class ResultRecord(BaseModel):
     """That entry's one-line explanation."""
     mismatches: list[str] = []
     metrics: Metrics | None = None
+    learning: Learning | None = None
+    memory_budget_bytes: int | None = None
+    """Per-rank memory limit (kernel memory cgroup) the cell ran under; None: no budget."""
+    rank_memory: list[RankMemoryFigures] = []
     engagement: Engagement | None = None
     world_size: int = 1
     exit_code: int | None = None

@@ -83,8 +83,10 @@ def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.hardware": ctx.profile.name}
     log_path = ctx.run_dir / "logs" / (f"{cell.id}.log" if trial == 0 else f"{cell.id}.trial{trial}.log")
     started = now_iso()
-    outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
-    redact_file(log_path)
+    try:
+        outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
+    finally:
+        redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
     expect = Expectation(
@@ -94,6 +96,8 @@ def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
         pairs_per_step=train.per_device_train_batch_size * world,
         mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
         versions=ctx.versions,
+        precision=ctx.profile.precision,
+        memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
     )
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
@@ -123,6 +127,7 @@ def execute(
     for problem in existing.problems:
         print(f"warning: {problem}", file=out)
     done = existing.latest_by_cell()
+    lines = len(existing.records)  # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
     plans = plan_cells(cells, ctx.profile, ctx.untested)
     runnable = [p.cell for p in plans if p.not_run is None]
     skipped = [p for p in plans if p.not_run is not None]
@@ -131,6 +136,7 @@ def execute(
             status, reason = plan.not_run
             record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso())
             append_result(ctx.run_dir, record)
+            lines += 1
             done[plan.cell.id] = record
 
     recorded = {(r.cell_id, r.trial) for r in existing.records}
@@ -148,19 +154,21 @@ def execute(
     started = time.monotonic()
     for index, (cell, trial) in enumerate(todo, start=1):
         label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")
-        print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
+        before = lines
+        # A Ctrl-C anywhere in here (the executor has stopped the cell's processes by the time it arrives) says
+        # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
+            print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
             record = run_cell(ctx, cell, trial)
+            append_result(ctx.run_dir, record)
+            lines += 1
+            done[cell.id] = record
+            print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
         except KeyboardInterrupt:
-            print(
-                f"\ninterrupted during {cell.id}: it is not recorded; re-run with --run-id {ctx.run_id} to resume",
-                file=out,
-                flush=True,
-            )
+            kept = len(load_results(ctx.run_dir).records) > before
+            what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
+            print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
             raise
-        append_result(ctx.run_dir, record)
-        done[cell.id] = record
-        print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
     return [done[c.id] for c in cells if c.id in done]
 
 

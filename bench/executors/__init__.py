@@ -1,9 +1,10 @@
 """Executors run one launch plan in isolation and report how it ended. They know nothing of TRL."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from bench.cgroups import RankMemory
 from bench.launch import LaunchPlan
 
 
@@ -15,6 +16,8 @@ class Outcome:
     log_tail: str
     oom_killed: bool = False
     image: str | None = None
+    rank_memory: list[RankMemory] = field(default_factory=list)
+    """The kernel's figures per rank under a per-rank memory budget (local executor); empty without one."""
 
 
 class Executor(Protocol):

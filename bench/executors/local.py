@@ -2,6 +2,11 @@
 
 Every process of a cell carries BENCH_CELL_TOKEN in its environment, so descendants that leave the
 process group (launchers sometimes start their own sessions) are found in /proc and killed too.
+
+With a per-rank memory budget every rank runs in a memory cgroup of its own whose limit is the budget
+(bench/cgroups.py): the launcher joins the cell cgroup before exec, each worker its rank's cgroup, and the
+kernel's peak and OOM-kill figures come back in `Outcome.rank_memory`. SIGINT is deferred everywhere but in the
+wait for the cell, so a Ctrl-C at any moment still kills the cell and removes its cgroups before it re-raises.
 """
 
 import contextlib
@@ -13,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups
 from bench.executors import Outcome
 from bench.launch import LaunchPlan
 from bench.shm_segments import remove_group_segments
@@ -73,12 +79,14 @@ class LocalExecutor:
     name = "local"
     image = None
 
-    def __init__(self, cwd: Path, python: str = sys.executable) -> None:
+    def __init__(self, cwd: Path, python: str = sys.executable, memory_budget_bytes: int | None = None) -> None:
         self.cwd = cwd
         self.python = python
+        self.memory_budget_bytes = memory_budget_bytes
+        """Per-rank memory limit, enforced by one memory cgroup per rank; None: no cgroups."""
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
-        return run_local(plan, log_path, timeout_s, self.cwd)
+        return run_local(plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes)
 
 
 def extensions_dir() -> str:
@@ -86,11 +94,19 @@ def extensions_dir() -> str:
     return str(Path(sys.prefix) / "torch_extensions")
 
 
-def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> Outcome:
+def run_local(
+    plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path, memory_budget_bytes: int | None = None
+) -> Outcome:
+    """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives."""
     token = uuid.uuid4().hex
     env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env | {MARKER: token}
     started = time.monotonic()
-    with log_path.open("wb") as log:
+    # Ctrl-C is recorded, not raised, except while waiting for the cell: setup and cleanup always run to the end.
+    with DeferredSigint() as sigint, log_path.open("wb") as log, contextlib.ExitStack() as stack:
+        cell = None
+        if memory_budget_bytes is not None:
+            cell = stack.enter_context(cell_cgroups(token, plan.ranks, memory_budget_bytes))
+            env = env | cell.env
         try:
             process = subprocess.Popen(
                 plan.argv,
@@ -100,27 +116,31 @@ def run_local(plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path) -> 
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=cell.add_self if cell else None,
             )
         except FileNotFoundError as exc:
             log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
             log.flush()
             return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
+        except subprocess.SubprocessError as exc:  # only the preexec_fn raises this
+            raise CgroupUnavailable(
+                f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
+            ) from exc
         timed_out = False
         try:
-            process.wait(timeout=timeout_s)
+            with sigint.allow():
+                process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            kill_cell(process, token)
-        except BaseException:
-            kill_cell(process, token)
-            raise
-        else:
-            kill_cell(process, token)  # stragglers a launcher left behind
         finally:
+            kill_cell(process, token)  # the cell on a timeout or Ctrl-C, else stragglers a launcher left behind
             remove_group_segments(plan.env)
+        rank_memory = cell.read() if cell else []
     return Outcome(
         exit_code=process.returncode,
         timed_out=timed_out,
         wall_s=time.monotonic() - started,
         log_tail=read_tail(log_path),
+        oom_killed=any(rank.oom_kills > 0 for rank in rank_memory),
+        rank_memory=rank_memory,
     )

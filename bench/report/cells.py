@@ -1,11 +1,14 @@
 """What one matrix cell says, the same in MATRIX.md and on the site: status mark, error class, numbers."""
 
-from bench.report.summary import CellSummary
-from bench.results_schema import Status
+from collections.abc import Iterable
+
+from bench.report.summary import CellSummary, OomMemory
+from bench.results_schema import ResultRecord, Status
 
 MARKS = {
     Status.OK: "✅",
     Status.SILENT_FALLBACK: "⚠️ fallback",
+    Status.LEARNING_FAILED: "📉 learning",
     Status.OOM: "💥 OOM",
     Status.ERROR: "❌",
     Status.TIMEOUT: "⏱️ timeout",
@@ -13,23 +16,78 @@ MARKS = {
     Status.UNTESTED: "❔ untested",
 }
 LEGEND = (
-    "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · 💥 OOM · ❌ error (class in brackets) · "
-    "⏱️ timeout · N/A = impossible by rule · ❔ untested = the device's software stack was absent, nothing ran. "
+    "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · "
+    "📉 learning = ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss "
+    "that is not ln 2 because the reference is not the initial policy, or a loss that did not fall; the note says "
+    "which) · 💥 OOM (under a memory budget: the rank the kernel killed, its cgroup peak and the per-rank budget) · "
+    "❌ error (class in brackets) · ⏱️ timeout · N/A = impossible by rule · "
+    "❔ untested = the device's software stack was absent, nothing ran. "
     "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
-    "Memory: peak per process during training, max over ranks (host RSS on CPU, CUDA allocated on GPU)."
+    "Memory: model = peak − library baseline (memory after the libraries are imported, before the model loads; "
+    "0 on GPU), max over ranks: what the model, its training state and activations take; "
+    "peak = the kernel's cgroup peak under a memory budget, else peak RSS on CPU, CUDA max allocated on GPU. "
+    "A single MiB figure (older records) is the peak per process during training, max over ranks "
+    "(host RSS on CPU, CUDA allocated on GPU)."
 )
 
 
+def gib(value: float) -> str:
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def memory_text(summary: CellSummary) -> str:
+    """`model 812 MiB / peak 1,372 MiB`; `570 MiB` (the train peak) for records without model memory; "" if none."""
+    model, peak = summary.headline_model_memory_bytes, summary.headline_peak_bytes
+    if model is not None:
+        return f"model {mib(model)}" + (f" / peak {mib(peak)}" if peak is not None else "")
+    if summary.headline_train_peak_bytes is not None:
+        return mib(summary.headline_train_peak_bytes)
+    return ""
+
+
+def oom_text(oom: OomMemory) -> str:
+    """`rank 1 at 1.50 GiB, budget 1.50 GiB`: the killed rank(s), the kernel's cgroup peak and the budget."""
+    parts = []
+    if oom.killed_ranks:
+        ranks = ", ".join(str(r) for r in oom.killed_ranks)
+        who = f"rank{'s' if len(oom.killed_ranks) > 1 else ''} {ranks}"
+        parts.append(f"{who} at {gib(oom.peak_bytes)}" if oom.peak_bytes is not None else f"{who} killed")
+    elif oom.peak_bytes is not None:
+        parts.append(f"peak {gib(oom.peak_bytes)}")
+    if oom.limit_bytes is not None:
+        parts.append(f"budget {gib(oom.limit_bytes)}")
+    return ", ".join(parts)
+
+
 def cell_label(summary: CellSummary) -> str:
-    """`✅ 4,820 tok/s · 570 MiB`, `❌ (comm)`, `⚠️ fallback 6,997 tok/s · 572 MiB`."""
+    """`✅ 4,820 tok/s · model 812 MiB / peak 1,372 MiB`, `✅ 4,820 tok/s · 570 MiB` (older records), `❌ (comm)`,
+    `⚠️ fallback 6,997 tok/s · 572 MiB`, `💥 OOM (rank 1 at 1.50 GiB, budget 1.50 GiB)`."""
     text = MARKS[Status(summary.status)]
     if summary.error_class:
         text += f" ({summary.error_class})"
+    if summary.oom is not None and (oom := oom_text(summary.oom)):
+        text += f" ({oom})"
     if summary.headline_tokens_per_s is not None:
         text += f" {summary.headline_tokens_per_s:,.0f} tok/s"
-    if summary.headline_train_peak_bytes is not None:
-        text += f" · {summary.headline_train_peak_bytes / 2**20:,.0f} MiB"
+    if memory := memory_text(summary):
+        text += f" · {memory}"
     return text
+
+
+def budget_line(records: Iterable[ResultRecord]) -> str | None:
+    """`Per-rank memory budget: 1.50 GiB (kernel memory cgroup).` when some record ran under one, else None."""
+    ran = [r for r in records if r.status not in (Status.NOT_APPLICABLE, Status.UNTESTED)]
+    budgets = sorted({r.memory_budget_bytes for r in ran if r.memory_budget_bytes is not None})
+    if not budgets:
+        return None
+    line = f"Per-rank memory budget: {', '.join(gib(b) for b in budgets)} (kernel memory cgroup)"
+    if any(r.memory_budget_bytes is None for r in ran):
+        line += "; some cells ran without one"
+    return line + "."
 
 
 def is_link(known_issue: str) -> bool:

@@ -42,6 +42,14 @@ class MetricDelta:
     """regression or improvement only with evidence (see bench/report/verdict.py); no_verdict below MIN_TRIALS."""
     p_value: float | None
     """Two-sided Mann–Whitney U p-value; None for no_verdict."""
+    measure: str = ""
+    """What was compared, for memory: MODEL_MEMORY when both sides have it, else TRAIN_PEAK (older records)."""
+
+
+MODEL_MEMORY = "model memory"
+"""Metrics.model_memory_bytes: peak - library baseline, max over ranks."""
+TRAIN_PEAK = "train peak"
+"""Metrics.train_peak_bytes: the training peak per process, max over ranks (what older records have)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,8 @@ class CellDiff:
     base: CellSummary | None
     head: CellSummary | None
     status_change: str | None
-    """regression (ok -> not ok), improvement (not ok -> ok), changed, new, removed; None when equal."""
+    """regression (ok -> not ok, learning_failed included), improvement (not ok -> ok), changed, new, removed;
+    None when equal."""
     throughput: MetricDelta | None
     memory: MetricDelta | None
 
@@ -87,7 +96,9 @@ def load_run(path: Path) -> Run:
     return Run(name=run_dir.name, records=loaded.records, env=read_env(run_dir))
 
 
-def metric_delta(base: list[float], head: list[float], threshold: float, bigger_is_better: bool) -> MetricDelta | None:
+def metric_delta(
+    base: list[float], head: list[float], threshold: float, bigger_is_better: bool, measure: str = ""
+) -> MetricDelta | None:
     """Medians compared; the verdict comes from `decide` (a rank test plus the threshold)."""
     if not base or not head or statistics.median(base) == 0:
         return None
@@ -95,7 +106,21 @@ def metric_delta(base: list[float], head: list[float], threshold: float, bigger_
     b = statistics.median(base)
     spread = max(max(base) - min(base), max(head) - min(head)) / abs(b)
     trials = (len(base), len(head))
-    return MetricDelta(b, statistics.median(head), decision.change, spread, trials, decision.verdict, decision.p_value)
+    median_head = statistics.median(head)
+    return MetricDelta(b, median_head, decision.change, spread, trials, decision.verdict, decision.p_value, measure)
+
+
+def _has_model_memory(cell: CellSummary) -> bool:
+    """Every ok trial of the cell recorded model memory (newer records)."""
+    return bool(cell.model_memory_bytes) and len(cell.model_memory_bytes) == len(cell.tokens_per_s)
+
+
+def memory_delta(base: CellSummary, head: CellSummary, threshold: float) -> MetricDelta | None:
+    """Model memory (peak - library baseline) when both sides have it for every ok trial, else the train peak as
+    older records have it: a baseline that moves with the libraries does not count as the model's memory."""
+    if _has_model_memory(base) and _has_model_memory(head):
+        return metric_delta(base.model_memory_bytes, head.model_memory_bytes, threshold, False, MODEL_MEMORY)
+    return metric_delta(base.train_peak_bytes, head.train_peak_bytes, threshold, False, TRAIN_PEAK)
 
 
 def status_change(base: CellSummary | None, head: CellSummary | None) -> str | None:
@@ -149,7 +174,7 @@ def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Compa
                 head=h,
                 status_change=status_change(b, h),
                 throughput=metric_delta(b.tokens_per_s, h.tokens_per_s, threshold, True) if both else None,
-                memory=metric_delta(b.train_peak_bytes, h.train_peak_bytes, threshold, False) if both else None,
+                memory=memory_delta(b, h, threshold) if both else None,
             )
         )
     return result
@@ -219,12 +244,13 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
     lines += [_summary_line(c, fail_on), ""]
     lines += _status_section(c)
     lines += _metric_section(c, "throughput", "Throughput (tokens/s, higher is better)", _tokens)
-    lines += _metric_section(c, "memory", "Peak training memory (lower is better)", _mib)
+    lines += _metric_section(c, "memory", "Memory (lower is better)", _mib, _memory_note(c))
     lines += [
         f"<sub>Medians over trials. A metric change is flagged only when a two-sided Mann–Whitney U test on the "
         f"trials rejects equal distributions (p ≤ {ALPHA}) and the medians differ by more than the threshold "
         f"({c.threshold:.0%}); a cell with fewer than {MIN_TRIALS} trials on a side gets no verdict. "
-        f"Status: ok → anything else is a regression.</sub>",
+        f"Status: ok → anything else (learning_failed: ran but did not train correctly, included) is a "
+        f"regression.</sub>",
     ]
     return redact("\n".join(lines) + "\n")
 
@@ -269,19 +295,33 @@ def _known_issue(d: CellDiff) -> str:
     return ""
 
 
-def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str]) -> list[str]:
+def _memory_note(c: Comparison) -> str:
+    """Which memory figure the memory deltas compare, and how many cells each."""
+    measures = [d.memory.measure for d in c.cells if d.memory is not None]
+    model, peak = measures.count(MODEL_MEMORY), measures.count(TRAIN_PEAK)
+    return (
+        f"Compared: **{MODEL_MEMORY}** (peak − library baseline, max over ranks) where both runs record it "
+        f"({model} cell{'' if model == 1 else 's'}), else the **{TRAIN_PEAK}** per process, max over ranks "
+        f"(older records: {peak} cell{'' if peak == 1 else 's'}); the `measure` column says which."
+    )
+
+
+def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str], note: str = "") -> list[str]:
     rows = [(d.cell_id, m) for d in c.cells if (m := getattr(d, kind)) is not None]
     flagged = [(cell, m) for cell, m in rows if m.verdict in FLAGGED]
     lines = [f"### {title}", ""]
     if not rows:
         return [*lines, "No cell is ok on both sides.", ""]
+    if note:
+        lines += [note, ""]
+    measured = any(m.measure for _, m in rows)
     header = [
-        "| cell | base | head | change | spread | trials | p | verdict |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| cell |" + (" measure |" if measured else "") + " base | head | change | spread | trials | p | verdict |",
+        "|---|" + ("---|" if measured else "") + "---:|---:|---:|---:|---:|---:|---|",
     ]
     table = [
-        f"| `{cell}` | {fmt(m.base)} | {fmt(m.head)} | {m.change:+.1%} | {_spread(m)} | "
-        f"{m.trials[0]}/{m.trials[1]} | {_p(m)} | {_verdict(m)} |"
+        f"| `{cell}` |" + (f" {m.measure} |" if measured else "") + f" {fmt(m.base)} | {fmt(m.head)} | "
+        f"{m.change:+.1%} | {_spread(m)} | {m.trials[0]}/{m.trials[1]} | {_p(m)} | {_verdict(m)} |"
         for cell, m in rows
     ]
     flagged_table = [row for row, (_, m) in zip(table, rows, strict=True) if m.verdict in FLAGGED]

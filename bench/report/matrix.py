@@ -1,15 +1,17 @@
 """The compatibility matrix as Markdown (MATRIX.md, the console) and as a flat table (matrix.csv).
 
 Markdown: rows init · quant, columns backend, one cell label each, variant rows below, and a numbered note with
-the reason (and known issue) of every cell that is not ok.
+the reason (and known issue) of every cell that is not ok (a learning_failed cell's note says which check failed).
 """
 
 import pandas as pd
 
-from bench.report.cells import LEGEND, cell_label, known_issue_markdown
+from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown
 from bench.report.grid import build_grid, row_label
 from bench.report.summary import CellSummary, summarize
 from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
+
+MiB = 2**20
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -49,6 +51,8 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str]) ->
     if any(r.emulated for r in records):
         title += " · EMULATED"
         context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
+    if budget := budget_line(records):
+        context_lines = [*context_lines, budget]
     parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown_table(["init · quant", *grid.backends], rows)]
     if grid.variants:
         variants = [[c, newest[c].launcher, "+".join(newest[c].options), text(c)] for c in grid.variants]
@@ -59,11 +63,19 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str]) ->
     return "\n".join(parts) + "\n"
 
 
+def _mib(value: float | None) -> float | None:
+    return None if value is None else value / MiB
+
+
 def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
-    """One row per record, every number unrounded."""
+    """One row per record, every number unrounded. Memory (MiB): train/load peak as before; baseline, peak and
+    model memory (= peak - baseline, max over ranks) from Metrics, empty for older records; kernel_peak = max over
+    ranks of the kernel's cgroup peak (also for failed cells), memory_budget = the per-rank budget. Learning:
+    first, end (mean of the last quarter of the steps) and last loss, and the last step's reward accuracy."""
     rows = []
     for r in records:
-        m = r.metrics
+        m, learning = r.metrics, r.learning
+        kernel_peaks = [f.kernel_peak_bytes for f in r.rank_memory if f.kernel_peak_bytes is not None]
         rows.append(
             {
                 "cell_id": r.cell_id,
@@ -80,6 +92,15 @@ def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
                 "train_peak_mib": m.train_peak_bytes / 2**20 if m and m.train_peak_bytes else None,
                 "load_peak_mib": m.load_peak_bytes / 2**20 if m and m.load_peak_bytes else None,
                 "memory_kind": m.memory_kind if m else "",
+                "baseline_mib": _mib(m.baseline_bytes) if m else None,
+                "peak_mib": _mib(m.peak_bytes) if m else None,
+                "model_memory_mib": _mib(m.model_memory_bytes) if m else None,
+                "kernel_peak_mib": _mib(max(kernel_peaks)) if kernel_peaks else None,
+                "memory_budget_mib": _mib(r.memory_budget_bytes),
+                "first_loss": learning.first_loss if learning else None,
+                "end_loss": learning.end_loss if learning else None,
+                "last_loss": learning.last_loss if learning else None,
+                "reward_accuracy": learning.reward_accuracy if learning else None,
                 "wall_s": r.wall_s,
                 "message": r.message,
             }

@@ -10,10 +10,10 @@ from html import escape
 
 from bench.axes import Backend
 from bench.env_schema import EnvFingerprint
-from bench.report.cells import LEGEND, MARKS, cell_label, is_link
+from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
 from bench.report.grid import build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
-from bench.results_schema import ResultRecord, Status
+from bench.results_schema import Learning, RankMemoryFigures, ResultRecord, Status
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
 # repeat after ten).
@@ -35,6 +35,33 @@ UNKNOWN_COLOR = "#999"
 def backend_color(backend: str) -> str:
     axis = [b.value for b in Backend]
     return PALETTE[axis.index(backend) % len(PALETTE)] if backend in axis else UNKNOWN_COLOR
+
+
+# Background of a cell and its badge, per status (class `s-<status>`); the status legend lists them in the Status
+# enum's order. A status added to the enum without a colour here fails tests/unit/test_publish.py.
+STATUS_COLORS = {
+    Status.OK: "background:#dff5e1",
+    Status.OOM: "background:#f9d3c4",
+    Status.ERROR: "background:#fbe0e0",
+    Status.TIMEOUT: "background:#fde9c8",
+    Status.SILENT_FALLBACK: "background:#fff4bf",
+    Status.NOT_APPLICABLE: "background:#eee;color:#666",
+    Status.UNTESTED: "background:#e4ebf5;color:#555",
+    Status.LEARNING_FAILED: "background:#ecdff7",
+}
+
+
+def status_css() -> str:
+    return "".join(f".s-{status.value}{{{STATUS_COLORS[status]}}}" for status in Status)
+
+
+def status_legend() -> str:
+    """One badge per status, in the enum's order: the mark and the status name, coloured as the cells are."""
+    badges = "".join(
+        f'<span class="badge s-{status.value}">{escape(MARKS[status])} {escape(status.value)}</span> '
+        for status in Status
+    )
+    return f'<p class="status-legend">{badges.rstrip()}</p>'
 
 
 @dataclass(frozen=True)
@@ -101,10 +128,12 @@ def matrix_table(view: ProfileView) -> str:
 def profile_heading(view: ProfileView) -> str:
     env = view.env or EnvFingerprint()
     partial = "" if view.complete else ' <span class="warn">partial run: not every cell has a result</span>'
+    budget = budget_line(view.records.values())
     return (
         f'<h3>{escape(view.hardware)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
         f"{escape(env.created_at or '?')} · workload {escape(env.workload or '?')} · "
         f"image {escape(env.image_label)}{partial}</p>"
+        + (f'<p class="meta budget">{escape(budget)}</p>' if budget else "")
     )
 
 
@@ -115,19 +144,41 @@ def _fmt_bytes(value: float | None) -> str:
     return "—" if value is None else f"{value / 2**20:,.1f} MiB"
 
 
+def peak_kind(record: ResultRecord) -> str:
+    """What Metrics.peak_bytes is for this record."""
+    m = record.metrics
+    if m is not None and m.memory_kind != "rss":
+        return "CUDA max allocated"
+    return "kernel cgroup peak" if record.memory_budget_bytes is not None else "peak RSS"
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
 def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
     m = record.metrics
     if m is None:
         return ""
-    tokens = summary.headline_tokens_per_s or m.tokens_per_s
-    train_peak = summary.headline_train_peak_bytes or m.train_peak_bytes
+    tokens = _first(summary.headline_tokens_per_s, m.tokens_per_s)
+    train_peak = _first(summary.headline_train_peak_bytes, m.train_peak_bytes)
     trials = ", ".join(f"{v:,.0f}" for v in summary.tokens_per_s)
+    memory = []
+    if m.model_memory_bytes is not None or m.peak_bytes is not None:
+        model = _first(summary.headline_model_memory_bytes, m.model_memory_bytes)
+        peak = _first(summary.headline_peak_bytes, m.peak_bytes)
+        memory = [
+            ("model memory (peak − library baseline, max over ranks, median)", _fmt_bytes(model)),
+            (f"peak ({peak_kind(record)}, median)", _fmt_bytes(peak)),
+            ("library baseline (libraries imported, model not loaded)", _fmt_bytes(m.baseline_bytes)),
+        ]
     rows = [
         ("tokens/s (median)", f"{tokens:,.1f}" + (f" — trials: {trials}" if len(summary.tokens_per_s) > 1 else "")),
         ("pairs/s", f"{m.pairs_per_s:,.2f}"),
         ("step time median / p90", f"{m.step_time_median_s * 1000:,.1f} ms / {m.step_time_p90_s * 1000:,.1f} ms"),
         ("steps (warm-up)", f"{m.steps} ({m.warmup_steps})"),
         ("tokens total", f"{m.tokens_total:,}"),
+        *memory,
         (f"train peak ({m.memory_kind}, median)", _fmt_bytes(train_peak)),
         ("load peak", _fmt_bytes(m.load_peak_bytes)),
         ("CUDA reserved peak", _fmt_bytes(m.cuda_reserved_peak_bytes)),
@@ -138,6 +189,58 @@ def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
     ]
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="metrics">{body}</table>'
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def learning_section(learning: Learning | None) -> str:
+    """The learning check's evidence: first / end / last loss, reward accuracy, and what failed."""
+    if learning is None:
+        return ""
+    rows = [
+        ("first loss (ln 2 = 0.6931 expected)", _loss(learning.first_loss)),
+        ("end loss (mean of the last quarter of the steps)", _loss(learning.end_loss)),
+        ("last loss", _loss(learning.last_loss)),
+        ("reward accuracy (last step)", "—" if learning.reward_accuracy is None else f"{learning.reward_accuracy:.2%}"),
+    ]
+    if learning.losses:
+        finite = sum(v is not None for v in learning.losses)
+        rows.append(("steps with a finite loss", f"{finite} of {len(learning.losses)}"))
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    verdict = (
+        '<ul class="learning-failures">' + "".join(f"<li>{escape(f)}</li>" for f in learning.failures) + "</ul>"
+        if learning.failures
+        else '<p class="learning-passed">The learning check passed.</p>'
+    )
+    return f'<h5>Learning</h5><table class="learning">{body}</table>{verdict}'
+
+
+def rank_memory_section(record: ResultRecord) -> str:
+    """Each rank's memory figures (also for failed cells: an OOM-killed rank has its kernel peak here); the budget
+    itself is among the panel's facts."""
+    if not record.rank_memory:
+        return ""
+    header = (
+        "<tr><th>rank</th><th>baseline RSS</th><th>baseline cgroup</th><th>peak RSS</th><th>kernel peak</th>"
+        "<th>limit</th><th>OOM-killed</th></tr>"
+    )
+
+    def row(f: RankMemoryFigures) -> str:
+        values = [
+            str(f.rank),
+            *(
+                _fmt_bytes(v)
+                for v in (f.baseline_rss_bytes, f.baseline_cgroup_bytes, f.peak_rss_bytes, f.kernel_peak_bytes)
+            ),
+            _fmt_bytes(f.limit_bytes),
+            "yes" if f.oom_killed else "no",
+        ]
+        return "<tr>" + "".join(f"<td>{escape(v)}</td>" for v in values) + "</tr>"
+
+    table = f'<table class="rank-memory">{header}{"".join(row(f) for f in record.rank_memory)}</table>'
+    return f"<h5>Memory per rank</h5>{table}"
 
 
 def _known_issue(summary: CellSummary) -> str:
@@ -170,6 +273,8 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
         ("trials", str(summary.trials)),
         ("wall time", "—" if record.wall_s is None else f"{record.wall_s:.1f} s"),
     ]
+    if record.memory_budget_bytes is not None:
+        facts.append(("memory budget", f"{gib(record.memory_budget_bytes)} per rank (kernel memory cgroup)"))
     parts = [
         f'<details class="panel" id="{escape(panel_id(view.hardware, cell_id))}" data-cell="{escape(cell_id)}">',
         f'<summary><code>{escape(cell_id)}</code> <span class="badge s-{escape(summary.status)}">'
@@ -184,6 +289,8 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
         parts.append("<h5>What ran instead</h5><ul>" + "".join(f"<li>{escape(m)}</li>" for m in record.mismatches))
         parts.append("</ul>")
     parts.append(metrics_table(record, summary))
+    parts.append(learning_section(record.learning))
+    parts.append(rank_memory_section(record))
     parts.append(f'<h5>Reproduce</h5><pre class="repro">{escape(reproduce_command(view.hardware, cell_id))}</pre>')
     parts.append("<h5>Config files</h5>" + _configs(view.configs.get(cell_id, [])))
     if record.engagement is not None:
@@ -345,9 +452,7 @@ h1{margin:1rem 0 .2rem}.meta{color:#555;margin:.2rem 0 .6rem}.warn{color:#a40}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 table.matrix td{padding:0}a.cell{display:block;padding:3px 6px;color:inherit;text-decoration:none;min-width:7rem}
 a.cell:hover{outline:2px solid #333}.not-run{color:#999;padding:3px 6px}
-.s-ok{background:#dff5e1}.s-error{background:#fbe0e0}.s-oom{background:#f9d3c4}.s-timeout{background:#fde9c8}
-.s-silent_fallback{background:#fff4bf}.s-not_applicable{background:#eee;color:#666}
-.badge{padding:1px 6px;border-radius:8px}
+.badge{padding:1px 6px;border-radius:8px}.status-legend .badge{display:inline-block;margin:1px 0}
 details.panel{border:1px solid #ccc;border-radius:6px;margin:.4rem 0;padding:.3rem .7rem}
 details.panel[open]{box-shadow:0 0 0 2px #4e79a7}
 pre{background:#f6f6f6;padding:.5rem;overflow-x:auto;max-height:24rem;white-space:pre-wrap}
@@ -391,10 +496,10 @@ def render_site(views: list[ProfileView], generated_at: str) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>dpo-bench results</title><style>{CSS}</style><script>{JS}</script></head><body>"
+        f"<title>dpo-bench results</title><style>{CSS}{status_css()}</style><script>{JS}</script></head><body>"
         f'<h1>dpo-bench: DPO compatibility matrices</h1><p class="meta">Generated {escape(generated_at)} by '
         "<code>python -m bench publish</code>. Click a cell for its details.</p>"
-        f'<p class="legend">{escape(LEGEND)}</p>{empty}'
+        f'<p class="legend">{escape(LEGEND)}</p>{status_legend()}{empty}'
         f'<h2>Matrices</h2><div class="matrices">{matrices}</div>'
         f'<h2>Plots</h2><div class="plots">{plots}</div>'
         f"<h2>Cell details</h2>{panels}</body></html>\n"

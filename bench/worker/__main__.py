@@ -22,20 +22,26 @@ def launcher_rank(spec: WorkerSpec) -> int:
 def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> None:
     import torch
 
+    from bench import cgroups
     from bench.worker import memory
-    from bench.worker.build import build_trainer
+    from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
-    from bench.worker.measure import StepRecorder
+    from bench.worker.measure import StepRecorder, record_losses
     from bench.worker.nvml import NvmlSampler
 
     torch.set_num_threads(spec.profile.threads_per_process)
     started = time.perf_counter()
+    import_libraries(spec)
+    report.baseline_rss_bytes = memory.current_rss_bytes()
+    report.baseline_cgroup_bytes = cgroups.own_usage_bytes() if os.environ.get(cgroups.CELL_ENV) else None
     nvml_sampler = NvmlSampler.start_if_available() if torch.cuda.is_available() else None
     recorder = StepRecorder()
     callbacks = [recorder]
     if fault:
         callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
     trainer = build_trainer(spec, callbacks)
+    faults.corrupt_reference(fault, trainer)
+    record_losses(trainer, recorder)
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
     report.rank = trainer.accelerator.process_index
@@ -52,6 +58,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
 
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
+    report.losses, report.reward_accuracies = recorder.losses, recorder.reward_accuracies
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:
@@ -76,6 +83,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
     spec = WorkerSpec.read(argv[1])
+    # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
+    from bench import cgroups
+
+    cgroups.join_rank(launcher_rank(spec), os.environ)
     report = RankReport(rank=launcher_rank(spec), pid=os.getpid(), hostname=socket.gethostname())
     fault = faults.from_environment(spec.cell.id)
     try:

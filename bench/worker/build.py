@@ -10,6 +10,21 @@ from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
 
 
+def import_libraries(spec: WorkerSpec) -> None:
+    """Import every library the cell's training will load, so that the memory taken next (the library baseline)
+    is the libraries' and what comes after is the model's."""
+    import importlib
+
+    names = ["transformers", "datasets", "trl", "peft", "accelerate"]
+    if backend_spec(spec.cell.backend).deepspeed is not None:
+        names.append("deepspeed")
+    if spec.cell.quant != "none":
+        names.append("bitsandbytes")
+    for name in names:
+        importlib.import_module(name)
+    from trl import DPOTrainer  # noqa: F401  (the trainer module pulls in most of what training touches)
+
+
 def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     if spec.profile.device == "hpu":
         return build_gaudi_trainer(spec, callbacks)

@@ -12,6 +12,10 @@ them is tested end to end:
   leak_secret    the rank prints the value of HF_TOKEN and fails with it in the message
   abort_at_exit  the rank trains on, then aborts (SIGABRT) while the interpreter shuts down, as gloo's
                  threads sometimes do after training has finished
+  wrong_reference  every rank's reference stops being the initial policy before training: the separate
+                 reference model's weights are perturbed (two_models), or the trained adapter starts from a
+                 non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
+  nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
 """
 
 import atexit
@@ -31,7 +35,18 @@ FAULT_ENV = "BENCH_FAULT"
 FAULT_CELL_ENV = "BENCH_FAULT_CELL"
 """Optional glob over cell ids: the fault fires only in matching cells."""
 _SPEC = re.compile(r"^(?P<fault>[a-z_]+)(@rank(?P<rank>\d+))?(:step(?P<step>\d+))?$")
-FAULTS = ("sigkill", "hang", "host_oom", "cuda_oom", "bad_result", "leak_secret", "abort_at_exit")
+FAULTS = (
+    "sigkill",
+    "hang",
+    "host_oom",
+    "cuda_oom",
+    "bad_result",
+    "leak_secret",
+    "abort_at_exit",
+    "wrong_reference",
+    "nan_loss",
+)
+PERTURBATION_STD = 0.1
 
 
 @dataclass(frozen=True)
@@ -82,13 +97,47 @@ def fire(kind: str) -> None:
         raise RuntimeError(f"authentication failed for token {token}")
 
 
+def poison_parameter(model: Any) -> None:
+    """Fill the first trainable (non-partitioned) parameter with NaN."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad and parameter.numel() > 0:
+                parameter.fill_(float("nan"))
+                return
+
+
+def corrupt_reference(fault: Fault | None, trainer: Any) -> None:
+    """wrong_reference, on every rank (DDP would otherwise broadcast rank 0's untouched policy)."""
+    if fault is None or fault.kind != "wrong_reference":
+        return
+    import torch
+
+    generator = torch.Generator().manual_seed(1234)
+    if trainer.ref_model is not None:
+        targets = [p for p in trainer.ref_model.parameters() if p.numel() > 0]
+    else:
+        targets = [p for n, p in trainer.model.named_parameters() if "lora_B.default" in n and p.numel() > 0]
+    if not targets:
+        raise RuntimeError("wrong_reference: no reference weights or LoRA B of adapter `default` to perturb")
+    with torch.no_grad():
+        for parameter in targets:
+            noise = torch.empty(parameter.shape, dtype=torch.float32).normal_(0, PERTURBATION_STD, generator=generator)
+            parameter.add_(noise.to(parameter.dtype))
+
+
 class FaultCallback(TrainerCallback):
     def __init__(self, fault: Fault, rank: int) -> None:
         self.fault, self.rank, self.steps = fault, rank, 0
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
-        if self.rank == self.fault.rank and self.steps == self.fault.step and self.fault.kind != "bad_result":
+        if self.rank != self.fault.rank or self.steps != self.fault.step:
+            return
+        if self.fault.kind == "nan_loss":
+            poison_parameter(kwargs["model"])
+        elif self.fault.kind not in ("bad_result", "wrong_reference"):
             fire(self.fault.kind)
 
 

@@ -1,6 +1,8 @@
 """Per-step measurement during training: a TrainerCallback that records step-end times, TRL's cumulative
-global token count and memory, with nothing heavier than a clock read and a /proc read per step."""
+global token count, memory, the DPO loss and TRL's reward accuracy, with nothing heavier than a clock read, a /proc
+read and a scalar copy per step."""
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +27,8 @@ class StepRecorder(TrainerCallback):
         self.step_ends: list[float] = []
         self.tokens: list[int] = []
         self.memory_now: list[int] = []
+        self.losses: list[float | None] = []
+        self.reward_accuracies: list[float | None] = []
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -37,9 +41,30 @@ class StepRecorder(TrainerCallback):
         self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", 0)))
         now = memory.cuda_allocated_now() if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
+        accuracies = getattr(self.trainer, "_metrics", {}).get("train", {}).get("rewards/accuracies") or [None]
+        self.reward_accuracies.append(accuracies[-1])
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
 
     def _sync(self) -> None:
         if self._synchronize and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+
+
+def record_losses(trainer: Any, recorder: StepRecorder) -> None:
+    """Append this rank's loss of every training step to `recorder.losses` (None when not finite).
+
+    The Trainer keeps the loss in a local of its training loop; DPOTrainer's compute_loss returns it, so the
+    bound method is wrapped.
+    """
+    compute_loss = trainer.compute_loss
+
+    def recording_compute_loss(*args: Any, **kwargs: Any) -> Any:
+        result = compute_loss(*args, **kwargs)
+        loss = result[0] if isinstance(result, tuple) else result
+        if getattr(trainer.model, "training", True):
+            value = float(loss.detach().float().item())
+            recorder.losses.append(value if math.isfinite(value) else None)
+        return result
+
+    trainer.compute_loss = recording_compute_loss

@@ -3,12 +3,20 @@ worker, the Gaudi worker, which adds its own switches, and the plain-TRL baselin
 
 from typing import Any
 
-from bench.axes import Option
+from bench.axes import Init, Option
 from bench.worker.spec import WorkerSpec
 
 
 def gradient_checkpointing(spec: WorkerSpec) -> bool:
     return spec.workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in spec.cell.options
+
+
+def learning_rate(spec: WorkerSpec) -> float:
+    """Adapters train with their own (usually ~10x larger) rate when the workload gives one."""
+    lora_rate = spec.workload.lora.learning_rate
+    if spec.cell.init != Init.TWO_MODELS and lora_rate is not None:
+        return lora_rate
+    return spec.workload.train.learning_rate
 
 
 def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
@@ -18,7 +26,7 @@ def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "output_dir": str(spec.out_dir) + "/trainer",
         "max_steps": train.steps,
         "per_device_train_batch_size": train.per_device_train_batch_size,
-        "learning_rate": train.learning_rate,
+        "learning_rate": learning_rate(spec),
         "beta": train.beta,
         "max_length": train.max_length,
         "seed": train.seed,

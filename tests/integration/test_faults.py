@@ -3,6 +3,7 @@
 Each test runs the real CLI on real cells and checks what is recorded and what is kept afterwards.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -101,40 +102,101 @@ def test_malformed_worker_result_is_an_error_not_a_crash(tmp_path):
     assert record.status == "error" and "malformed rank report" in record.message
 
 
+LAUNCHER_PROGRAMS = ("torchrun", "accelerate", "deepspeed", "mpirun", "prterun")
+
+
+def rank_pids(marker: str, cell_id: str) -> list[int]:
+    """The live worker processes (ranks, not their launcher) of `cell_id` under the results folder `marker`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            args = (Path("/proc") / pid / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        line = " ".join(args)
+        launcher = any(Path(arg).name in LAUNCHER_PROGRAMS for arg in args[:2])
+        if marker in line and f"/{cell_id}/" in line and "bench.worker" in line and not launcher:
+            found.append(int(pid))
+    return found
+
+
+def wait_until(condition, what: str, runner: subprocess.Popen, timeout_s: float) -> None:
+    """Poll an observable state; fail at once if the runner ends first, or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert runner.poll() is None, f"the runner ended (exit {runner.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def process_states(pids: list[int]) -> str:
+    """State and kernel wait channel of each process and thread, for a runner that does not exit."""
+    states = []
+    for pid in pids:
+        for task in sorted((Path("/proc") / str(pid) / "task").glob("*")):
+            try:
+                state = next(ln for ln in (task / "status").read_text().splitlines() if ln.startswith("State:"))
+                states.append(f"{pid}/{task.name} {state.split(None, 1)[1]} wchan={(task / 'wchan').read_text()}")
+            except (OSError, StopIteration):
+                continue
+    return "; ".join(states)
+
+
 def test_ctrl_c_keeps_finished_cells_and_resume_redoes_the_interrupted_one(tmp_path):
-    argv = [
-        sys.executable,
-        "-m",
-        "bench",
-        "--results",
-        str(tmp_path),
-        "run",
-        "--hw",
-        "cpu",
-        "--executor",
-        "local",
-        "--filter",
-        "two_models-none-single,one_adapter-none-ddp",
-    ]
+    """SIGINT while the second cell trains (it would never end: rank 1 hangs at step 3): the runner stops it, exits
+    130 promptly, keeps the first cell's record and nothing of the second; resume runs the second cell only."""
+    cells = "two_models-none-single,one_adapter-none-ddp"
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
+    argv += ["--filter", cells]
     env = os.environ | {"BENCH_FAULT": "hang@rank1:step3", "BENCH_FAULT_CELL": "one_adapter-none-ddp"}
-    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = list((tmp_path / "cpu").glob("*/results.jsonl"))
-        if runs and len(load_results(runs[0]).records) == 1:
-            break
-        time.sleep(0.5)
-    time.sleep(8)  # well into the ddp cell, which now hangs
-    runner.send_signal(signal.SIGINT)
-    output, _ = runner.communicate(timeout=60)
-    assert runner.returncode == 130, output[-2000:]
-    assert "interrupted during one_adapter-none-ddp" in output
+    output = tmp_path / "runner.out"  # a file, not a pipe: nothing the runner writes can block it
+    with output.open("w") as out:
+        runner = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    took = None
+    try:
+
+        def first_cell_recorded() -> bool:
+            files = list((tmp_path / "cpu").glob("*/results.jsonl"))
+            return bool(files) and len(load_results(files[0]).records) == 1
+
+        wait_until(first_cell_recorded, "record of two_models-none-single", runner, 300)
+        wait_until(
+            lambda: len(rank_pids(str(tmp_path), "one_adapter-none-ddp")) == 2,
+            "two live ranks of one_adapter-none-ddp",
+            runner,
+            300,
+        )
+        sent = time.monotonic()
+        runner.send_signal(signal.SIGINT)
+        try:
+            runner.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            cell = [int(line.split(":")[0]) for line in leftovers(str(tmp_path))]
+            pytest.fail(
+                f"the runner had not exited 90 s after SIGINT; {process_states([runner.pid, *cell])}; "
+                f"output: {output.read_text()[-2000:]}"
+            )
+        took = time.monotonic() - sent
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        for line in leftovers(str(tmp_path)):  # a failed run must not leave a hung cell behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    text = output.read_text()
+    print(f"SIGINT -> runner exit: {took:.2f} s")
+    assert runner.returncode == 130, text[-2000:]
+    assert "interrupted during one_adapter-none-ddp: it is not recorded" in text, text[-2000:]
     run_dir = only_run(tmp_path)
     assert [r.cell_id for r in load_results(run_dir).records] == ["two_models-none-single"]
     assert leftovers(str(tmp_path)) == []
+    assert (run_dir / "logs" / "one_adapter-none-ddp.log").is_file()  # the interrupted cell's log is kept
 
-    done = bench_run(tmp_path, "two_models-none-single,one_adapter-none-ddp", {}, run_id=run_dir.name)
-    assert "1 cell(s) to run, 1 already recorded" in done.stdout
+    done = bench_run(tmp_path, cells, {}, run_id=run_dir.name)
+    assert "1 cell(s) to run, 1 already recorded" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     latest = load_results(run_dir).latest_by_cell()
     assert latest["one_adapter-none-ddp"].status == "ok" and len(load_results(run_dir).records) == 2
 

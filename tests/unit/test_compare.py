@@ -91,6 +91,17 @@ def trials(cell_id: str, tokens: list[float], peak_mib: float = 500.0) -> list[R
     return [rec(cell_id, tokens=t, peak_mib=peak_mib, trial=n) for n, t in enumerate(tokens)]
 
 
+def with_model_memory(record: ResultRecord, model_mib: float, baseline_mib: float) -> ResultRecord:
+    """A newer record: library baseline, raw peak and model memory (= peak - baseline) next to the train peak."""
+    assert record.metrics is not None
+    update = {
+        "baseline_bytes": int(baseline_mib * MiB),
+        "peak_bytes": int((baseline_mib + model_mib) * MiB),
+        "model_memory_bytes": int(model_mib * MiB),
+    }
+    return record.model_copy(update={"metrics": record.metrics.model_copy(update=update)})
+
+
 def run(records: list[ResultRecord], env: EnvFingerprint | None = None, name: str = "run") -> Run:
     return Run(name=name, records=records, env=fingerprint() if env is None else env)
 
@@ -140,6 +151,26 @@ def test_silent_fallback_after_ok_is_a_regression():
     assert result.cells[0].status_change == "regression"
     # the fallback's own numbers are not compared with a real FSDP run
     assert result.cells[0].throughput is None
+
+
+def test_learning_failed_after_ok_is_a_status_regression(tmp_path):
+    message = "loss did not fall: 0.6931 at step 1, 0.6850 over the last 7 of 30 steps"
+    failed = rec("one_adapter-none-ddp", Status.LEARNING_FAILED, message=message)
+    failed = failed.model_copy(update={"metrics": rec("one_adapter-none-ddp").metrics})  # it trained: real metrics
+    result = compare(run([rec("one_adapter-none-ddp")]), run([failed]))
+    (cell,) = result.cells
+    assert cell.status_change == "regression" and result.of_kind("status") == [cell]
+    # its numbers are not those of a correct training run: not compared
+    assert cell.throughput is None and cell.memory is None
+    text = to_markdown(result, ["status"])
+    assert f"| `one_adapter-none-ddp` | 🔴 regression | ok | learning_failed | {message} |" in text
+    assert "❌ fails on status" in text and "learning_failed" in text.split("<sub>")[1]
+    fixed = compare(run([failed]), run([rec("one_adapter-none-ddp")]))
+    assert fixed.cells[0].status_change == "improvement"
+    base = write_run(tmp_path / "b", [rec("one_adapter-none-ddp")])
+    head = write_run(tmp_path / "h", [failed])
+    assert main(["compare", str(base), str(head)]) == 1
+    assert main(["compare", str(base), str(head), "--fail-on", "throughput,memory"]) == 0
 
 
 def test_one_failing_trial_fails_the_cell_and_marks_it_flaky():
@@ -216,6 +247,40 @@ def test_compare_uses_medians_of_trials_per_cell():
     assert row in to_markdown(result)
 
 
+def test_memory_compares_model_memory_when_both_sides_have_it():
+    cell = "one_adapter-none-single"
+    # the same train peak on both sides, but the libraries shrank by 100 MiB and the model grew by as much
+    base = [with_model_memory(r, 200, 400) for r in trials(cell, [1000] * 4, peak_mib=600)]
+    head = [with_model_memory(r, 300, 300) for r in trials(cell, [1000] * 4, peak_mib=600)]
+    memory = compare(run(base), run(head)).cells[0].memory
+    assert memory is not None and memory.measure == "model memory"
+    assert (memory.base, memory.head, memory.verdict) == (200 * MiB, 300 * MiB, Verdict.REGRESSION)
+    text = to_markdown(compare(run(base), run(head)), ["memory"])
+    assert "| `one_adapter-none-single` | model memory | 200.0 MiB | 300.0 MiB | +50.0% |" in text
+    note = "Compared: **model memory** (peak − library baseline, max over ranks) where both runs record it (1 cell)"
+    assert note in text
+    assert "(older records: 0 cells)" in text and "❌ fails on memory" in text
+    # the throughput table has no measure column
+    assert "| `one_adapter-none-single` | 1,000 | 1,000 | +0.0% |" in text
+
+
+def test_memory_falls_back_to_the_train_peak_when_a_side_lacks_model_memory():
+    cell = "one_adapter-none-single"
+    old = trials(cell, [1000] * 4, peak_mib=600)
+    new = [with_model_memory(r, 300, 300) for r in trials(cell, [1000] * 4, peak_mib=600)]
+    for base, head in ((old, new), (new, old), (old, old)):
+        result = compare(run(base), run(head))
+        memory = result.cells[0].memory
+        assert memory is not None and memory.measure == "train peak" and memory.verdict == Verdict.NO_CHANGE
+        text = to_markdown(result)
+        assert "| `one_adapter-none-single` | train peak | 600.0 MiB | 600.0 MiB | +0.0% |" in text
+        assert "(1 cell), else" not in text and "(older records: 1 cell)" in text
+    # one trial without it on a side: the train peak for that cell
+    mixed = [*new[:3], old[3]]
+    assert compare(run(new), run(mixed)).cells[0].memory.measure == "train peak"
+    assert to_json(compare(run(new), run(new)))["cells"][0]["memory"]["measure"] == "model memory"
+
+
 # ---------------------------------------------------------------- comparability and report
 
 
@@ -261,7 +326,7 @@ def test_markdown_warns_when_not_comparable_and_still_reports():
     assert "🔴" not in text[text.index("### Throughput") :]
     assert "❌ fails on status" in text
     # status changes come before metric deltas
-    assert text.index("### Status changes") < text.index("### Throughput") < text.index("### Peak training memory")
+    assert text.index("### Status changes") < text.index("### Throughput") < text.index("### Memory")
 
     comparable = to_markdown(compare(run(base), run(base)))
     assert "not comparable" not in comparable and "No cell changed status." in comparable

@@ -1,11 +1,18 @@
 """Real processes: timeouts kill the whole cell, escaped descendants included."""
 
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from bench.executors.local import marked_pids, run_local
+import pytest
+
+from bench.cgroups import CellCgroups, CgroupFs, locate
+from bench.executors import local
+from bench.executors.local import LocalExecutor, marked_pids, run_local
 from bench.launch import LaunchPlan
 
 SPAWNER = """
@@ -57,3 +64,145 @@ def test_missing_launcher_is_exit_127_with_a_message(tmp_path):
 
 def test_marked_pids_finds_nothing_for_an_unknown_token():
     assert marked_pids("0" * 32) == []
+
+
+# --- per-rank memory budget (real cgroups; this machine kind: root, cgroup v1) ---------------------------------
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = """
+import os, sys
+from bench.cgroups import join_rank
+rank = int(os.environ.get("RANK", "0"))
+assert join_rank(rank, os.environ)
+chunks = [b"\\x01" * (1 << 20) for _ in range(int(sys.argv[1 + rank]))]
+print(f"rank {rank} survived", flush=True)
+"""
+LAUNCHER = """
+import os, subprocess, sys
+workers = [subprocess.Popen([sys.executable, sys.argv[1], *sys.argv[2:]], env=os.environ | {"RANK": str(r)})
+           for r in range(2)]
+codes = [w.wait() for w in workers]
+print("worker exit codes", codes, flush=True)
+sys.exit(1 if any(codes) else 0)
+"""
+
+
+@pytest.fixture
+def own_cgroup():
+    """The real own memory cgroup (fails, never skips, where there is none); no new cell cgroup is left."""
+    path = locate().path
+    before = set(path.glob("dpo-bench-*"))
+    yield path
+    assert set(path.glob("dpo-bench-*")) - before == set()
+
+
+def _scripts(tmp_path: Path) -> tuple[Path, Path]:
+    worker, launcher = tmp_path / "worker.py", tmp_path / "launcher.py"
+    worker.write_text(WORKER)
+    launcher.write_text(LAUNCHER)
+    return worker, launcher
+
+
+def test_budget_oom_kills_the_rank_and_reports_it(tmp_path, own_cgroup, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    worker, _ = _scripts(tmp_path)
+    plan = LaunchPlan(argv=[sys.executable, str(worker), "256"], ranks=1)
+    outcome = run_local(plan, tmp_path / "log", timeout_s=60, cwd=tmp_path, memory_budget_bytes=64 * MIB)
+    assert outcome.exit_code == -signal.SIGKILL and outcome.oom_killed and not outcome.timed_out
+    [rank] = outcome.rank_memory
+    assert rank.rank == 0 and rank.limit_bytes == 64 * MIB and rank.oom_kills >= 1
+    assert 0.9 * 64 * MIB <= rank.peak_bytes <= 64 * MIB
+
+
+def test_budget_is_per_rank_behind_a_launcher(tmp_path, own_cgroup, monkeypatch):
+    """The launcher (in the cell cgroup, no limit) starts two workers; only rank 1 goes past the budget."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    worker, launcher = _scripts(tmp_path)
+    plan = LaunchPlan(argv=[sys.executable, str(launcher), str(worker), "16", "256"], ranks=2)
+    outcome = LocalExecutor(tmp_path, memory_budget_bytes=64 * MIB).run(plan, tmp_path / "log", 60, {})
+    assert outcome.exit_code == 1 and outcome.oom_killed
+    assert "rank 0 survived" in outcome.log_tail and "worker exit codes [0, -9]" in outcome.log_tail
+    rank0, rank1 = outcome.rank_memory
+    assert (rank0.rank, rank0.oom_kills, rank1.rank) == (0, 0, 1) and rank1.oom_kills >= 1
+    assert 16 * MIB < rank0.peak_bytes < 64 * MIB and rank1.peak_bytes > 0.9 * 64 * MIB
+
+
+def test_without_a_budget_there_are_no_cgroups(tmp_path, monkeypatch):
+    plan = LaunchPlan(argv=[sys.executable, "-c", "import os; print(os.environ.get('BENCH_CGROUP_DIR'))"])
+    outcome = run_local(plan, tmp_path / "log", timeout_s=30, cwd=tmp_path)
+    assert outcome.exit_code == 0 and outcome.rank_memory == [] and not outcome.oom_killed
+    assert "None" in outcome.log_tail
+
+
+def test_budget_timeout_kills_the_cell_and_removes_its_cgroups(tmp_path, own_cgroup):
+    ready = tmp_path / "ready"
+    script = tmp_path / "spawner_budget_marker.py"
+    script.write_text(SPAWNER)
+    plan = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
+    outcome = run_local(plan, tmp_path / "log", timeout_s=3, cwd=tmp_path, memory_budget_bytes=256 * MIB)
+    assert outcome.timed_out and ready.read_text() == "ready"
+    assert [r.oom_kills for r in outcome.rank_memory] == [0, 0]
+    assert _alive_with("spawner_budget_marker") == []
+
+
+def _interrupt_self() -> None:
+    os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C: Python raises KeyboardInterrupt unless it is deferred
+
+
+SETUP_INTERRUPTS = ["sigint_in_setup", "keyboard_interrupt_half_way_in_setup"]
+WAIT_INTERRUPTS = ["sigint_after_popen", "sigint_in_wait", "sigint_in_cleanup"]
+INTERRUPTS = [
+    *[pytest.param(where, 64 * MIB, id=f"{where}-budget") for where in SETUP_INTERRUPTS + WAIT_INTERRUPTS],
+    *[pytest.param(where, None, id=f"{where}-no_budget") for where in WAIT_INTERRUPTS],
+]
+
+
+@pytest.mark.parametrize(("where", "budget"), INTERRUPTS)
+def test_ctrl_c_anywhere_leaves_no_process_and_no_cgroup(tmp_path, own_cgroup, monkeypatch, where, budget):
+    marker = f"spawner_{where}_marker"
+    ready = tmp_path / "ready"
+    script = tmp_path / f"{marker}.py"
+    script.write_text(SPAWNER)
+    if where == "sigint_in_setup":
+        create = CellCgroups.create
+        monkeypatch.setattr(CellCgroups, "create", lambda self: (create(self), _interrupt_self()))
+    elif where == "keyboard_interrupt_half_way_in_setup":
+        write, calls = CgroupFs.write, []
+
+        def write_then_interrupt(self, path, text):
+            calls.append(path)
+            if len(calls) == 3:  # rank0 has its limit and memsw limit, rank1 is made without its limit
+                raise KeyboardInterrupt
+            write(self, path, text)
+
+        monkeypatch.setattr(CgroupFs, "write", write_then_interrupt)
+    elif where == "sigint_after_popen":
+
+        class InterruptedPopen(subprocess.Popen):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                _interrupt_self()
+
+        monkeypatch.setattr(local.subprocess, "Popen", InterruptedPopen)
+    elif where == "sigint_in_wait":
+
+        def when_ready():
+            deadline = time.monotonic() + 30
+            while not ready.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _interrupt_self()
+
+        threading.Thread(target=when_ready, daemon=True).start()
+    elif where == "sigint_in_cleanup":
+        remove = local.remove_group_segments
+        monkeypatch.setattr(local, "remove_group_segments", lambda env: (_interrupt_self(), remove(env))[1])
+    plan = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_local(plan, tmp_path / "log", timeout_s=4, cwd=tmp_path, memory_budget_bytes=budget)
+    assert time.monotonic() - started < 15
+    assert _alive_with(marker) == []
+    sleepers = _alive_with("time.sleep(300)")
+    assert [p for p in sleepers if b"BENCH_CELL_TOKEN=" in _proc_read(str(p), "environ")] == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -134,3 +134,16 @@ def test_write_matrix_writes_matrix_md_and_csv_in_matrix_order(tmp_path):
     assert "| one_adapter · none | ✅ 1,000 tok/s · 0 MiB | ✅ 1,000 tok/s · 0 MiB |" in text
     rows = list(csv.DictReader((tmp_path / "cpu" / "matrix.csv").open(encoding="utf-8")))
     assert [r["cell_id"] for r in rows] == ["one_adapter-none-single", "one_adapter-none-ddp"]
+    # records without model memory, budget or learning evidence: those columns are there, empty
+    for column in ("model_memory_mib", "peak_mib", "baseline_mib", "kernel_peak_mib", "memory_budget_mib"):
+        assert [r[column] for r in rows] == ["", ""]
+    assert [r["first_loss"] for r in rows] == ["", ""] and rows[0]["train_peak_mib"] != ""
+
+
+def test_learning_failed_renders_on_the_console_with_its_note():
+    failed = record("one_adapter-none-single", Status.LEARNING_FAILED).model_copy(
+        update={"message": "first-step loss 0.7412 is not ln 2 (0.6931): the reference is not the initial policy"}
+    )
+    text = render([failed], "cpu", [])
+    assert "| one_adapter · none | 📉 learning [1] |" in text
+    assert "1. learning_failed — first-step loss 0.7412 is not ln 2 (0.6931)" in text

@@ -45,3 +45,25 @@ def test_percentile_and_slope():
     assert percentile([1, 2, 3, 4, 5], 0.9) == pytest.approx(4.6)
     assert slope([5.0, 5.0, 5.0]) == 0.0
     assert slope([1.0, 2.0]) is None
+
+
+def test_model_memory_is_peak_minus_baseline_of_the_same_kind_max_over_ranks():
+    from bench.metrics import model_memory, rank_memory
+
+    class Kernel:
+        def __init__(self, rank, peak, kills=0):
+            self.rank, self.limit_bytes, self.peak_bytes, self.oom_kills = rank, 1000, peak, kills
+
+    r0 = report(0, peak=900).model_copy(update={"baseline_rss_bytes": 500, "baseline_cgroup_bytes": 50})
+    r1 = report(1, peak=800).model_copy(update={"baseline_rss_bytes": 300, "baseline_cgroup_bytes": 60})
+    # RSS only: rank 1 has the larger model memory (800 - 300), rank 0 the larger raw peak
+    assert model_memory(rank_memory([r0, r1], []), [r0, r1]) == (900, 300, 500)
+    # under a budget the kernel's figures are used, baseline of the same kind
+    figures = rank_memory([r0, r1], [Kernel(0, 700), Kernel(1, 400)])
+    assert model_memory(figures, [r0, r1]) == (700, 50, 650)
+    # a rank the kernel killed has no report, but keeps its cgroup figures
+    killed = rank_memory([r0], [Kernel(0, 700), Kernel(1, 1000, kills=1)])
+    assert [(f.rank, f.oom_killed, f.kernel_peak_bytes, f.baseline_rss_bytes) for f in killed] == [
+        (0, False, 700, 500),
+        (1, True, 1000, None),
+    ]

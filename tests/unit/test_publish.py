@@ -12,10 +12,22 @@ from bench.cli import main
 from bench.env_schema import EnvFingerprint
 from bench.report.matrix import render
 from bench.report.publish import discover, profile_view, read_config
-from bench.report.site import PALETTE, backend_color, legend_layout, matrix_table, nice_ticks, scatter_svg, winners
+from bench.report.site import (
+    PALETTE,
+    STATUS_COLORS,
+    backend_color,
+    cell_panel,
+    legend_layout,
+    matrix_table,
+    nice_ticks,
+    scatter_svg,
+    status_css,
+    status_legend,
+    winners,
+)
 from bench.report.summary import summarize
-from bench.results_schema import ErrorClass, ResultRecord, Status
-from tests.unit.test_compare import ENV, rec, write_run
+from bench.results_schema import ErrorClass, Learning, RankMemoryFigures, ResultRecord, Status
+from tests.unit.test_compare import ENV, MiB, rec, with_model_memory, write_run
 
 MATRIX_YAML = """
 axes:
@@ -28,6 +40,8 @@ variants:
 KNOWN_ISSUE = "https://github.com/huggingface/trl/issues/1377"
 KNOWN_ISSUE_NOTE = "DeepSpeed rejects this optimizer <without> a flag"
 DEEPSPEED_JSON = '{"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": true}'
+BUDGET = 2 * 2**30
+"""The 2xA10 run's per-rank memory budget."""
 A10_ENV = {
     **ENV,
     "hardware_profile": "2xA10",
@@ -59,14 +73,27 @@ def fixture_record(cell_id: str, hardware: str, n: int) -> ResultRecord:
                 "known_issue_note": KNOWN_ISSUE_NOTE,
                 "log_tail": "Traceback ...\nValueError: bad zero config",
                 "config_files": ["configs/one_adapter-none-zero2/deepspeed.json", "configs/gone/accelerate.yaml"],
+                "memory_budget_bytes": BUDGET if hardware == "2xA10" else None,
             }
         )
     if cell_id == "one_adapter-int8-ddp":
-        return rec(cell_id, Status.OOM, message="CUDA out of memory")
+        oom = rec(cell_id, Status.OOM, message="CUDA out of memory")
+        if hardware == "2xA10":  # newer records: the kernel's figures of the rank it killed
+            figures = [
+                RankMemoryFigures(rank=0, kernel_peak_bytes=1500 * MiB, limit_bytes=BUDGET),
+                RankMemoryFigures(rank=1, kernel_peak_bytes=BUDGET, limit_bytes=BUDGET, oom_killed=True),
+            ]
+            oom = oom.model_copy(update={"memory_budget_bytes": BUDGET, "rank_memory": figures})
+        return oom
     factor = 3.0 if hardware == "2xA10" else 1.0
     record = rec(cell_id, tokens=(1000 + 100 * n) * factor, peak_mib=400 + 20 * n)
     launcher = "mpirun" if cell_id.endswith("+mpirun") else "python"
-    return record.model_copy(update={"hardware": hardware, "launcher": launcher})
+    record = record.model_copy(update={"hardware": hardware, "launcher": launcher})
+    if hardware == "2xA10":  # 2xA10 has the newer fields, cpu is an older run without them
+        record = with_model_memory(record, model_mib=100 + 10 * n, baseline_mib=300 + 10 * n)
+        learning = Learning(first_loss=0.6931, last_loss=0.41, end_loss=0.45, reward_accuracy=0.875)
+        record = record.model_copy(update={"learning": learning, "memory_budget_bytes": BUDGET})
+    return record
 
 
 def build_results(root: Path) -> tuple[Path, Path]:
@@ -287,3 +314,92 @@ def test_scatter_legend_of_every_backend_wraps_inside_the_plot(tmp_path):
     assert 'height="314"' in svg
     for backend in Backend:
         assert f'fill="{backend_color(backend)}"' in svg and f">{backend.value}</text>" in svg
+
+
+# ---------------------------------------------------------------- model memory, budget, learning and status colours
+
+
+def test_newer_records_show_model_memory_the_budget_and_the_oom_figures(published):
+    _, _, page = published
+    text = html.unescape(page)
+    a10 = text[text.index('<table class="matrix" data-hardware="2xA10"') :]
+    a10 = a10[: a10.index("</table>")]
+    assert "✅ 3,000 tok/s · model 100 MiB / peak 400 MiB" in a10  # two_models-none-single, n = 0
+    assert "💥 OOM (rank 1 at 2.00 GiB, budget 2.00 GiB)" in a10
+    assert "Per-rank memory budget: 2.00 GiB (kernel memory cgroup)." in text
+    # the older cpu run keeps its single figure and has no budget line
+    cpu = text[text.index('<table class="matrix" data-hardware="cpu"') :]
+    assert "✅ 1,000 tok/s · 400 MiB" in cpu[: cpu.index("</table>")]
+    # in the 2xA10 heading only; each panel of a cell that ran says it among its facts
+    assert text.count("Per-rank memory budget: 2.00 GiB (kernel memory cgroup).</p>") == 1
+    assert text.count("<dt>memory budget</dt><dd>2.00 GiB per rank (kernel memory cgroup)</dd>") == 10
+    assert "some cells ran without one" not in text
+
+
+def panel_of(page: str, hardware: str, cell_id: str) -> str:
+    found = re.search(
+        rf'<details class="panel" id="cell-{hardware}-{re.escape(cell_id)}".*?</details>(?=<details class="panel"|'
+        r"</section>)",
+        page,
+        re.S,
+    )
+    assert found is not None
+    return html.unescape(found.group(0))
+
+
+def test_panel_shows_memory_figures_learning_and_rank_memory(published):
+    _, _, page = published
+    ok = panel_of(page, "2xA10", "two_models-none-single")
+    assert "<th>model memory (peak − library baseline, max over ranks, median)</th><td>100.0 MiB</td>" in ok
+    assert "<th>peak (kernel cgroup peak, median)</th><td>400.0 MiB</td>" in ok
+    assert "<th>library baseline (libraries imported, model not loaded)</th><td>300.0 MiB</td>" in ok
+    assert "<dt>memory budget</dt><dd>2.00 GiB per rank (kernel memory cgroup)</dd>" in ok
+    assert "<h5>Learning</h5>" in ok and "<td>0.6931</td>" in ok and "<td>0.4500</td>" in ok and "87.50%" in ok
+    assert "The learning check passed." in ok
+    oom = panel_of(page, "2xA10", "one_adapter-int8-ddp")
+    assert "<h5>Memory per rank</h5>" in oom
+    killed = "<tr><td>1</td><td>—</td><td>—</td><td>—</td><td>2,048.0 MiB</td><td>2,048.0 MiB</td><td>yes</td></tr>"
+    assert killed in oom
+    # an older record: none of it
+    old = panel_of(page, "cpu", "two_models-none-single")
+    assert "model memory" not in old and "<h5>Learning</h5>" not in old and "Memory per rank" not in old
+    assert "<th>train peak (rss, median)</th><td>400.0 MiB</td>" in old
+
+
+def test_learning_failed_cell_has_its_mark_colour_and_failures(tmp_path):
+    view = cpu_view(tmp_path)
+    failure = "loss did not fall: 0.6931 at step 1, 0.6850 over the last 7 of 30 steps"
+    record = rec("one_adapter-none-single", Status.LEARNING_FAILED, message=failure)
+    learning = Learning(first_loss=0.6931, last_loss=0.69, end_loss=0.685, reward_accuracy=0.5, losses=[0.6931, None])
+    learning.failures = [failure]
+    record = with_model_memory(
+        record.model_copy(update={"metrics": rec("one_adapter-none-single").metrics, "learning": learning}), 80, 545
+    )
+    records = {**view.records, record.cell_id: record}
+    view = dataclasses.replace(view, records=records, cells=summarize(records.values()))
+    table = html.unescape(matrix_table(view))
+    assert 'class="cell s-learning_failed"' in table
+    assert "📉 learning 1,000 tok/s · model 80 MiB / peak 625 MiB" in table
+    panel = html.unescape(cell_panel(view, record.cell_id))
+    assert '<span class="badge s-learning_failed">📉 learning learning_failed</span>' in panel
+    assert f'<pre class="message">{failure}</pre>' in panel
+    assert f'<ul class="learning-failures"><li>{failure}</li></ul>' in panel
+    assert "<th>steps with a finite loss</th><td>1 of 2</td>" in panel and "<td>0.6850</td>" in panel
+    # not ok: it is no point of the scatter plot and wins no row
+    assert "one_adapter-none-single" not in scatter_svg(view)
+    assert ("one_adapter · none", "ddp", 1700.0) in winners(view)
+
+
+def test_every_status_has_a_colour_and_a_legend_entry_in_enum_order():
+    assert set(STATUS_COLORS) == set(Status)
+    css = status_css()
+    assert [m.group(1) for m in re.finditer(r"\.s-(\w+)\{", css)] == [s.value for s in Status]
+    assert len({STATUS_COLORS[s] for s in Status}) == len(Status)
+    legend = html.unescape(status_legend())
+    assert re.findall(r'class="badge s-(\w+)"', legend) == [s.value for s in Status]
+    assert "📉 learning learning_failed" in legend
+
+
+def test_the_page_carries_the_status_colours_and_legend(published):
+    _, _, page = published
+    assert ".s-learning_failed{" in page and '<p class="status-legend">' in page

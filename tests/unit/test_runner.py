@@ -27,6 +27,7 @@ class FakeExecutor:
     def __init__(self, engagement: Engagement, exit_code: int = 0, error: str | None = None) -> None:
         self.engagement, self.exit_code, self.error = engagement, exit_code, error
         self.plans: list[LaunchPlan] = []
+        self.losses = lambda steps: [0.6931472 - 0.05 * s for s in range(steps)]
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         self.plans.append(plan)
@@ -40,6 +41,7 @@ class FakeExecutor:
                 step_ends=[float(s) for s in range(steps)],
                 tokens=[100 * s for s in range(steps)],
                 train_peak_bytes=2**20,
+                losses=self.losses(steps),
                 engagement=self.engagement,
                 error=self.error if rank == 1 else None,
             ).write(spec.rank_file(rank))
@@ -60,6 +62,7 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
     assert record.status == Status.OK and record.executor == "fake" and record.world_size == 2
     assert record.metrics is not None and record.metrics.tokens_per_s == 100.0
+    assert record.learning is not None and record.learning.failures == []
     assert record.config_files == [f"configs/{DDP.id}/spec.json"]
     assert (tmp_path / record.config_files[0]).is_file()
     assert load_results(tmp_path).records == [record]
@@ -88,3 +91,13 @@ def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
     plans = plan_cells([DDP, device_map], cpu_profile, untested="no stack")
     assert [p.not_run[0] for p in plans] == [Status.UNTESTED, Status.NOT_APPLICABLE]
     assert [p.not_run for p in plan_cells([DDP], cpu_profile)] == [None]
+
+
+def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_profile):
+    ddp_ran = Engagement(
+        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+    )
+    executor = FakeExecutor(ddp_ran)
+    executor.losses = lambda steps: [0.6931472] * steps
+    (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
+    assert record.status == Status.LEARNING_FAILED and record.message.startswith("loss did not fall")
