@@ -11,7 +11,6 @@ export DEBIAN_FRONTEND=noninteractive
 missing=()
 [[ -x $DOCKER ]] || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
 if ((${#missing[@]})); then
   echo "--- installing ${missing[*]}"
   apt-get update -q >/dev/null

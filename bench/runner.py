@@ -109,8 +109,12 @@ def format_progress(done: int, total: int, record: ResultRecord, elapsed: float)
     eta = elapsed / done * remaining if done else 0.0
     detail = ""
     if record.metrics:
-        peak = record.metrics.train_peak_bytes or 0
-        detail = f"{record.metrics.tokens_per_s:>9,.0f} tok/s {peak / 2**20:>7,.0f} MiB"
+        m = record.metrics
+        if m.model_memory_bytes is not None and m.peak_bytes is not None:
+            memory = f"model {m.model_memory_bytes / 2**20:,.0f} / peak {m.peak_bytes / 2**20:,.0f} MiB"
+        else:
+            memory = f"{(m.train_peak_bytes or 0) / 2**20:>7,.0f} MiB"
+        detail = f"{m.tokens_per_s:>9,.0f} tok/s {memory}"
     elif record.message:
         detail = record.message[:60]
     wall = f"{record.wall_s:5.1f}s" if record.wall_s is not None else ""

@@ -25,6 +25,7 @@ from bench.shm_segments import remove_group_segments
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0
+KILL_WAIT_S = 10.0
 TAIL_BYTES = 6000
 
 
@@ -52,13 +53,15 @@ def marked_pids(token: str) -> list[int]:
     return pids
 
 
-def kill_cell(process: subprocess.Popen, token: str) -> None:
-    """SIGTERM the group, then SIGKILL everything still carrying the cell's token."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.1)
+def kill_cell(process: subprocess.Popen, token: str, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the group and give the launcher `grace_s` to stop its ranks, then SIGKILL everything still carrying
+    the cell's token. grace_s=0: SIGKILL at once (after a Ctrl-C nothing of the cell is kept)."""
+    if grace_s > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
     for _ in range(3):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -70,7 +73,10 @@ def kill_cell(process: subprocess.Popen, token: str) -> None:
         if not pids:
             break
         time.sleep(0.2)
-    process.wait()
+    try:
+        process.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:  # e.g. stuck in uninterruptible sleep: never hang the runner (or its Ctrl-C)
+        print(f"warning: launcher {process.pid} survived SIGKILL for {KILL_WAIT_S:g} s; left behind", file=sys.stderr)
 
 
 class LocalExecutor:
@@ -126,14 +132,18 @@ def run_local(
             raise CgroupUnavailable(
                 f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
             ) from exc
-        timed_out = False
+        timed_out = interrupted = False
         try:
             with sigint.allow():
                 process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
-            kill_cell(process, token)  # the cell on a timeout or Ctrl-C, else stragglers a launcher left behind
+            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
+            kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
             remove_group_segments(plan.env)
         rank_memory = cell.read() if cell else []
     return Outcome(
