@@ -17,7 +17,7 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS))
 
-.PHONY: help setup bench images list matrix test test-unit test-docker lint perf compare publish clean
+.PHONY: help setup browser bench images list matrix test test-unit test-docker lint perf compare publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -47,8 +47,16 @@ list: setup ## list every cell and the not-applicable reasons, run nothing
 matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
-test: setup ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
+test: setup browser ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
 	$(PY) -m pytest tests -m "not docker"
+
+browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (Debian package) for the site's browser test"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; \
+	  else echo "error: the site's browser test needs chromium: apt-get install chromium (as root)" >&2; exit 1; fi; }
 
 test-docker: setup ## cells in containers vs local (needs dockerd and `make images FLAVOR=cpu`)
 	$(PY) -m pytest tests -m docker -v -s
@@ -68,6 +76,12 @@ compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HE
 
 publish: setup ## regenerate results/README.md and the static site results/site/
 	$(PY) -m bench publish
+
+predict: setup ## PREDICTED per-device memory and fits/OOM of every cell, no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
+	$(PY) -m bench predict --hw '$(HW)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
+
+validate-estimate: setup ## memory estimator vs every measured cell under results/ (error %, fits/OOM right)
+	$(PY) -m bench validate-estimate
 
 clean: ## remove build outputs (keeps results/)
 	rm -rf build .pytest_cache .ruff_cache

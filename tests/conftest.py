@@ -1,6 +1,14 @@
+import signal
 from pathlib import Path
 
 import pytest
+
+# A shell that starts a command in the background (`cmd &`, as a CI wrapper or `nohup … &` may) hands it SIGINT
+# *ignored*, and an ignored signal stays ignored across exec: the Ctrl-C tests (real SIGINTs, in this process and
+# in the runners it starts) would then test nothing. Take the disposition a terminal user has; children started
+# from here get SIGINT's default back at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from bench.profiles import HardwareProfile
 
