@@ -15,7 +15,7 @@ PY       := $(VENV)/bin/python
 LOCK     := docker/$(FLAVOR)/requirements.lock
 STAMP    := $(VENV)/.installed-$(FLAVOR)
 
-BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS))
+BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
 .PHONY: help setup browser bench images list matrix test test-unit test-docker lint perf compare publish predict validate-estimate clean
 

@@ -41,6 +41,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.assets import PreparedAssets, prepare
+    from bench.estimate.gate import predictor
     from bench.hardware import preflight
     from bench.known_issues import known_issues
     from bench.report.matrix import render
@@ -84,6 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         machine.emulated,
         untested=machine.untested_reason,
         versions=env.packages,
+        predict=predictor(profile, workload),
+        run_predicted_oom=args.run_predicted_oom,
     )
     try:
         records = execute(ctx, cells, force=args.force, repeats=args.repeats)
@@ -223,6 +226,12 @@ def parser() -> argparse.ArgumentParser:
         type=_positive,
         default=1,
         help="trials per cell; compare gives throughput/memory verdicts from 4 trials per side on",
+    )
+    p.add_argument(
+        "--run-predicted-oom",
+        action="store_true",
+        help="run the cells the memory estimator predicts to run out of memory by a clear margin (by default they "
+        "are recorded `predicted_oom` with their prediction and not run)",
     )
     p.add_argument(
         "--emulate",

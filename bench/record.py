@@ -14,11 +14,11 @@ from bench.learning import check as learning_check
 from bench.metrics import aggregate, rank_memory
 from bench.mfu import MfuInputs, with_mfu
 from bench.rank_report import RankReport
-from bench.results_schema import ErrorClass, RankMemoryFigures, ResultRecord, Status
+from bench.results_schema import ErrorClass, PredictionSummary, RankMemoryFigures, ResultRecord, Status
 from bench.scenario import Cell
 from bench.secrets import redact
 
-NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED})
+NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM})
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Expectation:
     precision: str = "fp32"
     """The profile's compute precision: the learning check's first-loss tolerance depends on it."""
     memory_budget_bytes: int | None = None
+    prediction: PredictionSummary | None = None
 
 
 def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
@@ -79,14 +80,23 @@ def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRe
     )
 
 
-def not_run_record(run: RunFacts, cell: Cell, world: int, status: Status, reason: str, at: str) -> ResultRecord:
-    """A cell recorded without running it: `not_applicable` (a rule's reason) or `untested` (why this machine
-    cannot run the profile at all)."""
+def not_run_record(
+    run: RunFacts,
+    cell: Cell,
+    world: int,
+    status: Status,
+    reason: str,
+    at: str,
+    prediction: PredictionSummary | None = None,
+) -> ResultRecord:
+    """A cell recorded without running it: `not_applicable` (a rule's reason), `untested` (why this machine cannot
+    run the profile at all) or `predicted_oom` (the estimator's verdict, with its prediction)."""
     if status not in NOT_RUN:
         raise ValueError(f"{status} is not a status of a cell that was not run")
     record = _identity(run, cell, world, status)
-    executor = "none" if status == Status.UNTESTED else run.executor
-    return record.model_copy(update={"message": reason, "finished_at": at, "executor": executor})
+    executor = "none" if status in (Status.UNTESTED, Status.PREDICTED_OOM) else run.executor
+    update = {"message": reason, "finished_at": at, "executor": executor, "prediction": prediction}
+    return record.model_copy(update=update)
 
 
 def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Execution) -> ResultRecord:
@@ -108,7 +118,13 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     )
     kernel = getattr(outcome, "rank_memory", [])
     figures = rank_memory(reports, kernel)
-    record = record.model_copy(update={"rank_memory": figures, "memory_budget_bytes": expect.memory_budget_bytes})
+    record = record.model_copy(
+        update={
+            "rank_memory": figures,
+            "memory_budget_bytes": expect.memory_budget_bytes,
+            "prediction": expect.prediction,
+        }
+    )
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
     failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or ran.report_problems
     if failed:

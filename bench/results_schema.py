@@ -18,6 +18,9 @@ class Status(StrEnum):
     NOT_APPLICABLE = "not_applicable"
     UNTESTED = "untested"
     """Not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked."""
+    PREDICTED_OOM = "predicted_oom"
+    """Not run: the memory estimator predicts this cell needs more than the device has, by a clear margin
+    (bench/estimate); recorded with its prediction. `--run-predicted-oom` runs it anyway."""
     LEARNING_FAILED = "learning_failed"
     """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the
     reference is not the initial policy), or a loss that did not fall (bench/learning.py)."""
@@ -60,6 +63,22 @@ class Learning(BaseModel):
     """Per step; None where the loss was not finite."""
     failures: list[str] = []
     """Why the check failed (empty: passed)."""
+
+
+class PredictionSummary(BaseModel):
+    """What the memory estimator (bench/estimate) predicted for a cell, per device, before it ran. A prediction,
+    never a measurement."""
+
+    estimator_version: str
+    train_bytes: float | None
+    """Per device training peak: what metrics.model_memory_bytes (CPU) or CUDA max allocated (GPU) measures."""
+    total_bytes: float | None
+    """train + context / library baseline + allocator slack: what is held against usable_bytes."""
+    usable_bytes: float | None
+    verdict: str
+    """fits, predicted_oom or unknown (no memory limit known)."""
+    margin_bytes: float | None
+    terms: dict[str, float] = {}
 
 
 class Metrics(BaseModel):
@@ -124,6 +143,8 @@ class ResultRecord(BaseModel):
     mismatches: list[str] = []
     metrics: Metrics | None = None
     learning: Learning | None = None
+    prediction: PredictionSummary | None = None
+    """The memory estimator's prediction for this cell, made before it ran."""
     memory_budget_bytes: int | None = None
     """Per-rank memory limit (kernel memory cgroup) the cell ran under; None: no budget."""
     rank_memory: list[RankMemoryFigures] = []

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.assets import PreparedAssets
 from bench.executors import Executor
@@ -21,10 +22,13 @@ from bench.profiles import HardwareProfile, Workload
 from bench.rank_report import read_rank_reports
 from bench.record import Execution, Expectation, RunFacts, finished_record, not_run_record
 from bench.results import append_result, load_results, now_iso
-from bench.results_schema import ResultRecord, Status
+from bench.results_schema import PredictionSummary, ResultRecord, Status
 from bench.scenario import Cell, not_applicable_reason, world_size
 from bench.secrets import redact_file
 from bench.worker.spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from bench.estimate.gate import Predictor
 
 
 @dataclass
@@ -43,6 +47,10 @@ class RunContext:
     cell is then recorded `untested` with this reason."""
     versions: Mapping[str, str | None] = field(default_factory=dict)
     """Package versions the cells run with (env.json): known issues match within their version ranges."""
+    predict: "Predictor | None" = None
+    """The memory estimator's prediction of a cell (bench/estimate/gate.py); None: no predictions."""
+    run_predicted_oom: bool = False
+    """Run the cells predicted to run out of memory by a clear margin instead of recording `predicted_oom`."""
 
     @property
     def facts(self) -> RunFacts:
@@ -56,19 +64,33 @@ class CellPlan:
     world: int
     not_run: tuple[Status, str] | None = None
     """(status, reason) of a cell recorded without running it."""
+    prediction: PredictionSummary | None = None
 
 
-def plan_cells(cells: list[Cell], profile: HardwareProfile, untested: str | None = None) -> list[CellPlan]:
-    """Each cell with its world size, and for the ones that will not run, the status and reason to record."""
+def plan_cells(
+    cells: list[Cell],
+    profile: HardwareProfile,
+    untested: str | None = None,
+    predict: "Predictor | None" = None,
+    run_predicted_oom: bool = False,
+) -> list[CellPlan]:
+    """Each cell with its world size and prediction, and for the ones that will not run, the status and reason to
+    record: not applicable first, then untested, then predicted to run out of memory by a clear margin."""
+    from bench.estimate.gate import clearly_out_of_memory
+    from bench.estimate.gate import reason as oom_reason
+
     plans = []
     for cell in cells:
         reason = not_applicable_reason(cell, profile)
+        prediction = predict(cell) if predict is not None and reason is None else None
         not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
-        plans.append(CellPlan(cell, world_size(cell, profile), not_run))
+        if not_run is None and not run_predicted_oom and clearly_out_of_memory(prediction):
+            not_run = (Status.PREDICTED_OOM, oom_reason(prediction))
+        plans.append(CellPlan(cell, world_size(cell, profile), not_run, prediction))
     return plans
 
 
-def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
+def run_cell(ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell."""
     config_dir = ctx.run_dir / "configs" / cell.id
     out_dir = ctx.run_dir / "cells" / cell.id
@@ -98,6 +120,7 @@ def run_cell(ctx: RunContext, cell: Cell, trial: int = 0) -> ResultRecord:
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
+        prediction=prediction,
     )
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
@@ -132,18 +155,24 @@ def execute(
         print(f"warning: {problem}", file=out)
     done = existing.latest_by_cell()
     lines = len(existing.records)  # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
-    plans = plan_cells(cells, ctx.profile, ctx.untested)
+    plans = plan_cells(cells, ctx.profile, ctx.untested, ctx.predict, ctx.run_predicted_oom)
+    predictions = {p.cell.id: p.prediction for p in plans}
     runnable = [p.cell for p in plans if p.not_run is None]
     skipped = [p for p in plans if p.not_run is not None]
     for plan in skipped:
         if force or plan.cell.id not in done:
             status, reason = plan.not_run
-            record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso())
+            record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso(), plan.prediction)
             append_result(ctx.run_dir, record)
             lines += 1
             done[plan.cell.id] = record
 
-    recorded = {(r.cell_id, r.trial) for r in existing.records}
+    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
+    recorded = {
+        (r.cell_id, r.trial)
+        for r in existing.records
+        if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
+    }
     todo = [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
     resumed = len(runnable) * repeats - len(todo)
     trials = f" x {repeats} trials" if repeats > 1 else ""
@@ -163,7 +192,7 @@ def execute(
         # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
-            record = run_cell(ctx, cell, trial)
+            record = run_cell(ctx, cell, trial, predictions.get(cell.id))
             append_result(ctx.run_dir, record)
             lines += 1
             done[cell.id] = record

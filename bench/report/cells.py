@@ -10,6 +10,7 @@ MARKS = {
     Status.SILENT_FALLBACK: "⚠️ fallback",
     Status.LEARNING_FAILED: "📉 learning",
     Status.OOM: "💥 OOM",
+    Status.PREDICTED_OOM: "🔮 predicted OOM",
     Status.ERROR: "❌",
     Status.TIMEOUT: "⏱️ timeout",
     Status.NOT_APPLICABLE: "N/A",
@@ -20,6 +21,8 @@ LEGEND = (
     "📉 learning = ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss "
     "that is not ln 2 because the reference is not the initial policy, or a loss that did not fall; the note says "
     "which) · 💥 OOM (under a memory budget: the rank the kernel killed, its cgroup peak and the per-rank budget) · "
+    "🔮 predicted OOM = not run: the memory estimator predicts it needs more than the device has by a clear margin "
+    "(a prediction, not a measurement; --run-predicted-oom runs it) · "
     "❌ error (class in brackets) · ⏱️ timeout · N/A = impossible by rule · "
     "❔ untested = the device's software stack was absent, nothing ran. "
     "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "

@@ -42,6 +42,7 @@ def backend_color(backend: str) -> str:
 STATUS_COLORS = {
     Status.OK: "background:#dff5e1",
     Status.OOM: "background:#f9d3c4",
+    Status.PREDICTED_OOM: "background:#fbeee8;color:#844;border:1px dashed #c96",
     Status.ERROR: "background:#fbe0e0",
     Status.TIMEOUT: "background:#fde9c8",
     Status.SILENT_FALLBACK: "background:#fff4bf",
@@ -217,6 +218,27 @@ def learning_section(learning: Learning | None) -> str:
     return f'<h5>Learning</h5><table class="learning">{body}</table>{verdict}'
 
 
+def prediction_section(record: ResultRecord) -> str:
+    """The memory estimator's prediction, made before the cell ran (or instead of running it), beside what was
+    measured: always labelled as a prediction."""
+    p = record.prediction
+    if p is None:
+        return ""
+    rows = [
+        ("verdict", p.verdict),
+        ("train peak per device", _fmt_bytes(p.train_bytes)),
+        ("total with context / baseline and slack", _fmt_bytes(p.total_bytes)),
+        ("usable", _fmt_bytes(p.usable_bytes)),
+        ("margin", "—" if p.margin_bytes is None else f"{p.margin_bytes / 2**20:+,.0f} MiB"),
+    ]
+    largest = sorted(p.terms.items(), key=lambda kv: -kv[1])[:4]
+    if largest:
+        rows.append(("largest terms", ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in largest)))
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    title = f"Predicted memory (estimator {p.estimator_version}; a prediction, not a measurement)"
+    return f'<h5>{escape(title)}</h5><table class="prediction">{body}</table>'
+
+
 def rank_memory_section(record: ResultRecord) -> str:
     """Each rank's memory figures (also for failed cells: an OOM-killed rank has its kernel peak here); the budget
     itself is among the panel's facts."""
@@ -291,6 +313,7 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
     parts.append(metrics_table(record, summary))
     parts.append(learning_section(record.learning))
     parts.append(rank_memory_section(record))
+    parts.append(prediction_section(record))
     parts.append(f'<h5>Reproduce</h5><pre class="repro">{escape(reproduce_command(view.hardware, cell_id))}</pre>')
     parts.append("<h5>Config files</h5>" + _configs(view.configs.get(cell_id, [])))
     if record.engagement is not None:

@@ -16,14 +16,17 @@ from bench.results import load_results
 pytestmark = pytest.mark.integration
 
 
-def run_cells(results: Path, hw: str, cells: str, env: dict[str, str] | None = None) -> dict:
+def run_cells(results: Path, hw: str, cells: str, env: dict[str, str] | None = None, *extra: str) -> dict:
     argv = [sys.executable, "-m", "bench", "--results", str(results), "run", "--hw", hw, "--executor", "local"]
     done = subprocess.run(
-        [*argv, "--filter", cells], capture_output=True, text=True, timeout=900, env=os.environ | (env or {})
+        [*argv, "--filter", cells, "--run-id", "r", *extra],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=os.environ | (env or {}),
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run_dir,) = (p for p in (results / hw).iterdir() if p.is_dir())
-    return load_results(run_dir).latest_by_cell()
+    return load_results(results / hw / "r").latest_by_cell()
 
 
 def leftover_cgroups(mine: Path) -> list[Path]:
@@ -44,7 +47,8 @@ def leftover_cgroups(mine: Path) -> list[Path]:
 
 
 def test_the_budget_kills_two_full_models_and_fits_one_adapter(tmp_path):
-    records = run_cells(tmp_path, "cpu-budget", "two_models-none-single,one_adapter-none-single")
+    cells = "two_models-none-single,one_adapter-none-single"
+    records = run_cells(tmp_path, "cpu-budget", cells, None, "--run-predicted-oom")
     oom, fits = records["two_models-none-single"], records["one_adapter-none-single"]
     budget = 0.75 * 2**30
     assert oom.status == "oom", oom.message
@@ -57,6 +61,17 @@ def test_the_budget_kills_two_full_models_and_fits_one_adapter(tmp_path):
     assert fits.rank_memory[0].baseline_rss_bytes > 0 and fits.rank_memory[0].peak_rss_bytes > m.baseline_bytes
     assert fits.learning.first_loss == pytest.approx(LN2, abs=1e-3) and fits.learning.failures == []
     assert leftover_cgroups(tmp_path) == []
+
+
+def test_a_cell_predicted_to_run_out_of_memory_is_skipped_and_then_forced(tmp_path):
+    skipped = run_cells(tmp_path, "cpu-budget", "two_models-none-ddp")["two_models-none-ddp"]
+    assert skipped.status == "predicted_oom" and skipped.wall_s is None and skipped.metrics is None
+    assert skipped.prediction.verdict == "predicted_oom" and skipped.prediction.total_bytes > 0.75 * 2**30 * 1.2
+    assert skipped.message.startswith("predicted to need") and "--run-predicted-oom" in skipped.message
+    forced = run_cells(tmp_path, "cpu-budget", "two_models-none-ddp", None, "--run-predicted-oom")
+    measured = forced["two_models-none-ddp"]
+    assert measured.status == "oom" and measured.prediction == skipped.prediction, measured.message
+    assert any(rank.oom_killed for rank in measured.rank_memory)
 
 
 def test_a_wrong_reference_and_a_nan_loss_are_caught_by_the_learning_check(tmp_path):

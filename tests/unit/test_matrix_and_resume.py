@@ -30,7 +30,7 @@ def test_matrix_grid_marks_and_footnotes():
 def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypatch):
     ran: list[str] = []
 
-    def fake_run_cell(ctx, cell: Cell, trial: int = 0) -> ResultRecord:
+    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None) -> ResultRecord:
         ran.append(cell.id if trial == 0 else f"{cell.id}#{trial}")
         return record(cell.id).model_copy(update={"trial": trial})
 
@@ -54,11 +54,12 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
 
 def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, monkeypatch):
     ran: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        runner,
-        "run_cell",
-        lambda ctx, cell, trial=0: ran.append((cell.id, trial)) or record(cell.id).model_copy(update={"trial": trial}),
-    )
+
+    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None) -> ResultRecord:
+        ran.append((cell.id, trial))
+        return record(cell.id).model_copy(update={"trial": trial})
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
     cell = Cell(init="one_adapter", quant="none", backend="single", launcher="python")
     ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
     runner.execute(ctx, [cell], repeats=2, out=io.StringIO())

@@ -232,3 +232,28 @@ def test_csv_has_memory_and_learning_columns_empty_for_old_records():
     assert float(oom["memory_budget_mib"]) == 1536 and oom["model_memory_mib"] == ""
     assert all(old[c] == "" for c in NEW_COLUMNS)
     assert float(old["train_peak_mib"]) == 570
+
+
+def test_predicted_oom_is_shown_apart_from_a_measured_oom_and_the_panel_says_it_is_a_prediction():
+    from bench.report.site import prediction_section
+    from bench.results_schema import PredictionSummary
+
+    prediction = PredictionSummary(
+        estimator_version="0.1.0",
+        train_bytes=900 * MiB,
+        total_bytes=960 * MiB,
+        usable_bytes=768 * MiB,
+        verdict="predicted_oom",
+        margin_bytes=-192 * MiB,
+        terms={"weights": 300 * MiB, "optimizer": 400 * MiB},
+    )
+    skipped = rec("two_models-none-ddp", Status.PREDICTED_OOM).model_copy(
+        update={"metrics": None, "prediction": prediction, "message": "predicted to need 0.94 GiB per device"}
+    )
+    measured = rec("two_models-none-single", Status.OOM).model_copy(update={"metrics": None})
+    text = render([skipped, measured], "t", [])
+    assert "🔮 predicted OOM" in text and "💥 OOM" in text
+    assert "predicted_oom — predicted to need 0.94 GiB per device" in text
+    panel = prediction_section(skipped)
+    assert "a prediction, not a measurement" in panel and "-192 MiB" in panel and "optimizer 400 MiB" in panel
+    assert prediction_section(measured) == ""

@@ -101,3 +101,33 @@ def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_prof
     executor.losses = lambda steps: [0.6931472] * steps
     (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
     assert record.status == Status.LEARNING_FAILED and record.message.startswith("loss did not fall")
+
+
+def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path, cpu_profile):
+    from bench.results_schema import PredictionSummary
+
+    def summary(total: float) -> PredictionSummary:
+        return PredictionSummary(
+            estimator_version="t",
+            train_bytes=total,
+            total_bytes=total,
+            usable_bytes=100.0,
+            verdict="predicted_oom" if total > 100 else "fits",
+            margin_bytes=100.0 - total,
+        )
+
+    ddp_ran = Engagement(
+        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+    )
+    executor = FakeExecutor(ddp_ran)
+    ctx = context(tmp_path, cpu_profile, executor)
+    ctx.predict = lambda cell: summary(130.0)  # 30 % over: a clear margin
+    (record,) = execute(ctx, [DDP], out=io.StringIO())
+    assert record.status == Status.PREDICTED_OOM and executor.plans == [] and record.prediction.total_bytes == 130
+    ctx.run_predicted_oom = True
+    (record,) = execute(ctx, [DDP], out=io.StringIO())
+    assert record.status == Status.OK and len(executor.plans) == 1 and record.prediction.total_bytes == 130
+    ctx.run_predicted_oom = False
+    ctx.predict = lambda cell: summary(110.0)  # near the edge: it runs
+    (record,) = execute(ctx, [DDP], force=True, out=io.StringIO())
+    assert record.status == Status.OK and len(executor.plans) == 2

@@ -1,0 +1,262 @@
+"""Cell + hardware profile + workload -> a typed Prediction: per-device bytes at load and in training, the breakdown
+by term, usable memory, verdict (fits / predicted_oom) and margin. Configs only; no weights, no device."""
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from bench.axes import Backend, Init, Option, Quant
+from bench.backends import backend_spec
+from bench.estimate import VERSION, terms
+from bench.estimate.shapes import ModelShapes, shapes_for
+from bench.profiles import HardwareProfile, Workload
+from bench.scenario import Cell, not_applicable_reason, world_size
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+GIB = 2**30
+
+
+class DeviceConstants(BaseModel):
+    """Per device kind; `fitted` names the constants calibrate.py fitted on measurements (the rest are priors)."""
+
+    head_tiles: float
+    """Logits tiles live in the LM head's backward (derived: 1 on GPU/Triton; CPU torch fallback: see docs)."""
+    runtime_bytes: float = 0.0
+    """Per rank, everything the training process holds beyond the modelled terms (CPU: data, tokenizer, autograd and
+    allocator retention; fitted)."""
+    multi_process_bytes: float = 0.0
+    """Extra per rank of a multi-process run (process group, sampler; fitted on CPU)."""
+    deepspeed_bytes: float = 0.0
+    """Extra per rank of a DeepSpeed engine (fitted on CPU)."""
+    context_bytes: float = 0.0
+    """Outside the measured peak: CUDA context (~0.5 GiB), or the library baseline on CPU."""
+    deepspeed_context_bytes: float | None = None
+    """The same for a DeepSpeed cell when it differs (CPU: deepspeed's imports)."""
+    allocator_slack: float = 0.0
+    """Fraction on top of the measured peak that the allocator reserves (PyTorch caching allocator on GPU)."""
+    fitted: list[str] = []
+
+
+class Calibration(BaseModel):
+    version: str
+    devices: dict[str, DeviceConstants]
+    fitted_on: list[str] = []
+    """Which records (run dir / cell) the fitted constants came from."""
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
+    return Calibration.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+class Prediction(BaseModel):
+    cell_id: str
+    hardware: str
+    workload: str
+    estimator_version: str = VERSION
+    status: Literal["predicted", "not_applicable"]
+    reason: str = ""
+    backend_run: str | None = None
+    """The backend that will really run (FSDP on CPU runs as DDP)."""
+    world_size: int = 1
+    load_bytes: float | None = None
+    """Per device after loading and preparing, before the first step."""
+    train_bytes: float | None = None
+    """Per device peak in training: what a record's model_memory_bytes (CPU) / CUDA max allocated (GPU) measures."""
+    terms: dict[str, float] = {}
+    """Breakdown of train_bytes."""
+    host_bytes: float = 0.0
+    """Per rank in host memory (ZeRO-Offload), not on the device."""
+    overhead_bytes: float | None = None
+    """Outside the measured peak: context / library baseline + allocator slack."""
+    total_bytes: float | None = None
+    usable_bytes: float | None = None
+    verdict: Literal["fits", "predicted_oom", "unknown"] | None = None
+    margin_bytes: float | None = None
+    """usable - total (negative: short by that much)."""
+    notes: list[str] = []
+
+
+def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, list[str]]:
+    if cell.backend == Backend.FSDP and profile.device == "cpu":
+        return Backend.DDP, ["FSDP through accelerate/TRL runs as DDP on CPU (silent fallback): predicted as DDP"]
+    return cell.backend, []
+
+
+def usable_bytes(profile: HardwareProfile) -> float | None:
+    if profile.device == "cpu":
+        return None if profile.memory_budget_bytes is None else float(profile.memory_budget_bytes)
+    return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9
+
+
+def predict_cell(
+    cell: Cell, profile: HardwareProfile, workload: Workload, calibration: Calibration | None = None
+) -> Prediction:
+    """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
+    base = {"cell_id": cell.id, "hardware": profile.name, "workload": workload.name}
+    reason = not_applicable_reason(cell, profile)
+    if reason is not None:
+        return Prediction(**base, status="not_applicable", reason=reason)
+    calibration = calibration or load_calibration()
+    const = calibration.devices[profile.device]
+    shapes = shapes_for(workload)
+    backend, notes = _effective_backend(cell, profile)
+    world = world_size(cell, profile)
+    terms_, load, host = train_terms(cell, backend, profile, workload, shapes, const, world)
+    train = sum(terms_.values())
+    deepspeed = backend_spec(backend).deepspeed is not None
+    context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
+    context = const.context_bytes if context is None else context
+    overhead = context + const.allocator_slack * train
+    if profile.device == "cpu":
+        train += host  # offloaded state is in the same (host) memory
+        terms_["offloaded_to_host"] = host
+        host = 0.0
+    total = train + overhead
+    usable = usable_bytes(profile)
+    verdict = None if usable is None else ("fits" if total <= usable else "predicted_oom")
+    return Prediction(
+        **base,
+        status="predicted",
+        backend_run=str(backend),
+        world_size=world,
+        load_bytes=load,
+        train_bytes=train,
+        terms={k: v for k, v in terms_.items() if v},
+        host_bytes=host,
+        overhead_bytes=overhead,
+        total_bytes=total,
+        usable_bytes=usable,
+        verdict=verdict or "unknown",
+        margin_bytes=None if usable is None else usable - total,
+        notes=notes,
+    )
+
+
+def train_terms(
+    cell: Cell,
+    backend: Backend,
+    profile: HardwareProfile,
+    workload: Workload,
+    shapes: ModelShapes,
+    const: DeviceConstants,
+    world: int,
+) -> tuple[dict[str, float], float, float]:
+    """(training breakdown, load bytes, host bytes) per device."""
+    spec = backend_spec(backend)
+    sharding = spec.sharding
+    devices = profile.device_count
+    b = 4 if profile.precision == "fp32" else 2
+    stage = spec.zero_stage
+    offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
+    precompute = Option.PRECOMPUTE_REF in cell.options
+    checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+    quant = str(cell.quant)
+    linear = shapes.linear_weights
+    other = shapes.total - linear
+
+    # Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
+    # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
+    keep = 4 if (cell.quant != Quant.NONE and cell.init == Init.TWO_ADAPTERS) else b
+    full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
+    fsdp_upcast = backend == Backend.FSDP and b != 4 and cell.quant == Quant.NONE
+    if fsdp_upcast:
+        full = shapes.total * 4
+    param_b = 4 if fsdp_upcast else b
+
+    # Trainable parameters and their dtype.
+    if cell.init == Init.TWO_MODELS:
+        trainable, train_b = shapes.total, param_b
+        head_trainable = True
+    else:
+        trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules)
+        head_trainable = False
+        if cell.quant != Quant.NONE:
+            train_b = 2  # TRL 1.16 casts the adapter of a quantized model to bf16 (QLoRA recipe)
+        elif stage == 3:
+            train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
+        else:
+            train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
+    adapters = trainable * train_b * (2 if cell.init == Init.TWO_ADAPTERS else 1) if cell.init != Init.TWO_MODELS else 0
+
+    out: dict[str, float] = {}
+    host = 0.0
+    if stage in (1, 2):
+        states = terms.zero2_model_states(full, trainable if cell.init == Init.TWO_MODELS else 0, train_b, world)
+        out["weights"] = full
+        if cell.init == Init.TWO_MODELS:
+            out["grads_optimizer_master"] = states - full
+        else:
+            out["adapters"] = adapters
+            out["grads_optimizer_master"] = terms.zero2_model_states(0, trainable, train_b, world)
+    elif stage == 3:
+        out["weights"] = full / world
+        out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
+        out["adapters"] = adapters / world
+        out["grads_optimizer_master"] = 0.0 if offload else 16 * trainable / world
+        if offload:
+            host = terms.zero_offloaded_host(trainable, world)
+    else:
+        out["weights"] = terms.placed(full, sharding.params, world, devices)
+        out["adapters"] = terms.placed(adapters, sharding.params, world, devices)
+        out["optimizer"] = terms.placed(terms.adam_bytes(trainable, train_b), sharding.optimizer, world, devices)
+    # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
+    # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
+    if cell.init == Init.TWO_MODELS:
+        out["reference_model"] = terms.placed(
+            full if not fsdp_upcast else shapes.total * b, sharding.reference, world, devices
+        )
+    load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
+
+    # Communication buffers.
+    if backend == Backend.DDP:
+        out["ddp_buckets"] = terms.ddp_buckets(trainable, train_b)
+    elif stage is not None:
+        out["zero_buckets"] = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
+    elif backend == Backend.FSDP:
+        out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
+
+    # The step's peak: the LM head's backward (logits tiles + accumulators + saved activations) or the end of
+    # backward (every gradient), whichever is larger.
+    rows = 2 * workload.train.per_device_train_batch_size
+    seq = workload.train.max_length
+    tokens = rows * seq
+    per_layer = terms.layer_activations(
+        tokens,
+        rows,
+        seq,
+        shapes.hidden,
+        shapes.kv_heads * shapes.head_dim,
+        shapes.intermediate,
+        shapes.heads,
+        b,
+        materialised_scores=profile.device == "cpu",
+    )
+    acts = terms.activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
+    split = devices if spec.splits_layers else 1
+    head = terms.head_backward(tokens, shapes.hidden, shapes.vocab, b, const.head_tiles, head_trainable)
+    grads_full = trainable * train_b
+    # ZeRO: gradients go through the reduce bucket into the partitions counted above
+    grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
+    phase_head = acts / split + head
+    phase_end = grads
+    if phase_head >= phase_end:
+        out["activations"] = acts / split
+        out["lm_head_backward"] = head
+    else:
+        out["gradients"] = grads
+    if cell.quant != Quant.NONE:
+        out["dequant_buffer"] = shapes.largest_linear * b
+    out["runtime"] = const.runtime_bytes
+    if spec.multi_process:
+        out["multi_process"] = const.multi_process_bytes
+    if stage is not None:
+        out["deepspeed_runtime"] = const.deepspeed_bytes
+    if precompute:
+        out["reference_log_probs_note"] = 0.0
+    return out, load, host
+
+
+def write_calibration(calibration: Calibration, path: Path = CALIBRATION_FILE) -> None:
+    path.write_text(json.dumps(calibration.model_dump(), indent=2) + "\n", encoding="utf-8")

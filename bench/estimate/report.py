@@ -1,0 +1,144 @@
+"""Render predictions of a whole matrix: Markdown, CSV, JSON; and the committed results/<HW>/PREDICTED.md + CSV."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from bench.estimate import VERSION
+from bench.estimate.predict import Prediction, load_calibration, predict_cell
+
+GB = 1e9
+GIB = 2**30
+
+
+def predict_matrix(hardware: str, workload_name: str | None = None, pattern: str | None = None) -> list[Prediction]:
+    from bench.profiles import load_profile, load_workload
+    from bench.scenario import expand, load_matrix, select
+
+    profile = load_profile(hardware)
+    workload = load_workload(workload_name or profile.workload)
+    calibration = load_calibration()
+    return [predict_cell(c, profile, workload, calibration) for c in select(expand(load_matrix()), pattern)]
+
+
+def _gb(value: float | None, device: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value / GIB * 1024:,.0f} MiB" if device == "cpu" else f"{value / GB:,.1f} GB"
+
+
+def to_markdown(predictions: list[Prediction], device: str, validation: str = "") -> str:
+    first = predictions[0]
+    lines = [
+        f"# PREDICTED memory — {first.hardware} · workload `{first.workload}` (estimator {VERSION})",
+        "",
+        "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
+        "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` = train + context/baseline + allocator "
+        "slack, against usable memory. Regenerate: `make predict HW="
+        + first.hardware
+        + "`. Method: docs/estimator.md.",
+        "",
+    ]
+    if validation:
+        lines += [f"Current validation on measured cells: {validation}", ""]
+    lines += ["| cell | verdict | margin | total | train | load | largest terms |", "|---|---|---|---|---|---|---|"]
+    for p in predictions:
+        if p.status == "not_applicable":
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | {p.reason.split(':')[0]} |")
+            continue
+        top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
+        terms = ", ".join(f"{k} {_gb(v, device)}" for k, v in top)
+        mark = {"fits": "✅ fits", "predicted_oom": "💥 predicted_oom"}.get(p.verdict or "", p.verdict or "—")
+        lines.append(
+            f"| {p.cell_id} | {mark} | {_gb(p.margin_bytes, device)} | {_gb(p.total_bytes, device)} "
+            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {terms} |"
+        )
+    notes = sorted({n for p in predictions for n in p.notes})
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
+    return "\n".join(lines) + "\n"
+
+
+TERM_COLUMNS = (
+    "weights",
+    "adapters",
+    "reference_model",
+    "optimizer",
+    "grads_optimizer_master",
+    "gradients",
+    "zero3_gathered_layer",
+    "activations",
+    "lm_head_backward",
+    "ddp_buckets",
+    "zero_buckets",
+    "fsdp_gather",
+    "dequant_buffer",
+    "runtime",
+    "multi_process",
+    "deepspeed_runtime",
+    "offloaded_to_host",
+)
+
+
+def to_csv(predictions: list[Prediction]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        [
+            "estimator_version",
+            "predicted",
+            "hardware",
+            "workload",
+            "cell_id",
+            "status",
+            "verdict",
+            "margin_mib",
+            "total_mib",
+            "train_mib",
+            "load_mib",
+            "usable_mib",
+            "overhead_mib",
+            "host_mib",
+            *(f"{t}_mib" for t in TERM_COLUMNS),
+        ]
+    )
+    mib = lambda v: "" if v is None else f"{v / 2**20:.1f}"  # noqa: E731
+    for p in predictions:
+        writer.writerow(
+            [
+                VERSION,
+                "PREDICTED",
+                p.hardware,
+                p.workload,
+                p.cell_id,
+                p.status,
+                p.verdict or "",
+                mib(p.margin_bytes),
+                mib(p.total_bytes),
+                mib(p.train_bytes),
+                mib(p.load_bytes),
+                mib(p.usable_bytes),
+                mib(p.overhead_bytes),
+                mib(p.host_bytes),
+                *(mib(p.terms.get(t)) for t in TERM_COLUMNS),
+            ]
+        )
+    return buf.getvalue()
+
+
+def to_json(predictions: list[Prediction]) -> str:
+    return json.dumps([p.model_dump() for p in predictions], indent=2) + "\n"
+
+
+def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:
+    from bench.profiles import load_profile
+
+    device = load_profile(hardware).device
+    predictions = predict_matrix(hardware)
+    folder = results / hardware
+    folder.mkdir(parents=True, exist_ok=True)
+    md, csv_path = folder / "PREDICTED.md", folder / "predicted.csv"
+    md.write_text(to_markdown(predictions, device, validation), encoding="utf-8")
+    csv_path.write_text(to_csv(predictions), encoding="utf-8")
+    return md, csv_path

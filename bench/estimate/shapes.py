@@ -1,0 +1,143 @@
+"""Parameter counts by role, read from a workload's config.json on the meta device (no weights, no memory)."""
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.paths import SCENARIOS_DIR
+from bench.profiles import Workload, inside_folder
+
+
+@dataclass(frozen=True)
+class Linear:
+    name: str
+    """Dotted module name inside the model."""
+    in_features: int
+    out_features: int
+    bias: bool
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    total: int
+    """Every parameter once (a tied LM head counted once)."""
+    embeddings: int
+    """Input lookup tables (token and learned position embeddings)."""
+    lm_head: int
+    """The output projection; 0 when tied to the input embedding (its bytes are in `embeddings`)."""
+    linear_weights: int
+    """Weights of nn.Linear layers inside the decoder (what bitsandbytes quantizes)."""
+    linear_rows: int
+    """Sum of out_features of those layers (int8 keeps one fp32 scale per row)."""
+    experts: int
+    """Mixture-of-experts weights held as fused 3-D tensors (not nn.Linear: bitsandbytes leaves them unquantized)."""
+    other: int
+    """Norms, biases, routers: everything else, kept in the compute dtype."""
+    largest_layer: int
+    """DeepSpeed's `largest_layer_params`: max over modules of their own (non-recursive) parameters."""
+    largest_linear: int
+    """Largest single quantized linear weight (bitsandbytes dequantizes one at a time)."""
+    largest_block: int
+    """Parameters of the largest decoder layer (FSDP's wrap unit)."""
+    linears: tuple[Linear, ...]
+    hidden: int
+    intermediate: int
+    """MLP width per token (summed over the experts a token is routed to)."""
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    def lora_params(self, r: int, target_modules: list[str]) -> int:
+        """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
+        targets = set(target_modules)
+        return sum(
+            r * (lin.in_features + lin.out_features) for lin in self.linears if lin.name.split(".")[-1] in targets
+        )
+
+
+def config_path(workload: Workload) -> Path:
+    if workload.model.config is not None:
+        return inside_folder(SCENARIOS_DIR / "workloads", workload.model.config)
+    if workload.model.source is not None and (Path(workload.model.source) / "config.json").is_file():
+        return Path(workload.model.source) / "config.json"
+    raise ValueError(f"workload {workload.name}: no local config.json to read the model's shape from")
+
+
+def shapes_for(workload: Workload) -> ModelShapes:
+    return shapes_from_config(str(config_path(workload)))
+
+
+@functools.cache
+def shapes_from_config(config_file: str) -> ModelShapes:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(Path(config_file).parent))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return shapes_of(model)
+
+
+def shapes_of(model) -> ModelShapes:
+    import torch
+
+    config = model.config
+    unique: dict[int, int] = {}
+    for p in model.parameters():
+        unique[id(p)] = p.numel()
+    total = sum(unique.values())
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    embeddings = sum(unique[i] for i in embedding_ids)
+    output = model.get_output_embeddings()
+    lm_head_id = id(output.weight) if output is not None else None
+    lm_head = 0 if lm_head_id is None or lm_head_id in embedding_ids else unique[lm_head_id]
+    linears, counted = [], set(embedding_ids) | ({lm_head_id} if lm_head_id else set())
+    linear_weights = linear_rows = largest_linear = experts = largest_layer = 0
+    for name, module in model.named_modules():
+        own = list(module.parameters(recurse=False))
+        largest_layer = max(largest_layer, sum(p.numel() for p in own))
+        if isinstance(module, torch.nn.Linear) and id(module.weight) != lm_head_id:
+            linears.append(Linear(name, module.in_features, module.out_features, module.bias is not None))
+            linear_weights += module.weight.numel()
+            linear_rows += module.out_features
+            largest_linear = max(largest_linear, module.weight.numel())
+            counted.add(id(module.weight))
+        elif not isinstance(module, torch.nn.Embedding):
+            for p in own:
+                if p.dim() == 3 and id(p) not in counted:
+                    experts += p.numel()
+                    counted.add(id(p))
+    other = total - embeddings - lm_head - linear_weights - experts
+    blocks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    largest_block = max((sum(p.numel() for p in b.parameters()) for blk in blocks for b in blk), default=0)
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    intermediate = (
+        getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * config.hidden_size
+    )
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if getattr(config, "num_local_experts", None) and top_k:
+        intermediate *= top_k
+    return ModelShapes(
+        total=total,
+        embeddings=embeddings,
+        lm_head=lm_head,
+        linear_weights=linear_weights,
+        linear_rows=linear_rows,
+        experts=experts,
+        other=other,
+        largest_layer=largest_layer,
+        largest_linear=largest_linear,
+        largest_block=largest_block,
+        linears=tuple(linears),
+        hidden=config.hidden_size,
+        intermediate=intermediate,
+        layers=config.num_hidden_layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=config.vocab_size,
+    )

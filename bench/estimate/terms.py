@@ -1,0 +1,143 @@
+"""Each memory term as a pure function of counts and dtype sizes, in bytes, for one device. Formulas in docstrings.
+
+Notation: P parameters, T trainable parameters, N ranks sharing a sharded state, b bytes per element of the compute
+dtype (4 fp32, 2 bf16/fp16), t = 2*B*L tokens per step and rank (chosen + rejected rows of B pairs, L = max_length).
+"""
+
+NF4_BLOCK = 64
+"""bitsandbytes 4-bit block size; one fp32 absmax per block (transformers' default: no double quantisation)."""
+DDP_BUCKET_CAP = 25 * 2**20
+ZERO_REDUCE_BUCKET = 500_000_000
+"""DeepSpeed defaults (elements) for a config that does not set them (bench/launch.py sets none)."""
+ZERO3_PREFETCH_BUCKET = 50_000_000
+TOKEN_TILE = 4096
+VOCAB_TILE = 32768
+"""TRL 1.16 fused LM head (trl/kernels/chunked_logprob.py): the [N, V] logits are never materialised; one
+[min(N, 4096), min(V, 32768)] tile at a time."""
+
+
+def nf4_bytes(params: int) -> float:
+    """nf4 storage: 4 bits per weight + one fp32 absmax per 64-weight block = params * (0.5 + 4/64) bytes."""
+    return params * (0.5 + 4 / NF4_BLOCK)
+
+
+def int8_bytes(params: int, rows: int) -> float:
+    """LLM.int8 storage: 1 byte per weight + one fp32 scale per output row = params + 4 * rows bytes."""
+    return params + 4 * rows
+
+
+def weight_bytes(
+    linear: int, rows: int, other: int, quant: str, compute_bytes: int, unquantized_bytes: int | None = None
+) -> float:
+    """Stored weights: decoder nn.Linear weights by `quant` (none: linear * b), everything else (embeddings, LM head,
+    norms, biases, fused experts) at `unquantized_bytes` (default b): quantized storage + other * b."""
+    keep = compute_bytes if unquantized_bytes is None else unquantized_bytes
+    if quant == "nf4":
+        stored = nf4_bytes(linear)
+    elif quant == "int8":
+        stored = int8_bytes(linear, rows)
+    else:
+        stored = linear * compute_bytes
+    return stored + other * keep
+
+
+def placed(total: float, placement: str, ranks: int, devices: int) -> float:
+    """Per-device share: replicated -> total; sharded / cpu_offloaded -> total / N ranks; split -> total / devices."""
+    if placement in ("sharded", "cpu_offloaded"):
+        return total / ranks
+    if placement == "split":
+        return total / devices
+    return total
+
+
+def adam_bytes(trainable: int, state_bytes: int) -> float:
+    """torch AdamW (transformers' default optimizer): exp_avg + exp_avg_sq, each zeros_like(param): 2 * T * s."""
+    return 2 * trainable * state_bytes
+
+
+def zero2_model_states(params_bytes: float, trainable: int, trainable_bytes: int, ranks: int) -> float:
+    """ZeRO-1/2 model states per device: parameters replicated + (16-bit grad partition g + fp32 grad partition 4
+    when g != 4 + fp32 master 4 + Adam 8) * T / N. With every parameter trainable in bf16 this is DeepSpeed's own
+    2P + 18P/N (estimate_zero2_model_states_mem_needs, no offload)."""
+    per_param = trainable_bytes + (4 if trainable_bytes != 4 else 0) + 4 + 8
+    return params_bytes + per_param * trainable / ranks
+
+
+def zero3_model_states(
+    params_bytes: float, trainable: int, ranks: int, largest_layer: int, param_bytes: int, offload: bool = False
+) -> float:
+    """ZeRO-3 model states per device: parameter partition P*b/N + the gathered largest layer (params + grads,
+    2 * b * LL) + (fp32 grads 4 + master 4 + Adam 8) * T / N on the device unless the optimizer is offloaded.
+    With every parameter trainable in bf16: DeepSpeed's 4*LL + 18P/N (offload: 4*LL + 2P/N)."""
+    states = 0.0 if offload else 16 * trainable / ranks
+    return params_bytes / ranks + 2 * param_bytes * largest_layer + states
+
+
+def zero_offloaded_host(trainable: int, ranks: int) -> float:
+    """What ZeRO-Offload moves to host memory per rank: (fp32 grads 4 + master 4 + Adam 8) * T / N."""
+    return 16 * trainable / ranks
+
+
+def ddp_buckets(trainable: int, grad_bytes: int) -> float:
+    """DDP's Reducer allocates flat buckets (each <= 25 MiB) covering every trainable gradient, kept for the run:
+    T * g (gradient_as_bucket_view is off in the HF Trainer)."""
+    return trainable * grad_bytes
+
+
+def zero_buckets(trainable: int, grad_bytes: int, stage: int, touched_only: bool) -> float:
+    """DeepSpeed's contiguous reduce bucket (reduce_bucket_size, 5e8 elements by default) in the gradient dtype,
+    allocated at the first backward when anything is trainable; stage 3 adds the prefetch bucket (5e7). On the CPU only
+    the pages gradients are copied into are charged: min(bucket, T) * g."""
+    if trainable == 0:
+        return 0.0
+    bucket = min(ZERO_REDUCE_BUCKET, trainable) if touched_only else ZERO_REDUCE_BUCKET
+    prefetch = 0 if stage < 3 or touched_only else ZERO3_PREFETCH_BUCKET
+    return (bucket + prefetch) * grad_bytes
+
+
+def fsdp_gather(largest_block: int, compute_bytes: int) -> float:
+    """FSDP2 all-gathers one wrap unit (a decoder layer) at a time and prefetches the next: 2 * block * b."""
+    return 2 * largest_block * compute_bytes
+
+
+def logits_tile(tokens: int, vocab: int, compute_bytes: int) -> int:
+    """One tile of TRL 1.16's fused LM head: min(t, 4096) * min(V, 32768) * b. Full-vocabulary logits (2B x L x V)
+    are never materialised."""
+    return min(tokens, TOKEN_TILE) * min(vocab, VOCAB_TILE) * compute_bytes
+
+
+def head_backward(
+    tokens: int, hidden: int, vocab: int, compute_bytes: int, tiles: float, head_trainable: bool
+) -> float:
+    """The LM head's backward (the peak of a DPO step): `tiles` logits tiles live (1 with the Triton kernel on GPU;
+    the torch fallback on CPU keeps more temporaries) + the fp32 hidden-gradient accumulator t*H*4 + the fp32
+    weight-gradient accumulator V*H*4 when the head is trained."""
+    tile = logits_tile(tokens, vocab, compute_bytes)
+    return tiles * tile + tokens * hidden * 4 + (vocab * hidden * 4 if head_trainable else 0)
+
+
+def layer_activations(
+    tokens: int,
+    rows: int,
+    seq: int,
+    hidden: int,
+    kv_dim: int,
+    intermediate: int,
+    heads: int,
+    act_bytes: int,
+    materialised_scores: bool,
+) -> float:
+    """One decoder layer's saved activations for backward: t * b * (5H + 2*kv + 3I) (norm inputs, QKV, attention
+    output, MLP input, gate/up/act; I summed over routed experts), + rows * heads * L^2 * 2b for attention scores and
+    probabilities where attention materialises them (eager / sdpa-math on CPU; flash / memory-efficient on GPU: 0)."""
+    dense = tokens * act_bytes * (5 * hidden + 2 * kv_dim + 3 * intermediate)
+    scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
+    return dense + scores
+
+
+def activations(layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool) -> float:
+    """With gradient checkpointing: every layer's input t*H*b kept + one layer recomputed in full; without it: all
+    layers' activations."""
+    if checkpointing:
+        return layers * tokens * hidden * act_bytes + per_layer
+    return layers * per_layer

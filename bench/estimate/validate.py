@@ -1,0 +1,134 @@
+"""Prediction vs measurement for every measured cell under results/: train-peak error on model memory, and whether
+the fits / OOM verdict was right where the cell ran against a memory limit (a CPU budget, or a GPU's memory)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.estimate import VERSION
+from bench.estimate.calibrate import measured_records
+from bench.estimate.predict import Calibration, load_calibration, predict_cell
+from bench.paths import PROJECT_ROOT
+
+MIB = 2**20
+
+
+@dataclass
+class Row:
+    source: str
+    hardware: str
+    cell_id: str
+    status: str
+    measured: float | None
+    predicted: float | None
+    verdict_measured: str | None
+    verdict_predicted: str | None
+    fitted: bool
+
+    @property
+    def error(self) -> float | None:
+        if self.measured is None or self.predicted is None or self.measured <= 0:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+    @property
+    def verdict_right(self) -> bool | None:
+        if self.verdict_measured is None or self.verdict_predicted is None:
+            return None
+        return self.verdict_measured == self.verdict_predicted
+
+
+def _setup(hardware: str):
+    from bench.profiles import load_profile, load_workload
+    from bench.scenario import expand, load_matrix
+
+    profile = load_profile(hardware)
+    return profile, load_workload(profile.workload), {c.id: c for c in expand(load_matrix())}
+
+
+def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration | None = None) -> tuple[list[Row], int]:
+    """Rows for every measured cell, and how many records were skipped (no model-memory figure:
+    older records, or a cell not in the current matrix)."""
+    calibration = calibration or load_calibration()
+    fitted = set(calibration.fitted_on)
+    setups: dict[str, tuple] = {}
+    rows: list[Row] = []
+    skipped = 0
+    for m in measured_records(results):
+        record = m.record
+        if record.hardware not in setups:
+            try:
+                setups[record.hardware] = _setup(record.hardware)
+            except Exception:
+                setups[record.hardware] = (None, None, {})
+        profile, workload, cells = setups[record.hardware]
+        cell = cells.get(record.cell_id)
+        if cell is None or workload is None or workload.name != record.workload:
+            skipped += 1
+            continue
+        if m.model_memory is None and not (m.oom and record.memory_budget_bytes is not None):
+            skipped += 1
+            continue
+        p = predict_cell(cell, profile, workload, calibration)
+        limited = record.memory_budget_bytes is not None or profile.device != "cpu"
+        rows.append(
+            Row(
+                source=m.source,
+                hardware=record.hardware,
+                cell_id=record.cell_id,
+                status=str(record.status),
+                measured=m.model_memory,
+                predicted=p.train_bytes,
+                verdict_measured=("predicted_oom" if m.oom else "fits") if limited else None,
+                verdict_predicted=p.verdict if limited else None,
+                fitted=f"{m.source}:{record.cell_id}" in fitted,
+            )
+        )
+    return rows, skipped
+
+
+def summary(rows: list[Row]) -> dict[str, float | int | None]:
+    errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
+    all_errors = [abs(r.error) for r in rows if r.error is not None]
+    verdicts = [r.verdict_right for r in rows if r.verdict_right is not None]
+    return {
+        "ok_cells": len(errors),
+        "max_abs_error_ok": max(errors) if errors else None,
+        "mean_abs_error_ok": sum(errors) / len(errors) if errors else None,
+        "max_abs_error_all": max(all_errors) if all_errors else None,
+        "verdicts": len(verdicts),
+        "verdicts_right": sum(verdicts),
+    }
+
+
+def _mib(value: float | None) -> str:
+    return "—" if value is None else f"{value / MIB:,.0f}"
+
+
+def to_markdown(rows: list[Row], skipped: int) -> str:
+    s = summary(rows)
+    lines = [
+        f"Estimator {VERSION}: prediction vs measurement (model memory per rank = peak − library baseline on CPU, "
+        "CUDA max allocated on GPU; verdicts where the cell ran against a memory limit).",
+        "",
+        "| source | hardware | cell | status | measured MiB | predicted MiB | error "
+        "| verdict measured | predicted | right | fitted on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = "—" if r.error is None else f"{r.error:+.1%}"
+        right = {None: "—", True: "✅", False: "❌"}[r.verdict_right]
+        lines.append(
+            f"| {r.source} | {r.hardware} | {r.cell_id} | {r.status} | {_mib(r.measured)} | {_mib(r.predicted)} "
+            f"| {err} "
+            f"| {r.verdict_measured or '—'} | {r.verdict_predicted or '—'} | {right} | {'yes' if r.fitted else ''} |"
+        )
+    pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
+    lines += [
+        "",
+        f"`ok` cells with a measured model memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
+        f"mean |error| {pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
+        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}. "
+        f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""predict_cell on the shipped profiles and workloads: structure, reference placement, verdicts, speed."""
+
+import time
+
+import pytest
+
+from bench.axes import Backend, Init, Option, Quant
+from bench.backends import backend_spec
+from bench.estimate.predict import predict_cell
+from bench.estimate.shapes import shapes_from_config
+from bench.paths import SCENARIOS_DIR
+from bench.profiles import load_profile, load_workload
+from bench.scenario import Cell
+
+
+def cell(init, quant, backend, options=()):
+    return Cell(
+        init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher, options=options
+    )
+
+
+def test_small_shapes_by_hand():
+    s = shapes_from_config(str(SCENARIOS_DIR / "workloads/small/config.json"))
+    assert s.embeddings == s.lm_head == 32768 * 256
+    per_layer = 4 * 256 * 256 + 3 * 256 * 688
+    assert s.linear_weights == 2 * per_layer
+    assert s.total == 2 * 32768 * 256 + 2 * per_layer + 5 * 256  # + 2 norms per layer + final norm
+    assert s.lora_params(8, ["q_proj", "k_proj", "v_proj", "o_proj"]) == 2 * 4 * 8 * (256 + 256)
+
+
+def test_reference_placement_follows_backend():
+    profile, workload = load_profile("2xA10"), load_workload("phi-2")
+    ddp = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.DDP), profile, workload)
+    zero2 = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, workload)
+    zero3 = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3), profile, workload)
+    assert ddp.terms["reference_model"] == zero2.terms["reference_model"] == pytest.approx(2 * 2_779_683_840)
+    assert zero3.terms["reference_model"] == pytest.approx(2_779_683_840)
+    adapter = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), profile, workload)
+    assert "reference_model" not in adapter.terms
+
+
+def test_two_adapters_hold_a_second_adapter_copy():
+    profile, workload = load_profile("1xL4"), load_workload("llama-3.2-1b")
+    one = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, workload)
+    two = predict_cell(cell(Init.TWO_ADAPTERS, Quant.NONE, Backend.SINGLE), profile, workload)
+    assert two.terms["adapters"] == pytest.approx(2 * one.terms["adapters"])
+
+
+def test_quantized_weights_are_smaller_and_verdicts_present():
+    profile, workload = load_profile("1xL4"), load_workload("llama-3.2-1b")
+    sizes = {
+        q: predict_cell(cell(Init.ONE_ADAPTER, q, Backend.SINGLE), profile, workload).terms["weights"] for q in Quant
+    }
+    assert sizes[Quant.NF4] < sizes[Quant.INT8] < sizes[Quant.NONE]
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NF4, Backend.SINGLE), profile, workload)
+    assert p.verdict == "fits" and p.margin_bytes == pytest.approx(p.usable_bytes - p.total_bytes)
+    assert p.train_bytes == pytest.approx(sum(p.terms.values()))
+
+
+def test_not_applicable_and_cpu_fsdp_fallback():
+    profile, workload = load_profile("cpu-budget"), load_workload("small")
+    na = predict_cell(cell(Init.TWO_MODELS, Quant.NF4, Backend.SINGLE), profile, workload)
+    assert na.status == "not_applicable" and na.verdict is None
+    fsdp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.FSDP), profile, workload)
+    assert fsdp.backend_run == "ddp" and fsdp.notes
+
+
+def test_precompute_ref_keeps_a_passed_reference_model():
+    profile, workload = load_profile("1xH100"), load_workload("llama-3.2-1b")
+    p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE, (Option.PRECOMPUTE_REF,)), profile, workload)
+    assert p.terms["reference_model"] > 0
+
+
+def test_the_largest_workloads_answer_in_seconds():
+    start = time.monotonic()
+    for hw, wl in (("8xA100-80G", "llama-2-70b"), ("8xA100-80G", "mixtral-8x7b")):
+        p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3), load_profile(hw), load_workload(wl))
+        assert p.status == "predicted"
+    assert time.monotonic() - start < 30

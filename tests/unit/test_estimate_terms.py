@@ -1,0 +1,62 @@
+"""Each memory term against hand arithmetic on small made-up shapes."""
+
+import pytest
+
+from bench.estimate import terms
+
+
+def test_nf4_and_int8_storage():
+    assert terms.nf4_bytes(64) == 64 * 0.5 + 4  # 4 bits each + one fp32 absmax per 64-block
+    assert terms.int8_bytes(1000, 10) == 1000 + 40  # 1 byte each + one fp32 scale per row
+
+
+@pytest.mark.parametrize(
+    ("quant", "expected"),
+    [("none", 100 * 2 + 50 * 2), ("nf4", 100 * 0.5625 + 50 * 2), ("int8", 100 + 4 * 10 + 50 * 2)],
+)
+def test_weight_bytes_keeps_other_params_in_compute_dtype(quant, expected):
+    assert terms.weight_bytes(100, 10, 50, quant, 2) == pytest.approx(expected)
+
+
+def test_weight_bytes_upcast_of_unquantized_params():
+    assert terms.weight_bytes(100, 10, 50, "nf4", 2, unquantized_bytes=4) == pytest.approx(100 * 0.5625 + 50 * 4)
+
+
+def test_placement():
+    assert terms.placed(80, "replicated", 4, 2) == 80
+    assert terms.placed(80, "sharded", 4, 2) == 20
+    assert terms.placed(80, "cpu_offloaded", 4, 2) == 20
+    assert terms.placed(80, "split", 4, 2) == 40
+
+
+def test_adam_and_buckets():
+    assert terms.adam_bytes(1000, 4) == 8000
+    assert terms.ddp_buckets(1000, 2) == 2000
+    assert terms.zero_buckets(1000, 2, 2, touched_only=True) == 2000
+    assert terms.zero_buckets(1000, 2, 2, touched_only=False) == 500_000_000 * 2
+    assert terms.zero_buckets(1000, 2, 3, touched_only=False) == 550_000_000 * 2
+    assert terms.zero_buckets(0, 2, 3, touched_only=False) == 0
+
+
+def test_logits_tile_is_capped_by_the_fused_head():
+    assert terms.logits_tile(512, 32768, 4) == 512 * 32768 * 4
+    assert terms.logits_tile(8192, 128256, 2) == 4096 * 32768 * 2
+
+
+def test_head_backward():
+    tile = 512 * 1000 * 4
+    assert terms.head_backward(512, 64, 1000, 4, 2, head_trainable=False) == 2 * tile + 512 * 64 * 4
+    assert terms.head_backward(512, 64, 1000, 4, 1, head_trainable=True) == tile + 512 * 64 * 4 + 1000 * 64 * 4
+
+
+def test_activations_with_and_without_checkpointing():
+    per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=False)
+    assert per_layer == 10 * 2 * (5 * 8 + 2 * 8 + 3 * 16)
+    with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=True)
+    assert with_scores - per_layer == 2 * 2 * 5 * 5 * 2 * 2
+    assert terms.activations(3, per_layer, 10, 8, 2, checkpointing=True) == 3 * 10 * 8 * 2 + per_layer
+    assert terms.activations(3, per_layer, 10, 8, 2, checkpointing=False) == 3 * per_layer
+
+
+def test_fsdp_gather():
+    assert terms.fsdp_gather(100, 2) == 400
