@@ -253,6 +253,9 @@ def train_terms(
         out["multi_process"] = const.multi_process_bytes
     if stage is not None:
         out["deepspeed_runtime"] = const.deepspeed_bytes
+    shm = terms.deepspeed_cpu_shm(profile.device, str(cell.launcher), world)
+    if shm:
+        out["deepspeed_shm_allreduce"] = shm
     if precompute:
         out["reference_log_probs_note"] = 0.0
     return out, load, host

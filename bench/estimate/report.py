@@ -35,13 +35,12 @@ def to_markdown(predictions: list[Prediction], device: str, validation: str = ""
         "",
         "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
         "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` = train + context/baseline + allocator "
-        "slack, against usable memory. Regenerate: `make predict HW="
-        + first.hardware
-        + "`. Method: docs/estimator.md.",
+        "slack, against usable memory. Regenerate: `make predicted` (every GPU profile) or `python -m bench predict "
+        "--hw " + first.hardware + " --write`. Method: docs/estimator.md.",
         "",
     ]
     if validation:
-        lines += [f"Current validation on measured cells: {validation}", ""]
+        lines += [validation, ""]
     lines += ["| cell | verdict | margin | total | train | load | largest terms |", "|---|---|---|---|---|---|---|"]
     for p in predictions:
         if p.status == "not_applicable":

@@ -132,3 +132,16 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def validation_line(rows: list[Row]) -> str:
+    """One line for the PREDICTED files: the estimator's current error on measured cells."""
+    s = summary(rows)
+    pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
+    gpu = any(r.hardware not in ("cpu", "cpu-budget", "cpu-budget-4g") for r in rows)
+    return (
+        f"Current validation on measured cells: {s['ok_cells']} `ok` cells with a measured model memory: max |error| "
+        f"{pct(s['max_abs_error_ok'])}, mean {pct(s['mean_abs_error_ok'])}; worst over every measured figure "
+        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}. "
+        + ("" if gpu else "No GPU measurement exists yet: the GPU constants are priors (docs/estimator.md).")
+    )

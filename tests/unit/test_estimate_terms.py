@@ -60,3 +60,11 @@ def test_activations_with_and_without_checkpointing():
 
 def test_fsdp_gather():
     assert terms.fsdp_gather(100, 2) == 400
+
+
+def test_deepspeed_cpu_shm_buffer_only_with_the_deepspeed_launcher():
+    from bench.estimate.terms import deepspeed_cpu_shm
+
+    assert deepspeed_cpu_shm("cpu", "deepspeed", 2) == 66 * 2**20  # 2 x 1 MiB + 2 x 32 MiB (shm.cpp)
+    assert deepspeed_cpu_shm("cpu", "accelerate", 2) == deepspeed_cpu_shm("cpu", "mpirun", 2) == 0
+    assert deepspeed_cpu_shm("cpu", "deepspeed", 1) == deepspeed_cpu_shm("cuda", "deepspeed", 2) == 0
