@@ -17,7 +17,7 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: help setup browser bench images list matrix test test-unit test-docker lint perf compare publish predict validate-estimate clean
+.PHONY: predicted help setup browser bench images list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -48,7 +48,7 @@ matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
 test: setup browser ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
-	$(PY) -m pytest tests -m "not docker"
+	$(PY) -m pytest tests -m "not docker" --ignore=tests/perf
 
 browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
@@ -68,17 +68,27 @@ lint: setup ## ruff
 	$(PY) -m ruff check bench tests
 	$(PY) -m ruff format --check bench tests
 
-perf: setup ## per-cell fixed cost and full-matrix wall time benchmark
+perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell fixed cost, estimator speed
+	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
+
+perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run
 	$(PY) -m bench.perf
 
 compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
 	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
+
+compare-ab: setup ## interleaved A/B of two git refs on this machine: make compare-ab BASE=<ref> [HEAD=<ref>] [FILTER=globs] [PAIRS=4]
+	$(PY) -m bench compare-ab --base '$(BASE)' $(if $(HEAD),--head '$(HEAD)') --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(PAIRS),--pairs $(PAIRS)) $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
 
 publish: setup ## regenerate results/README.md and the static site results/site/
 	$(PY) -m bench publish
 
 predict: setup ## PREDICTED per-device memory and fits/OOM of every cell, no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
 	$(PY) -m bench predict --hw '$(HW)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
+
+predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile
+	for hw in $$(grep -lE '^device: (cuda|hpu)' scenarios/hardware/*.yaml | xargs -n1 basename | sed 's/\.yaml$$//'); do \
+		$(PY) -m bench predict --hw $$hw --write || exit 1; done
 
 validate-estimate: setup ## memory estimator vs every measured cell under results/ (error %, fits/OOM right)
 	$(PY) -m bench validate-estimate

@@ -104,6 +104,9 @@ def aggregate(
     steady_time = ends[-1] - ends[warmup_steps]
     steady_tokens = tokens[-1] - tokens[warmup_steps]
     steady_steps = len(intervals)
+    cpu = lead.cpu_times
+    cpu_steps = [b - a for a, b in zip(cpu[warmup_steps:-1], cpu[warmup_steps + 1 :], strict=True)]
+    cpu_median = statistics.median(cpu_steps) if len(cpu) == len(ends) else None  # older reports have no CPU times
     growth = [slope([float(v) for v in r.memory_now[warmup_steps:]]) for r in reports]
     growth = [g for g in growth if g is not None]
 
@@ -131,4 +134,6 @@ def aggregate(
         baseline_bytes=baseline_bytes,
         peak_bytes=peak_bytes,
         model_memory_bytes=model_bytes,
+        cpu_s_per_step_median=cpu_median,
+        step_times_s=[round(i, 6) for i in intervals],
     )

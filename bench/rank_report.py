@@ -14,6 +14,8 @@ class RankReport(BaseModel):
     load_s: float | None = None
     train_start: float | None = None
     step_ends: list[float] = []
+    cpu_times: list[float] = []
+    """Process CPU seconds (user + system, all threads) at each step end; empty in older reports."""
     tokens: list[int] = []
     memory_now: list[int] = []
     memory_kind: str = "rss"

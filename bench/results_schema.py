@@ -118,6 +118,13 @@ class Metrics(BaseModel):
     else CUDA max allocated."""
     model_memory_bytes: int | None = None
     """peak - baseline, max over ranks: what the model, its training state and its activations took."""
+    cpu_s_per_step_median: float | None = None
+    """Process CPU seconds (user + system, all threads) per steady step of the lead rank, median over steps: the
+    work a step took, which other processes on the same cores barely change (wall time stretches with them).
+    None in older records."""
+    step_times_s: list[float] = []
+    """The lead rank's steady step times (intervals between step ends after warm-up), for per-step exports
+    (`export --format pytest-benchmark`); empty in older records."""
 
 
 class ResultRecord(BaseModel):

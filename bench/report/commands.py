@@ -1,4 +1,5 @@
-"""CLI subcommands of the report package: compare, publish, export. Thin: parse, call, write, exit code."""
+"""CLI subcommands of the report package: compare, compare-ab, publish, export. Thin: parse, call, write, exit
+code."""
 
 import argparse
 import json
@@ -18,6 +19,16 @@ def _threshold(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"threshold must be >= 0, got {text!r}")
     return value / 100
+
+
+def _pairs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of pairs: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--pairs must be >= 1, got {text!r}")
+    return value
 
 
 def _write_or_print(text: str, path: str | None) -> None:
@@ -89,18 +100,32 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from bench.report.compare import load_run
-    from bench.report.export import gab_entries
+    from bench.report.export import gab_entries, pytest_benchmark_json
 
     run = load_run(_resolve_run(args.run, Path(args.scenarios)))
-    entries = gab_entries(run, args.metric)
-    _write_or_print(redact(json.dumps(entries, indent=2)) + "\n", args.output)
+    data = pytest_benchmark_json(run) if args.format == "pytest-benchmark" else gab_entries(run, args.metric)
+    _write_or_print(redact(json.dumps(data, indent=2)) + "\n", args.output)
     return 0
+
+
+def cmd_compare_ab(args: argparse.Namespace) -> int:
+    from bench.ab import cmd_compare_ab as run
+
+    return run(args)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from bench.estimate.report import predict_matrix, to_csv, to_json, to_markdown
     from bench.profiles import load_profile
 
+    if args.write:
+        from bench.estimate.report import write_predicted
+        from bench.estimate.validate import validate, validation_line
+
+        rows, _ = validate(Path(args.results))
+        for path in write_predicted(args.hw, Path(args.results), validation_line(rows)):
+            print(f"written: {path}")
+        return 0
     predictions = predict_matrix(args.hw, args.workload, args.filter)
     if args.format == "csv":
         text = to_csv(predictions)
@@ -138,24 +163,55 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument(
         "--fail-on",
         default="status",
-        help="exit 1 on regressions of these kinds: comma-separated status,throughput,memory, or none "
+        help="exit 1 on regressions of these kinds: comma-separated status,throughput,memory,cpu, or none "
         "(default: %(default)s)",
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")
     p.set_defaults(func=cmd_compare)
 
+    p = sub.add_parser(
+        "compare-ab",
+        help="interleaved A/B: run two git refs alternately (A B B A ...) on this machine, then compare them",
+        description="Each ref is checked out in a temporary git worktree and runs its own code; pair i records "
+        "trial i of each side; the results stay in results/ab/<timestamp>/ (docs/compare-and-publish.md).",
+    )
+    p.add_argument("--base", required=True, metavar="REF", help="git ref of the base (e.g. main, a sha)")
+    p.add_argument(
+        "--head",
+        default="HEAD",
+        metavar="REF",
+        help="git ref of the head (default: %(default)s); `.` = the current checkout with uncommitted changes",
+    )
+    p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated (default: every cell)")
+    p.add_argument("--pairs", type=_pairs, default=4, help="A/B pairs = trials per side (default: %(default)s)")
+    p.add_argument("--hw", default="cpu")
+    p.add_argument("--executor", choices=["local", "docker", "auto"], default="local")
+    p.add_argument("--out", default=None, help="A/B folder (default: <results>/ab/<timestamp>)")
+    p.add_argument("--threshold", type=_threshold, default=0.05, help="as for compare (default 5)")
+    p.add_argument("--fail-on", default="status", help="as for compare (default: %(default)s)")
+    p.add_argument("--output", default=None, help="also write the Markdown here")
+    p.add_argument("--json", default=None, help="also write the comparison as JSON here")
+    p.set_defaults(func=cmd_compare_ab)
+
     p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
     p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("export", help="export a run as github-action-benchmark custom JSON")
+    p = sub.add_parser("export", help="export a run as github-action-benchmark custom JSON or pytest-benchmark JSON")
     p.add_argument("run", metavar="RUN", help="a run dir, its results.jsonl, or a hardware folder")
+    p.add_argument(
+        "--format",
+        choices=["gab", "pytest-benchmark"],
+        default="gab",
+        help="gab: github-action-benchmark (default); pytest-benchmark: what `pytest-benchmark compare` loads, one "
+        "benchmark per ok cell, seconds per step over every steady step of every trial",
+    )
     p.add_argument(
         "--metric",
         choices=["throughput", "memory"],
         default="throughput",
-        help="throughput -> tool customBiggerIsBetter (tokens/s); memory -> customSmallerIsBetter (MiB)",
+        help="gab only: throughput -> tool customBiggerIsBetter (tokens/s); memory -> customSmallerIsBetter (MiB)",
     )
     p.add_argument("--output", default=None, help="write here instead of stdout")
     p.set_defaults(func=cmd_export)
@@ -169,6 +225,12 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--filter", default=None, help="comma-separated glob patterns of cell ids")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell), "
+        "with the estimator's current validation error",
+    )
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser(

@@ -18,7 +18,9 @@ from bench.results_schema import ResultRecord, Status
 from bench.secrets import redact
 
 DEFAULT_THRESHOLD = 0.05
-FAIL_KINDS = ("status", "throughput", "memory")
+FAIL_KINDS = ("status", "throughput", "memory", "cpu")
+METRIC_KINDS = ("throughput", "memory")
+"""Metric deltas every comparison has; `cpu` joins them where both runs recorded CPU time per step."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class CellDiff:
     None when equal."""
     throughput: MetricDelta | None
     memory: MetricDelta | None
+    cpu: MetricDelta | None = None
+    """Process CPU seconds per step of the lead rank (lower is better), where both sides recorded it."""
 
 
 @dataclass
@@ -108,6 +112,31 @@ def metric_delta(
     trials = (len(base), len(head))
     median_head = statistics.median(head)
     return MetricDelta(b, median_head, decision.change, spread, trials, decision.verdict, decision.p_value, measure)
+
+
+CPU_MEASURE = "CPU s/step"
+"""Metrics.cpu_s_per_step_median: process CPU seconds (user + system, all threads) per steady step, lead rank."""
+CO_TENANT_NOTE = (
+    "CPU s/step is the measure less sensitive to co-tenant load: it counts only the CPU time the lead rank's "
+    "process itself used per step, so other processes on the same cores stretch wall time (and cut tokens/s) "
+    "but barely change it. It does not see time spent waiting (communication, I/O, sleeps): a change there "
+    "shows in tokens/s only."
+)
+
+
+def cpu_per_step(records: Iterable[ResultRecord]) -> dict[str, list[float]]:
+    """Cell id -> CPU s/step of its ok trials, folded as `summarize` folds trials (the newest line of a trial
+    wins); only cells whose every ok trial recorded it (records from before the measure have none)."""
+    by_trial: dict[str, dict[int, ResultRecord]] = {}
+    for record in records:
+        by_trial.setdefault(record.cell_id, {})[record.trial] = record
+    out = {}
+    for cell_id, trials in by_trial.items():
+        ok = [r for r in trials.values() if r.status == Status.OK and r.metrics is not None]
+        values = [r.metrics.cpu_s_per_step_median for r in ok]
+        if ok and all(v is not None for v in values):
+            out[cell_id] = [float(v) for v in values]
+    return out
 
 
 def _has_model_memory(cell: CellSummary) -> bool:
@@ -162,11 +191,15 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
 
 def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     base_cells, head_cells = summarize(base.records), summarize(head.records)
+    base_cpu, head_cpu = cpu_per_step(base.records), cpu_per_step(head.records)
     order = list(base_cells) + [c for c in head_cells if c not in base_cells]
     result = Comparison(base.name, head.name, threshold, comparability(base.env, head.env))
     for cell_id in order:
         b, h = base_cells.get(cell_id), head_cells.get(cell_id)
         both = b is not None and h is not None
+        cpu = None
+        if both and cell_id in base_cpu and cell_id in head_cpu:
+            cpu = metric_delta(base_cpu[cell_id], head_cpu[cell_id], threshold, False, CPU_MEASURE)
         result.cells.append(
             CellDiff(
                 cell_id=cell_id,
@@ -175,6 +208,7 @@ def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Compa
                 status_change=status_change(b, h),
                 throughput=metric_delta(b.tokens_per_s, h.tokens_per_s, threshold, True) if both else None,
                 memory=memory_delta(b, h, threshold) if both else None,
+                cpu=cpu,
             )
         )
     return result
@@ -244,6 +278,9 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
     lines += [_summary_line(c, fail_on), ""]
     lines += _status_section(c)
     lines += _metric_section(c, "throughput", "Throughput (tokens/s, higher is better)", _tokens)
+    if any(d.cpu is not None for d in c.cells):
+        title = "CPU time per step (lead rank, lower is better)"
+        lines += _metric_section(c, "cpu", title, _cpu_ms, CO_TENANT_NOTE, show_measure=False)
     lines += _metric_section(c, "memory", "Memory (lower is better)", _mib, _memory_note(c))
     lines += [
         f"<sub>Medians over trials. A metric change is flagged only when a two-sided Mann–Whitney U test on the "
@@ -258,18 +295,21 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
 def _summary_line(c: Comparison, fail_on: Iterable[str]) -> str:
     counts = {kind: sum(d.status_change == kind for d in c.cells) for kind in STATUS_ORDER}
     parts = [f"{n} {kind}" for kind, n in counts.items() if n]
-    for kind in ("throughput", "memory"):
+    metric_kinds = ("throughput", "cpu", "memory") if any(d.cpu is not None for d in c.cells) else METRIC_KINDS
+    for kind in metric_kinds:
         deltas = [d for cell in c.cells if (d := getattr(cell, kind)) is not None]
         tested = [d for d in deltas if d.verdict != Verdict.NO_VERDICT]
         worse = sum(d.verdict == Verdict.REGRESSION for d in tested)
         better = sum(d.verdict == Verdict.IMPROVEMENT for d in tested)
         missing = len(deltas) - len(tested)
         untested = f", {missing} without verdict (< {MIN_TRIALS} trials)" if missing else ""
-        parts.append(f"{kind}: {worse} worse, {better} better of {len(tested)} tested{untested}")
+        label = "CPU s/step" if kind == "cpu" else kind
+        parts.append(f"{label}: {worse} worse, {better} better of {len(tested)} tested{untested}")
     failed = failing_kinds(c, fail_on)
     verdict = f"**❌ fails on {', '.join(failed)}**" if failed else "**✅ no blocking regression**"
-    status = "status: " + (", ".join(parts[:-2]) if parts[:-2] else "no change")
-    return f"{verdict} · {len(c.cells)} cells · {status} · " + " · ".join(parts[-2:])
+    n = len(metric_kinds)
+    status = "status: " + (", ".join(parts[:-n]) if parts[:-n] else "no change")
+    return f"{verdict} · {len(c.cells)} cells · {status} · " + " · ".join(parts[-n:])
 
 
 def _status_section(c: Comparison) -> list[str]:
@@ -306,7 +346,9 @@ def _memory_note(c: Comparison) -> str:
     )
 
 
-def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float], str], note: str = "") -> list[str]:
+def _metric_section(
+    c: Comparison, kind: str, title: str, fmt: Callable[[float], str], note: str = "", show_measure: bool = True
+) -> list[str]:
     rows = [(d.cell_id, m) for d in c.cells if (m := getattr(d, kind)) is not None]
     flagged = [(cell, m) for cell, m in rows if m.verdict in FLAGGED]
     lines = [f"### {title}", ""]
@@ -314,7 +356,7 @@ def _metric_section(c: Comparison, kind: str, title: str, fmt: Callable[[float],
         return [*lines, "No cell is ok on both sides.", ""]
     if note:
         lines += [note, ""]
-    measured = any(m.measure for _, m in rows)
+    measured = show_measure and any(m.measure for _, m in rows)
     header = [
         "| cell |" + (" measure |" if measured else "") + " base | head | change | spread | trials | p | verdict |",
         "|---|" + ("---|" if measured else "") + "---:|---:|---:|---:|---:|---:|---|",
@@ -358,6 +400,10 @@ def _shorten(text: str, limit: int = 160) -> str:
 
 def _tokens(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def _cpu_ms(value: float) -> str:
+    return f"{value * 1000:,.1f} ms"
 
 
 def _mib(value: float) -> str:

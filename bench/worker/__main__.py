@@ -58,6 +58,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
 
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
+    report.cpu_times = recorder.cpu_times
     report.losses, report.reward_accuracies = recorder.losses, recorder.reward_accuracies
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None

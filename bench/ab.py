@@ -1,0 +1,308 @@
+"""Interleaved A/B: two git refs measured alternately in one invocation, so that drift on the machine (another
+job starting, thermal or frequency changes, a noisy neighbour) hits both sides alike.
+
+    python -m bench compare-ab --base REF [--head REF] [--filter GLOBS] [--pairs N] [--hw cpu]
+    make compare-ab BASE=REF [HEAD=REF] [FILTER=GLOBS] [PAIRS=N]
+
+Each ref is checked out with `git worktree add --detach` into a temporary folder and runs its OWN code: `python -m
+bench run` with that folder as the working directory (and PYTHONPATH), with this interpreter (so the same venv and
+packages), and `--results` pointing into one A/B folder, `results/ab/<timestamp>/{base,head}/`. `--head .` runs
+the current checkout as it is, uncommitted changes included (edits made while it runs are measured too).
+
+Pair i (1 .. N) runs trial i of each side: `run --run-id <side's run> --repeats i` resumes that side's run, in
+which trials 1 .. i-1 are already recorded, so only trial i runs (the runner records one line per trial). The order
+alternates per pair, A B, B A, A B, ... (ABBA): with a fixed A B order the head would always run second, and
+anything that favours the second run of a pair (a warm page cache, a neighbour that starts or stops at a regular
+interval) would read as a difference between the code; alternating puts each side first in half the pairs, so a
+linear drift cancels over every two pairs. Use an even number of pairs.
+
+Afterwards the two runs are compared as `python -m bench compare` does (written to compare.md and compare.json in
+the A/B folder, and printed); the exit code is compare's (1 on a regression of a --fail-on kind). The worktrees
+are removed on exit, on an error and on Ctrl-C (or SIGTERM); the results stay.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.paths import BUILD_DIR, PROJECT_ROOT
+
+WORKING_TREE = "."
+"""A ref that means the current checkout as it is (no worktree; uncommitted changes included)."""
+DEFAULT_PAIRS = 4
+"""compare gives verdicts from 4 trials per side on (bench/report/verdict.py MIN_TRIALS)."""
+INTERRUPTED = 130
+SIDES = ("base", "head")
+
+Runner = Callable[[Sequence[str], Path, Mapping[str, str]], int]
+"""Runs argv in a working directory with an environment; returns the exit code."""
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    """base or head."""
+    ref: str
+    """As given: a git ref, or WORKING_TREE."""
+    sha: str | None
+    """The commit it resolved to; None for the working tree."""
+    root: Path
+    """The checkout whose code runs."""
+    results: Path
+    """--results of this side's `python -m bench run`: the run is results/<hw>/<run_id>."""
+    run_id: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Added to this side's environment (the noise experiment injects its fault here)."""
+
+    def run_dir(self, hw: str) -> Path:
+        return self.results / hw / self.run_id
+
+
+def schedule(pairs: int) -> list[tuple[int, str]]:
+    """(trial, side) in running order, trial 1-based: pair i runs base then head when i is odd, head then base when
+    it is even (A B B A A B ...)."""
+    order = []
+    for trial in range(1, pairs + 1):
+        order += [(trial, s) for s in (SIDES if trial % 2 else SIDES[::-1])]
+    return order
+
+
+def run_argv(
+    side: Side, trial: int, hw: str, cell_filter: str | None, python: str = sys.executable, executor: str = "local"
+) -> list[str]:
+    """The command that records trial `trial` (1-based) of every selected cell in `side`'s run."""
+    argv = [python, "-m", "bench", "--results", str(side.results), "run", "--hw", hw]
+    if cell_filter:
+        argv += ["--filter", cell_filter]
+    return [*argv, "--run-id", side.run_id, "--repeats", str(trial), "--executor", executor]
+
+
+def side_env(side: Side, base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with the side's checkout first on PYTHONPATH (the launcher's ranks import its `bench` too) and the
+    side's own additions."""
+    path = [str(side.root), *([base["PYTHONPATH"]] if base.get("PYTHONPATH") else [])]
+    return dict(base) | {"PYTHONPATH": os.pathsep.join(path)} | dict(side.env)
+
+
+def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> int:
+    """Run one side's `python -m bench run`, its output passing through. On Ctrl-C it is given the time to stop its
+    cell and record what finished (it gets the terminal's SIGINT itself; a SIGINT is sent when it did not), then
+    the KeyboardInterrupt goes on."""
+    process = subprocess.Popen(list(argv), cwd=cwd, env=dict(env))
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        raise
+
+
+def run_pairs(
+    base: Side,
+    head: Side,
+    pairs: int,
+    hw: str,
+    cell_filter: str | None,
+    runner: Runner = run_process,
+    python: str = sys.executable,
+    executor: str = "local",
+    out=sys.stdout,
+) -> list[tuple[int, str, int]]:
+    """Run the schedule; returns (trial, side, exit code) per step. A side whose run fails stops the A/B with a
+    BenchError; an interrupted one (exit 130) raises KeyboardInterrupt."""
+    sides = {"base": base, "head": head}
+    done = []
+    for step, (trial, label) in enumerate(schedule(pairs), start=1):
+        side = sides[label]
+        what = f"pair {trial}/{pairs}: {label} ({side.ref})"
+        print(f"\n=== compare-ab [{step}/{2 * pairs}] {what}", file=out, flush=True)
+        argv = run_argv(side, trial, hw, cell_filter, python, executor)
+        code = runner(argv, side.root, side_env(side, os.environ))
+        done.append((trial, label, code))
+        if code == INTERRUPTED:
+            raise KeyboardInterrupt
+        if code != 0:
+            raise BenchError(f"compare-ab: {what}: `python -m bench run` exited {code}; see its output above")
+    return done
+
+
+# ---------------------------------------------------------------- git worktrees
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise BenchError(f"git {' '.join(args)}: {message}")
+    return done.stdout.strip()
+
+
+def resolve(repo: Path, ref: str) -> str | None:
+    """The commit `ref` names (None for WORKING_TREE); one-line BenchError when it names none."""
+    if ref == WORKING_TREE:
+        return None
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except BenchError:
+        raise BenchError(f"compare-ab: {ref!r} is not a commit of {repo} (fetch it first?)") from None
+
+
+@contextmanager
+def checkouts(repo: Path, shas: Sequence[str | None], assets: Path | None = None) -> Iterator[dict[str | None, Path]]:
+    """sha -> a detached worktree of it under a temporary folder (None -> `repo` itself), removed again on exit,
+    whatever the exit. Each worktree's build/assets links to `assets` (the workload assets are deterministic and
+    named by their workload's fingerprint, so both sides share them instead of building them twice)."""
+    made: list[Path] = []
+    tmp = Path(tempfile.mkdtemp(prefix="dpo-bench-ab-"))
+    roots: dict[str | None, Path] = {None: repo}
+    try:
+        for sha in dict.fromkeys(s for s in shas if s is not None):
+            path = tmp / sha[:12]
+            git(repo, "worktree", "add", "--detach", str(path), sha)
+            made.append(path)
+            roots[sha] = path
+            if assets is not None:
+                assets.mkdir(parents=True, exist_ok=True)
+                (path / "build").mkdir(exist_ok=True)
+                (path / "build" / "assets").symlink_to(assets.resolve(), target_is_directory=True)
+        yield roots
+    finally:
+        remove_worktrees(repo, made)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_worktrees(repo: Path, paths: Sequence[Path]) -> None:
+    """`git worktree remove --force` each; a folder git will not remove is deleted and pruned. Never raises."""
+    for path in paths:
+        try:
+            git(repo, "worktree", "remove", "--force", str(path))
+        except BenchError:
+            shutil.rmtree(path, ignore_errors=True)
+    if paths:
+        with suppress(BenchError):
+            git(repo, "worktree", "prune")
+
+
+# ---------------------------------------------------------------- the command
+
+
+def make_sides(
+    base_ref: str,
+    head_ref: str,
+    shas: Mapping[str, str | None],
+    roots: Mapping[str | None, Path],
+    out_dir: Path,
+    envs: Mapping[str, Mapping[str, str]] | None = None,
+) -> tuple[Side, Side]:
+    """The two sides: run ids `base-<sha>` / `head-<sha>` (`head-worktree` for the working tree)."""
+    sides = []
+    for label, ref in zip(SIDES, (base_ref, head_ref), strict=True):
+        sha = shas[label]
+        run_id = f"{label}-{sha[:12] if sha else 'worktree'}"
+        env = dict((envs or {}).get(label, {}))
+        sides.append(Side(label, ref, sha, roots[sha], out_dir / label, run_id, env))
+    return sides[0], sides[1]
+
+
+def compare_runs(
+    base: Side, head: Side, hw: str, out_dir: Path, threshold: float, fail_on: str
+) -> tuple[str, dict, list[str]]:
+    """(Markdown, JSON, failing kinds) of head vs base, also written to out_dir/compare.md and compare.json."""
+    from bench.report.compare import compare, failing_kinds, load_run, parse_fail_on, to_json, to_markdown
+    from bench.secrets import redact
+
+    kinds = parse_fail_on(fail_on)
+    result = compare(load_run(base.run_dir(hw)), load_run(head.run_dir(hw)), threshold)
+    markdown, data = to_markdown(result, kinds), to_json(result, kinds)
+    (out_dir / "compare.md").write_text(markdown, encoding="utf-8")
+    (out_dir / "compare.json").write_text(redact(json.dumps(data, indent=2)) + "\n", encoding="utf-8")
+    return markdown, data, failing_kinds(result, kinds)
+
+
+def write_manifest(out_dir: Path, base: Side, head: Side, **facts: object) -> None:
+    sides = {
+        s.label: {"ref": s.ref, "sha": s.sha, "run_id": s.run_id, "results": str(s.results), "env": dict(s.env)}
+        for s in (base, head)
+    }
+    text = json.dumps({"sides": sides, "order": "ABBA (alternating per pair)", **facts}, indent=2, default=str)
+    (out_dir / "ab.json").write_text(text + "\n", encoding="utf-8")
+
+
+def run_ab(
+    base_ref: str,
+    head_ref: str,
+    pairs: int,
+    hw: str,
+    cell_filter: str | None,
+    out_dir: Path,
+    repo: Path = PROJECT_ROOT,
+    envs: Mapping[str, Mapping[str, str]] | None = None,
+    runner: Runner = run_process,
+    executor: str = "local",
+    out=sys.stdout,
+) -> tuple[Side, Side]:
+    """Check both refs out, run the pairs, remove the checkouts; returns the sides (their runs stay in out_dir)."""
+    shas = {"base": resolve(repo, base_ref), "head": resolve(repo, head_ref)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    with checkouts(repo, list(shas.values()), BUILD_DIR / "assets" if repo == PROJECT_ROOT else None) as roots:
+        base, head = make_sides(base_ref, head_ref, shas, roots, out_dir, envs)
+        for side in (base, head):
+            where = "the working tree" if side.sha is None else f"{side.sha[:12]} in {side.root}"
+            print(f"compare-ab: {side.label} = {side.ref} ({where}) -> {side.run_dir(hw)}", file=out, flush=True)
+        facts = {"pairs": pairs, "hw": hw, "filter": cell_filter, "started_at": started}
+        write_manifest(out_dir, base, head, **facts)
+        run_pairs(base, head, pairs, hw, cell_filter, runner, executor=executor, out=out)
+        finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        write_manifest(out_dir, base, head, **facts, finished_at=finished)
+    return base, head
+
+
+def cmd_compare_ab(args: argparse.Namespace) -> int:
+    if args.pairs % 2:
+        print(f"note: {args.pairs} pairs is odd: the base runs first once more than the head", file=sys.stderr)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.out) if args.out else Path(args.results) / "ab" / stamp
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        base, head = run_ab(args.base, args.head, args.pairs, args.hw, args.filter, out_dir, executor=args.executor)
+    except KeyboardInterrupt:
+        print(f"\ncompare-ab interrupted; worktrees removed, finished trials kept in {out_dir}", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    markdown, _, failed = compare_runs(base, head, args.hw, out_dir, args.threshold, args.fail_on)
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(markdown, encoding="utf-8")
+    if args.json:
+        shutil.copyfile(out_dir / "compare.json", args.json)
+    print()
+    sys.stdout.write(markdown)
+    print(f"\ncompare-ab: {args.pairs} pairs recorded in {out_dir} (compare.md, compare.json, ab.json)")
+    if failed:
+        print(f"compare-ab: regressions in {', '.join(failed)} (--fail-on {args.fail_on})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the same cleanup as Ctrl-C
