@@ -2,8 +2,8 @@
 
 import statistics
 from collections.abc import Sequence
-from typing import Protocol
 
+from bench.cgroups import RankMemory
 from bench.rank_report import RankReport
 from bench.results_schema import Metrics, RankMemoryFigures
 
@@ -30,16 +30,7 @@ def slope(values: list[float]) -> float | None:
     return num / den
 
 
-class KernelMemory(Protocol):
-    """What the executor read from one rank's memory cgroup (bench.cgroups.RankMemory's fields)."""
-
-    rank: int
-    limit_bytes: int | None
-    peak_bytes: int | None
-    oom_kills: int
-
-
-def rank_memory(reports: Sequence[RankReport], kernel: Sequence[KernelMemory]) -> list[RankMemoryFigures]:
+def rank_memory(reports: Sequence[RankReport], kernel: Sequence[RankMemory]) -> list[RankMemoryFigures]:
     """Each rank's memory figures, from its own report (baseline, RSS peak) and the kernel's cgroup (peak, limit,
     OOM kill); a rank the kernel killed has no report but still has its cgroup figures."""
     by_rank = {r.rank: r for r in reports}
@@ -93,9 +84,13 @@ def model_memory(
 
 
 def aggregate(
-    reports: list[RankReport], warmup_steps: int, pairs_per_step: int, kernel: Sequence[KernelMemory] = ()
+    reports: list[RankReport],
+    warmup_steps: int,
+    pairs_per_step: int,
+    figures: Sequence[RankMemoryFigures] | None = None,
 ) -> Metrics:
-    """Metrics of one cell. Rank 0's clock and TRL's rank-gathered token count; memory max over ranks."""
+    """Metrics of one cell. Rank 0's clock and TRL's rank-gathered token count; memory max over ranks.
+    `figures`: the cell's per-rank memory (`rank_memory`), when the caller already has it; else from the reports."""
     lead = min(reports, key=lambda r: r.rank)
     ends, tokens = lead.step_ends, lead.tokens
     if len(ends) <= warmup_steps + 1:
@@ -114,7 +109,9 @@ def aggregate(
         present = [v for v in values if v is not None]
         return max(present) if present else None
 
-    peak_bytes, baseline_bytes, model_bytes = model_memory(rank_memory(reports, kernel), reports)
+    if figures is None:
+        figures = rank_memory(reports, ())
+    peak_bytes, baseline_bytes, model_bytes = model_memory(figures, reports)
     return Metrics(
         tokens_per_s=steady_tokens / steady_time,
         pairs_per_s=steady_steps * pairs_per_step / steady_time,

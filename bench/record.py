@@ -116,8 +116,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "finished_at": ran.finished_at,
         }
     )
-    kernel = getattr(outcome, "rank_memory", [])
-    figures = rank_memory(reports, kernel)
+    figures = rank_memory(reports, outcome.rank_memory)
     record = record.model_copy(
         update={
             "rank_memory": figures,
@@ -159,7 +158,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     if len(reports) != expect.world_size:
         found.append(f"{len(reports)} rank(s) reported, expected {expect.world_size}")
     try:
-        metrics = with_mfu(aggregate(reports, expect.warmup_steps, expect.pairs_per_step, kernel), expect.mfu)
+        metrics = with_mfu(aggregate(reports, expect.warmup_steps, expect.pairs_per_step, figures), expect.mfu)
     except ValueError as exc:
         return record.model_copy(update={"error_class": ErrorClass.OTHER, "message": str(exc)})
     learning = learning_check(
