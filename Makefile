@@ -17,11 +17,11 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: predicted help setup browser bench images list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
-	@echo "  variables: HW=$(HW) FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local"
+	@echo "  variables: HW=$(HW) FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local|slurm SLURM_CONFIG=<file>"
 
 setup: $(STAMP) ## create .venv from the lock file (idempotent)
 
@@ -35,11 +35,16 @@ $(STAMP): $(LOCK) pyproject.toml
 	@touch $@
 
 bench: setup ## run the matrix for HW (default cpu), print the table, write results/HW/
-	$(PY) -m bench run $(BENCH_ARGS) --executor $(EXECUTOR)
+	$(PY) -m bench run $(BENCH_ARGS) --executor $(EXECUTOR) $(if $(SLURM_CONFIG),--slurm-config '$(SLURM_CONFIG)')
 
-images: setup ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
+images: ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
+	@# Any set-up venv runs the build; FLAVOR names the image, never what goes into .venv.
+	@$(if $(wildcard $(VENV)/.installed-*),:,$(MAKE) --no-print-directory setup FLAVOR=cpu)
 	$(PY) -m bench images --flavor $(FLAVOR) $(if $(OFFLINE_BASE),--offline-base) \
 		$(if $(EXTRA_CA_CERTS),--extra-ca-certs '$(EXTRA_CA_CERTS)') --wheels '$(WHEELS)'
+
+check-cuda-image: ## build the cuda image and check it without a GPU; run before changing docker/cuda/ (docs/docker.md)
+	OFFLINE_BASE='$(OFFLINE_BASE)' EXTRA_CA_CERTS='$(EXTRA_CA_CERTS)' bash docker/cuda/check.sh
 
 list: setup ## list every cell and the not-applicable reasons, run nothing
 	$(PY) -m bench list --hw $(HW) $(if $(FILTER),--filter '$(FILTER)')
@@ -47,7 +52,7 @@ list: setup ## list every cell and the not-applicable reasons, run nothing
 matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
-test: setup browser ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
+test: setup browser slurm ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
 	$(PY) -m pytest tests -m "not docker" --ignore=tests/perf
 
 browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
@@ -58,8 +63,11 @@ browser: ## the published site's browser test needs chromium: installed from Deb
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; \
 	  else echo "error: the site's browser test needs chromium: apt-get install chromium (as root)" >&2; exit 1; fi; }
 
+slurm: ## the Slurm tests need a local cluster (slurmctld + 2 slurmd): installed from Debian and started when missing (root)
+	@bash bench/slurm/setup-single-node.sh
+
 test-docker: setup ## cells in containers vs local (needs dockerd and `make images FLAVOR=cpu`)
-	$(PY) -m pytest tests -m docker -v -s
+	$(PY) -m pytest tests -m "docker and not cuda_image" -v -s
 
 test-unit: setup ## fast tests only
 	$(PY) -m pytest tests/unit

@@ -2,6 +2,8 @@
 # CI for the docker executor: engine, offline base, pinned cpu image, hadolint, then real cells in containers
 # compared with the same cells run locally (tests/integration/test_docker_cells.py). Run after `make setup`
 # (.ci/run). Reruns on the same machine reuse the docker layer cache (image build ~10 s instead of ~2.5 min).
+# The cuda image is not built here (14-15 min fresh, measured): `make check-cuda-image` before changing docker/cuda/
+# (docs/docker.md, CI); its cell test carries the `cuda_image` marker, which make test-docker leaves out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

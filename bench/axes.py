@@ -37,3 +37,11 @@ class Option(StrEnum):
     PRECOMPUTE_REF = "precompute_ref"
     NO_GRADIENT_CHECKPOINTING = "no_gc"
     LIGER = "liger"
+
+
+class Setup(StrEnum):
+    """How a cell is configured: the documented recipe (scenarios/recipes.yaml), or what a newcomer following
+    TRL's basic DPO docs tries first (the recipe's settings left out): a `+newcomer` variant row."""
+
+    RECIPE = "recipe"
+    NEWCOMER = "newcomer"

@@ -2,6 +2,8 @@
 
 Launch plans, engagement checks, failure classification, the worker (rank environment, model placement), MFU and
 the reports read these descriptions; a new backend is one entry here plus whatever its worker path needs.
+What a combination of backend, init and quantization needs to work (placement, quantized storage, loader flags,
+the reference model) is its recipe: scenarios/recipes.yaml, read by bench/recipes.py.
 """
 
 import re

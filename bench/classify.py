@@ -39,6 +39,7 @@ def _p(regex: str, status: Status, error_class: ErrorClass | None = None) -> Pat
 
 # First match wins: the most specific evidence comes first.
 PATTERNS: tuple[Pattern, ...] = (
+    _p(r"RecipeVersionError", Status.ERROR, ErrorClass.VERSION),
     _p(
         r"CUDA out of memory|OutOfMemoryError|out of memory|\bMemoryError\b|Cannot allocate memory|HIP out of memory",
         Status.OOM,
@@ -116,6 +117,11 @@ def first_error_line(text: str) -> str:
 
 # Most causal first: a peer's broken connection is the consequence of the rank that died or failed.
 CAUSAL_ORDER: tuple[ErrorClass, ...] = (
+    # what the cluster did to the job causes whatever its ranks report after it
+    ErrorClass.NODE_FAIL,
+    ErrorClass.PREEMPTED,
+    ErrorClass.CANCELLED,
+    ErrorClass.VERSION,
     ErrorClass.CRASH,
     ErrorClass.DEVICE_MISMATCH,
     ErrorClass.IMPORT,

@@ -1,4 +1,4 @@
-"""Command line: python -m bench {list, run, matrix, images, compare, publish, export}."""
+"""Command line: python -m bench {list, run, matrix, images, compare, publish, export, export-task}."""
 
 import argparse
 import os
@@ -12,7 +12,7 @@ from bench import images
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT, RESULTS_DIR, SCENARIOS_DIR
 from bench.profiles import NAME_PATTERN, HardwareProfile, load_profile, load_workload
-from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, select, world_size
+from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, rows_added, select, world_size
 
 if TYPE_CHECKING:
     from bench.assets import PreparedAssets
@@ -42,7 +42,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.assets import PreparedAssets, prepare
     from bench.estimate.gate import predictor
-    from bench.hardware import preflight
+    from bench.hardware import Preflight, preflight
     from bench.known_issues import known_issues
     from bench.report.matrix import render
     from bench.report.matrix_file import write_matrix
@@ -58,7 +58,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = select(all_cells, args.filter)
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
     run_dir = Path(args.results) / profile.name / run_id
-    machine = preflight(profile, args.emulate)  # one-line BenchError when HW= does not fit this machine
+    if profile.nodes > 1 and args.executor != "slurm":
+        raise BenchError(f"profile {profile.name} spans {profile.nodes} nodes: use --executor slurm (docs/slurm.md)")
+    if args.executor == "slurm":  # before anything is prepared: one line when this machine cannot submit jobs
+        from bench.executors.slurm_jobs import require_commands
+
+        require_commands()
+    # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
+    machine = Preflight() if args.executor == "slurm" else preflight(profile, args.emulate)
     if machine.untested_reason:
         print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
         assets = PreparedAssets(model="", tokenizer="", dataset="")
@@ -67,7 +74,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         assets = prepare(workload)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = images.lock_file(profile.image_flavor)
-    executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
+    if args.executor == "slurm" and not machine.untested_reason:
+        from bench.executors.slurm_setup import slurm_executor
+
+        executor = slurm_executor(args, profile, run_dir)
+    else:
+        executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
     env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
     if executor.name == "docker":
         # the versions the cells really run with: the image's, not this interpreter's
@@ -183,7 +195,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     ids = [c.id for c in _cells(args)]
     hardware_dir = Path(args.results) / profile.name
-    run_dir = hardware_dir / checked_run_id(args.run_id) if args.run_id else latest_complete_run(hardware_dir, ids)
+    added = rows_added(load_matrix(Path(args.scenarios) / "matrix.yaml"))
+    run_dir = (
+        hardware_dir / checked_run_id(args.run_id) if args.run_id else latest_complete_run(hardware_dir, ids, added)
+    )
     print(f"matrix written to {write_matrix(run_dir, ids)}")
     return 0
 
@@ -241,11 +256,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--executor",
-        choices=["auto", "docker", "local"],
+        choices=["auto", "docker", "local", "slurm"],
         default="auto",
-        help="where cells run: docker (a container per cell), local (a process group per cell), "
-        "auto (docker when an engine answers and the image exists or builds, else local; default)",
+        help="where cells run: docker (a container per cell), local (a process group per cell), slurm (a batch job "
+        "per cell, docs/slurm.md), auto (docker when an engine answers and the image exists or builds, else local; "
+        "default)",
     )
+    from bench.executors.slurm_setup import add_slurm_arguments
+
+    add_slurm_arguments(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run")
@@ -275,6 +294,9 @@ def parser() -> argparse.ArgumentParser:
     from bench.report.commands import add_commands
 
     add_commands(sub)
+    from bench.export_task import add_command as add_export_task
+
+    add_export_task(sub)
     return top
 
 

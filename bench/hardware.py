@@ -89,7 +89,7 @@ def _describe(detected: Detected) -> str:
 
 
 def needed_devices(profile: HardwareProfile) -> int:
-    return max(profile.device_count, profile.processes)
+    return max(profile.device_count, profile.processes_per_node)  # on each node of a multi-node profile
 
 
 def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -> BenchError | None:

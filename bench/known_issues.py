@@ -10,15 +10,14 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
-from bench.axes import Backend, Init, Launcher, Option, Quant
+from bench.axes import Backend, Init, Launcher, Option, Quant, Setup
 from bench.paths import SCENARIOS_DIR
-from bench.results import PACKAGES
 from bench.scenario import Cell
-from bench.yaml_schema import Strict, load_yaml_model
+from bench.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
 
 KNOWN_ISSUES_FILE = SCENARIOS_DIR / "known_issues.yaml"
 
@@ -32,10 +31,13 @@ class Conditions(Strict):
     launcher: tuple[Launcher, ...] | None = Field(default=None, min_length=1)
     options: tuple[Option, ...] | None = Field(default=None, min_length=1)
     """The cell runs at least one of these options."""
+    setup: tuple[Setup, ...] | None = Field(default=None, min_length=1)
+    """recipe or newcomer (scenarios/recipes.yaml)."""
 
     @property
     def empty(self) -> bool:
-        return all(values is None for values in (self.init, self.quant, self.backend, self.launcher, self.options))
+        axes = (self.init, self.quant, self.backend, self.launcher, self.options, self.setup)
+        return all(values is None for values in axes)
 
     def hold_for(self, cell: Cell) -> bool:
         axes = (
@@ -44,6 +46,7 @@ class Conditions(Strict):
             (self.backend, (cell.backend,)),
             (self.launcher, (cell.launcher,)),
             (self.options, cell.options),
+            (self.setup, (cell.setup,)),
         )
         return all(allowed is None or any(value in allowed for value in values) for allowed, values in axes)
 
@@ -53,11 +56,11 @@ class KnownIssue(Strict):
     pattern: re.Pattern[str]
     """Searched in everything the failed cell left: every rank's error and traceback, then the launcher log."""
     when: Conditions = Conditions()
-    versions: dict[str, str] = {}
+    versions: PackageSpecifiers = {}
     """Package -> PEP 440 specifier set, e.g. {trl: "<0.7.2"}: the versions that still fail."""
-    links: tuple[str, ...] = Field(min_length=1)
+    links: HttpsLinks = Field(min_length=1)
     """Upstream threads; the first is the one a result record carries."""
-    note: str = Field(min_length=1, max_length=300)
+    note: OneLine = Field(min_length=1, max_length=300)
 
     @field_validator("pattern", mode="before")
     @classmethod
@@ -68,33 +71,6 @@ class KnownIssue(Strict):
             return re.compile(value)
         except re.error as exc:
             raise ValueError(f"invalid regular expression: {exc}") from None
-
-    @field_validator("versions")
-    @classmethod
-    def _specifiers_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        for package, specifier in value.items():
-            if package not in PACKAGES:
-                raise ValueError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
-            try:
-                SpecifierSet(specifier)
-            except InvalidSpecifier:
-                raise ValueError(f"{package}: {specifier!r} is not a PEP 440 version specifier") from None
-        return value
-
-    @field_validator("links")
-    @classmethod
-    def _links_are_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for link in value:
-            if not link.startswith("https://"):
-                raise ValueError(f"{link!r} is not an https:// link")
-        return value
-
-    @field_validator("note")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        if "\n" in value.strip():
-            raise ValueError("must be one line")
-        return value.strip()
 
     @property
     def link(self) -> str:

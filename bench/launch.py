@@ -17,6 +17,7 @@ import yaml
 
 from bench.backends import BackendSpec, LaunchInputs, backend_spec, launcher_spec
 from bench.profiles import HardwareProfile
+from bench.recipes import Settings, resolve
 from bench.scenario import Cell, world_size
 from bench.worker.spec import WorkerSpec
 
@@ -34,6 +35,9 @@ class LaunchPlan:
     """Every file the launch reads, path -> content; written by `write_files` before the launch."""
     ranks: int = 1
     """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
+    launcher: str | None = None
+    inputs: LaunchInputs | None = None
+    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/multinode.py)."""
 
     @property
     def config_files(self) -> list[Path]:
@@ -64,23 +68,44 @@ def deepspeed_config(backend: BackendSpec) -> dict:
     }
 
 
-def accelerate_config(cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None) -> dict:
-    """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save."""
+def fsdp_config(backend: BackendSpec, settings: Settings) -> dict | None:
+    """accelerate's fsdp_config: the backend's FSDP version and wrapping, plus what the recipe sets."""
+    if not backend.fsdp_version:
+        return None
+    config: dict = {
+        "fsdp_version": backend.fsdp_version,
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_reshard_after_forward": True,
+    }
+    if settings.fsdp_cpu_ram_efficient_loading is not None:
+        config["fsdp_cpu_ram_efficient_loading"] = settings.fsdp_cpu_ram_efficient_loading
+    return config
+
+
+def accelerate_deepspeed_config(deepspeed_file: Path | None, settings: Settings) -> dict | None:
+    """accelerate's deepspeed_config: the generated DeepSpeed file, plus what the recipe sets."""
+    if deepspeed_file is None:
+        return None
+    config: dict = {"deepspeed_config_file": str(deepspeed_file)}
+    if settings.zero3_init_flag is not None:
+        config["zero3_init_flag"] = settings.zero3_init_flag
+    return config
+
+
+def accelerate_config(
+    cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None, settings: Settings | None = None
+) -> dict:
+    """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save. `settings`:
+    the cell's recipe (resolved from scenarios/recipes.yaml when not given)."""
     from accelerate.commands.config.config_args import ClusterConfig
 
     backend = backend_spec(cell.backend)
     if backend.accelerate_type is None:
         raise ValueError(f"accelerate cannot launch backend {cell.backend}")
-    fsdp = None
-    if backend.fsdp_version:
-        fsdp = {
-            "fsdp_version": backend.fsdp_version,
-            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_reshard_after_forward": True,
-            "fsdp_cpu_ram_efficient_loading": False,
-        }
-    deepspeed = {"deepspeed_config_file": str(deepspeed_file)} if deepspeed_file else None
+    settings = resolve(cell, profile.device).settings if settings is None else settings
+    fsdp = fsdp_config(backend, settings)
+    deepspeed = accelerate_deepspeed_config(deepspeed_file, settings)
     return ClusterConfig(
         compute_environment="LOCAL_MACHINE",
         # `use_cpu: true` makes `accelerate launch` start ONE process whatever num_processes says; MULTI_GPU with
@@ -129,7 +154,7 @@ def plan_launch(
     accelerate_file = None
     if launcher.reads_accelerate_config:
         accelerate_file = config_dir / ACCELERATE_FILE
-        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file))
+        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, spec.recipe.settings))
     files[spec_path] = spec.model_dump_json(indent=2)
 
     inputs = LaunchInputs(
@@ -145,6 +170,8 @@ def plan_launch(
         env=env,
         files=files,
         ranks=world_size(cell, profile),
+        launcher=str(cell.launcher),
+        inputs=inputs,
     )
 
 

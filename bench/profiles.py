@@ -17,8 +17,10 @@ class HardwareProfile(Strict):
     name: str
     description: str = ""
     device: Literal["cpu", "cuda", "hpu"]
-    device_count: int = Field(ge=1, description="devices one process can split a model over (device_map)")
-    processes: int = Field(ge=1, description="world size of multi-process backends")
+    device_count: int = Field(ge=1, description="devices one process can split a model over (device_map); per node")
+    processes: int = Field(ge=1, description="world size of multi-process backends, over every node")
+    nodes: int = Field(default=1, ge=1, description="machines one cell spans (slurm executor, bench/multinode.py)")
+    node_memory_gb: float | None = Field(default=None, gt=0, description="slurm executor: --mem of each node of a cell")
     memory_per_device_gb: float | None = Field(default=None, gt=0)
     peak_tflops: float | None = Field(default=None, gt=0, description="peak dense bf16 TFLOP/s per device")
     precision: Literal["fp32", "bf16", "fp16"]
@@ -38,6 +40,16 @@ class HardwareProfile(Strict):
     @property
     def memory_budget_bytes(self) -> int | None:
         return None if self.memory_budget_gb is None else int(self.memory_budget_gb * 2**30)
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.processes // self.nodes
+
+    @model_validator(mode="after")
+    def _processes_fill_the_nodes(self) -> "HardwareProfile":
+        if self.processes % self.nodes:
+            raise ValueError(f"processes ({self.processes}) must be a multiple of nodes ({self.nodes})")
+        return self
 
 
 class ModelSpec(Strict):

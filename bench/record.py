@@ -71,6 +71,7 @@ def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRe
         backend=cell.backend,
         launcher=cell.launcher,
         options=[str(o) for o in cell.options],
+        setup=cell.setup,
         hardware=run.hardware,
         workload=run.workload,
         status=status,

@@ -34,6 +34,14 @@ class ErrorClass(StrEnum):
     COMM = "comm"
     CRASH = "crash"
     OTHER = "other"
+    VERSION = "version"
+    """A package is outside the versions the cell's recipe needs (scenarios/recipes.yaml); nothing was trained."""
+    NODE_FAIL = "node_fail"
+    """Slurm: a node of the job failed (job state NODE_FAIL)."""
+    PREEMPTED = "preempted"
+    """Slurm: the job was preempted by a higher-priority job."""
+    CANCELLED = "cancelled"
+    """Slurm: the job was cancelled (scancel, or by an administrator) before the worker reported."""
 
 
 class RankMemoryFigures(BaseModel):
@@ -138,6 +146,8 @@ class ResultRecord(BaseModel):
     backend: str
     launcher: str
     options: list[str] = []
+    setup: str = "recipe"
+    """`recipe` (the documented settings, scenarios/recipes.yaml) or `newcomer` (a `+newcomer` row: without them)."""
     hardware: str
     workload: str
     status: Status
@@ -165,6 +175,10 @@ class ResultRecord(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     executor: str = "local"
+    slurm_job_id: str | None = None
+    """The Slurm job that ran the cell (slurm executor)."""
+    slurm_state: str | None = None
+    """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
     emulated: bool = False
     """Run with --emulate: a smaller profile on bigger GPUs (memory capped per process, devices limited).

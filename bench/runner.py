@@ -90,12 +90,16 @@ def plan_cells(
     return plans
 
 
-def run_cell(ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None) -> ResultRecord:
-    """Plan, write, execute and record one trial of a runnable cell."""
+def run_cell(
+    ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None, fresh: bool = True
+) -> ResultRecord:
+    """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
+    (a scheduler job an earlier run submitted is still writing into it)."""
     config_dir = ctx.run_dir / "configs" / cell.id
     out_dir = ctx.run_dir / "cells" / cell.id
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
+    if fresh:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
     plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
@@ -184,6 +188,11 @@ def execute(
         file=out,
         flush=True,
     )
+    if getattr(ctx.executor, "concurrent", False):  # a scheduler runs all cells at once (bench/executors/slurm_loop.py)
+        from bench.executors.slurm_loop import run_in_flight
+
+        run_in_flight(ctx, todo, predictions, done, out)
+        return [done[c.id] for c in cells if c.id in done]
     started = time.monotonic()
     for index, (cell, trial) in enumerate(todo, start=1):
         label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")

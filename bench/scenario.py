@@ -3,17 +3,19 @@
 The rules here are the single source of every N/A cell in every table.
 """
 
+import datetime as dt
 import fnmatch
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from bench.axes import Backend, Init, Launcher, Option, Quant
+from bench.axes import Backend, Init, Launcher, Option, Quant, Setup
 from bench.backends import backend_spec
 from bench.errors import BenchError
 from bench.paths import SCENARIOS_DIR
 from bench.profiles import HardwareProfile
+from bench.recipes import newcomer_differs
 from bench.yaml_schema import Strict, load_yaml_model
 
 
@@ -22,7 +24,8 @@ def base_cell_id(init: str, quant: str, backend: str) -> str:
 
 
 def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
-    """A row with another launcher or options: its id carries a `+` suffix beyond init-quant-backend."""
+    """A row with another launcher, options or the newcomer setup: its id carries a `+` suffix beyond
+    init-quant-backend."""
     return cell_id != base_cell_id(init, quant, backend)
 
 
@@ -32,6 +35,8 @@ class Cell(Strict):
     backend: Backend
     launcher: Launcher
     options: tuple[Option, ...] = ()
+    setup: Setup = Setup.RECIPE
+    """The documented recipe (no suffix, as every cell before setups existed) or `+newcomer`."""
 
     @property
     def id(self) -> str:
@@ -40,6 +45,8 @@ class Cell(Strict):
             suffix += f"+{self.launcher}"
         for option in sorted(self.options):
             suffix += f"+{option}"
+        if self.setup != Setup.RECIPE:
+            suffix += f"+{self.setup}"
         return self.base_id + suffix
 
     @property
@@ -63,18 +70,21 @@ class Axes(Strict):
 
 
 class Variant(Strict):
-    """Extra rows: the same init x quant x backend run with another launcher and/or options."""
+    """Extra rows: the same init x quant x backend run with another launcher, options and/or the newcomer setup."""
 
     init: list[Init] = Field(min_length=1)
     quant: list[Quant] = Field(min_length=1)
     backend: list[Backend] = Field(min_length=1)
     launcher: Launcher | None = None
     options: list[Option] = []
+    setup: Setup = Setup.RECIPE
+    added: dt.datetime | None = None
+    """When the rows joined the matrix: a run that started before that is complete without them."""
 
     @model_validator(mode="after")
     def _launcher_fits_backends(self) -> "Variant":
-        if self.launcher is None and not self.options:
-            raise ValueError("a variant needs a launcher or options")
+        if self.launcher is None and not self.options and self.setup == Setup.RECIPE:
+            raise ValueError("a variant needs a launcher, options or setup: newcomer")
         for backend in self.backend:
             supported = backend_spec(backend).launchers
             if self.launcher is not None and self.launcher not in supported:
@@ -92,6 +102,32 @@ def load_matrix(path: Path = SCENARIOS_DIR / "matrix.yaml") -> MatrixSpec:
     return load_yaml_model(path, MatrixSpec)
 
 
+def _variant_cells(variant: Variant) -> list[Cell]:
+    return [
+        Cell(
+            init=init,
+            quant=quant,
+            backend=backend,
+            launcher=variant.launcher or backend_spec(backend).default_launcher,
+            options=tuple(variant.options),
+            setup=variant.setup,
+        )
+        for init in variant.init
+        for quant in variant.quant
+        for backend in variant.backend
+    ]
+
+
+def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
+    """Cell id -> when its (dated) variant row joined the matrix."""
+    added: dict[str, dt.datetime] = {}
+    for variant in matrix.variants:
+        if variant.added is not None:
+            for cell in _variant_cells(variant):
+                added[cell.id] = min(added.get(cell.id, variant.added), variant.added)
+    return added
+
+
 def expand(matrix: MatrixSpec) -> list[Cell]:
     """Every cell of the matrix, base cells first, in a stable order."""
     cells: list[Cell] = []
@@ -103,13 +139,7 @@ def expand(matrix: MatrixSpec) -> list[Cell]:
                     Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
                 )
     for variant in matrix.variants:
-        for init in variant.init:
-            for quant in variant.quant:
-                for backend in variant.backend:
-                    launcher = variant.launcher or backend_spec(backend).default_launcher
-                    cells.append(
-                        Cell(init=init, quant=quant, backend=backend, launcher=launcher, options=tuple(variant.options))
-                    )
+        cells += _variant_cells(variant)
     seen: set[str] = set()
     unique = []
     for cell in cells:
@@ -164,11 +194,19 @@ def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | No
     return None
 
 
+def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.setup == Setup.NEWCOMER and not newcomer_differs(cell, profile.device):
+        recipe_id = cell.model_copy(update={"setup": Setup.RECIPE}).id
+        return f"on {profile.device} the recipe sets nothing a newcomer leaves out: this row would repeat {recipe_id}"
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     quantized_full_finetune,
     backend_needs_devices,
     distributed_needs_processes,
     precompute_needs_reference,
+    newcomer_needs_a_difference,
 )
 
 

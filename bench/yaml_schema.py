@@ -1,15 +1,48 @@
 """Safe YAML loading into typed schemas, with one-line errors that name the file and the key."""
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+def _https_links(value: tuple[str, ...]) -> tuple[str, ...]:
+    for link in value:
+        if not link.startswith("https://"):
+            raise ValueError(f"{link!r} is not an https:// link")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value.strip():
+        raise ValueError("must be one line")
+    return value.strip()
+
+
+def _package_specifiers(value: dict[str, str]) -> dict[str, str]:
+    from bench.results import PACKAGES  # bench.results imports the scenario, which reads these schemas
+
+    for package, specifier in value.items():
+        if package not in PACKAGES:
+            raise ValueError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
+        try:
+            SpecifierSet(specifier)
+        except InvalidSpecifier:
+            raise ValueError(f"{package}: {specifier!r} is not a PEP 440 version specifier") from None
+    return value
+
+
+HttpsLinks = Annotated[tuple[str, ...], AfterValidator(_https_links)]
+OneLine = Annotated[str, AfterValidator(_one_line)]
+PackageSpecifiers = Annotated[dict[str, str], AfterValidator(_package_specifiers)]
+"""Package (one of bench.results.PACKAGES) -> PEP 440 specifier set."""
 
 
 class Strict(BaseModel):

@@ -12,6 +12,7 @@ from bench.backends import backend_spec
 from bench.estimate import VERSION, terms
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.profiles import HardwareProfile, Workload
+from bench.recipes import resolve
 from bench.scenario import Cell, not_applicable_reason, world_size
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
@@ -52,6 +53,10 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
 
 class Prediction(BaseModel):
     cell_id: str
+    init: str = ""
+    quant: str = ""
+    backend: str = ""
+    """The cell's axes, so that a reader of the CSV can place it in a matrix without parsing the id."""
     hardware: str
     workload: str
     estimator_version: str = VERSION
@@ -94,7 +99,14 @@ def predict_cell(
     cell: Cell, profile: HardwareProfile, workload: Workload, calibration: Calibration | None = None
 ) -> Prediction:
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
-    base = {"cell_id": cell.id, "hardware": profile.name, "workload": workload.name}
+    base = {
+        "cell_id": cell.id,
+        "init": str(cell.init),
+        "quant": str(cell.quant),
+        "backend": str(cell.backend),
+        "hardware": profile.name,
+        "workload": workload.name,
+    }
     reason = not_applicable_reason(cell, profile)
     if reason is not None:
         return Prediction(**base, status="not_applicable", reason=reason)
@@ -182,14 +194,13 @@ def train_terms(
 
     out: dict[str, float] = {}
     host = 0.0
+    zero2_grads = 0.0
     if stage in (1, 2):
-        states = terms.zero2_model_states(full, trainable if cell.init == Init.TWO_MODELS else 0, train_b, world)
         out["weights"] = full
-        if cell.init == Init.TWO_MODELS:
-            out["grads_optimizer_master"] = states - full
-        else:
+        if cell.init != Init.TWO_MODELS:
             out["adapters"] = adapters
-            out["grads_optimizer_master"] = terms.zero2_model_states(0, trainable, train_b, world)
+        out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
+        zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
     elif stage == 3:
         out["weights"] = full / world
         out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
@@ -203,7 +214,8 @@ def train_terms(
         out["optimizer"] = terms.placed(terms.adam_bytes(trainable, train_b), sharding.optimizer, world, devices)
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
-    if cell.init == Init.TWO_MODELS:
+    # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
+    if cell.init == Init.TWO_MODELS and resolve(cell, profile.device).settings.reference != "precomputed":
         out["reference_model"] = terms.placed(
             full if not fsdp_upcast else shapes.total * b, sharding.reference, world, devices
         )
@@ -212,7 +224,7 @@ def train_terms(
     # Communication buffers.
     if backend == Backend.DDP:
         out["ddp_buckets"] = terms.ddp_buckets(trainable, train_b)
-    elif stage is not None:
+    elif stage == 3:
         out["zero_buckets"] = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
     elif backend == Backend.FSDP:
         out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
@@ -237,13 +249,26 @@ def train_terms(
     split = devices if spec.splits_layers else 1
     head = terms.head_backward(tokens, shapes.hidden, shapes.vocab, b, const.head_tiles, head_trainable)
     grads_full = trainable * train_b
-    # ZeRO: gradients go through the reduce bucket into the partitions counted above
+    # ZeRO-3: gradients go through the reduce bucket into the partitions counted above.
     grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
     phase_head = acts / split + head
     phase_end = grads
+    bucket_at_head = 0.0
+    if stage in (1, 2):
+        # The reduce bucket is allocated at each backward's start (setup_buckets) and released at its end, before
+        # the step; the gradient partitions live from the end of backward through the step. On the CPU only the
+        # bucket's touched pages count, and none are touched yet while the LM head's backward runs.
+        bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
+        bucket_at_head = 0.0 if profile.device == "cpu" else bucket
+        phase_head += bucket_at_head
+        phase_end = max(bucket + trainable * train_b / world, zero2_grads)
     if phase_head >= phase_end:
         out["activations"] = acts / split
         out["lm_head_backward"] = head
+        if bucket_at_head:
+            out["zero_buckets"] = bucket_at_head
+    elif stage in (1, 2):
+        out["zero2_end_of_backward"] = phase_end
     else:
         out["gradients"] = grads
     if cell.quant != Quant.NONE:

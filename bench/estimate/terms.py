@@ -55,12 +55,29 @@ def adam_bytes(trainable: int, state_bytes: int) -> float:
     return 2 * trainable * state_bytes
 
 
+def zero2_resident_states(trainable: int, ranks: int) -> float:
+    """What ZeRO-1/2 keeps between steps per device beyond the parameters: fp32 master partition 4 (a clone also
+    when the model is fp32) + Adam 8, i.e. 12 * T / N."""
+    return 12 * trainable / ranks
+
+
+def zero2_gradient_partitions(trainable: int, trainable_bytes: int, ranks: int) -> float:
+    """ZeRO-2's gradient partitions, alive only from the end of backward through the optimizer step: the reduced
+    partition in the gradient dtype g + its fp32 copy (4, when g != 4): (g + 4*[g != 4]) * T / N. DeepSpeed frees
+    both after the step (stage_1_and_2.py: `single_partition_of_fp32_groups[i].grad = None`, `_release_ipg_buffers`)."""
+    return (trainable_bytes + (4 if trainable_bytes != 4 else 0)) * trainable / ranks
+
+
 def zero2_model_states(params_bytes: float, trainable: int, trainable_bytes: int, ranks: int) -> float:
-    """ZeRO-1/2 model states per device: parameters replicated + (16-bit grad partition g + fp32 grad partition 4
-    when g != 4 + fp32 master 4 + Adam 8) * T / N. With every parameter trainable in bf16 this is DeepSpeed's own
-    2P + 18P/N (estimate_zero2_model_states_mem_needs, no offload)."""
-    per_param = trainable_bytes + (4 if trainable_bytes != 4 else 0) + 4 + 8
-    return params_bytes + per_param * trainable / ranks
+    """ZeRO-1/2 model states per device, everything alive at once: parameters replicated + resident states +
+    gradient partitions = params + (g + 4*[g != 4] + 4 + 8) * T / N. With every parameter trainable in bf16 this is
+    DeepSpeed's own 2P + 18P/N (estimate_zero2_model_states_mem_needs, no offload). A DPO step never holds all of
+    it at its peak (bench/estimate/predict.py); this sum is what the agreement test holds against DeepSpeed."""
+    return (
+        params_bytes
+        + zero2_resident_states(trainable, ranks)
+        + zero2_gradient_partitions(trainable, trainable_bytes, ranks)
+    )
 
 
 def zero3_model_states(

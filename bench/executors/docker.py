@@ -6,6 +6,7 @@ PYTHONPATH set to it: every absolute path in a launch plan and worker spec stays
 Multi-rank cells run their launcher (torchrun, accelerate, deepspeed, mpirun) inside that one container.
 The container runs as the invoking user (results stay theirs), without network, with CPU/memory/shm
 limits from the hardware profile, and never privileged. On timeout or Ctrl-C it is killed and removed.
+A cuda cell gets exactly its devices (`--gpus "device=<host ids>"`), renumbered 0..n-1 inside the container.
 """
 
 import contextlib
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from bench.executors import Outcome
 from bench.executors.local import read_tail
+from bench.hardware import needed_devices
 from bench.images import DOCKER
 from bench.launch import LaunchPlan
 from bench.profiles import HardwareProfile
@@ -29,6 +31,11 @@ HOME_IN_IMAGE = "/tmp/home"
 HOSTNAME = "dpo-bench-cell"
 DOCKER_CLI_TIMEOUT_S = 60.0
 NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+GPU_SHM_GB = 8.0
+"""/dev/shm of a GPU cell whose profile sets no shm_size_gb: docker's 64 MiB default is too small for NCCL's
+shared-memory transport between ranks and for torch's worker processes. A tmpfs size is a cap: pages count
+(against --memory too) only when written."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,8 @@ class ContainerSpec:
     cpus: float | None = None
     memory_gb: float | None = None
     shm_size_gb: float | None = None
-    gpus: bool = False
+    gpus: int = 0
+    """GPUs one cell uses (cuda profiles: the profile's devices per node); 0: no `--gpus`."""
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
 
@@ -60,6 +68,7 @@ def container_spec(
     image: str, profile: HardwareProfile, project_root: Path, writable: list[Path], readonly: list[Path]
 ) -> ContainerSpec:
     """Pure: the container settings for `profile`; nested mounts are fine (docker mounts parents first)."""
+    cuda = profile.device == "cuda"
     mounts: dict[Path, Mount] = {project_root: Mount(project_root)}
     for path in readonly:
         mounts.setdefault(path, Mount(path))
@@ -71,8 +80,8 @@ def container_spec(
         mounts=tuple(mounts[p] for p in sorted(mounts)),
         cpus=profile.container_cpus,
         memory_gb=profile.container_memory_gb,
-        shm_size_gb=profile.shm_size_gb,
-        gpus=profile.device == "cuda",
+        shm_size_gb=profile.shm_size_gb or (GPU_SHM_GB if cuda else None),
+        gpus=needed_devices(profile) if cuda else 0,
     )
 
 
@@ -81,6 +90,17 @@ def container_name(labels: dict[str, str]) -> str:
     readable = "-".join(labels[k] for k in ("dpo-bench.run", "dpo-bench.cell") if k in labels)
     safe = NAME_UNSAFE.sub("_", readable)[:100].strip("_.-")
     return f"dpo-bench-{safe}-{uuid.uuid4().hex[:8]}" if safe else f"dpo-bench-{uuid.uuid4().hex[:12]}"
+
+
+def gpu_request(count: int, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Pure: the `--gpus` value for a cell's `count` GPUs and the CUDA_VISIBLE_DEVICES it sees inside.
+    The host ids are the first `count` of the launch environment's CUDA_VISIBLE_DEVICES (set by the preflight
+    when the machine has more GPUs than the profile, or by the user), else 0..count-1. Inside the container the
+    NVIDIA runtime numbers the granted devices from 0, so the host ids would name the wrong (or no) devices."""
+    given = [d.strip() for d in env.get(VISIBLE_ENV, "").split(",") if d.strip()]
+    host = given[:count] if given else [str(i) for i in range(count)]
+    # docker parses the value as CSV: the quotes keep "device=0,1" one field
+    return f'"device={",".join(host)}"', {VISIBLE_ENV: ",".join(str(i) for i in range(len(host)))}
 
 
 def _gigabytes(value: float) -> str:
@@ -102,13 +122,15 @@ def docker_run_argv(spec: ContainerSpec, plan: LaunchPlan, name: str, labels: di
         argv += ["--memory", _gigabytes(spec.memory_gb), "--memory-swap", _gigabytes(spec.memory_gb)]
     if spec.shm_size_gb:
         argv += ["--shm-size", _gigabytes(spec.shm_size_gb)]
+    visible: dict[str, str] = {}
     if spec.gpus:
-        argv += ["--gpus", "all"]
+        request, visible = gpu_request(spec.gpus, plan.env)
+        argv += ["--gpus", request]
     for mount in spec.mounts:
         argv += ["--mount", mount.arg()]
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]
-    env = {"HOME": HOME_IN_IMAGE, "PYTHONPATH": root} | plan.env
+    env = {"HOME": HOME_IN_IMAGE, "PYTHONPATH": root} | plan.env | visible
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
     return [*argv, spec.image, *plan.argv]

@@ -100,6 +100,19 @@ def extensions_dir() -> str:
     return str(Path(sys.prefix) / "torch_extensions")
 
 
+def remove_stale_build_locks(extensions: Path, since: float) -> list[Path]:
+    """Remove the JIT-build lock files (torch's FileBaton, `<op>/lock`) created since `since` (epoch s), once the
+    cell that created them is dead: a rank killed mid-build leaves its lock, and every later cell would wait on it
+    until its own timeout. Older locks may belong to another run's build and are left alone."""
+    removed = []
+    for lock in extensions.glob("*/lock"):
+        with contextlib.suppress(FileNotFoundError):
+            if lock.stat().st_mtime >= since:
+                lock.unlink()
+                removed.append(lock)
+    return removed
+
+
 def run_local(
     plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path, memory_budget_bytes: int | None = None
 ) -> Outcome:
@@ -107,6 +120,7 @@ def run_local(
     token = uuid.uuid4().hex
     env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env | {MARKER: token}
     started = time.monotonic()
+    started_epoch = time.time()
     # Ctrl-C is recorded, not raised, except while waiting for the cell: setup and cleanup always run to the end.
     with DeferredSigint() as sigint, log_path.open("wb") as log, contextlib.ExitStack() as stack:
         cell = None
@@ -145,6 +159,7 @@ def run_local(
             # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
             kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
             remove_group_segments(plan.env)
+            remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
         rank_memory = cell.read() if cell else []
     return Outcome(
         exit_code=process.returncode,

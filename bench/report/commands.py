@@ -51,8 +51,14 @@ def _resolve_run(path: str, scenarios: Path) -> Path:
     if target.is_dir() and not (target / "results.jsonl").is_file() and any(target.glob("*/results.jsonl")):
         from bench.report.runs import latest_complete_run
 
-        return latest_complete_run(target, _cell_ids(scenarios))
+        return latest_complete_run(target, _cell_ids(scenarios), _rows_added(scenarios))
     return target
+
+
+def _rows_added(scenarios: Path) -> dict:
+    from bench.scenario import load_matrix, rows_added
+
+    return rows_added(load_matrix(scenarios / "matrix.yaml"))
 
 
 def _cell_ids(scenarios: Path) -> list[str]:
@@ -93,7 +99,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     results = Path(args.results)
     site = Path(args.out) if args.out else results / "site"
-    readme, index = publish(results, site, _cell_ids(Path(args.scenarios)))
+    readme, index = publish(results, site, _cell_ids(Path(args.scenarios)), _rows_added(Path(args.scenarios)))
     print(f"index written to {readme}\nsite written to {index}")
     return 0
 

@@ -4,6 +4,8 @@ Markdown: rows init · quant, columns backend, one cell label each, variant rows
 the reason (and known issue) of every cell that is not ok (a learning_failed cell's note says which check failed).
 """
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown
@@ -34,8 +36,12 @@ def footnotes(summaries: dict[str, CellSummary]) -> tuple[dict[str, int], list[s
     return numbers, lines
 
 
-def render(records: list[ResultRecord], title: str, context_lines: list[str]) -> str:
-    """The matrix of `records` (every trial of every cell; trials are folded, cells keep their first order)."""
+NOT_RUN_YET = "not run yet: the row joined the matrix after this run"
+
+
+def render(records: list[ResultRecord], title: str, context_lines: list[str], pending: Sequence[str] = ()) -> str:
+    """The matrix of `records` (every trial of every cell; trials are folded, cells keep their first order).
+    `pending`: variant rows of the matrix this run has no record of (added after it), listed as not run yet."""
     summaries = summarize(records)
     newest = {r.cell_id: r for r in records}
     grid = build_grid(records)
@@ -54,10 +60,13 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str]) ->
     if budget := budget_line(records):
         context_lines = [*context_lines, budget]
     parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown_table(["init · quant", *grid.backends], rows)]
-    if grid.variants:
-        variants = [[c, newest[c].launcher, "+".join(newest[c].options), text(c)] for c in grid.variants]
-        table = _markdown_table(["cell_id", "launcher", "options", "result"], variants)
-        parts += ["", "## Variants (other launchers and options)", "", table]
+    if grid.variants or pending:
+        variants = [
+            [c, newest[c].launcher, "+".join(newest[c].options), newest[c].setup, text(c)] for c in grid.variants
+        ]
+        variants += [[c, "", "", "", NOT_RUN_YET] for c in pending if c not in newest]
+        table = _markdown_table(["cell_id", "launcher", "options", "setup", "result"], variants)
+        parts += ["", "## Variants (other launchers, options and the newcomer setup)", "", table]
     if notes:
         parts += ["", "## Notes", "", *notes]
     return "\n".join(parts) + "\n"
@@ -84,6 +93,7 @@ def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
                 "backend": r.backend,
                 "launcher": r.launcher,
                 "options": "+".join(r.options),
+                "setup": r.setup,
                 "status": str(r.status),
                 "error_class": str(r.error_class) if r.error_class else "",
                 "tokens_per_s": m.tokens_per_s if m else None,

@@ -27,7 +27,9 @@ def write_matrix(run_dir: Path, cell_ids: list[str]) -> Path:
     records = sorted((r for r in load_results(run_dir).records if r.cell_id in order), key=lambda r: order[r.cell_id])
     hardware = records[0].hardware if records else run_dir.parent.name
     env = read_env(run_dir) or EnvFingerprint()
-    text = render(records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env))
+    present = {r.cell_id for r in records}
+    pending = [c for c in cell_ids if c not in present and "+" in c]
+    text = render(records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env), pending)
     out = run_dir.parent / "MATRIX.md"
     out.write_text(text, encoding="utf-8")
     latest = {r.cell_id: r for r in records}

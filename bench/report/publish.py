@@ -1,11 +1,14 @@
 """`python -m bench publish`: results/README.md (index of hardware profiles) and the static site results/site/."""
 
+import datetime as dt
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
+from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
 from bench.report.runs import latest_complete_run, run_dirs
 from bench.report.site import ConfigFile, ProfileView, render_site
 from bench.report.summary import summarize
@@ -24,10 +27,13 @@ class ProfileRun:
     env: EnvFingerprint | None
 
 
-def pick_run(hardware_dir: Path, cell_ids: list[str]) -> tuple[Path | None, bool]:
-    """The latest complete run, else the newest run (marked partial), else None."""
+def pick_run(
+    hardware_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+) -> tuple[Path | None, bool]:
+    """The latest complete run (rows added after a run started excepted), else the newest run (marked partial),
+    else None."""
     try:
-        return latest_complete_run(hardware_dir, cell_ids), True
+        return latest_complete_run(hardware_dir, cell_ids, added), True
     except BenchError:
         runs = run_dirs(hardware_dir)
         return (runs[0], False) if runs else (None, False)
@@ -37,13 +43,15 @@ def env_of(run_dir: Path | None) -> EnvFingerprint | None:
     return read_env(run_dir) if run_dir else None
 
 
-def discover(results_dir: Path, cell_ids: list[str]) -> list[ProfileRun]:
+def discover(
+    results_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+) -> list[ProfileRun]:
     """Every hardware folder under results_dir that has a MATRIX.md."""
     if not results_dir.is_dir():
         raise BenchError(f"{results_dir}: no such results folder")
     found = []
     for hardware_dir in sorted(p for p in results_dir.iterdir() if (p / "MATRIX.md").is_file()):
-        run_dir, complete = pick_run(hardware_dir, cell_ids)
+        run_dir, complete = pick_run(hardware_dir, cell_ids, added)
         found.append(ProfileRun(hardware_dir.name, hardware_dir, run_dir, complete, env_of(run_dir)))
     return found
 
@@ -95,6 +103,7 @@ def render_index(runs: list[ProfileRun], results_dir: Path, site_dir: Path) -> s
         lines.append(f"| {run.hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {_env_cells(run.env)} |")
     if not runs:
         lines.append("| — | no hardware profile has a MATRIX.md yet | | | | | | | |")
+    lines += predicted_index(load_predicted(results_dir))
     return "\n".join(lines) + "\n"
 
 
@@ -107,15 +116,17 @@ def _env_cells(env: EnvFingerprint | None) -> str:
     return " | ".join(cell or "—" for cell in cells)
 
 
-def publish(results_dir: Path, site_dir: Path, cell_ids: list[str]) -> tuple[Path, Path]:
+def publish(
+    results_dir: Path, site_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+) -> tuple[Path, Path]:
     """Write results_dir/README.md and site_dir/index.html; returns both paths."""
-    runs = discover(results_dir, cell_ids)
+    runs = discover(results_dir, cell_ids, added)
     readme = results_dir / "README.md"
     _write(readme, redact(render_index(runs, results_dir, site_dir)))
     views = [profile_view(r, r.run_dir, cell_ids) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
     index = site_dir / "index.html"
-    _write(index, redact(render_site(views, now_iso())))
+    _write(index, redact(render_site(views, now_iso(), predicted_section(load_predicted(results_dir)))))
     return readme, index
 
 

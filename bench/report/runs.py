@@ -1,9 +1,11 @@
-"""Which run of a hardware folder (results/<HW>/) a report shows."""
+"""Which run of a hardware folder (results/<HW>/) a report shows, and which matrix rows a run is held to."""
 
+import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.results import RESULTS_FILE, load_results
+from bench.results import RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord
 
 
@@ -16,8 +18,33 @@ def run_is_complete(records: dict[str, ResultRecord], cell_ids: list[str]) -> bo
     return all(cell_id in records for cell_id in cell_ids)
 
 
-def latest_complete_run(hardware_dir: Path, cell_ids: list[str]) -> Path:
+def run_started(run_dir: Path) -> dt.datetime | None:
+    """When the run started (env.json `created_at`), None when unknown."""
+    env = read_env(run_dir)
+    if env is None or not env.created_at:
+        return None
+    try:
+        started = dt.datetime.fromisoformat(env.created_at)
+    except ValueError:
+        return None
+    return started if started.tzinfo else started.replace(tzinfo=dt.UTC)
+
+
+def rows_for_run(cell_ids: list[str], added: Mapping[str, dt.datetime], started: dt.datetime | None) -> list[str]:
+    """The matrix rows a run is held to: a row added after the run started is not (it shows as not run yet).
+    A run of unknown start is held to every row. Pure."""
+    if started is None:
+        return list(cell_ids)
+    return [c for c in cell_ids if c not in added or added[c] <= started]
+
+
+def latest_complete_run(
+    hardware_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+) -> Path:
+    """The newest run that covers every row of the matrix that existed when it started (`added`: cell id -> when
+    its row joined the matrix, scenario.rows_added)."""
     for run_dir in run_dirs(hardware_dir):
-        if run_is_complete(load_results(run_dir).latest_by_cell(), cell_ids):
+        required = rows_for_run(cell_ids, added or {}, run_started(run_dir))
+        if run_is_complete(load_results(run_dir).latest_by_cell(), required):
             return run_dir
     raise BenchError(f"no complete run under {hardware_dir}; run `make bench` without FILTER first")

@@ -5,13 +5,14 @@ Pure rendering: `ProfileView`s in, HTML text out. Reading files is publish.py's 
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
 from bench.axes import Backend
 from bench.env_schema import EnvFingerprint
 from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
-from bench.report.grid import build_grid, in_axis_order, row_label
+from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
 from bench.results_schema import Learning, RankMemoryFigures, ResultRecord, Status
 
@@ -106,24 +107,28 @@ def _cell_link(view: ProfileView, cell_id: str) -> str:
     )
 
 
-def matrix_table(view: ProfileView) -> str:
-    grid = build_grid(view.records.values())
+def grid_table(grid: Grid, render: Callable[[str], str], hardware: str, css_class: str = "matrix") -> str:
+    """The init · quant x backend table of `grid`, each cell rendered by `render(cell_id)`, variants listed after."""
     head = "".join(f"<th>{escape(b)}</th>" for b in grid.backends)
     body = []
     for init, quant in grid.rows:
         cells = []
         for backend in grid.backends:
             cell_id = grid.cell(init, quant, backend)
-            cells.append(f"<td>{_cell_link(view, cell_id)}</td>" if cell_id else '<td class="not-run">not run</td>')
+            cells.append(f"<td>{render(cell_id)}</td>" if cell_id else '<td class="not-run">not run</td>')
         body.append(f"<tr><th>{escape(row_label(init, quant))}</th>{''.join(cells)}</tr>")
     table = (
-        f'<table class="matrix" data-hardware="{escape(view.hardware)}"><thead><tr><th>init · quant</th>{head}</tr>'
+        f'<table class="{css_class}" data-hardware="{escape(hardware)}"><thead><tr><th>init · quant</th>{head}</tr>'
         f"</thead><tbody>{''.join(body)}</tbody></table>"
     )
     if grid.variants:
-        items = "".join(f"<li><code>{escape(c)}</code> {_cell_link(view, c)}</li>" for c in grid.variants)
-        table += f'<h4>Variants (other launchers and options)</h4><ul class="variants">{items}</ul>'
+        items = "".join(f"<li><code>{escape(c)}</code> {render(c)}</li>" for c in grid.variants)
+        table += f'<h4>Variants (other launchers, options and setups)</h4><ul class="variants">{items}</ul>'
     return table
+
+
+def matrix_table(view: ProfileView) -> str:
+    return grid_table(build_grid(view.records.values()), lambda cell_id: _cell_link(view, cell_id), view.hardware)
 
 
 def profile_heading(view: ProfileView) -> str:
@@ -500,7 +505,8 @@ document.addEventListener('DOMContentLoaded', function(){
 """
 
 
-def render_site(views: list[ProfileView], generated_at: str) -> str:
+def render_site(views: list[ProfileView], generated_at: str, predicted: str = "") -> str:
+    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones."""
     matrices = "".join(
         f'<section class="profile" id="hw-{escape(v.hardware)}">{profile_heading(v)}{matrix_table(v)}</section>'
         for v in views
@@ -519,11 +525,12 @@ def render_site(views: list[ProfileView], generated_at: str) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>dpo-bench results</title><style>{CSS}{status_css()}</style><script>{JS}</script></head><body>"
+        f"<title>dpo-bench results</title><style>{CSS}{status_css()}</style>"
+        f"<script>{JS}</script></head><body>"
         f'<h1>dpo-bench: DPO compatibility matrices</h1><p class="meta">Generated {escape(generated_at)} by '
         "<code>python -m bench publish</code>. Click a cell for its details.</p>"
         f'<p class="legend">{escape(LEGEND)}</p>{status_legend()}{empty}'
-        f'<h2>Matrices</h2><div class="matrices">{matrices}</div>'
+        f'<h2>Matrices</h2><div class="matrices">{matrices}</div>{predicted}'
         f'<h2>Plots</h2><div class="plots">{plots}</div>'
         f"<h2>Cell details</h2>{panels}</body></html>\n"
     )

@@ -5,7 +5,7 @@ from typing import Any
 from bench.backends import backend_spec
 from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
-from bench.worker.models import build_models
+from bench.worker.models import build_models, device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
 
@@ -28,8 +28,9 @@ def import_libraries(spec: WorkerSpec) -> None:
 def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     if spec.profile.device == "hpu":
         return build_gaudi_trainer(spec, callbacks)
-    # --emulate: cap this process's CUDA memory at the profile's before anything is allocated
-    apply_memory_cap(all_devices=backend_spec(spec.cell.backend).splits_layers, launcher=spec.cell.launcher)
+    # --emulate: cap this process's CUDA memory at the profile's before anything is allocated, on every device a
+    # split model ("balanced", or a newcomer's "auto") spreads over
+    apply_memory_cap(all_devices=device_map_setting(spec) in ("balanced", "auto"), launcher=spec.cell.launcher)
     return trl_trainer(spec, callbacks)
 
 

@@ -10,6 +10,7 @@ import torch
 
 from bench.axes import Init, Quant
 from bench.backends import backend_spec
+from bench.recipes import Settings, verify_installed
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
 
@@ -25,27 +26,45 @@ class Built:
     peft_config: Any
 
 
-def quantization_config(quant: Quant, compute_dtype: torch.dtype) -> Any:
+def quantization_kwargs(quant: Quant, compute_dtype: torch.dtype, settings: Settings) -> dict[str, Any] | None:
+    """BitsAndBytesConfig's keyword arguments for the cell (None: not quantized). Pure."""
+    if quant == Quant.INT8:
+        return {"load_in_8bit": True}
+    if quant == Quant.NF4:
+        kwargs: dict[str, Any] = {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_compute_dtype": compute_dtype,
+        }
+        if settings.bnb_4bit_quant_storage == "compute_dtype":
+            kwargs["bnb_4bit_quant_storage"] = compute_dtype
+        return kwargs
+    return None
+
+
+def quantization_config(quant: Quant, compute_dtype: torch.dtype, settings: Settings | None = None) -> Any:
     from transformers import BitsAndBytesConfig
 
-    if quant == Quant.INT8:
-        return BitsAndBytesConfig(load_in_8bit=True)
-    if quant == Quant.NF4:
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype)
-    return None
+    kwargs = quantization_kwargs(quant, compute_dtype, settings or Settings())
+    return None if kwargs is None else BitsAndBytesConfig(**kwargs)
+
+
+def device_map_setting(spec: WorkerSpec) -> str | None:
+    """`balanced` for a backend that splits layers, else the recipe's placement (None: no device_map). Pure."""
+    if backend_spec(spec.cell.backend).splits_layers:
+        return "balanced"
+    chosen = spec.recipe.settings.device_map
+    return None if chosen in (None, "none") else chosen
 
 
 def device_map(spec: WorkerSpec) -> Any:
-    """None lets accelerate place the model; quantized cells and backends that split layers are placed at load."""
-    if backend_spec(spec.cell.backend).splits_layers:
-        return "balanced"
-    if spec.profile.device == "cpu":
-        return None
-    if spec.cell.quant != Quant.NONE:
+    """from_pretrained's device_map: None lets the trainer place the model; `local_rank` is this process's device."""
+    chosen = device_map_setting(spec)
+    if chosen == "local_rank":
         from accelerate import PartialState
 
         return {"": PartialState().local_process_index}
-    return None
+    return chosen
 
 
 def load_causal_lm(spec: WorkerSpec) -> Any:
@@ -55,7 +74,7 @@ def load_causal_lm(spec: WorkerSpec) -> Any:
     return AutoModelForCausalLM.from_pretrained(
         spec.assets.model,
         dtype=dtype,
-        quantization_config=quantization_config(spec.cell.quant, dtype),
+        quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),
         device_map=device_map(spec),
         trust_remote_code=False,
     )
@@ -75,10 +94,13 @@ def lora_config(spec: WorkerSpec) -> Any:
 
 
 def build_models(spec: WorkerSpec) -> Built:
+    verify_installed(spec.recipe)  # a recipe on versions it was not documented for never runs as something else
     model = load_causal_lm(spec)
     init = spec.cell.init
     if init == Init.TWO_MODELS:
-        return Built(model=model, ref_model=load_causal_lm(spec), peft_config=None)
+        # A precomputed reference: TRL computes the log-probs with the initial policy and keeps no reference model.
+        precomputed = spec.recipe.settings.reference == "precomputed"
+        return Built(model=model, ref_model=None if precomputed else load_causal_lm(spec), peft_config=None)
     if init == Init.ONE_ADAPTER:
         return Built(model=model, ref_model=None, peft_config=lora_config(spec))
     from peft import get_peft_model, prepare_model_for_kbit_training

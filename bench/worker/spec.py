@@ -2,10 +2,11 @@
 
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from bench.assets import PreparedAssets
 from bench.profiles import HardwareProfile, Workload
+from bench.recipes import AppliedRecipe, resolve
 from bench.scenario import Cell
 
 
@@ -17,6 +18,13 @@ class WorkerSpec(BaseModel):
     out_dir: str
     deepspeed_config: str | None = None
     """Passed to TrainingArguments(deepspeed=...) when the launcher does not configure DeepSpeed itself."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def recipe(self) -> AppliedRecipe:
+        """The cell's documented settings on this profile (scenarios/recipes.yaml), written into spec.json for the
+        reader; always resolved again from the cell, never read back."""
+        return resolve(self.cell, self.profile.device)
 
     def rank_file(self, rank: int) -> Path:
         return Path(self.out_dir) / f"rank{rank}.json"

@@ -11,6 +11,11 @@ def gradient_checkpointing(spec: WorkerSpec) -> bool:
     return spec.workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in spec.cell.options
 
 
+def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
+    """Asked by the option, or the recipe's reference (scenarios/recipes.yaml)."""
+    return Option.PRECOMPUTE_REF in spec.cell.options or spec.recipe.settings.reference == "precomputed"
+
+
 def learning_rate(spec: WorkerSpec) -> float:
     """Adapters train with their own (usually ~10x larger) rate when the workload gives one."""
     lora_rate = spec.workload.lora.learning_rate
@@ -31,7 +36,7 @@ def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "max_length": train.max_length,
         "seed": train.seed,
         "gradient_checkpointing": gradient_checkpointing(spec),
-        "precompute_ref_log_probs": Option.PRECOMPUTE_REF in spec.cell.options,
+        "precompute_ref_log_probs": precompute_ref_log_probs(spec),
         "use_liger_kernel": Option.LIGER in spec.cell.options,
         "bf16": spec.profile.precision == "bf16",
         "fp16": spec.profile.precision == "fp16",

@@ -166,3 +166,34 @@ def test_ctrl_c_kills_and_removes_the_running_container(image, tmp_path):
         process.kill()
     assert leftovers(run_dir) == []
     assert records(run_dir) == {}  # the interrupted cell is not recorded
+
+
+CUDA_CELL = "one_adapter-none-single"
+
+
+@pytest.fixture(scope="module")
+def cuda_image() -> str:
+    tag = images.image_tag("cuda")
+    image_id = images.image_id(tag)
+    if image_id is None:
+        pytest.fail(f"{tag} is not built: make check-cuda-image builds it and runs this test")
+    return image_id
+
+
+@pytest.mark.cuda_image
+def test_cpu_cell_in_the_cuda_image_matches_the_cpu_image(image, cuda_image, tmp_path):
+    """The CUDA build of torch trains on CPU: a CPU cell in the cuda image gives what it gives in the cpu image."""
+    on_cpu = records(bench_run(tmp_path / "cpu", "docker", [CUDA_CELL]))[CUDA_CELL]
+    scenarios = _profile_copy(tmp_path, image_flavor="cuda")
+    on_cuda = records(bench_run(tmp_path / "cuda", "docker", [CUDA_CELL], scenarios))[CUDA_CELL]
+    header = f"{'status':<8} {'tokens':>7} {'tok/s':>7} {'wall s':>7} {'first loss':>11} {'last loss':>10}"
+    print(f"\n{CUDA_CELL:<24} {header}")
+    for name, record in (("cpu image", on_cpu), ("cuda image", on_cuda)):
+        assert record.metrics and record.learning, f"{name}: {record.status} {record.message}"
+        print(
+            f"{name:<24} {record.status:<8} {record.metrics.tokens_total:>7} {record.metrics.tokens_per_s:>7.0f} "
+            f"{record.wall_s:>7.1f} {record.learning.first_loss!s:>11.8} {record.learning.last_loss!s:>10.8}"
+        )
+    assert on_cpu.image == image and on_cuda.image == cuda_image
+    assert on_cuda.status == on_cpu.status == "ok", on_cuda.log_tail[-2000:]
+    assert on_cuda.metrics.tokens_total == on_cpu.metrics.tokens_total

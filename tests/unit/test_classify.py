@@ -151,3 +151,10 @@ def test_known_issue_reads_the_launcher_log_too():
     assert with_log.status == without.status == Status.OOM
     assert with_log.known_issue == "https://github.com/huggingface/trl/issues/1377"
     assert without.known_issue is None
+
+
+def test_every_error_class_has_a_causal_rank():
+    from bench.classify import CAUSAL_ORDER
+    from bench.results_schema import ErrorClass
+
+    assert set(CAUSAL_ORDER) == set(ErrorClass) and len(CAUSAL_ORDER) == len(ErrorClass)

@@ -8,11 +8,13 @@ import pytest
 from bench import images
 from bench.executors import Outcome
 from bench.executors.docker import (
+    GPU_SHM_GB,
     ContainerSpec,
     Mount,
     container_name,
     container_spec,
     docker_run_argv,
+    gpu_request,
     parse_state,
 )
 from bench.launch import LaunchPlan
@@ -64,9 +66,48 @@ def test_no_limits_when_the_profile_sets_none(cpu_profile):
         assert flag not in argv
 
 
-def test_cuda_profile_gets_all_gpus(limited):
-    argv = _argv(limited.model_copy(update={"device": "cuda", "image_flavor": "cuda"}))
-    assert _option(argv, "--gpus") == ["all"]
+def _cuda(profile, **update):
+    return profile.model_copy(update={"device": "cuda", "image_flavor": "cuda", **update})
+
+
+def _env(argv: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in _option(argv, "--env"))
+
+
+def test_cuda_cell_gets_the_profiles_devices_renumbered_inside(limited):
+    argv = _argv(_cuda(limited, device_count=2, processes=2))
+    assert _option(argv, "--gpus") == ['"device=0,1"']
+    assert _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_cuda_cell_takes_the_visible_devices_of_its_launch_env(limited):
+    """The preflight (or the user) narrowed the host's GPUs to 3,5: those are granted, seen as 0,1 inside."""
+    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "3, 5,7"})
+    argv = _argv(_cuda(limited, device_count=1, processes=2), plan)
+    assert _option(argv, "--gpus") == ['"device=3,5"']
+    assert _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_single_gpu_profile_gets_one_device(limited):
+    argv = _argv(_cuda(limited, device_count=1, processes=1))
+    assert _option(argv, "--gpus") == ['"device=0"']
+
+
+def test_gpu_cell_gets_a_big_shm_unless_the_profile_sets_one(cpu_profile, limited):
+    assert _option(_argv(_cuda(cpu_profile)), "--shm-size") == [f"{round(GPU_SHM_GB * 1024)}m"]
+    assert _option(_argv(_cuda(limited)), "--shm-size") == ["2048m"]
+
+
+def test_shipped_gpu_profile_passes_devices_and_shm():
+    argv = _argv(load_profile("2xA10"))
+    assert _option(argv, "--gpus") == ['"device=0,1"']
+    assert _option(argv, "--shm-size") and "--network" in argv
+
+
+def test_gpu_request_is_pure():
+    assert gpu_request(2, {}) == ('"device=0,1"', {"CUDA_VISIBLE_DEVICES": "0,1"})
+    uuid = "GPU-8f6c1d2e"
+    assert gpu_request(1, {"CUDA_VISIBLE_DEVICES": uuid}) == (f'"device={uuid}"', {"CUDA_VISIBLE_DEVICES": "0"})
 
 
 def test_mounts_keep_host_paths_and_only_the_run_dir_is_writable(limited):

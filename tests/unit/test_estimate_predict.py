@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from bench.axes import Backend, Init, Option, Quant
+from bench.axes import Backend, Init, Option, Quant, Setup
 from bench.backends import backend_spec
 from bench.estimate.predict import predict_cell
 from bench.estimate.shapes import shapes_from_config
@@ -31,9 +31,14 @@ def test_small_shapes_by_hand():
 def test_reference_placement_follows_backend():
     profile, workload = load_profile("2xA10"), load_workload("phi-2")
     ddp = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.DDP), profile, workload)
-    zero2 = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, workload)
+    zero2 = predict_cell(
+        cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2).model_copy(update={"setup": Setup.NEWCOMER}), profile, workload
+    )
     zero3 = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3), profile, workload)
     assert ddp.terms["reference_model"] == zero2.terms["reference_model"] == pytest.approx(2 * 2_779_683_840)
+    # ZeRO-2's recipe precomputes the reference log-probs and keeps no reference model (scenarios/recipes.yaml)
+    recipe = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, workload)
+    assert "reference_model" not in recipe.terms
     assert zero3.terms["reference_model"] == pytest.approx(2_779_683_840)
     adapter = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), profile, workload)
     assert "reference_model" not in adapter.terms
@@ -77,3 +82,17 @@ def test_the_largest_workloads_answer_in_seconds():
         p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3), load_profile(hw), load_workload(wl))
         assert p.status == "predicted"
     assert time.monotonic() - start < 30
+
+
+def test_zero2_peak_is_the_larger_phase_not_every_state_at_once():
+    # CPU, small, fp32 full fine-tune over 2 ranks: at the LM head's backward only the master copy and Adam (12 T/N)
+    # are resident; the gradient partitions and the (untouched) reduce bucket come later, and are smaller here.
+    profile, workload = load_profile("cpu-budget-4g"), load_workload("small")
+    p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, workload)
+    total = shapes_from_config(str(SCENARIOS_DIR / "workloads/small/config.json")).total
+    assert p.terms["optimizer_master"] == pytest.approx(12 * total / 2)
+    assert "lm_head_backward" in p.terms and "zero_buckets" not in p.terms
+    assert "zero2_end_of_backward" not in p.terms
+    # On a GPU the bucket (5e8 elements) is allocated at backward's start: part of the head phase.
+    gpu = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), load_profile("2xA10"), load_workload("phi-2"))
+    assert gpu.terms.get("zero_buckets", gpu.terms.get("zero2_end_of_backward")) >= 500_000_000 * 2

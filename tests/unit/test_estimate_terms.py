@@ -68,3 +68,11 @@ def test_deepspeed_cpu_shm_buffer_only_with_the_deepspeed_launcher():
     assert deepspeed_cpu_shm("cpu", "deepspeed", 2) == 66 * 2**20  # 2 x 1 MiB + 2 x 32 MiB (shm.cpp)
     assert deepspeed_cpu_shm("cpu", "accelerate", 2) == deepspeed_cpu_shm("cpu", "mpirun", 2) == 0
     assert deepspeed_cpu_shm("cpu", "deepspeed", 1) == deepspeed_cpu_shm("cuda", "deepspeed", 2) == 0
+
+
+def test_zero2_states_split_into_resident_and_gradient_partitions():
+    # 1000 trainable over 2 ranks: master 4 + Adam 8 resident; bf16 grads 2 + their fp32 copy 4 after backward.
+    assert terms.zero2_resident_states(1000, 2) == 6000
+    assert terms.zero2_gradient_partitions(1000, 2, 2) == 3000
+    assert terms.zero2_gradient_partitions(1000, 4, 2) == 2000  # fp32 grads need no fp32 copy
+    assert terms.zero2_model_states(500, 1000, 2, 2) == 500 + 6000 + 3000

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.axes import Backend, Init, Launcher, Option, Quant
+from bench.axes import Backend, Init, Launcher, Option, Quant, Setup
 from bench.errors import BenchError
 from bench.known_issues import KnownIssue, find_known_issue, known_issues, load_known_issues
 from bench.scenario import Cell
@@ -229,6 +229,13 @@ CASES = (
         ALLOCATOR_FLUSHES + "\n" + TORCH_CUDA_OOM,
         cell(TWO, NONE, Backend.ZERO3, DS),
         cell(TWO, NONE, Backend.ZERO2, DS),
+        STACK,
+    ),
+    Case(
+        "device-map-auto-split",
+        SPLIT_MISMATCH_29620,
+        Cell(init=ONE, quant=NF4, backend=Backend.SINGLE, launcher=PY, setup=Setup.NEWCOMER),
+        cell(ONE, NF4, Backend.SINGLE, PY),
         STACK,
     ),
     Case(

@@ -7,7 +7,7 @@ import yaml
 from bench.assets import PreparedAssets
 from bench.backends import BACKENDS, LAUNCHERS, rank_from_env
 from bench.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
-from bench.profiles import load_workload
+from bench.profiles import load_profile, load_workload
 from bench.scenario import Cell
 from bench.worker.spec import WorkerSpec
 
@@ -78,6 +78,19 @@ def test_fsdp_config(tmp_path, cpu_profile):
     plan(tmp_path, cpu_profile, "fsdp", "accelerate")
     raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
     assert raw["distributed_type"] == "FSDP" and raw["fsdp_config"]["fsdp_version"] == 2
+    # the recipe's RAM-efficient loading is for GPUs: on CPU FSDP2 runs as DDP and meta-device ranks had no weights
+    assert "fsdp_cpu_ram_efficient_loading" not in raw["fsdp_config"]
+    plan(tmp_path, load_profile("2xA10"), "fsdp", "accelerate")
+    raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
+    assert raw["fsdp_config"]["fsdp_cpu_ram_efficient_loading"] is True
+
+
+def test_zero3_through_accelerate_builds_the_model_under_zero_init(tmp_path, cpu_profile):
+    plan(tmp_path, cpu_profile, "zero3", "accelerate")
+    raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
+    assert raw["deepspeed_config"]["zero3_init_flag"] is True
+    plan(tmp_path, cpu_profile, "zero2", "accelerate")
+    assert "zero3_init_flag" not in yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())["deepspeed_config"]
 
 
 def test_mpirun_exports_the_rendezvous_and_allows_root_only_as_root(tmp_path, cpu_profile):

@@ -206,3 +206,21 @@ def test_ctrl_c_anywhere_leaves_no_process_and_no_cgroup(tmp_path, own_cgroup, m
     sleepers = _alive_with("time.sleep(300)")
     assert [p for p in sleepers if b"BENCH_CELL_TOKEN=" in _proc_read(str(p), "environ")] == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_cell_killed_mid_build_leaves_no_build_lock_but_older_locks_stay(tmp_path, monkeypatch):
+    # torch's FileBaton: a JIT build holds <extensions>/<op>/lock and unlinks it when done; a killed rank cannot.
+    extensions = tmp_path / "ext"
+    (extensions / "other_op").mkdir(parents=True)
+    older = extensions / "other_op" / "lock"
+    older.write_text("")
+    os.utime(older, (time.time() - 3600, time.time() - 3600))  # another run's build, started before this cell
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
+    building = (
+        "import os, pathlib, time; d = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR'], 'cpu_adam'); "
+        "d.mkdir(); (d / 'lock').write_text(''); print('building', flush=True); time.sleep(60)"
+    )
+    outcome = run_local(LaunchPlan(argv=[sys.executable, "-c", building]), tmp_path / "log", timeout_s=3, cwd=tmp_path)
+    assert outcome.timed_out and "building" in outcome.log_tail
+    assert not (extensions / "cpu_adam" / "lock").exists()
+    assert older.exists()

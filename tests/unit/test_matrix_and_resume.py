@@ -141,6 +141,15 @@ def test_write_matrix_writes_matrix_md_and_csv_in_matrix_order(tmp_path):
     assert [r["first_loss"] for r in rows] == ["", ""] and rows[0]["train_peak_mib"] != ""
 
 
+def test_write_matrix_lists_rows_the_run_predates_as_not_run_yet(tmp_path):
+    run_dir = tmp_path / "cpu" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    append_result(run_dir, record("one_adapter-none-single"))
+    (run_dir / "env.json").write_text(json.dumps({"workload": "tiny", "hardware_profile": "cpu"}))
+    text = write_matrix(run_dir, ["one_adapter-none-single", "one_adapter-nf4-zero3+newcomer"]).read_text()
+    assert "| one_adapter-nf4-zero3+newcomer |  |  |  | not run yet: the row joined the matrix after this run |" in text
+
+
 def test_learning_failed_renders_on_the_console_with_its_note():
     failed = record("one_adapter-none-single", Status.LEARNING_FAILED).model_copy(
         update={"message": "first-step loss 0.7412 is not ln 2 (0.6931): the reference is not the initial policy"}

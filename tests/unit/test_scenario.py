@@ -12,6 +12,7 @@ from bench.scenario import (
     expand,
     load_matrix,
     not_applicable_reason,
+    rows_added,
     select,
     world_size,
 )
@@ -70,6 +71,24 @@ def test_variant_with_a_launcher_that_cannot_launch_the_backend_is_rejected(scen
         "variants:\n  - {init: [one_adapter], quant: [none], backend: [fsdp], launcher: mpirun}\n"
     )
     with pytest.raises(BenchError, match=r"matrix.yaml: key 'variants.0': launcher mpirun cannot launch backend fsdp"):
+        load_matrix(path)
+
+
+def test_newcomer_rows_are_dated_variants_and_a_variant_must_change_something(scenario_copy):
+    path = scenario_copy / "matrix.yaml"
+    path.write_text(
+        "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
+        "variants:\n  - {init: [one_adapter], quant: [nf4], backend: [zero3], setup: newcomer,"
+        " added: 2026-11-23T11:00:00Z}\n"
+    )
+    matrix = load_matrix(path)
+    assert [c.id for c in expand(matrix)] == ["one_adapter-none-single", "one_adapter-nf4-zero3+newcomer"]
+    assert [str(when) for when in rows_added(matrix).values()] == ["2026-11-23 11:00:00+00:00"]
+    path.write_text(
+        "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
+        "variants:\n  - {init: [one_adapter], quant: [none], backend: [ddp], setup: recipe}\n"
+    )
+    with pytest.raises(BenchError, match="a variant needs a launcher, options or setup: newcomer"):
         load_matrix(path)
 
 

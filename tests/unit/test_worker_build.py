@@ -147,8 +147,12 @@ def test_quantized_cells_on_a_gpu_are_placed_on_their_rank_device(monkeypatch):
 
     monkeypatch.setattr(accelerate, "PartialState", lambda: types.SimpleNamespace(local_process_index=1))
     assert models.device_map(spec_for(quant=Quant.NF4, hw="1xH100")) == {"": 1}
+    assert models.device_map(spec_for(quant=Quant.INT8, backend=Backend.DDP, hw="2xA10")) == {"": 1}
     assert models.device_map(spec_for(hw="1xH100")) is None
     assert models.device_map(spec_for(quant=Quant.NF4)) is None  # cpu
+    # ZeRO-3 and FSDP partition the model themselves: PEFT's guides load it without a device_map
+    for backend in (Backend.ZERO3, Backend.FSDP):
+        assert models.device_map(spec_for(quant=Quant.NF4, backend=backend, hw="2xA10")) is None
 
 
 def test_hpu_profiles_take_the_gaudi_path(monkeypatch):
