@@ -66,7 +66,7 @@ browser: ## the published site's browser test needs chromium: installed from Deb
 slurm: ## the Slurm tests need a local cluster (slurmctld + 2 slurmd): installed from Debian and started when missing (root)
 	@bash bench/slurm/setup-single-node.sh
 
-test-docker: setup ## cells in containers vs local (needs dockerd and `make images FLAVOR=cpu`)
+test-docker: setup slurm ## cells in containers vs local, docker inside Slurm jobs (needs dockerd and `make images FLAVOR=cpu`)
 	$(PY) -m pytest tests -m "docker and not cuda_image" -v -s
 
 test-unit: setup ## fast tests only

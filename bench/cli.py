@@ -65,7 +65,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         require_commands()
     # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
-    machine = Preflight() if args.executor == "slurm" else preflight(profile, args.emulate)
+    # with the docker executor the cells run in the cuda image: the driver's GPUs count even if this venv's torch is a
+    # CPU build (make setup installs the cpu lock)
+    machine = (
+        Preflight()
+        if args.executor == "slurm"
+        else preflight(profile, args.emulate, driver_ok=args.executor == "docker")
+    )
     if machine.untested_reason:
         print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
         assets = PreparedAssets(model="", tokenizer="", dataset="")

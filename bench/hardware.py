@@ -3,6 +3,8 @@ bigger GPUs. Runner side: nothing here imports TRL; torch is imported only insid
 
 import importlib.util
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -42,8 +44,35 @@ def hpu_stack_available() -> bool:
     return importlib.util.find_spec("habana_frameworks") is not None
 
 
-def detect() -> Detected:
-    """CUDA devices through torch.cuda, else Gaudi through habana_frameworks, else cpu."""
+def driver_gpus() -> Detected | None:
+    """CUDA devices as the NVIDIA driver lists them (nvidia-smi), whatever build of torch this venv has."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.rsplit(",", 1) for line in out.splitlines() if "," in line]
+    if not rows:
+        return None
+    return Detected(
+        device="cuda",
+        count=len(rows),
+        names=tuple(name.strip() for name, _ in rows),
+        memory_bytes=tuple(int(float(mib)) * 2**20 for _, mib in rows),
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+def detect(driver_ok: bool = False) -> Detected:
+    """CUDA devices through torch.cuda, else Gaudi through habana_frameworks, else cpu. `driver_ok`: the cells run in
+    the cuda image (docker executor), so GPUs the driver lists count even when this venv's torch is a CPU build."""
     hpu_stack = hpu_stack_available()
     import torch
 
@@ -65,7 +94,8 @@ def detect() -> Detected:
             names = tuple(str(hthpu.get_device_name(i)) for i in range(count))
             memory = tuple(int(hthpu.get_device_properties(i).total_memory) for i in range(count))
             return Detected(device="hpu", count=count, names=names, memory_bytes=memory, hpu_stack=True)
-    return Detected(device="cpu", hpu_stack=hpu_stack)
+    found = driver_gpus() if driver_ok else None
+    return found or Detected(device="cpu", hpu_stack=hpu_stack)
 
 
 def untested_reason(profile: HardwareProfile, hpu_stack: bool | None = None) -> str | None:
@@ -145,11 +175,14 @@ def emulation_env(profile: HardwareProfile, detected: Detected) -> dict[str, str
     return visible_env(profile, detected) | {MEMORY_FRACTION_ENV: f"{memory_fraction(profile, detected):.6f}"}
 
 
-def preflight(profile: HardwareProfile, emulate: bool, detected: Detected | None = None) -> Preflight:
-    """Check the machine against `profile` before anything is built; raises BenchError on a mismatch."""
+def preflight(
+    profile: HardwareProfile, emulate: bool, detected: Detected | None = None, driver_ok: bool = False
+) -> Preflight:
+    """Check the machine against `profile` before anything is built; raises BenchError on a mismatch.
+    `driver_ok`: see detect()."""
     if profile.device == "cpu" and not emulate:
         return Preflight()  # exactly as before: CPU profiles run anywhere, nothing detected
-    found = detected or detect()
+    found = detected or detect(driver_ok)
     error = check_profile(profile, found, emulate)
     if error is not None:
         raise error

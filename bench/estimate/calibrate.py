@@ -23,6 +23,8 @@ from bench.results_schema import ResultRecord, Status
 
 MIB = 2**20
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
+CALIBRATION_WORKLOAD = "small"
+"""The workload of the budgeted profiles: the CPU constants hold for it; other CPU workloads are extrapolations."""
 
 PRIORS = {
     "cpu": DeviceConstants(head_tiles=4.0),

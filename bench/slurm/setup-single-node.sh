@@ -89,6 +89,8 @@ KillWait=5
 MinJobAge=60
 InactiveLimit=0
 MpiDefault=none
+# removes the containers of a job that ran its cells in docker (docs/slurm.md): dockerd's containers outlive scancel
+Epilog=$(cd "$(dirname "$0")" && pwd)/epilog-docker.sh
 $node_lines
 PartitionName=$PARTITION Nodes=$(echo $names | tr ' ' ,) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF

@@ -14,3 +14,17 @@ def test_validate_committed_results():
     ok = [r for r in rows if r.hardware == "cpu-budget" and r.status == "ok"]
     assert ok and max(abs(r.error) for r in ok) <= 0.10
     assert summary(rows)["max_abs_error_ok"] is not None
+
+
+def test_headline_figures_keep_to_the_calibrated_workload():
+    from bench.estimate.validate import Row
+
+    def row(error_pct: float, calibrated: bool) -> Row:
+        return Row("r", "cpu", "c", "ok", 100.0, 100.0 + error_pct, None, None, False, calibrated)
+
+    s = summary([row(5, True), row(-3, True), row(300, False)])
+    assert s["ok_cells"] == 2 and abs(s["max_abs_error_ok"] - 0.05) < 1e-9
+    assert s["other_workload_ok_cells"] == 1 and abs(s["other_workload_max_abs_error"] - 3.0) < 1e-9
+    # every `ok` small-workload cell, 4 GiB profile included, is within the 10 % goal
+    ok = [r for r in validate()[0] if r.calibrated and r.status == "ok" and r.error is not None]
+    assert ok and max(abs(r.error) for r in ok) <= 0.10

@@ -229,3 +229,18 @@ def test_matrix_marks_untested_and_emulated_runs():
     assert "❔ untested" in text and "needs the Habana Gaudi stack" in text and "EMULATED" not in text
     emulated = render([record(Status.NOT_APPLICABLE, True)], "2xA10 · run r", [])
     assert emulated.startswith("# 2xA10 · run r · EMULATED") and EMULATED_NOTE in emulated
+
+
+def test_the_docker_executor_counts_the_drivers_gpus_with_a_cpu_build_of_torch(tmp_path, monkeypatch):
+    # A real executable named nvidia-smi, answering the query as the driver's tool does (this machine has none).
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf 'NVIDIA A10, 23028\\nNVIDIA A10, 23028\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    found = detect(driver_ok=True)
+    assert (found.device, found.count, found.names) == ("cuda", 2, ("NVIDIA A10", "NVIDIA A10"))
+    assert found.memory_bytes == (23028 * 2**20,) * 2
+    assert detect().device == "cpu"  # the local executor needs a torch that sees them
+    assert preflight(load_profile("2xA10"), emulate=False, driver_ok=True).untested_reason is None
+    with pytest.raises(BenchError, match="0 cuda devices"):
+        preflight(load_profile("2xA10"), emulate=False)
