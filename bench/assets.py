@@ -169,6 +169,26 @@ def write_random_checkpoint(
     config.save_pretrained(str(out))
 
 
+def cell_dataset(dataset: str, folder: Path) -> str:
+    """A folder that links the saved dataset's own files (its arrow shards, state.json, dataset_info.json) and
+    nothing else, for one cell to load.
+
+    `datasets` writes map() caches next to the files a dataset was loaded from: TRL's tokenized dataset and,
+    with precompute_ref_log_probs, the reference log-probs, keyed by a hash of the (seeded, so identical) model.
+    Loaded from the shared asset folder, a cell would reuse what an earlier cell wrote there and skip the
+    reference pass: its time and memory would depend on what ran before. Loaded from its own folder, every cell
+    starts cold, as a first run does, and the asset folder is never written. Idempotent (a resumed cell)."""
+    source = Path(dataset)
+    state = json.loads((source / "state.json").read_text(encoding="utf-8"))
+    names = [entry["filename"] for entry in state["_data_files"]] + ["state.json", "dataset_info.json"]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        link = folder / name
+        if (source / name).exists() and not link.is_symlink():
+            link.symlink_to((source / name).resolve())
+    return str(folder)
+
+
 def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
     """Build (or reuse) the workload's assets and return where each one is."""
     root = build_dir / "assets" / f"{workload.name}-{workload_fingerprint(workload)}"

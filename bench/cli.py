@@ -124,12 +124,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _asset_mounts(assets: "PreparedAssets") -> tuple[list[Path], list[Path]]:
-    """(writable, read-only) local asset folders for the docker executor; hub ids are not paths. The dataset
-    folder is writable: `datasets` writes its map() cache files next to a dataset loaded from disk."""
-    writable = [Path(assets.dataset)] if Path(assets.dataset).is_absolute() else []
-    readonly = [Path(p) for p in (assets.model, assets.tokenizer) if Path(p).is_absolute()]
-    return writable, readonly
+def _asset_mounts(assets: "PreparedAssets") -> list[Path]:
+    """The local asset folders for the docker executor, mounted read-only; hub ids are not paths. The dataset is
+    read-only too: a cell loads the dataset through links in its own folder, where `datasets` writes its caches
+    (bench.assets.cell_dataset)."""
+    return [Path(p) for p in (assets.model, assets.tokenizer, assets.dataset) if Path(p).is_absolute()]
 
 
 def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets: "PreparedAssets") -> "Executor":
@@ -174,8 +173,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
             return LocalExecutor(cwd=PROJECT_ROOT)
     from bench.executors.docker import DockerExecutor, container_spec
 
-    writable, readonly = _asset_mounts(assets)
-    spec = container_spec(tag, profile, PROJECT_ROOT, writable=[run_dir.resolve(), *writable], readonly=readonly)
+    spec = container_spec(tag, profile, PROJECT_ROOT, writable=[run_dir.resolve()], readonly=_asset_mounts(assets))
     print(f"executor: docker, image {tag} ({image_id[:19]})", flush=True)
     return DockerExecutor(spec, image_id)
 

@@ -15,12 +15,13 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from bench.assets import prepare
+from bench.assets import cell_dataset, prepare
 from bench.axes import Backend
 from bench.profiles import load_profile, load_workload
 from bench.scenario import Cell, expand, load_matrix
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     assets = prepare(workload)
     torch.set_num_threads(profile.threads_per_process)
     with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
+        assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, Path(out_dir) / "dataset")})
         spec = WorkerSpec(cell=cell, profile=profile, workload=workload, assets=assets, out_dir=out_dir)
         print(json.dumps(steady_speed(spec)))
     return 0

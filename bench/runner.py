@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.assets import PreparedAssets
+from bench.assets import PreparedAssets, cell_dataset
 from bench.executors import Executor
 from bench.launch import free_port, plan_launch, write_files
 from bench.mfu import inputs_for
@@ -101,7 +101,9 @@ def run_cell(
         shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
-    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir=str(out_dir))
+    dataset = out_dir / "dataset"
+    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
+    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
     plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
     plan.env |= ctx.launch_env
     write_files(plan)
@@ -113,6 +115,7 @@ def run_cell(
         outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
+    shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
     expect = Expectation(

@@ -120,3 +120,20 @@ def test_rerun_resumes_without_repeating(run):
 
 def test_deepspeed_cells_leave_no_shared_memory_behind(run, shm_before):
     assert deepspeed_segments() - shm_before == set()
+
+
+def test_every_trial_computes_its_reference_log_probs(tmp_path):
+    """TRL caches precomputed reference log-probs next to the dataset, keyed by the (seeded, identical) model: a
+    second trial loading the shared asset folder would skip the reference pass and time something else."""
+    dataset = Path(prepare(load_workload("tiny")).dataset)
+    before = {p.name for p in dataset.iterdir()}
+    cell = "one_adapter-none-single+precompute_ref"
+    argv = ["run", "--hw", "cpu", "--executor", "local", "--filter", cell, "--repeats", "2"]
+    done = bench(*argv, results=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "cpu").iterdir()
+    assert [r.status for r in load_results(run_dir).records] == ["ok", "ok"]
+    for log in (f"{cell}.log", f"{cell}.trial1.log"):
+        assert "Computing reference log probs for train dataset: 100%" in (run_dir / "logs" / log).read_text()
+    assert {p.name for p in dataset.iterdir()} == before
+    assert not (run_dir / "cells" / cell / "dataset").exists()

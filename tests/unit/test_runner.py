@@ -4,6 +4,8 @@ import io
 import sys
 from pathlib import Path
 
+from datasets import Dataset
+
 from bench.assets import PreparedAssets
 from bench.engagement import Engagement
 from bench.executors import Outcome
@@ -27,11 +29,14 @@ class FakeExecutor:
     def __init__(self, engagement: Engagement, exit_code: int = 0, error: str | None = None) -> None:
         self.engagement, self.exit_code, self.error = engagement, exit_code, error
         self.plans: list[LaunchPlan] = []
+        self.datasets: list[Path] = []
         self.losses = lambda steps: [0.6931472 - 0.05 * s for s in range(steps)]
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         self.plans.append(plan)
         spec = WorkerSpec.read(plan.argv[-1])  # written before the launch
+        self.datasets.append(Path(spec.assets.dataset))
+        assert (Path(spec.assets.dataset) / "state.json").is_file()
         steps = spec.workload.train.steps
         for rank in range(2):
             RankReport(
@@ -50,7 +55,10 @@ class FakeExecutor:
 
 
 def context(tmp_path: Path, cpu_profile, executor) -> RunContext:
-    assets = PreparedAssets(model="no-such-model", tokenizer="t", dataset="d")
+    dataset = tmp_path / "assets" / "dataset"
+    if not dataset.exists():
+        Dataset.from_list([{"prompt": "p", "chosen": "a", "rejected": "b"}]).save_to_disk(str(dataset))
+    assets = PreparedAssets(model="no-such-model", tokenizer="t", dataset=str(dataset))
     return RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets, executor)
 
 
@@ -67,6 +75,9 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     assert (tmp_path / record.config_files[0]).is_file()
     assert load_results(tmp_path).records == [record]
     assert executor.plans[0].argv[0].endswith("torchrun")
+    # the cell loaded the dataset through its own folder, removed with its caches once the cell ended
+    assert executor.datasets == [tmp_path / "cells" / DDP.id / "dataset"]
+    assert not executor.datasets[0].exists()
 
 
 def test_what_ran_decides_the_status(tmp_path, cpu_profile):

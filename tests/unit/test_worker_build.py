@@ -64,6 +64,7 @@ def plain_spec(monkeypatch: pytest.MonkeyPatch, options: tuple[Option, ...]) -> 
 
     monkeypatch.setattr(plain_dpo, "load_matrix", lambda: matrix)
     monkeypatch.setattr(plain_dpo, "prepare", lambda workload: ASSETS)
+    monkeypatch.setattr(plain_dpo, "cell_dataset", lambda dataset, folder: dataset)  # ASSETS are names only
     monkeypatch.setattr(plain_dpo.torch, "set_num_threads", lambda threads: None)
     monkeypatch.setattr(plain_dpo, "trl_trainer", trainer)
     with pytest.raises(Stop):
