@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from bench.paths import RESULTS_DIR
+from bench.report.runs import run_dirs
 from bench.results import load_results
 from bench.results_schema import ResultRecord, Status
 
@@ -39,10 +40,10 @@ def time_import(code: str, repeats: int) -> float:
 
 
 def latest_run(hardware_dir: Path) -> Path:
-    runs = sorted(p.parent for p in hardware_dir.glob("*/results.jsonl"))
+    runs = run_dirs(hardware_dir)
     if not runs:
         raise SystemExit(f"no run under {hardware_dir}; run `make bench` first")
-    return runs[-1]
+    return runs[0]
 
 
 def fixed_cost(record: ResultRecord) -> float:

@@ -44,33 +44,47 @@ class Measured:
     """Measured per-rank model memory (peak - baseline; CUDA max allocated on GPU), None where not measured."""
     baseline: float | None
     oom: bool
+    outcomes: frozenset[bool] = frozenset()
+    """Every OOM outcome (True: OOM-killed, False: ran to the end) this cell had in any run of the same hardware and
+    workload: both values mean the cell is at the edge, measured both ways."""
 
 
-def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord]]:
+_RAN = (Status.OK, Status.SILENT_FALLBACK, Status.LEARNING_FAILED, Status.OOM)
+
+
+def _runs_oldest_first(results: Path) -> list[Path]:
+    from bench.report.runs import run_dirs
+
+    return [run for hardware in sorted(results.iterdir()) if hardware.is_dir() for run in reversed(run_dirs(hardware))]
+
+
+def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, frozenset[bool]]]:
     from bench.results import load_results
 
-    out: dict[tuple[str, str, str], tuple[str, ResultRecord]] = {}
-    for path in sorted(results.glob("*/*/results.jsonl")):
-        for record in load_results(path).records:
-            out[(record.hardware, record.workload, record.cell_id)] = (
-                str(path.parent.relative_to(results.parent)),
-                record,
-            )
-    return list(out.values())
+    latest: dict[tuple[str, str, str], tuple[str, ResultRecord]] = {}
+    outcomes: dict[tuple[str, str, str], set[bool]] = {}
+    for run_dir in _runs_oldest_first(results):
+        for record in load_results(run_dir).records:
+            key = (record.hardware, record.workload, record.cell_id)
+            latest[key] = (str(run_dir.relative_to(results.parent)), record)
+            if record.status in _RAN:
+                outcomes.setdefault(key, set()).add(record.status == Status.OOM)
+    return [(source, record, frozenset(outcomes.get(key, ()))) for key, (source, record) in latest.items()]
 
 
 def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
-    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) under results/."""
+    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) under results/, runs
+    ordered by when they started."""
     rows = []
-    for source, record in _latest_record_per_cell(results):
-        if record.status not in (Status.OK, Status.SILENT_FALLBACK, Status.LEARNING_FAILED, Status.OOM):
+    for source, record, outcomes in _latest_record_per_cell(results):
+        if record.status not in _RAN:
             continue
         m = record.metrics
         memory = m.model_memory_bytes if m is not None else None
         baseline = m.baseline_bytes if m is not None else None
         if memory is None and record.status == Status.OOM and record.memory_budget_bytes is None:
             continue
-        rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM))
+        rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM, outcomes))
     return rows
 
 

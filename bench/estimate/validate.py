@@ -26,6 +26,11 @@ class Row:
     calibrated: bool = True
     """False for a CPU cell of another workload than the one the CPU constants are fitted on (an extrapolation:
     the goal and the headline figures leave it out; the table shows it)."""
+    measured_both_ways: bool = False
+    """The cell was OOM-killed in one run and ran to the end in another under the same limit: it sits at the edge,
+    and no single verdict is right for both runs (the latest run's outcome is the one judged)."""
+    margin: float | None = None
+    """Predicted margin as a fraction of usable memory (negative: over), where the cell ran against a limit."""
 
     @property
     def error(self) -> float | None:
@@ -84,6 +89,10 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 verdict_measured=("predicted_oom" if m.oom else "fits") if limited else None,
                 verdict_predicted=p.verdict if limited else None,
                 fitted=f"{m.source}:{record.cell_id}" in fitted,
+                measured_both_ways=limited and len(m.outcomes) == 2,
+                margin=p.margin_bytes / p.usable_bytes
+                if limited and p.margin_bytes is not None and p.usable_bytes
+                else None,
                 calibrated=profile.device != "cpu" or record.workload == CALIBRATION_WORKLOAD,
             )
         )
@@ -107,6 +116,7 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
         "max_abs_error_all": max(all_errors) if all_errors else None,
         "verdicts": len(verdicts),
         "verdicts_right": sum(verdicts),
+        "wrong_measured_both_ways": sum(1 for r in rows if r.verdict_right is False and r.measured_both_ways),
     }
 
 
@@ -126,7 +136,9 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
     ]
     for r in rows:
         err = "—" if r.error is None else f"{r.error:+.1%}"
-        right = {None: "—", True: "✅", False: "❌"}[r.verdict_right]
+        right = {None: "—", True: "✅", False: "❌"}[r.verdict_right] + (
+            " (OOM in one run, ran in another)" if r.measured_both_ways else ""
+        )
         lines.append(
             f"| {r.source} | {r.hardware} | {r.cell_id} | {r.status} | {_mib(r.measured)} | {_mib(r.predicted)} "
             f"| {err} "
@@ -138,7 +150,8 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         f"`ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured model "
         f"memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
         f"mean |error| {pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
-        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}. "
+        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
+        f"{_edge_note(s)}. "
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
@@ -151,6 +164,11 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
     return "\n".join(lines)
 
 
+def _edge_note(s: dict) -> str:
+    n = s["wrong_measured_both_ways"]
+    return f" ({n} of the wrong ones on a cell measured both ways: OOM in one run, ran in another)" if n else ""
+
+
 def validation_line(rows: list[Row]) -> str:
     """One line for the PREDICTED files: the estimator's current error on measured cells."""
     s = summary(rows)
@@ -160,6 +178,7 @@ def validation_line(rows: list[Row]) -> str:
         f"Current validation on measured cells: {s['ok_cells']} `ok` cells with a measured model memory (GPU; CPU "
         f"workload `{CALIBRATION_WORKLOAD}`): max |error| "
         f"{pct(s['max_abs_error_ok'])}, mean {pct(s['mean_abs_error_ok'])}; worst over every measured figure "
-        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}. "
+        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}"
+        f"{_edge_note(s)}. "
         + ("" if gpu else "No GPU measurement exists yet: the GPU constants are priors (docs/estimator.md).")
     )

@@ -8,10 +8,14 @@ from bench.errors import BenchError
 from bench.results import RESULTS_FILE, load_results, read_env
 from bench.results_schema import ResultRecord
 
+_UNKNOWN_START = dt.datetime.min.replace(tzinfo=dt.UTC)
+
 
 def run_dirs(hardware_dir: Path) -> list[Path]:
-    """Every run under hardware_dir, newest first (run ids sort by time)."""
-    return sorted((p.parent for p in hardware_dir.glob(f"*/{RESULTS_FILE}")), reverse=True)
+    """Every run under hardware_dir, newest first, by when it started (env.json), then by run id. A run named with
+    --run-id sorts by its start, not by its name: `recipes` is not newer than every timestamped run."""
+    runs = [p.parent for p in hardware_dir.glob(f"*/{RESULTS_FILE}")]
+    return sorted(runs, key=lambda run: (run_started(run) or _UNKNOWN_START, run.name), reverse=True)
 
 
 def run_is_complete(records: dict[str, ResultRecord], cell_ids: list[str]) -> bool:
