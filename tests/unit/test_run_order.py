@@ -2,14 +2,14 @@
 timestamped run. The estimator's validation judges the latest record of a cell and says when the cell was measured
 both ways (OOM-killed in one run, ran to the end in another)."""
 
-import json
 from pathlib import Path
 
+from bench.env_schema import EnvFingerprint
 from bench.estimate.calibrate import measured_records
 from bench.estimate.validate import validate
 from bench.paths import PROJECT_ROOT
 from bench.report.runs import run_dirs
-from bench.results import load_results
+from bench.results import RESULTS_FILE, append_result, load_results, write_env
 from bench.results_schema import Status
 
 CELL = "one_adapter-none-zero3+accelerate"
@@ -22,8 +22,10 @@ def _committed(run: str):
 def _run(hardware_dir: Path, name: str, created_at: str, records) -> Path:
     run_dir = hardware_dir / name
     run_dir.mkdir(parents=True)
-    (run_dir / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))
-    (run_dir / "env.json").write_text(json.dumps({"created_at": created_at}))
+    (run_dir / RESULTS_FILE).touch()
+    for record in records:
+        append_result(run_dir, record)
+    write_env(run_dir, EnvFingerprint(created_at=created_at))
     return run_dir
 
 
@@ -33,7 +35,7 @@ def test_a_named_run_sorts_by_its_start(tmp_path):
     later = _run(hw, "20261123-143013", "2026-11-23T14:30:13+00:00", [])
     unknown = hw / "old"
     unknown.mkdir()
-    (unknown / "results.jsonl").write_text("")
+    (unknown / RESULTS_FILE).touch()
     assert run_dirs(hw) == [later, named, unknown]
 
 
