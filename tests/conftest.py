@@ -10,7 +10,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from bench.profiles import HardwareProfile
+from bench.matrix.profiles import HardwareProfile
 
 
 @pytest.fixture

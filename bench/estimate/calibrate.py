@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, predict_cell, write_calibration
 from bench.paths import PROJECT_ROOT
-from bench.results_schema import ResultRecord, Status
+from bench.results.schema import ResultRecord, Status
 
 MIB = 2**20
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
@@ -59,7 +59,7 @@ def _runs_oldest_first(results: Path) -> list[Path]:
 
 
 def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, frozenset[bool]]]:
-    from bench.results import load_results
+    from bench.results.store import load_results
 
     latest: dict[tuple[str, str, str], tuple[str, ResultRecord]] = {}
     outcomes: dict[tuple[str, str, str], set[bool]] = {}
@@ -89,8 +89,8 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
 
 
 def _cells_by_id(hardware: str):
-    from bench.profiles import load_profile, load_workload
-    from bench.scenario import expand, load_matrix
+    from bench.matrix.profiles import load_profile, load_workload
+    from bench.matrix.scenario import expand, load_matrix
 
     profile = load_profile(hardware)
     workload = load_workload(profile.workload)

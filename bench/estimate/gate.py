@@ -4,9 +4,9 @@ memory by a clear margin (recorded `predicted_oom`, not run, unless the run says
 import sys
 from collections.abc import Callable
 
-from bench.profiles import HardwareProfile, Workload
-from bench.results_schema import PredictionSummary
-from bench.scenario import Cell
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.scenario import Cell
+from bench.results.schema import PredictionSummary
 
 CLEAR_MARGIN = 0.20
 """A cell is skipped only when its predicted total exceeds the usable memory by more than this fraction; closer

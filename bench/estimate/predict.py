@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bench.axes import Backend, Init, Option, Quant
-from bench.backends import backend_spec
 from bench.estimate import VERSION, terms
 from bench.estimate.shapes import ModelShapes, shapes_for
-from bench.profiles import HardwareProfile, Workload
-from bench.recipes import resolve
-from bench.scenario import Cell, not_applicable_reason, world_size
+from bench.matrix.axes import Backend, Init, Option, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.recipes import resolve
+from bench.matrix.scenario import Cell, not_applicable_reason, world_size
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 GIB = 2**30

@@ -13,8 +13,8 @@ GIB = 2**30
 
 
 def predict_matrix(hardware: str, workload_name: str | None = None, pattern: str | None = None) -> list[Prediction]:
-    from bench.profiles import load_profile, load_workload
-    from bench.scenario import expand, load_matrix, select
+    from bench.matrix.profiles import load_profile, load_workload
+    from bench.matrix.scenario import expand, load_matrix, select
 
     profile = load_profile(hardware)
     workload = load_workload(workload_name or profile.workload)
@@ -139,7 +139,7 @@ def to_json(predictions: list[Prediction]) -> str:
 
 
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:
-    from bench.profiles import load_profile
+    from bench.matrix.profiles import load_profile
 
     device = load_profile(hardware).device
     predictions = predict_matrix(hardware)

@@ -4,8 +4,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.matrix.profiles import Workload, inside_folder
 from bench.paths import SCENARIOS_DIR
-from bench.profiles import Workload, inside_folder
 
 
 @dataclass(frozen=True)

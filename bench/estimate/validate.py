@@ -46,8 +46,8 @@ class Row:
 
 
 def _setup(hardware: str):
-    from bench.profiles import load_profile, load_workload
-    from bench.scenario import expand, load_matrix
+    from bench.matrix.profiles import load_profile, load_workload
+    from bench.matrix.scenario import expand, load_matrix
 
     profile = load_profile(hardware)
     return profile, load_workload(profile.workload), {c.id: c for c in expand(load_matrix())}

@@ -4,7 +4,7 @@ Every process of a cell carries BENCH_CELL_TOKEN in its environment, so descenda
 process group (launchers sometimes start their own sessions) are found in /proc and killed too.
 
 With a per-rank memory budget every rank runs in a memory cgroup of its own whose limit is the budget
-(bench/cgroups.py): the launcher joins the cell cgroup before exec, each worker its rank's cgroup, and the
+(bench/isolation/cgroups.py): the launcher joins the cell cgroup before exec, each worker its rank's cgroup, and the
 kernel's peak and OOM-kill figures come back in `Outcome.rank_memory`. SIGINT is deferred everywhere but in the
 wait for the cell, so a Ctrl-C at any moment still kills the cell and removes its cgroups before it re-raises.
 """
@@ -18,10 +18,10 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups
-from bench.executors import Outcome
-from bench.launch import LaunchPlan
-from bench.shm_segments import remove_group_segments
+from bench.executors.base import Outcome
+from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups
+from bench.isolation.shm_segments import remove_group_segments
+from bench.run.launch import LaunchPlan
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0

@@ -3,7 +3,7 @@
 from collections.abc import Iterable
 
 from bench.report.summary import CellSummary, OomMemory
-from bench.results_schema import ResultRecord, Status
+from bench.results.schema import ResultRecord, Status
 
 MARKS = {
     Status.OK: "✅",

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
 from bench.report.cells import known_issue_markdown
 from bench.report.summary import CellSummary, summarize
 from bench.report.verdict import ALPHA, MIN_TRIALS, Verdict, decide, no_verdict_label
-from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
-from bench.results_schema import ResultRecord, Status
+from bench.results.env import ENV_FILE, read_env
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import ResultRecord, Status
+from bench.results.store import RESULTS_FILE, load_results
 from bench.secrets import redact
 
 DEFAULT_THRESHOLD = 0.05

@@ -10,7 +10,7 @@ import statistics
 
 from bench.report.compare import Run
 from bench.report.summary import summarize
-from bench.results_schema import ResultRecord
+from bench.results.schema import ResultRecord
 
 # metric -> (github-action-benchmark tool, unit)
 GAB_METRICS = {

@@ -4,9 +4,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bench.axes import Backend, Init, Quant
-from bench.results_schema import ResultRecord
-from bench.scenario import is_variant_id
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.scenario import is_variant_id
+from bench.results.schema import ResultRecord
 
 
 @dataclass(frozen=True)

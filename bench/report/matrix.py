@@ -11,7 +11,7 @@ import pandas as pd
 from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown
 from bench.report.grid import build_grid, row_label
 from bench.report.summary import CellSummary, summarize
-from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
+from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
 
 MiB = 2**20
 

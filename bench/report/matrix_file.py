@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
-from bench.env_schema import EnvFingerprint
 from bench.report.matrix import csv_frame, render
-from bench.results import ENV_FILE, RESULTS_FILE, load_results, read_env
+from bench.results.env import ENV_FILE, read_env
+from bench.results.env_schema import EnvFingerprint
+from bench.results.store import RESULTS_FILE, load_results
 
 
 def context_lines(run_name: str, env: EnvFingerprint) -> list[str]:

@@ -5,8 +5,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.results import RESULTS_FILE, load_results, read_env
-from bench.results_schema import ResultRecord
+from bench.results.env import read_env
+from bench.results.schema import ResultRecord
+from bench.results.store import RESULTS_FILE, load_results
 
 _UNKNOWN_START = dt.datetime.min.replace(tzinfo=dt.UTC)
 

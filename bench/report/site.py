@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
-from bench.axes import Backend
-from bench.env_schema import EnvFingerprint
+from bench.matrix.axes import Backend
 from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
-from bench.results_schema import Learning, RankMemoryFigures, ResultRecord, Status
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
 # repeat after ten).

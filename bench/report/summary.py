@@ -4,7 +4,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from bench.results_schema import Metrics, ResultRecord, Status
+from bench.results.schema import Metrics, ResultRecord, Status
 
 
 @dataclass(frozen=True)

@@ -6,23 +6,23 @@ import sys
 import time
 import traceback
 
-from bench.backends import rank_from_env
-from bench.rank_report import RankReport
+from bench.isolation.shm_segments import remove_group_segments
+from bench.matrix.backends import rank_from_env
 from bench.secrets import redact
-from bench.shm_segments import remove_group_segments
 from bench.worker import faults
+from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 
 def launcher_rank(spec: WorkerSpec) -> int:
-    """This process's global rank, as its launcher tells it (bench/backends.py)."""
+    """This process's global rank, as its launcher tells it (bench/matrix/backends.py)."""
     return rank_from_env(spec.cell.launcher, dict(os.environ))[0]
 
 
 def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> None:
     import torch
 
-    from bench import cgroups
+    from bench.isolation import cgroups
     from bench.worker import memory
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         return 2
     spec = WorkerSpec.read(argv[1])
     # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
-    from bench import cgroups
+    from bench.isolation import cgroups
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
     report = RankReport(rank=launcher_rank(spec), pid=os.getpid(), hostname=socket.gethostname())

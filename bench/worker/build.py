@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from bench.backends import backend_spec
+from bench.matrix.backends import backend_spec
 from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
 from bench.worker.models import build_models, device_map_setting
@@ -41,7 +41,8 @@ def dpo_config(spec: WorkerSpec) -> Any:
 
 
 def trl_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
-    """TRL's DPOTrainer for the cell, nothing else: also the plain-TRL baseline's trainer (bench/plain_dpo.py)."""
+    """TRL's DPOTrainer for the cell, nothing else: also the plain-TRL baseline's trainer
+    (bench/selfbench/plain_dpo.py)."""
     from datasets import load_from_disk
     from transformers import AutoTokenizer
     from trl import DPOTrainer

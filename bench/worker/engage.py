@@ -4,7 +4,7 @@ ZeRO stage and partitioning, quantized layer classes, adapters, reference model.
 from collections import Counter
 from typing import Any
 
-from bench.engagement import Engagement
+from bench.judge.engagement import Engagement
 
 
 def _unwrap(model: Any) -> Any:

@@ -18,7 +18,7 @@ them is tested end to end:
   nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
   slow_step      every rank, at the end of every step, spins for BENCH_FAULT_DELAY_MS (default 10) milliseconds
                  of its own CPU time: a fixed per-step slowdown for the A/B noise experiment
-                 (bench/experiments/ab_noise.py); @rank and :step are ignored. It spins rather than sleeps so
+                 (bench/selfbench/ab_noise.py); @rank and :step are ignored. It spins rather than sleeps so
                  that it is extra work, as a real regression is: both wall time and the CPU-time measure
                  (cpu_s_per_step_median) see it, and on a busy machine it stretches like the step's own work
 """

@@ -1,6 +1,6 @@
 """Intel Gaudi (HPU) path of the worker: optimum-habana's GaudiDPOTrainer. Written without Gaudi hardware and
 never run in this project so far: on a machine without `habana_frameworks` the runner records every cell of an
-hpu profile as `untested` (bench/hardware.py) and this module is not reached.
+hpu profile as `untested` (bench/run/preflight.py) and this module is not reached.
 
 How the Gaudi path differs from the CUDA one (optimum-habana 1.1x, Gaudi software 1.1x):
 - `adapt_transformers_to_gaudi()` must patch transformers before any model is built.
@@ -14,7 +14,8 @@ How the Gaudi path differs from the CUDA one (optimum-habana 1.1x, Gaudi softwar
 - Multi-card runs use the HCCL backend through `deepspeed` or `gaudi_spawn.py` (optimum-habana) rather than
   NCCL; DDP/ZeRO cells launch as on CUDA with `deepspeed`/`torchrun`, which habana's torch integration patches.
 
-There is no hpu image: docker/ holds the cpu and cuda flavours only (bench/images.py), so an hpu profile runs
+There is no hpu image: docker/ holds the cpu and cuda flavours only (bench/executors/docker_images.py), so an hpu
+profile runs
 with the local executor, in an environment that already has the Habana stack and optimum-habana. To validate on a
 Gaudi2 node: `python -m bench run --hw 8xGaudi2 --executor local --filter 'one_adapter-none-single'`, check that
 the engagement record shows the HPU device, then widen the filter.

@@ -1,6 +1,6 @@
 """The model(s) one cell trains, per init mode: causal LM loading, quantization, placement and LoRA (TRL 1.16).
 
-Shared by every trainer path (TRL, Gaudi) and the plain-TRL baseline (bench/plain_dpo.py).
+Shared by every trainer path (TRL, Gaudi) and the plain-TRL baseline (bench/selfbench/plain_dpo.py).
 """
 
 from dataclasses import dataclass
@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from bench.axes import Init, Quant
-from bench.backends import backend_spec
-from bench.recipes import Settings, verify_installed
+from bench.matrix.axes import Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.recipes import Settings, verify_installed
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, computed_field
 
-from bench.assets import PreparedAssets
-from bench.profiles import HardwareProfile, Workload
-from bench.recipes import AppliedRecipe, resolve
-from bench.scenario import Cell
+from bench.assets.prepare import PreparedAssets
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.recipes import AppliedRecipe, resolve
+from bench.matrix.scenario import Cell
 
 
 class WorkerSpec(BaseModel):

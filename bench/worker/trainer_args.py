@@ -1,9 +1,10 @@
 """A cell's trainer arguments: the fields of TRL's DPOConfig, stated once for every path that trains a cell (the TRL
-worker, the Gaudi worker, which adds its own switches, and the plain-TRL baseline bench/plain_dpo.py). Pure."""
+worker, the Gaudi worker, which adds its own switches, and the plain-TRL baseline bench/selfbench/plain_dpo.py).
+Pure."""
 
 from typing import Any
 
-from bench.axes import Init, Option
+from bench.matrix.axes import Init, Option
 from bench.worker.spec import WorkerSpec
 
 

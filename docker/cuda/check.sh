@@ -21,7 +21,7 @@ for flavor in cuda cpu; do
   tail -1 "$log"
   if [[ $flavor == cuda ]]; then built=$((SECONDS - started)); fi
 done
-tag="$("$PY" -c 'from bench.images import image_tag; print(image_tag("cuda"))')"
+tag="$("$PY" -c 'from bench.executors.docker_images import image_tag; print(image_tag("cuda"))')"
 size="$("$DOCKER" image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.2f GB", $1/1e9}')"
 echo "cuda image $tag: build $built s, $size"
 

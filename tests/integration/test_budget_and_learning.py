@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import cgroups
-from bench.learning import LN2
-from bench.results import load_results
+from bench.isolation import cgroups
+from bench.judge.learning import LN2
+from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import images
+from bench.executors import docker_images as images
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
-from bench.results import load_results
+from bench.results.store import load_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import load_results
+from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 

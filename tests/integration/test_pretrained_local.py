@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.assets import prepare
+from bench.assets.prepare import prepare
+from bench.matrix.profiles import load_workload
 from bench.paths import SCENARIOS_DIR
-from bench.profiles import load_workload
-from bench.results import load_results
+from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 CELL = "one_adapter-none-single"

@@ -1,5 +1,5 @@
 """`--executor slurm` against a real Slurm cluster on this machine: slurmctld and two slurmd nodes
-(bench/slurm/setup-single-node.sh, which `make test` runs first through `make slurm`).
+(bench/executors/slurm/setup-single-node.sh, which `make test` runs first through `make slurm`).
 
 Real CPU cells (tiny workload) run as real jobs; statuses come from Slurm's own job states (TIMEOUT through --time,
 OUT_OF_MEMORY through --mem), Ctrl-C scancels, and a resumed run reuses the job an earlier runner left alive.
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.executors.slurm_jobs import JobRegistry, controller_states, parse_fields
+from bench.executors.slurm.jobs import JobRegistry, controller_states, parse_fields
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
-from bench.results import load_results
+from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 
-SETUP = PROJECT_ROOT / "bench" / "slurm" / "setup-single-node.sh"
+SETUP = PROJECT_ROOT / "bench" / "executors" / "slurm" / "setup-single-node.sh"
 JOBCOMP = Path("/var/log/slurm/jobcomp.txt")
 
 

@@ -1,8 +1,9 @@
-"""Docker containers inside Slurm jobs, on the real local cluster (bench/slurm/setup-single-node.sh) and docker engine.
+"""Docker containers inside Slurm jobs, on the real local cluster (bench/executors/slurm/setup-single-node.sh) and
+docker engine.
 
 dockerd, not slurmstepd, starts a container, so without help it escapes the job: the flags the slurm executor
-generates (bench/executors/slurm_containers.py) put it under the job's cgroup, which holds it to `--mem`, and the
-Epilog the setup script installs (bench/slurm/epilog-docker.sh) removes it when the job is cancelled.
+generates (bench/executors/slurm/containers.py) put it under the job's cgroup, which holds it to `--mem`, and the
+Epilog the setup script installs (bench/executors/slurm/epilog-docker.sh) removes it when the job is cancelled.
 Runs in `make test-docker` (the offline base image is the container; `make images OFFLINE_BASE=1` builds it).
 """
 
@@ -13,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.executors.slurm_containers import DOCKER_CGROUP_PARENT, DOCKER_LABEL
-from bench.executors.slurm_jobs import Accounting, controller_states
-from bench.images import OFFLINE_BASE_TAG, image_id
+from bench.executors.docker_images import OFFLINE_BASE_TAG, image_id
+from bench.executors.slurm.containers import DOCKER_CGROUP_PARENT, DOCKER_LABEL
+from bench.executors.slurm.jobs import Accounting, controller_states
 from bench.paths import PROJECT_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 DOCKER = "/usr/bin/docker"
-SETUP = PROJECT_ROOT / "bench" / "slurm" / "setup-single-node.sh"
+SETUP = PROJECT_ROOT / "bench" / "executors" / "slurm" / "setup-single-node.sh"
 # 500 MB held in one shell variable: well over the 200 MB the job may use.
 ALLOCATE = 'x=$(head -c 500000000 /dev/zero | tr "\\0" a); echo allocated ${#x}'
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.assets import prepare
-from bench.profiles import load_workload
-from bench.results import load_results
-from bench.shm_segments import PREFIX, SHM_DIR
+from bench.assets.prepare import prepare
+from bench.isolation.shm_segments import PREFIX, SHM_DIR
+from bench.matrix.profiles import load_workload
+from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 

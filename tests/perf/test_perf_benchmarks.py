@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.assets import PreparedAssets
-from bench.engagement import Engagement
+from bench.assets.prepare import PreparedAssets
 from bench.estimate.predict import load_calibration, predict_cell
-from bench.executors import Outcome
-from bench.launch import plan_launch, write_files
+from bench.executors.base import Outcome
+from bench.judge.engagement import Engagement
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Cell, expand, load_matrix
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
-from bench.profiles import load_profile, load_workload
-from bench.rank_report import RankReport
-from bench.record import Execution, Expectation, RunFacts, finished_record
-from bench.results import load_results
-from bench.scenario import Cell, expand, load_matrix
+from bench.results.store import load_results
+from bench.run.launch import plan_launch, write_files
+from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 pytestmark = pytest.mark.perf

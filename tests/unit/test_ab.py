@@ -1,4 +1,5 @@
-"""Interleaved A/B (bench/ab.py): the pair schedule, the command lines, worktrees removed whatever happens, and a
+"""Interleaved A/B (bench/selfbench/ab.py): the pair schedule, the command lines, worktrees removed whatever
+happens, and a
 whole compare-ab with a fake runner in a throwaway git repository."""
 
 import io
@@ -8,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import ab
 from bench.cli import parser
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 from bench.report.compare import MARKER
-from bench.results import append_result
+from bench.results.store import append_result
+from bench.selfbench import ab
 from tests.unit.test_compare import rec
 
 CELL = "one_adapter-none-single"
@@ -226,7 +227,7 @@ def test_compare_ab_help_runs_without_importing_torch():
     assert done.stdout.strip() == "False"
 
 
-# ---------------------------------------------------------------- the noise experiment (bench/experiments/ab_noise.py)
+# ---------------------------------------------------------------- the noise experiment (bench/selfbench/ab_noise.py)
 
 
 class FaultAwareRunner(FakeRunner):
@@ -249,7 +250,7 @@ class FaultAwareRunner(FakeRunner):
 
 
 def test_noise_experiment_counts_false_verdicts_and_finds_the_smallest_detected_slowdown(tmp_path, monkeypatch):
-    from bench.experiments import ab_noise
+    from bench.selfbench import ab_noise
 
     summary = tmp_path / "SUMMARY.md"
     argv = ["--pairs", "4", "--filter", CELL, "--slowdowns", "2,10,40", "--out", str(tmp_path / "runs")]
@@ -274,7 +275,7 @@ def test_noise_experiment_counts_false_verdicts_and_finds_the_smallest_detected_
 
 
 def test_noise_experiment_subsets_keep_pairs_together_and_are_bounded():
-    from bench.experiments import ab_noise
+    from bench.selfbench import ab_noise
 
     assert ab_noise.subsets([1, 2, 3], 4) == []
     assert len(ab_noise.subsets(list(range(10)), 4)) == 210
@@ -297,7 +298,7 @@ def test_ctrl_c_gives_the_running_side_its_own_sigint_and_waits_for_it(tmp_path)
         "signal.signal(signal.SIGINT, stop)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
     parent = (
-        "import sys\nfrom pathlib import Path\nfrom bench.ab import run_process\n"
+        "import sys\nfrom pathlib import Path\nfrom bench.selfbench.ab import run_process\n"
         f"try:\n    run_process([sys.executable, '-c', {child!r}], Path('.'), dict(__import__('os').environ))\n"
         "except KeyboardInterrupt:\n    print('interrupted', flush=True); sys.exit(130)\n"
     )

@@ -4,7 +4,7 @@ import json
 
 from datasets import Dataset, load_from_disk
 
-from bench.assets import cell_dataset
+from bench.assets.prepare import cell_dataset
 
 
 def _saved(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cgroups import (
+from bench.isolation.cgroups import (
     CELL_ENV,
     CgroupFs,
     CgroupUnavailable,
@@ -311,14 +311,14 @@ def test_deferred_sigint_holds_ctrl_c_until_the_end_or_allow():
 
 ALLOCATE = """
 import os, sys, time
-from bench.cgroups import join_rank
+from bench.isolation.cgroups import join_rank
 assert join_rank(int(sys.argv[1]), os.environ)
 chunks = [b"\\x01" * (1 << 20) for _ in range(int(sys.argv[2]))]
 print("survived", flush=True)
 """
 SLEEP = """
 import os, sys, time
-from bench.cgroups import join_rank
+from bench.isolation.cgroups import join_rank
 join_rank(int(sys.argv[1]), os.environ)
 print("joined", flush=True)
 time.sleep(600)

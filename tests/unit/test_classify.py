@@ -3,12 +3,12 @@
 import subprocess
 import sys
 
-from bench.axes import Backend, Init, Launcher, Quant
-from bench.backends import LAUNCHERS
-from bench.classify import classify, first_error_line
-from bench.known_issues import known_issues
-from bench.results_schema import ErrorClass, Status
-from bench.scenario import Cell
+from bench.judge.classify import classify, first_error_line
+from bench.matrix.axes import Backend, Init, Launcher, Quant
+from bench.matrix.backends import LAUNCHERS
+from bench.matrix.known_issues import known_issues
+from bench.matrix.scenario import Cell
+from bench.results.schema import ErrorClass, Status
 
 # Verbatim messages from torch and transformers; these need hardware this suite's CI lacks.
 CUDA_OOM = (
@@ -154,7 +154,7 @@ def test_known_issue_reads_the_launcher_log_too():
 
 
 def test_every_error_class_has_a_causal_rank():
-    from bench.classify import CAUSAL_ORDER
-    from bench.results_schema import ErrorClass
+    from bench.judge.classify import CAUSAL_ORDER
+    from bench.results.schema import ErrorClass
 
     assert set(CAUSAL_ORDER) == set(ErrorClass) and len(CAUSAL_ORDER) == len(ErrorClass)

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.env_schema import EnvFingerprint
 from bench.report.compare import (
     MARKER,
     Run,
@@ -24,8 +23,9 @@ from bench.report.compare import (
 from bench.report.export import gab_entries
 from bench.report.summary import summarize
 from bench.report.verdict import Verdict
-from bench.results import append_result
-from bench.results_schema import ErrorClass, Metrics, ResultRecord, Status
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import ErrorClass, Metrics, ResultRecord, Status
+from bench.results.store import append_result
 
 MiB = 2**20
 ENV = {
@@ -540,7 +540,7 @@ def test_pr_workflow_runs_an_interleaved_ab_and_keeps_one_comment():
     assert data["jobs"]["compare"]["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
     cells = data["jobs"]["compare"]["env"]["AB_FILTER"].split(",")
     assert 1 <= len(cells) <= 6 and all("*" not in c for c in cells)  # a small, explicit subset
-    from bench.scenario import expand, load_matrix
+    from bench.matrix.scenario import expand, load_matrix
 
     assert set(cells) <= {c.id for c in expand(load_matrix())}
     assert "--format pytest-benchmark" in runs
@@ -617,8 +617,8 @@ def test_cpu_time_needs_both_sides_and_every_ok_trial():
 
 
 def test_aggregate_records_cpu_time_per_step_and_the_steady_step_times():
-    from bench.metrics import aggregate
-    from bench.rank_report import RankReport
+    from bench.judge.metrics import aggregate
+    from bench.worker.report import RankReport
 
     ends = [1.0, 1.1, 1.3, 1.4, 1.6, 1.7]
     cpu = [0.5, 0.55, 0.6, 0.64, 0.70, 0.73]

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import images
-from bench.executors import Outcome
+from bench.executors import docker_images as images
+from bench.executors.base import Outcome
 from bench.executors.docker import (
     GPU_SHM_GB,
     ContainerSpec,
@@ -17,11 +17,11 @@ from bench.executors.docker import (
     gpu_request,
     parse_state,
 )
-from bench.launch import LaunchPlan
-from bench.profiles import load_profile
-from bench.record import Execution, Expectation, RunFacts, finished_record
-from bench.results_schema import Status
-from bench.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.matrix.profiles import load_profile
+from bench.matrix.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.results.schema import Status
+from bench.run.launch import LaunchPlan
 
 ROOT = Path("/src/dpo-bench")
 RUN_DIR = Path("/data/results/cpu/20250101-000000")

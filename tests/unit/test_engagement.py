@@ -1,5 +1,5 @@
-from bench.engagement import Engagement, mismatches
-from bench.scenario import Cell
+from bench.judge.engagement import Engagement, mismatches
+from bench.matrix.scenario import Cell
 
 
 def cell(init="one_adapter", quant="none", backend="single", launcher="python") -> Cell:

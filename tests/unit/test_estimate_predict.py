@@ -4,13 +4,13 @@ import time
 
 import pytest
 
-from bench.axes import Backend, Init, Option, Quant, Setup
-from bench.backends import backend_spec
 from bench.estimate.predict import predict_cell
 from bench.estimate.shapes import shapes_from_config
+from bench.matrix.axes import Backend, Init, Option, Quant, Setup
+from bench.matrix.backends import backend_spec
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Cell
 from bench.paths import SCENARIOS_DIR
-from bench.profiles import load_profile, load_workload
-from bench.scenario import Cell
 
 
 def cell(init, quant, backend, options=()):

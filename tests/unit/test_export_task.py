@@ -6,11 +6,11 @@ import sys
 import pytest
 import yaml
 
-from bench import images
 from bench.errors import BenchError
-from bench.export_task import RESULTS_MOUNT, SkyTask, accelerators, skypilot_task
+from bench.executors import docker_images as images
+from bench.executors.skypilot import RESULTS_MOUNT, SkyTask, accelerators, skypilot_task
+from bench.matrix.profiles import load_profile
 from bench.paths import PROJECT_ROOT
-from bench.profiles import load_profile
 
 
 def export(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.errors import BenchError
-from bench.hardware import (
+from bench.matrix.profiles import load_profile
+from bench.matrix.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.report.matrix import render
+from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
+from bench.run.preflight import (
     GB,
     Detected,
     check_profile,
@@ -22,11 +26,7 @@ from bench.hardware import (
     preflight,
     untested_reason,
 )
-from bench.profiles import load_profile
-from bench.report.matrix import render
-from bench.results_schema import EMULATED_NOTE, ResultRecord, Status
-from bench.runner import RunContext, execute
-from bench.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.run.runner import RunContext, execute
 from bench.worker import emulate, nvml
 
 CPU = Detected(device="cpu")
@@ -183,8 +183,8 @@ def test_gaudi_without_stack_is_untested_not_an_error():
 
 
 def test_runner_records_untested_without_running(tmp_path: Path):
-    from bench.assets import PreparedAssets
-    from bench.profiles import load_workload
+    from bench.assets.prepare import PreparedAssets
+    from bench.matrix.profiles import load_workload
 
     class NoExecutor:
         name, image, python = "never", None, sys.executable

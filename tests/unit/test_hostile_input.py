@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.errors import BenchError
-from bench.profiles import load_profile, load_workload
-from bench.scenario import load_matrix
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import load_matrix
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -93,9 +93,9 @@ def test_model_loading_never_trusts_remote_code(monkeypatch):
     """Least privilege: the worker passes trust_remote_code=False to every from_pretrained."""
     from transformers import AutoModelForCausalLM
 
-    from bench.assets import PreparedAssets
-    from bench.profiles import load_workload as workload
-    from bench.scenario import Cell
+    from bench.assets.prepare import PreparedAssets
+    from bench.matrix.profiles import load_workload as workload
+    from bench.matrix.scenario import Cell
     from bench.worker.models import load_causal_lm
     from bench.worker.spec import WorkerSpec
 

@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.axes import Backend, Init, Launcher, Option, Quant, Setup
 from bench.errors import BenchError
-from bench.known_issues import KnownIssue, find_known_issue, known_issues, load_known_issues
-from bench.scenario import Cell
+from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.known_issues import KnownIssue, find_known_issue, known_issues, load_known_issues
+from bench.matrix.scenario import Cell
 
 # The stack of the latest CPU run (results/cpu/*/env.json `packages`).
 STACK: dict[str, str | None] = {

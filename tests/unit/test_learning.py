@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from bench.learning import DECREASE_MARGIN, FIRST_LOSS_TOLERANCE, LN2, check, mean_per_step
+from bench.judge.learning import DECREASE_MARGIN, FIRST_LOSS_TOLERANCE, LN2, check, mean_per_step
 
 FALLING = [LN2, 0.65, 0.6, 0.5]
 

@@ -4,7 +4,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.profiles import load_profile, load_workload
+from bench.matrix.profiles import load_profile, load_workload
 
 
 def test_shipped_profile_and_workload_load():

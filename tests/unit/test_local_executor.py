@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.cgroups import CellCgroups, CgroupFs, locate
 from bench.executors import local
 from bench.executors.local import LocalExecutor, marked_pids, run_local
-from bench.launch import LaunchPlan
+from bench.isolation.cgroups import CellCgroups, CgroupFs, locate
+from bench.run.launch import LaunchPlan
 
 SPAWNER = """
 import os, subprocess, sys, time
@@ -72,7 +72,7 @@ MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import os, sys
-from bench.cgroups import join_rank
+from bench.isolation.cgroups import join_rank
 rank = int(os.environ.get("RANK", "0"))
 assert join_rank(rank, os.environ)
 chunks = [b"\\x01" * (1 << 20) for _ in range(int(sys.argv[1 + rank]))]

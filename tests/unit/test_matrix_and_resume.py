@@ -2,13 +2,13 @@ import csv
 import io
 import json
 
-from bench import runner
-from bench.profiles import load_workload
+from bench.matrix.profiles import load_workload
+from bench.matrix.scenario import Cell
 from bench.report.matrix import render
 from bench.report.matrix_file import write_matrix
-from bench.results import append_result, load_results
-from bench.results_schema import ResultRecord, Status
-from bench.scenario import Cell
+from bench.results.schema import ResultRecord, Status
+from bench.results.store import append_result, load_results
+from bench.run import runner
 from tests.unit.test_results import record
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from bench.metrics import aggregate, percentile, slope
-from bench.rank_report import RankReport
+from bench.judge.metrics import aggregate, percentile, slope
+from bench.worker.report import RankReport
 
 
 def report(rank: int, step_s: float = 0.1, warm_s: float = 1.0, peak: int = 100) -> RankReport:
@@ -48,7 +48,7 @@ def test_percentile_and_slope():
 
 
 def test_model_memory_is_peak_minus_baseline_of_the_same_kind_max_over_ranks():
-    from bench.metrics import model_memory, rank_memory
+    from bench.judge.metrics import model_memory, rank_memory
 
     class Kernel:
         def __init__(self, rank, peak, kills=0):

@@ -2,11 +2,11 @@
 
 import pytest
 
-from bench.mfu import CONVENTION, MfuInputs, ModelShape, flops_per_token, inputs_for, mfu, model_shape, with_mfu
+from bench.judge.mfu import CONVENTION, MfuInputs, ModelShape, flops_per_token, inputs_for, mfu, model_shape, with_mfu
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Backend, Cell, Init, Launcher, Option, Quant
 from bench.paths import SCENARIOS_DIR
-from bench.profiles import load_profile, load_workload
-from bench.results_schema import Metrics
-from bench.scenario import Backend, Cell, Init, Launcher, Option, Quant
+from bench.results.schema import Metrics
 
 SHAPE = ModelShape(matmul_params=1_000_000_000, layers=16, heads=32, head_dim=64)
 

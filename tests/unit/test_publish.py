@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.axes import Backend
 from bench.cli import main
-from bench.env_schema import EnvFingerprint
+from bench.matrix.axes import Backend
 from bench.report.matrix import render
 from bench.report.publish import discover, profile_view, read_config
 from bench.report.site import (
@@ -26,7 +25,8 @@ from bench.report.site import (
     winners,
 )
 from bench.report.summary import summarize
-from bench.results_schema import ErrorClass, Learning, RankMemoryFigures, ResultRecord, Status
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import ErrorClass, Learning, RankMemoryFigures, ResultRecord, Status
 from tests.unit.test_compare import ENV, MiB, rec, with_model_memory, write_run
 
 MATRIX_YAML = """

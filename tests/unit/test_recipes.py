@@ -8,15 +8,13 @@ import pytest
 import torch
 import yaml
 
-from bench.assets import PreparedAssets
-from bench.axes import Backend, Option, Quant, Setup
-from bench.backends import backend_spec
-from bench.classify import classify
+from bench.assets.prepare import PreparedAssets
 from bench.errors import BenchError
-from bench.launch import ACCELERATE_FILE, SPEC_FILE, plan_launch
-from bench.paths import RESULTS_DIR, SCENARIOS_DIR
-from bench.profiles import HardwareProfile, load_profile, load_workload
-from bench.recipes import (
+from bench.judge.classify import classify
+from bench.matrix.axes import Backend, Option, Quant, Setup
+from bench.matrix.backends import backend_spec
+from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
+from bench.matrix.recipes import (
     AppliedRecipe,
     Recipe,
     RecipesFile,
@@ -29,11 +27,13 @@ from bench.recipes import (
     verify_installed,
     version_problems,
 )
+from bench.matrix.scenario import Cell, expand, load_matrix, not_applicable_reason, rows_added
+from bench.paths import RESULTS_DIR, SCENARIOS_DIR
 from bench.report.matrix import NOT_RUN_YET, render
 from bench.report.runs import latest_complete_run, rows_for_run
-from bench.results import load_results
-from bench.results_schema import ErrorClass, ResultRecord, Status
-from bench.scenario import Cell, expand, load_matrix, not_applicable_reason, rows_added
+from bench.results.schema import ErrorClass, ResultRecord, Status
+from bench.results.store import load_results
+from bench.run.launch import ACCELERATE_FILE, SPEC_FILE, plan_launch
 from bench.worker import models
 from bench.worker.models import DTYPES, device_map_setting, quantization_kwargs
 from bench.worker.spec import WorkerSpec
@@ -266,7 +266,7 @@ def test_a_recipe_on_other_versions_is_refused_before_any_model_loads(monkeypatc
         verify_installed(applied, {"bitsandbytes": "0.43.1", "peft": "0.21.2"})
     verify_installed(applied, {"bitsandbytes": "0.43.3", "peft": "0.14.0"})
 
-    from bench import recipes as recipes_module
+    from bench.matrix import recipes as recipes_module
 
     monkeypatch.setattr(recipes_module, "installed_versions", lambda packages: dict.fromkeys(packages, "0.0.1"))
     monkeypatch.setattr(models, "load_causal_lm", lambda spec: pytest.fail("loaded a model"))

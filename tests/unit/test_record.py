@@ -1,10 +1,10 @@
 import pytest
 
-from bench.executors import Outcome
-from bench.rank_report import RankReport
-from bench.record import Execution, Expectation, RunFacts, finished_record, not_run_record
-from bench.results_schema import ErrorClass, Status
-from bench.scenario import Cell
+from bench.executors.base import Outcome
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record, not_run_record
+from bench.matrix.scenario import Cell
+from bench.results.schema import ErrorClass, Status
+from bench.worker.report import RankReport
 
 CELL = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
 TEARDOWN_ABORT = """{'train_runtime': '2.7'}
@@ -48,7 +48,7 @@ def test_rank_exception_is_the_message():
 
 
 def test_missing_rank_report_is_a_fallback_not_ok():
-    from bench.engagement import Engagement
+    from bench.judge.engagement import Engagement
 
     lead = rank(0).model_copy(
         update={

@@ -10,7 +10,7 @@ import pytest
 from bench.report.cells import LEGEND, MARKS, budget_line, cell_label
 from bench.report.matrix import csv_frame, render
 from bench.report.summary import OomMemory, summarize
-from bench.results_schema import Learning, RankMemoryFigures, ResultRecord, Status
+from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
 from tests.unit.test_compare import MiB, rec
 
 GiB = 2**30
@@ -236,7 +236,7 @@ def test_csv_has_memory_and_learning_columns_empty_for_old_records():
 
 def test_predicted_oom_is_shown_apart_from_a_measured_oom_and_the_panel_says_it_is_a_prediction():
     from bench.report.site import prediction_section
-    from bench.results_schema import PredictionSummary
+    from bench.results.schema import PredictionSummary
 
     prediction = PredictionSummary(
         estimator_version="0.1.0",

@@ -2,11 +2,12 @@ import json
 
 import pytest
 
-from bench.env_schema import EnvFingerprint
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
-from bench.results import append_result, environment_fingerprint, load_results, read_env, write_env
-from bench.results_schema import Metrics, ResultRecord, Status
+from bench.results.env import environment_fingerprint, read_env, write_env
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import Metrics, ResultRecord, Status
+from bench.results.store import append_result, load_results
 
 
 def record(cell_id: str = "one_adapter-none-single", status: Status = Status.OK) -> ResultRecord:
@@ -161,7 +162,7 @@ def test_short_write_keeps_earlier_lines_intact(tmp_path):
 import resource, signal
 from pathlib import Path
 from bench.errors import BenchError
-from bench.results import append_result
+from bench.results.store import append_result
 from tests.unit.test_results import record
 run = Path({str(tmp_path)!r})
 append_result(run, record("a"))
@@ -183,7 +184,7 @@ except BenchError as exc:
 def test_git_dirty_counts_code_changes_only(tmp_path, monkeypatch):
     import subprocess
 
-    from bench import results
+    from bench.results import env as results
 
     monkeypatch.setattr(results, "PROJECT_ROOT", tmp_path)
     assert results.git_dirty() is None  # not a git checkout

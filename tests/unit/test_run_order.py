@@ -4,13 +4,14 @@ both ways (OOM-killed in one run, ran to the end in another)."""
 
 from pathlib import Path
 
-from bench.env_schema import EnvFingerprint
 from bench.estimate.calibrate import measured_records
 from bench.estimate.validate import validate
 from bench.paths import PROJECT_ROOT
 from bench.report.runs import run_dirs
-from bench.results import RESULTS_FILE, append_result, load_results, write_env
-from bench.results_schema import Status
+from bench.results.env import write_env
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import Status
+from bench.results.store import RESULTS_FILE, append_result, load_results
 
 CELL = "one_adapter-none-zero3+accelerate"
 

@@ -6,16 +6,16 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from bench.assets import PreparedAssets
-from bench.engagement import Engagement
-from bench.executors import Outcome
-from bench.launch import LaunchPlan
-from bench.profiles import load_workload
-from bench.rank_report import RankReport
-from bench.results import load_results
-from bench.results_schema import Status
-from bench.runner import RunContext, execute, plan_cells
-from bench.scenario import Cell
+from bench.assets.prepare import PreparedAssets
+from bench.executors.base import Outcome
+from bench.judge.engagement import Engagement
+from bench.matrix.profiles import load_workload
+from bench.matrix.scenario import Cell
+from bench.results.schema import Status
+from bench.results.store import load_results
+from bench.run.launch import LaunchPlan
+from bench.run.runner import RunContext, execute, plan_cells
+from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 DDP = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
@@ -115,7 +115,7 @@ def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_prof
 
 
 def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path, cpu_profile):
-    from bench.results_schema import PredictionSummary
+    from bench.results.schema import PredictionSummary
 
     def summary(total: float) -> PredictionSummary:
         return PredictionSummary(

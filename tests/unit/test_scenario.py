@@ -1,7 +1,7 @@
 import pytest
 
 from bench.errors import BenchError
-from bench.scenario import (
+from bench.matrix.scenario import (
     Backend,
     Cell,
     Init,

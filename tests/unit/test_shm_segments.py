@@ -1,6 +1,6 @@
 import os
 
-from bench.shm_segments import remove_group_segments, remove_segments, segments
+from bench.isolation.shm_segments import remove_group_segments, remove_segments, segments
 
 
 def test_only_the_segments_of_that_address_port_and_user_are_removed(tmp_path):

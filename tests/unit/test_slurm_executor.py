@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.assets import PreparedAssets
+from bench.assets.prepare import PreparedAssets
 from bench.errors import BenchError
-from bench.executors.slurm import (
+from bench.executors.slurm.containers import ContainerSpec, wrap
+from bench.executors.slurm.executor import (
     SlurmOptions,
     job_script,
     load_options,
@@ -21,19 +22,18 @@ from bench.executors.slurm import (
     step_oom,
     time_limit_minutes,
 )
-from bench.executors.slurm_containers import ContainerSpec, wrap
-from bench.executors.slurm_jobs import JobRegistry, JobState, jobcomp_state, parse_fields, state_from_fields
-from bench.executors.slurm_status import with_job_state
-from bench.launch import plan_launch
-from bench.multinode import NodeLayout, job_launch
+from bench.executors.slurm.jobs import JobRegistry, JobState, jobcomp_state, parse_fields, state_from_fields
+from bench.executors.slurm.status import with_job_state
+from bench.matrix.multinode import NodeLayout, job_launch
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Cell
 from bench.paths import PROJECT_ROOT
-from bench.profiles import load_profile, load_workload
-from bench.rank_report import RankReport
-from bench.results_schema import ResultRecord
-from bench.scenario import Cell
+from bench.results.schema import ResultRecord
+from bench.run.launch import plan_launch
+from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
-TEMPLATE = (PROJECT_ROOT / "bench" / "slurm" / "job.sbatch").read_text()
+TEMPLATE = (PROJECT_ROOT / "bench" / "executors" / "slurm" / "job.sbatch").read_text()
 # Lines as this machine's slurmctld wrote them (jobcomp/filetxt, Slurm 22.05.8).
 JOBCOMP = (
     "JobId=9 UserId=root(0) GroupId=root(0) Name=dpo-bench:one_adapter-none-zero2 JobState=TIMEOUT Partition=debug "
@@ -251,7 +251,7 @@ def test_executor_slurm_without_sbatch_is_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "error: --executor slurm: sbatch, scontrol, scancel not on PATH; install the Slurm client "
-        "(a local cluster for tests: bash bench/slurm/setup-single-node.sh)"
+        "(a local cluster for tests: bash bench/executors/slurm/setup-single-node.sh)"
     ]
 
 

@@ -10,13 +10,13 @@ import types
 
 import pytest
 
-from bench import plain_dpo
-from bench.assets import PreparedAssets
-from bench.axes import Backend, Init, Option, Quant
-from bench.backends import BACKENDS, backend_spec
+from bench.assets.prepare import PreparedAssets
+from bench.matrix.axes import Backend, Init, Option, Quant
+from bench.matrix.backends import BACKENDS, backend_spec
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Axes, Cell, MatrixSpec, Variant
 from bench.paths import PROJECT_ROOT
-from bench.profiles import load_profile, load_workload
-from bench.scenario import Axes, Cell, MatrixSpec, Variant
+from bench.selfbench import plain_dpo
 from bench.worker import build, hpu, models
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
@@ -49,7 +49,8 @@ class Stop(Exception):
 
 
 def plain_spec(monkeypatch: pytest.MonkeyPatch, options: tuple[Option, ...]) -> WorkerSpec:
-    """The spec `python -m bench.plain_dpo --cell <id>` hands the worker's TRL trainer, for a matrix whose only
+    """The spec `python -m bench.selfbench.plain_dpo --cell <id>` hands the worker's TRL trainer, for a matrix
+    whose only
     cell is one_adapter-none-single with `options`."""
     axes = Axes(init=[Init.ONE_ADAPTER], quant=[Quant.NONE], backend=[Backend.SINGLE])
     variants = (

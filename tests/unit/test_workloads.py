@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, OPTConfig
 
-from bench.assets import meta_model, parameter_count, write_random_checkpoint
+from bench.assets.prepare import meta_model, parameter_count, write_random_checkpoint
+from bench.assets.synthetic_prefs import TOKENS_PER_WORD, generate
+from bench.matrix.profiles import SyntheticPrefs, Workload, available, load_profile, load_workload
 from bench.paths import SCENARIOS_DIR
-from bench.profiles import SyntheticPrefs, Workload, available, load_profile, load_workload
-from bench.synthetic_prefs import TOKENS_PER_WORD, generate
 
 # Published sizes (model cards / papers); tolerance 5%: Llama 2's "7B" is 6.74B, its "70B" 68.98B.
 PUBLISHED_PARAMS = {

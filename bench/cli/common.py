@@ -1,0 +1,83 @@
+"""What the command groups share: run ids, argument types, reading a run, writing output."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.matrix.profiles import NAME_PATTERN
+from bench.matrix.scenario import Cell, expand, load_matrix, rows_added
+
+INTERRUPTED = 130
+"""Exit status after a Ctrl-C (128 + SIGINT), whatever the command was doing."""
+
+
+def all_cells(args: argparse.Namespace) -> list[Cell]:
+    return expand(load_matrix(Path(args.scenarios) / "matrix.yaml"))
+
+
+def cell_ids(scenarios: Path) -> list[str]:
+    return [c.id for c in expand(load_matrix(scenarios / "matrix.yaml"))]
+
+
+def rows_added_in(scenarios: Path) -> dict:
+    return rows_added(load_matrix(scenarios / "matrix.yaml"))
+
+
+def threshold(text: str) -> float:
+    """Percent: `5`, `5%` and `2.5` all mean percent of the base median."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r} (e.g. 5 or 5%)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"threshold must be >= 0, got {text!r}")
+    return value / 100
+
+
+def pairs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of pairs: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--pairs must be >= 1, got {text!r}")
+    return value
+
+
+def write_or_print(text: str, path: str | None) -> None:
+    if path is None:
+        sys.stdout.write(text)
+        return
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"{out}: cannot write ({exc.strerror or exc})") from None
+
+
+def resolve_run(path: str, scenarios: Path) -> Path:
+    """A run dir or results.jsonl as given; a hardware folder (results/<HW>) means its latest complete run."""
+    target = Path(path)
+    if not target.exists():
+        raise BenchError(f"{target}: no such run dir or results file")
+    if target.is_dir() and not (target / "results.jsonl").is_file() and any(target.glob("*/results.jsonl")):
+        from bench.report.runs import latest_complete_run
+
+        return latest_complete_run(target, cell_ids(scenarios), rows_added_in(scenarios))
+    return target
+
+
+def checked_run_id(run_id: str) -> str:
+    """Run ids name a folder under results/<HW>/ and nothing else."""
+    if not NAME_PATTERN.match(run_id):
+        raise BenchError(f"invalid run id {run_id!r}: use letters, digits, '_', '-', '.'")
+    return run_id
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number

@@ -1,0 +1,106 @@
+"""`compare`, `compare-ab` and `publish`: runs side by side for pull requests, and the published index and site.
+Thin: parse, call, write, exit code."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.cli.common import cell_ids, pairs, resolve_run, rows_added_in, threshold, write_or_print
+from bench.secrets import redact
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.report.compare import (
+        compare,
+        failing_kinds,
+        ignored_fail_on,
+        load_run,
+        parse_fail_on,
+        to_json,
+        to_markdown,
+    )
+
+    fail_on = parse_fail_on(args.fail_on)
+    scenarios = Path(args.scenarios)
+    base = load_run(resolve_run(args.base, scenarios))
+    head = load_run(resolve_run(args.head, scenarios))
+    result = compare(base, head, args.threshold)
+    write_or_print(to_markdown(result, fail_on), args.output)
+    if args.json:
+        write_or_print(redact(json.dumps(to_json(result, fail_on), indent=2)) + "\n", args.json)
+    for line in ignored_fail_on(result, fail_on):
+        print(line, file=sys.stderr)
+    failed = failing_kinds(result, fail_on)
+    if failed:
+        print(f"compare: regressions in {', '.join(failed)} (--fail-on {args.fail_on})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_compare_ab(args: argparse.Namespace) -> int:
+    from bench.selfbench.ab import cmd_compare_ab as run
+
+    return run(args)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from bench.report.publish import publish
+
+    results = Path(args.results)
+    site = Path(args.out) if args.out else results / "site"
+    readme, index = publish(results, site, cell_ids(Path(args.scenarios)), rows_added_in(Path(args.scenarios)))
+    print(f"index written to {readme}\nsite written to {index}")
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "compare",
+        help="Markdown diff of two runs (status changes, then throughput and memory), for PR comments",
+        description="BASE and HEAD: a run dir, its results.jsonl, or a hardware folder (its latest complete run).",
+    )
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("head", metavar="HEAD")
+    p.add_argument(
+        "--threshold",
+        type=threshold,
+        default=0.05,
+        help="flag metric changes above this percent that a rank test over >= 4 trials per side backs (default 5)",
+    )
+    p.add_argument(
+        "--fail-on",
+        default="status",
+        help="exit 1 on regressions of these kinds: comma-separated status,throughput,memory,cpu, or none "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "compare-ab",
+        help="interleaved A/B: run two git refs alternately (A B B A ...) on this machine, then compare them",
+        description="Each ref is checked out in a temporary git worktree and runs its own code; pair i records "
+        "trial i of each side; the results stay in results/ab/<timestamp>/ (docs/compare-and-publish.md).",
+    )
+    p.add_argument("--base", required=True, metavar="REF", help="git ref of the base (e.g. main, a sha)")
+    p.add_argument(
+        "--head",
+        default="HEAD",
+        metavar="REF",
+        help="git ref of the head (default: %(default)s); `.` = the current checkout with uncommitted changes",
+    )
+    p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated (default: every cell)")
+    p.add_argument("--pairs", type=pairs, default=4, help="A/B pairs = trials per side (default: %(default)s)")
+    p.add_argument("--hw", default="cpu")
+    p.add_argument("--executor", choices=["local", "docker", "auto"], default="local")
+    p.add_argument("--out", default=None, help="A/B folder (default: <results>/ab/<timestamp>)")
+    p.add_argument("--threshold", type=threshold, default=0.05, help="as for compare (default 5)")
+    p.add_argument("--fail-on", default="status", help="as for compare (default: %(default)s)")
+    p.add_argument("--output", default=None, help="also write the Markdown here")
+    p.add_argument("--json", default=None, help="also write the comparison as JSON here")
+    p.set_defaults(func=cmd_compare_ab)
+
+    p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
+    p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
+    p.set_defaults(func=cmd_publish)

@@ -1,0 +1,270 @@
+"""`list`, `run`, `matrix` and `images`: plan the matrix, run it on this machine, tabulate the run."""
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.cli.common import INTERRUPTED, all_cells, checked_run_id, positive
+from bench.errors import BenchError
+from bench.executors import docker_images as images
+from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
+from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
+from bench.paths import PROJECT_ROOT
+
+if TYPE_CHECKING:
+    from bench.assets.prepare import PreparedAssets
+    from bench.executors.base import Executor
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    profile = load_profile(args.hw, Path(args.scenarios))
+    cells = select(all_cells(args), args.filter)
+    runnable = 0
+    for cell in cells:
+        reason = not_applicable_reason(cell, profile)
+        runnable += reason is None
+        what = f"N/A  {reason}" if reason else f"run  {cell.launcher} x{world_size(cell, profile)}"
+        print(f"{cell.id:<42} {what}")
+    print(f"{len(cells)} cells: {runnable} to run, {len(cells) - runnable} not applicable on {profile.name}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bench.assets.prepare import PreparedAssets, prepare
+    from bench.estimate.gate import predictor
+    from bench.matrix.known_issues import known_issues
+    from bench.matrix.packages import PACKAGES
+    from bench.report.matrix import render
+    from bench.report.matrix_file import write_matrix
+    from bench.report.runs import run_is_complete
+    from bench.results.env import environment_fingerprint, write_env
+    from bench.results.store import load_results, new_run_id
+    from bench.run.preflight import Preflight, preflight
+    from bench.run.runner import RunContext, execute, summary
+
+    scenarios = Path(args.scenarios)
+    profile = load_profile(args.hw, scenarios)
+    workload = load_workload(args.workload or profile.workload, scenarios)
+    known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
+    matrix_cells = all_cells(args)
+    cells = select(matrix_cells, args.filter)
+    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_dir = Path(args.results) / profile.name / run_id
+    if profile.nodes > 1 and args.executor != "slurm":
+        raise BenchError(f"profile {profile.name} spans {profile.nodes} nodes: use --executor slurm (docs/slurm.md)")
+    if args.executor == "slurm":  # before anything is prepared: one line when this machine cannot submit jobs
+        from bench.executors.slurm.jobs import require_commands
+
+        require_commands()
+    # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
+    # with the docker executor the cells run in the cuda image: the driver's GPUs count even if this venv's torch is a
+    # CPU build (make setup installs the cpu lock)
+    machine = (
+        Preflight()
+        if args.executor == "slurm"
+        else preflight(profile, args.emulate, driver_ok=args.executor == "docker")
+    )
+    if machine.untested_reason:
+        print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
+        assets = PreparedAssets(model="", tokenizer="", dataset="")
+    else:
+        print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
+        assets = prepare(workload)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = images.lock_file(profile.image_flavor)
+    if args.executor == "slurm" and not machine.untested_reason:
+        from bench.executors.slurm.options import slurm_executor
+
+        executor = slurm_executor(args, profile, run_dir)
+    else:
+        executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
+    env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
+    if executor.name == "docker":
+        # the versions the cells really run with: the image's, not this interpreter's
+        inside = images.image_report(executor.image, PACKAGES)
+        env = env.merged(inside | {"image_tag": images.image_tag(profile.image_flavor)})
+    write_env(run_dir, env)
+    ctx = RunContext(
+        run_id,
+        run_dir,
+        profile,
+        workload,
+        assets,
+        executor,
+        machine.launch_env,
+        machine.emulated,
+        untested=machine.untested_reason,
+        versions=env.packages,
+        predict=predictor(profile, workload),
+        run_predicted_oom=args.run_predicted_oom,
+    )
+    try:
+        records = execute(ctx, cells, force=args.force, repeats=args.repeats)
+    except KeyboardInterrupt:
+        return INTERRUPTED  # the runner has stopped the cell and said how to resume
+    selected = {c.id for c in cells}
+    recorded = load_results(run_dir)
+    trials = [r for r in recorded.records if r.cell_id in selected]
+    print()
+    print(render(trials, f"{profile.name} · run {run_id}", []))  # every trial, folded as in MATRIX.md
+    print(f"summary: {summary(records)}")
+    ids = [c.id for c in matrix_cells]
+    if run_is_complete(recorded.latest_by_cell(), ids):
+        print(f"matrix written to {write_matrix(run_dir, ids)}")
+    else:
+        print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
+    return 0
+
+
+def _asset_mounts(assets: "PreparedAssets") -> list[Path]:
+    """The local asset folders for the docker executor, mounted read-only; hub ids are not paths. The dataset is
+    read-only too: a cell loads the dataset through links in its own folder, where `datasets` writes its caches
+    (bench.assets.prepare.cell_dataset)."""
+    return [Path(p) for p in (assets.model, assets.tokenizer, assets.dataset) if Path(p).is_absolute()]
+
+
+def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets: "PreparedAssets") -> "Executor":
+    """`local`, `docker` (engine and image required; a missing image is built), or `auto` (docker when it
+    can be had, else local with a one-line notice)."""
+    from bench.executors.local import LocalExecutor
+
+    if choice == "local" or (choice == "auto" and profile.memory_budget_gb is not None):
+        if profile.memory_budget_gb is not None:
+            from bench.isolation import cgroups
+
+            cgroups.check_available()  # one line when no memory cgroup can be made here
+            cgroups.remove_stale()
+            print(f"executor: local, each rank limited to {profile.memory_budget_gb:g} GiB by a memory cgroup")
+        return LocalExecutor(cwd=PROJECT_ROOT, memory_budget_bytes=profile.memory_budget_bytes)
+    if profile.image_flavor not in images.FLAVORS:
+        if choice == "docker":
+            raise BenchError(f"--executor docker: no image flavor {profile.image_flavor!r}; use --executor local")
+        print(f"notice: no {profile.image_flavor} image exists; running cells with the local executor", flush=True)
+        return LocalExecutor(cwd=PROJECT_ROOT)
+    tag = images.image_tag(profile.image_flavor)
+    if not images.engine_available():
+        if choice == "docker":
+            raise BenchError(f"--executor docker: no docker engine answers `{images.DOCKER} info`; start dockerd")
+        print("notice: no docker engine answers; running cells with the local executor", flush=True)
+        return LocalExecutor(cwd=PROJECT_ROOT)
+    image_id = images.image_id(tag)
+    if image_id is None:
+        print(
+            f"image {tag} is not built yet: building it (python -m bench images --flavor {profile.image_flavor}) ...",
+            flush=True,
+        )
+        offline = images.image_id(images.OFFLINE_BASE_TAG) is not None
+        try:
+            image_id = images.build_image(profile.image_flavor, offline_base=offline)
+        except BenchError as exc:
+            if choice == "docker":
+                raise BenchError(
+                    f"{exc}; build it with `python -m bench images --flavor {profile.image_flavor}`"
+                ) from None
+            print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
+            return LocalExecutor(cwd=PROJECT_ROOT)
+    from bench.executors.docker import DockerExecutor, container_spec
+
+    spec = container_spec(tag, profile, PROJECT_ROOT, writable=[run_dir.resolve()], readonly=_asset_mounts(assets))
+    print(f"executor: docker, image {tag} ({image_id[:19]})", flush=True)
+    return DockerExecutor(spec, image_id)
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    if not images.engine_available():
+        raise BenchError(f"no docker engine answers `{images.DOCKER} info`; start dockerd first")
+    started = time.monotonic()
+    built = images.build_image(
+        args.flavor,
+        offline_base=args.offline_base,
+        extra_ca_certs=args.extra_ca_certs,
+        wheels=Path(args.wheels) if args.wheels else None,
+    )
+    print(f"built {images.image_tag(args.flavor)} ({built}) in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from bench.report.matrix_file import write_matrix
+    from bench.report.runs import latest_complete_run
+
+    profile = load_profile(args.hw, Path(args.scenarios))
+    ids = [c.id for c in all_cells(args)]
+    hardware_dir = Path(args.results) / profile.name
+    added = rows_added(load_matrix(Path(args.scenarios) / "matrix.yaml"))
+    run_dir = (
+        hardware_dir / checked_run_id(args.run_id) if args.run_id else latest_complete_run(hardware_dir, ids, added)
+    )
+    print(f"matrix written to {write_matrix(run_dir, ids)}")
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser("list", help="show every cell and why some are not applicable; runs nothing")
+    p.add_argument("--hw", default="cpu")
+    p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="run (or resume) the matrix on this machine")
+    p.add_argument("--hw", default="cpu")
+    p.add_argument("--workload", default=None, help="override the profile's default workload")
+    p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
+    p.add_argument(
+        "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
+    )
+    p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
+    p.add_argument(
+        "--repeats",
+        type=positive,
+        default=1,
+        help="trials per cell; compare gives throughput/memory verdicts from 4 trials per side on",
+    )
+    p.add_argument(
+        "--run-predicted-oom",
+        action="store_true",
+        help="run the cells the memory estimator predicts to run out of memory by a clear margin (by default they "
+        "are recorded `predicted_oom` with their prediction and not run)",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run a smaller GPU profile on bigger GPUs: memory capped per process, devices limited; "
+        "memory answers are valid, speed is not (docs/hardware.md)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=["auto", "docker", "local", "slurm"],
+        default="auto",
+        help="where cells run: docker (a container per cell), local (a process group per cell), slurm (a batch job "
+        "per cell, docs/slurm.md), auto (docker when an engine answers and the image exists or builds, else local; "
+        "default)",
+    )
+    from bench.executors.slurm.options import add_slurm_arguments
+
+    add_slurm_arguments(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run")
+    p.add_argument("--hw", default="cpu")
+    p.add_argument("--run-id", default=None)
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("images", help="build the pinned docker image of a flavor (docs/docker.md)")
+    p.add_argument("--flavor", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument(
+        "--offline-base", action="store_true", help="build the base from Debian with debootstrap (no registry)"
+    )
+    p.add_argument(
+        "--extra-ca-certs",
+        default=None,
+        metavar="auto|PATH",
+        help="copy CA certificates into docker/certs/ first: auto = the host's /usr/local/share/ca-certificates",
+    )
+    p.add_argument(
+        "--wheels",
+        default=str(images.HOST_WHEELS_DIR),
+        metavar="DIR",
+        help="copy DIR/torch-*.whl into docker/wheelhouse/ first when DIR exists (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_images)

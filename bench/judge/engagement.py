@@ -1,0 +1,88 @@
+"""What really ran, and whether it is what the cell asked for. A mismatch makes the cell `silent_fallback`."""
+
+from pydantic import BaseModel
+
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.scenario import Cell
+
+
+class Engagement(BaseModel):
+    world_size: int
+    distributed_type: str
+    wrapper: str
+    zero_stage: int | None = None
+    partitioned_params: bool = False
+    fsdp_modules: int = 0
+    quantized_layers: dict[str, int] = {}
+    adapters: list[str] = []
+    ref_model: str | None = None
+    devices: list[str] = []
+    precompute_ref_log_probs: bool = False
+    optimizer_offload: str | None = None
+    """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
+
+
+QUANT_LAYER = {Quant.INT8: "Linear8bitLt", Quant.NF4: "Linear4bit"}
+
+
+def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[str]:
+    """Every way `seen` differs from what `cell` asked for; empty when the cell ran as requested."""
+    found: list[str] = []
+    if seen.world_size != expected_world_size:
+        found.append(f"world size {seen.world_size}, expected {expected_world_size}")
+    found += _backend_mismatches(cell.backend, seen)
+    found += _quant_mismatches(cell.quant, seen)
+    found += _init_mismatches(cell.init, seen)
+    return found
+
+
+def _backend_mismatches(backend: Backend, seen: Engagement) -> list[str]:
+    rule = backend_spec(backend).engagement
+    kind, wrapper = seen.distributed_type, seen.wrapper
+    ran = f"ran as {kind} with wrapper {wrapper}"
+    if kind not in rule.distributed_types:
+        return [f"{backend} requested, {ran}; expected distributed type {' or '.join(rule.distributed_types)}"]
+    found = []
+    if rule.wrapper is not None and wrapper != rule.wrapper:
+        found.append(f"{backend} requested, {ran}; expected wrapper {rule.wrapper}")
+    if rule.zero_stage is not None and seen.zero_stage != rule.zero_stage:
+        found.append(f"ZeRO-{rule.zero_stage} requested, ran with ZeRO stage {seen.zero_stage}")
+    if rule.partitioned_params and not seen.partitioned_params:
+        found.append(f"{backend} requested, but no parameter is partitioned")
+    if rule.fsdp_modules and seen.fsdp_modules == 0:
+        found.append(f"{backend} requested, {ran} and no FSDP module")
+    if rule.min_model_devices > 1 and len(seen.devices) < rule.min_model_devices:
+        found.append(
+            f"model on {len(seen.devices)} device(s) {seen.devices}, expected layers split over "
+            f">={rule.min_model_devices}"
+        )
+    if rule.optimizer_offload is not None and seen.optimizer_offload != rule.optimizer_offload:
+        found.append(
+            f"optimizer offload to {rule.optimizer_offload} requested, engine reports {seen.optimizer_offload}"
+        )
+    return found
+
+
+def _quant_mismatches(quant: Quant, seen: Engagement) -> list[str]:
+    if quant == Quant.NONE:
+        return [f"unexpected quantized layers {seen.quantized_layers}"] if seen.quantized_layers else []
+    layer = QUANT_LAYER[quant]
+    if not seen.quantized_layers.get(layer):
+        return [f"{quant} requested, no {layer} layer found (found {seen.quantized_layers or 'none'})"]
+    return []
+
+
+def _init_mismatches(init: Init, seen: Engagement) -> list[str]:
+    adapters = set(seen.adapters)
+    saw = f"saw adapters={sorted(adapters)}, ref={seen.ref_model}"
+    if init == Init.TWO_MODELS:
+        # With precomputed reference log-probs TRL may drop the reference model after the precompute pass.
+        has_reference = seen.ref_model is not None or seen.precompute_ref_log_probs
+        if adapters or not has_reference:
+            return [f"two_models expects a reference model and no adapter; {saw}"]
+    if init == Init.ONE_ADAPTER and (adapters != {"default"} or seen.ref_model is not None):
+        return [f"one_adapter expects adapter 'default' only and no ref model; {saw}"]
+    if init == Init.TWO_ADAPTERS and (adapters != {"default", "ref"} or seen.ref_model is not None):
+        return [f"two_adapters expects adapters 'default' and 'ref'; {saw}"]
+    return []

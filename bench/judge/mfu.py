@@ -1,0 +1,125 @@
+"""Model FLOPs utilisation of a DPO cell (DESIGN.md, after PaLM appendix B). Arithmetic is pure; reading a
+model's shape from its config.json instantiates it on the meta device (no memory, no weights).
+
+Convention (also stored in every result as Metrics.mfu_convention):
+- N = parameters that do a matmul per token: every weight except the input lookup tables (token and learned
+  position embeddings); the LM head counts, also when tied to the input embedding; for mixture-of-experts only
+  the routed experts count (num_experts_per_tok / num_local_experts of the expert weights).
+- L layers, H attention heads, Q head dim, T = the workload's max_length (an upper bound of the real sequence
+  length, so the attention term is an upper bound too).
+- Per token of the policy: fwd+bwd 6N + 12LHQT, plus the reference forward 2N + 4LHQT, i.e. 8N + 16LHQT;
+  with precomputed reference log-probs the steady state is 6N + 12LHQT. The same formula for every init mode
+  (LoRA saves the frozen weights' gradient matmuls: its real work is lower; the model FLOPs are kept equal so
+  cells compare). Recomputation from gradient checkpointing is not counted (model FLOPs, not hardware FLOPs).
+- MFU = tokens_per_s x flops_per_token / (devices x peak_tflops x 1e12); devices = world size, or the profile's
+  device count for a backend that splits one process's layers over every device (bench/matrix/backends.py).
+"""
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.matrix.axes import Option
+from bench.matrix.backends import backend_spec
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.scenario import Cell
+from bench.results.schema import Metrics
+
+CONVENTION = (
+    "flops/token = 8N+16LHQT (policy fwd+bwd 6N+12LHQT + reference fwd 2N+4LHQT; 6N+12LHQT with precomputed "
+    "reference log-probs); N = matmul params excl. input/position embeddings, LM head included, MoE active "
+    "experts only; T = max_length; no recompute; mfu = tokens/s*flops/token/(devices*peak)"
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    matmul_params: int
+    layers: int
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class MfuInputs:
+    shape: ModelShape
+    peak_tflops: float
+    seq_len: int
+    devices: int
+    precomputed_ref: bool
+
+
+def flops_per_token(shape: ModelShape, seq_len: int, precomputed_ref: bool) -> float:
+    n = shape.matmul_params
+    attention = shape.layers * shape.heads * shape.head_dim * seq_len
+    if precomputed_ref:
+        return 6.0 * n + 12.0 * attention
+    return 8.0 * n + 16.0 * attention
+
+
+def mfu(tokens_per_s: float, flops: float, devices: int, peak_tflops: float) -> float:
+    if devices < 1 or peak_tflops <= 0:
+        raise ValueError(f"devices ({devices}) must be >= 1 and peak_tflops ({peak_tflops}) > 0")
+    return tokens_per_s * flops / (devices * peak_tflops * 1e12)
+
+
+def with_mfu(metrics: Metrics, inputs: MfuInputs | None) -> Metrics:
+    if inputs is None:
+        return metrics
+    flops = flops_per_token(inputs.shape, inputs.seq_len, inputs.precomputed_ref)
+    return metrics.model_copy(
+        update={
+            "mfu": mfu(metrics.tokens_per_s, flops, inputs.devices, inputs.peak_tflops),
+            "flops_per_token": flops,
+            "mfu_convention": CONVENTION,
+        }
+    )
+
+
+def shape_of(model: Any) -> ModelShape:
+    """The MFU shape of a (meta-device) transformers causal LM."""
+    import torch
+
+    config = model.config
+    embeddings = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    n = sum(p.numel() for p in model.parameters()) - sum(embeddings.values())
+    output = model.get_output_embeddings()
+    if output is not None and id(output.weight) in embeddings:
+        n += output.weight.numel()  # tied LM head: a lookup table on input, a matmul on output
+    experts = getattr(config, "num_local_experts", None)
+    if experts:
+        expert_params = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+        n -= expert_params - expert_params * config.num_experts_per_tok // experts
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return ModelShape(matmul_params=n, layers=config.num_hidden_layers, heads=heads, head_dim=head_dim)
+
+
+@functools.cache
+def model_shape(model_ref: str) -> ModelShape | None:
+    """Shape of the model in a local folder holding a config.json; None for a hub id (the runner stays offline)."""
+    config_file = Path(model_ref) / "config.json"
+    if not config_file.is_file():
+        return None
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_ref)
+    with torch.device("meta"):
+        return shape_of(AutoModelForCausalLM.from_config(config))
+
+
+def inputs_for(
+    profile: HardwareProfile, workload: Workload, model_ref: str, cell: Cell, world: int
+) -> MfuInputs | None:
+    """What the MFU of `cell` needs, or None when the profile has no peak_tflops or the model's config.json is
+    not on this machine (a hub id: the runner does not download)."""
+    if profile.peak_tflops is None:
+        return None
+    shape = model_shape(model_ref)
+    if shape is None:
+        return None
+    devices = backend_spec(cell.backend).devices_per_cell(world, profile.device_count)
+    precomputed = Option.PRECOMPUTE_REF in cell.options
+    return MfuInputs(shape, profile.peak_tflops, workload.train.max_length, devices, precomputed)

@@ -1,0 +1,318 @@
+"""One description per backend and per launcher: everything the suite knows about each, in one place.
+
+Launch plans, engagement checks, failure classification, the worker (rank environment, model placement), MFU and
+the reports read these descriptions; a new backend is one entry here plus whatever its worker path needs.
+What a combination of backend, init and quantization needs to work (placement, quantized storage, loader flags,
+the reference model) is its recipe: scenarios/recipes.yaml, read by bench/matrix/recipes.py.
+"""
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from bench.matrix.axes import Backend, Launcher
+
+
+class Placement(StrEnum):
+    """Where one kind of model state lives on a multi-rank (or multi-device) run."""
+
+    REPLICATED = "replicated"
+    """A full copy on every rank."""
+    SHARDED = "sharded"
+    """1/world of it on each rank, gathered when used."""
+    SPLIT = "split"
+    """Layers spread over the devices of one process (device_map)."""
+    OFFLOADED = "cpu_offloaded"
+    """Sharded over ranks and kept in host memory, not on the device."""
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """What a backend does with each kind of state. `reference` is a separate reference model (two_models);
+    adapter references live inside the policy and follow `params`."""
+
+    params: Placement
+    grads: Placement
+    optimizer: Placement
+    reference: Placement
+
+
+@dataclass(frozen=True)
+class EngagementRule:
+    """What the worker must observe for the backend to count as engaged (bench/judge/engagement.py)."""
+
+    distributed_types: tuple[str, ...]
+    """accelerate DistributedType values accepted."""
+    wrapper: str | None = None
+    """Class name of trainer.model_wrapped; None: not checked."""
+    zero_stage: int | None = None
+    partitioned_params: bool = False
+    fsdp_modules: bool = False
+    min_model_devices: int = 1
+    optimizer_offload: str | None = None
+    """DeepSpeed `offload_optimizer.device` the engine must report."""
+
+
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    stage: int
+    offload_optimizer: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: Backend
+    summary: str
+    launchers: tuple[Launcher, ...]
+    """Supported launchers, the default first."""
+    multi_process: bool
+    accelerate_type: str | None
+    """distributed_type in a generated accelerate config (None: accelerate cannot launch it)."""
+    sharding: Sharding
+    engagement: EngagementRule
+    deepspeed: DeepSpeedSettings | None = None
+    fsdp_version: int | None = None
+    min_devices: int = 1
+    """Devices one cell needs; device_map spreads one process over at least two."""
+    splits_layers: bool = False
+    """The model is loaded with device_map='balanced' over every visible device (one process)."""
+
+    @property
+    def default_launcher(self) -> Launcher:
+        return self.launchers[0]
+
+    @property
+    def zero_stage(self) -> int | None:
+        return self.deepspeed.stage if self.deepspeed else None
+
+    def devices_per_cell(self, processes: int, device_count: int) -> int:
+        """Devices a cell occupies (MFU's denominator): one per rank, or all of them for one split process."""
+        return device_count if self.splits_layers else processes
+
+
+_R, _S = Placement.REPLICATED, Placement.SHARDED
+_NO = ("NO",)
+_MULTI = ("MULTI_CPU", "MULTI_GPU", "MULTI_HPU", "MULTI_XPU")
+
+_ZERO3 = BackendSpec(
+    name=Backend.ZERO3,
+    summary="DeepSpeed ZeRO-3: parameters, gradients, optimizer state and the reference model sharded",
+    launchers=(Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
+    multi_process=True,
+    accelerate_type="DEEPSPEED",
+    sharding=Sharding(_S, _S, _S, _S),
+    engagement=EngagementRule(
+        distributed_types=("DEEPSPEED",), wrapper="DeepSpeedEngine", zero_stage=3, partitioned_params=True
+    ),
+    deepspeed=DeepSpeedSettings(stage=3),
+)
+
+
+def _with_optimizer_offload(base: BackendSpec, name: Backend, device: str) -> BackendSpec:
+    """`base` (a ZeRO backend) with its optimizer state and step moved to `device` (DeepSpeed offload_optimizer)."""
+    if base.deepspeed is None:
+        raise ValueError(f"{base.name} is not a DeepSpeed backend")
+    return replace(
+        base,
+        name=name,
+        summary=f"{base.summary}; optimizer state and step offloaded to {device} memory",
+        sharding=replace(base.sharding, optimizer=Placement.OFFLOADED),
+        engagement=replace(base.engagement, optimizer_offload=device),
+        deepspeed=replace(base.deepspeed, offload_optimizer=device),
+    )
+
+
+BACKENDS: dict[Backend, BackendSpec] = {
+    spec.name: spec
+    for spec in (
+        BackendSpec(
+            name=Backend.SINGLE,
+            summary="one process on one device",
+            launchers=(Launcher.PYTHON,),
+            multi_process=False,
+            accelerate_type=None,
+            sharding=Sharding(_R, _R, _R, _R),
+            engagement=EngagementRule(distributed_types=_NO),
+        ),
+        BackendSpec(
+            name=Backend.DDP,
+            summary="DistributedDataParallel: every rank holds everything, gradients all-reduced",
+            launchers=(Launcher.TORCHRUN, Launcher.ACCELERATE, Launcher.MPIRUN),
+            multi_process=True,
+            accelerate_type="MULTI_GPU",
+            sharding=Sharding(_R, _R, _R, _R),
+            engagement=EngagementRule(distributed_types=_MULTI, wrapper="DistributedDataParallel"),
+        ),
+        BackendSpec(
+            name=Backend.DEVICE_MAP,
+            summary="one process, layers split over the devices (accelerate big-model inference placement)",
+            launchers=(Launcher.PYTHON,),
+            multi_process=False,
+            accelerate_type=None,
+            sharding=Sharding(Placement.SPLIT, Placement.SPLIT, Placement.SPLIT, Placement.SPLIT),
+            engagement=EngagementRule(distributed_types=_NO, min_model_devices=2),
+            min_devices=2,
+            splits_layers=True,
+        ),
+        BackendSpec(
+            name=Backend.FSDP,
+            summary="accelerate's FSDP2: parameters, gradients and optimizer state sharded per transformer block",
+            launchers=(Launcher.ACCELERATE,),
+            multi_process=True,
+            accelerate_type="FSDP",
+            sharding=Sharding(_S, _S, _S, _S),
+            engagement=EngagementRule(distributed_types=("FSDP",), fsdp_modules=True),
+            fsdp_version=2,
+        ),
+        BackendSpec(
+            name=Backend.ZERO2,
+            summary="DeepSpeed ZeRO-2: gradients and optimizer state sharded; the reference model is replicated",
+            launchers=(Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
+            multi_process=True,
+            accelerate_type="DEEPSPEED",
+            # TRL's prepare_deepspeed initialises the reference at stage 0 under ZeRO-1/2: a full copy per rank.
+            sharding=Sharding(_R, _S, _S, _R),
+            engagement=EngagementRule(distributed_types=("DEEPSPEED",), wrapper="DeepSpeedEngine", zero_stage=2),
+            deepspeed=DeepSpeedSettings(stage=2),
+        ),
+        _ZERO3,
+        _with_optimizer_offload(_ZERO3, Backend.ZERO3_OFFLOAD, "cpu"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    """What any launcher's command line is made of."""
+
+    python: str
+    processes: int
+    port: int
+    worker: tuple[str, ...]
+    """`-m bench.worker SPEC.json`"""
+    accelerate_config: str | None = None
+
+
+@dataclass(frozen=True)
+class LauncherSpec:
+    name: Launcher
+    summary: str
+    program: str | None
+    """Executable installed beside the interpreter (or on PATH); None: the interpreter itself."""
+    rank_env: tuple[str, str, str] | None
+    """(global rank, local rank, world size) variables each rank finds; None: a single process, rank 0 of 1."""
+    argv: Callable[["LauncherSpec", LaunchInputs, str], list[str]]
+    """Built from the inputs and the resolved program path."""
+    reads_accelerate_config: bool = False
+    """Launched with a generated accelerate.yaml, which also carries the DeepSpeed config (otherwise the worker
+    passes it to TrainingArguments(deepspeed=))."""
+    rank_exit: re.Pattern[str] | None = None
+    """How the launcher reports a rank that died: named groups `rank` and `code` (exit code) or `signal`."""
+    root_env: tuple[tuple[str, str], ...] = ()
+    """Extra environment when run as root."""
+
+    @property
+    def multi_process(self) -> bool:
+        return self.rank_env is not None
+
+
+def _python_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
+    return [program, *inputs.worker]
+
+
+def _torchrun_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
+    return [program, "--standalone", f"--nproc_per_node={inputs.processes}", *inputs.worker]
+
+
+def _accelerate_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
+    if inputs.accelerate_config is None:
+        raise ValueError("accelerate needs its generated config file")
+    return [program, "launch", "--config_file", inputs.accelerate_config, *inputs.worker]
+
+
+def _deepspeed_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
+    module, *rest = inputs.worker[1:]  # `-m bench.worker SPEC` -> `--module bench.worker SPEC`
+    return [
+        program,
+        f"--num_gpus={inputs.processes}",
+        f"--master_port={inputs.port}",
+        "--no_local_rank",
+        "--module",
+        module,
+        *rest,
+    ]
+
+
+def _mpirun_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
+    forwarded = [arg for name in ("MASTER_ADDR", "MASTER_PORT") for arg in ("-x", name)]
+    return [program, "-np", str(inputs.processes), "--oversubscribe", *forwarded, inputs.python, *inputs.worker]
+
+
+_TORCHELASTIC_RANK_EXIT = re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-\d+)")
+_TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+LAUNCHERS: dict[Launcher, LauncherSpec] = {
+    spec.name: spec
+    for spec in (
+        LauncherSpec(
+            name=Launcher.PYTHON,
+            summary="the worker module run by the interpreter: one process",
+            program=None,
+            rank_env=None,
+            argv=_python_argv,
+        ),
+        LauncherSpec(
+            name=Launcher.TORCHRUN,
+            summary="torch.distributed.run, standalone rendezvous on this machine",
+            program="torchrun",
+            rank_env=_TORCH_RANK_ENV,
+            argv=_torchrun_argv,
+            rank_exit=_TORCHELASTIC_RANK_EXIT,
+        ),
+        LauncherSpec(
+            name=Launcher.ACCELERATE,
+            summary="`accelerate launch` with a generated accelerate.yaml (torchrun underneath)",
+            program="accelerate",
+            rank_env=_TORCH_RANK_ENV,
+            argv=_accelerate_argv,
+            reads_accelerate_config=True,
+            rank_exit=_TORCHELASTIC_RANK_EXIT,
+        ),
+        LauncherSpec(
+            name=Launcher.DEEPSPEED,
+            summary="the `deepspeed` launcher (pdsh-free, one node)",
+            program="deepspeed",
+            rank_env=_TORCH_RANK_ENV,
+            argv=_deepspeed_argv,
+        ),
+        LauncherSpec(
+            name=Launcher.MPIRUN,
+            summary="Open MPI's mpirun; accelerate reads OMPI_COMM_WORLD_* for the rank",
+            program="mpirun",
+            rank_env=("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+            argv=_mpirun_argv,
+            rank_exit=re.compile(
+                r"process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)"
+            ),
+            root_env=(("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")),
+        ),
+    )
+}
+
+
+def backend_spec(backend: Backend | str) -> BackendSpec:
+    return BACKENDS[Backend(backend)]
+
+
+def launcher_spec(launcher: Launcher | str) -> LauncherSpec:
+    return LAUNCHERS[Launcher(launcher)]
+
+
+def rank_from_env(launcher: Launcher | str, environ: dict[str, str]) -> tuple[int, int, int]:
+    """(rank, local rank, world size) as `launcher` tells each process; (0, 0, 1) for a single process."""
+    names = launcher_spec(launcher).rank_env
+    if names is None:
+        return 0, 0, 1
+    rank, local, world = (environ.get(name) for name in names)
+    return int(rank or 0), int(local or 0), int(world or 1)

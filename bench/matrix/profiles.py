@@ -1,0 +1,183 @@
+"""Hardware profiles and workloads: typed schemas and loading from scenarios/."""
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from bench.errors import BenchError
+from bench.matrix.yaml_schema import Strict, load_yaml_model
+from bench.paths import SCENARIOS_DIR
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class HardwareProfile(Strict):
+    name: str
+    description: str = ""
+    device: Literal["cpu", "cuda", "hpu"]
+    device_count: int = Field(ge=1, description="devices one process can split a model over (device_map); per node")
+    processes: int = Field(ge=1, description="world size of multi-process backends, over every node")
+    nodes: int = Field(
+        default=1, ge=1, description="machines one cell spans (slurm executor, bench/matrix/multinode.py)"
+    )
+    node_memory_gb: float | None = Field(default=None, gt=0, description="slurm executor: --mem of each node of a cell")
+    memory_per_device_gb: float | None = Field(default=None, gt=0)
+    peak_tflops: float | None = Field(default=None, gt=0, description="peak dense bf16 TFLOP/s per device")
+    precision: Literal["fp32", "bf16", "fp16"]
+    image_flavor: Literal["cpu", "cuda", "hpu"]
+    workload: str
+    timeout_s: int = Field(ge=10, description="wall-clock limit of one cell")
+    threads_per_process: int = Field(default=1, ge=1)
+    container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
+    container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")
+    shm_size_gb: float | None = Field(default=None, gt=0, description="docker executor: --shm-size of a cell")
+    memory_budget_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="local executor: per-rank host memory limit (GiB), enforced by a kernel memory cgroup per rank",
+    )
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        return None if self.memory_budget_gb is None else int(self.memory_budget_gb * 2**30)
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.processes // self.nodes
+
+    @model_validator(mode="after")
+    def _processes_fill_the_nodes(self) -> "HardwareProfile":
+        if self.processes % self.nodes:
+            raise ValueError(f"processes ({self.processes}) must be a multiple of nodes ({self.nodes})")
+        return self
+
+
+class ModelSpec(Strict):
+    weights: Literal["random", "pretrained"]
+    config: str | None = Field(default=None, description="config.json under scenarios/workloads/ (random weights)")
+    source: str | None = Field(default=None, description="hub id or local folder (pretrained weights)")
+    seed: int = 0
+
+    @field_validator("config")
+    @classmethod
+    def _config_inside_scenarios(cls, value: str | None) -> str | None:
+        if value is not None:
+            inside_folder(SCENARIOS_DIR / "workloads", value)
+        return value
+
+
+class TokenizerSpec(Strict):
+    kind: Literal["train_bpe", "pretrained"]
+    vocab_size: int = Field(default=512, ge=64)
+    source: str | None = None
+
+
+class SyntheticPrefs(Strict):
+    """Generated preference pairs (bench/assets/synthetic_prefs.py) with long-tailed prompt/answer lengths, capped so
+    prompt + answer fits the workload's max_length. Lengths are in approximate tokens (words x ~1.3)."""
+
+    rows: int = Field(default=1000, ge=8)
+    seed: int = 0
+    prompt_median_tokens: int = Field(default=96, ge=1)
+    answer_median_tokens: int = Field(default=320, ge=1)
+    sigma: float = Field(default=0.9, gt=0, le=3, description="log-normal spread: larger = longer tail")
+
+
+class DatasetSpec(Strict):
+    source: str | None = Field(default=None, description="folder under scenarios/data/, or a hub dataset name")
+    split: str = "train"
+    synthetic: SyntheticPrefs | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _source_stays_inside(cls, value: str | None) -> str | None:
+        # A relative path would also be found by load_dataset from the working directory: keep it inside scenarios/.
+        if value is not None and (value.startswith(("/", "~")) or ".." in Path(value).parts):
+            raise ValueError(f"dataset source {value!r} must be a folder under scenarios/ or a hub dataset name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetSpec":
+        if (self.source is None) == (self.synthetic is None):
+            raise ValueError("set exactly one of 'source' (shipped folder or hub dataset) and 'synthetic'")
+        return self
+
+
+class TrainSpec(Strict):
+    max_length: int = Field(ge=8)
+    per_device_train_batch_size: int = Field(ge=1)
+    steps: int = Field(ge=2)
+    warmup_steps: int = Field(ge=0)
+    learning_rate: float = Field(default=5e-5, gt=0)
+    beta: float = Field(default=0.1, gt=0)
+    gradient_checkpointing: bool = True
+    seed: int = 0
+
+
+class LoraSpec(Strict):
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(min_length=1)
+    learning_rate: float | None = Field(
+        default=None, gt=0, description="learning rate of adapter training (default: train.learning_rate)"
+    )
+
+
+class Workload(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    tokenizer: TokenizerSpec
+    dataset: DatasetSpec
+    train: TrainSpec
+    lora: LoraSpec
+
+    @field_validator("train")
+    @classmethod
+    def _warmup_below_steps(cls, value: TrainSpec) -> TrainSpec:
+        if value.warmup_steps >= value.steps:
+            raise ValueError(f"warmup_steps ({value.warmup_steps}) must be below steps ({value.steps})")
+        return value
+
+
+def inside_folder(folder: Path, relative: str) -> Path:
+    """Resolve `relative` under `folder`, refusing anything that escapes it."""
+    candidate = (folder / relative).resolve()
+    if not candidate.is_relative_to(folder.resolve()):
+        raise ValueError(f"path {relative!r} escapes {folder.name}/")
+    return candidate
+
+
+def checked_name(kind: str, name: str, folder: Path) -> Path:
+    if not NAME_PATTERN.match(name):
+        raise BenchError(f"invalid {kind} name {name!r}: use letters, digits, '_', '-', '.'")
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(available(folder)) or "none"
+        raise BenchError(f"unknown {kind} {name!r}; available: {known}")
+    return path
+
+
+def available(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def load_profile(name: str, scenarios: Path = SCENARIOS_DIR) -> HardwareProfile:
+    folder = scenarios / "hardware"
+    path = checked_name("hardware profile", name, folder)
+    profile = load_yaml_model(path, HardwareProfile)
+    if profile.name != name:
+        raise BenchError(f"{path.name}: key 'name': {profile.name!r} does not match the file name {name!r}")
+    return profile
+
+
+def load_workload(name: str, scenarios: Path = SCENARIOS_DIR) -> Workload:
+    folder = scenarios / "workloads"
+    path = checked_name("workload", name, folder)
+    workload = load_yaml_model(path, Workload)
+    if workload.name != name:
+        raise BenchError(f"{path.name}: key 'name': {workload.name!r} does not match the file name {name!r}")
+    return workload

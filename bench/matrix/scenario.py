@@ -1,0 +1,222 @@
+"""Matrix axes, cells, expansion of scenarios/matrix.yaml, and the not-applicable rules.
+
+The rules here are the single source of every N/A cell in every table.
+"""
+
+import datetime as dt
+import fnmatch
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from bench.errors import BenchError
+from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.backends import backend_spec
+from bench.matrix.profiles import HardwareProfile
+from bench.matrix.recipes import newcomer_differs
+from bench.matrix.yaml_schema import Strict, load_yaml_model
+from bench.paths import SCENARIOS_DIR
+
+
+def base_cell_id(init: str, quant: str, backend: str) -> str:
+    return f"{init}-{quant}-{backend}"
+
+
+def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
+    """A row with another launcher, options or the newcomer setup: its id carries a `+` suffix beyond
+    init-quant-backend."""
+    return cell_id != base_cell_id(init, quant, backend)
+
+
+class Cell(Strict):
+    init: Init
+    quant: Quant
+    backend: Backend
+    launcher: Launcher
+    options: tuple[Option, ...] = ()
+    setup: Setup = Setup.RECIPE
+    """The documented recipe (no suffix, as every cell before setups existed) or `+newcomer`."""
+
+    @property
+    def id(self) -> str:
+        suffix = ""
+        if self.launcher != backend_spec(self.backend).default_launcher:
+            suffix += f"+{self.launcher}"
+        for option in sorted(self.options):
+            suffix += f"+{option}"
+        if self.setup != Setup.RECIPE:
+            suffix += f"+{self.setup}"
+        return self.base_id + suffix
+
+    @property
+    def base_id(self) -> str:
+        """The init x quant x backend cell this one is a variant of (itself for a base cell)."""
+        return base_cell_id(self.init, self.quant, self.backend)
+
+    @property
+    def is_variant(self) -> bool:
+        return is_variant_id(self.id, self.init, self.quant, self.backend)
+
+    @property
+    def uses_adapters(self) -> bool:
+        return self.init != Init.TWO_MODELS
+
+
+class Axes(Strict):
+    init: list[Init] = Field(min_length=1)
+    quant: list[Quant] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+
+
+class Variant(Strict):
+    """Extra rows: the same init x quant x backend run with another launcher, options and/or the newcomer setup."""
+
+    init: list[Init] = Field(min_length=1)
+    quant: list[Quant] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+    launcher: Launcher | None = None
+    options: list[Option] = []
+    setup: Setup = Setup.RECIPE
+    added: dt.datetime | None = None
+    """When the rows joined the matrix: a run that started before that is complete without them."""
+
+    @model_validator(mode="after")
+    def _launcher_fits_backends(self) -> "Variant":
+        if self.launcher is None and not self.options and self.setup == Setup.RECIPE:
+            raise ValueError("a variant needs a launcher, options or setup: newcomer")
+        for backend in self.backend:
+            supported = backend_spec(backend).launchers
+            if self.launcher is not None and self.launcher not in supported:
+                allowed = ", ".join(supported)
+                raise ValueError(f"launcher {self.launcher} cannot launch backend {backend}; allowed: {allowed}")
+        return self
+
+
+class MatrixSpec(Strict):
+    axes: Axes
+    variants: list[Variant] = []
+
+
+def load_matrix(path: Path = SCENARIOS_DIR / "matrix.yaml") -> MatrixSpec:
+    return load_yaml_model(path, MatrixSpec)
+
+
+def _variant_cells(variant: Variant) -> list[Cell]:
+    return [
+        Cell(
+            init=init,
+            quant=quant,
+            backend=backend,
+            launcher=variant.launcher or backend_spec(backend).default_launcher,
+            options=tuple(variant.options),
+            setup=variant.setup,
+        )
+        for init in variant.init
+        for quant in variant.quant
+        for backend in variant.backend
+    ]
+
+
+def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
+    """Cell id -> when its (dated) variant row joined the matrix."""
+    added: dict[str, dt.datetime] = {}
+    for variant in matrix.variants:
+        if variant.added is not None:
+            for cell in _variant_cells(variant):
+                added[cell.id] = min(added.get(cell.id, variant.added), variant.added)
+    return added
+
+
+def expand(matrix: MatrixSpec) -> list[Cell]:
+    """Every cell of the matrix, base cells first, in a stable order."""
+    cells: list[Cell] = []
+    axes = matrix.axes
+    for init in axes.init:
+        for quant in axes.quant:
+            for backend in axes.backend:
+                cells.append(
+                    Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+                )
+    for variant in matrix.variants:
+        cells += _variant_cells(variant)
+    seen: set[str] = set()
+    unique = []
+    for cell in cells:
+        if cell.id not in seen:
+            seen.add(cell.id)
+            unique.append(cell)
+    return unique
+
+
+def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
+    """Cells whose id matches any of the comma-separated glob patterns (all when no pattern)."""
+    cells = list(cells)
+    if not pattern:
+        return cells
+    patterns = [p.strip() for p in pattern.split(",") if p.strip()]
+    chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    if not chosen:
+        raise BenchError(f"--filter {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
+    return chosen
+
+
+# --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
+
+Rule = Callable[[Cell, HardwareProfile], str | None]
+
+
+def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.quant != Quant.NONE and cell.init == Init.TWO_MODELS:
+        return (
+            f"full fine-tuning of {cell.quant} weights is impossible: quantized weights are frozen and need adapters "
+            "(use one_adapter or two_adapters)"
+        )
+    return None
+
+
+def backend_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
+    needed = backend_spec(cell.backend).min_devices
+    if profile.device_count < needed:
+        return f"{cell.backend} needs >={needed} devices; profile {profile.name} has {profile.device_count}"
+    return None
+
+
+def distributed_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
+    if backend_spec(cell.backend).multi_process and profile.processes < 2:
+        return f"{cell.backend} needs >=2 processes; profile {profile.name} has {profile.processes}"
+    return None
+
+
+def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | None:
+    if Option.PRECOMPUTE_REF in cell.options and cell.init == Init.TWO_ADAPTERS:
+        return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
+    return None
+
+
+def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.setup == Setup.NEWCOMER and not newcomer_differs(cell, profile.device):
+        recipe_id = cell.model_copy(update={"setup": Setup.RECIPE}).id
+        return f"on {profile.device} the recipe sets nothing a newcomer leaves out: this row would repeat {recipe_id}"
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    quantized_full_finetune,
+    backend_needs_devices,
+    distributed_needs_processes,
+    precompute_needs_reference,
+    newcomer_needs_a_difference,
+)
+
+
+def not_applicable_reason(cell: Cell, profile: HardwareProfile) -> str | None:
+    for rule in RULES:
+        reason = rule(cell, profile)
+        if reason is not None:
+            return f"{rule.__name__}: {reason}"
+    return None
+
+
+def world_size(cell: Cell, profile: HardwareProfile) -> int:
+    return profile.processes if backend_spec(cell.backend).multi_process else 1

@@ -1,0 +1,99 @@
+"""Safe YAML loading into typed schemas, with one-line errors that name the file and the key."""
+
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from bench.errors import BenchError
+from bench.matrix.packages import PACKAGES
+from bench.paths import PROJECT_ROOT
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _https_links(value: tuple[str, ...]) -> tuple[str, ...]:
+    for link in value:
+        if not link.startswith("https://"):
+            raise ValueError(f"{link!r} is not an https:// link")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value.strip():
+        raise ValueError("must be one line")
+    return value.strip()
+
+
+def _package_specifiers(value: dict[str, str]) -> dict[str, str]:
+    for package, specifier in value.items():
+        if package not in PACKAGES:
+            raise ValueError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
+        try:
+            SpecifierSet(specifier)
+        except InvalidSpecifier:
+            raise ValueError(f"{package}: {specifier!r} is not a PEP 440 version specifier") from None
+    return value
+
+
+HttpsLinks = Annotated[tuple[str, ...], AfterValidator(_https_links)]
+OneLine = Annotated[str, AfterValidator(_one_line)]
+PackageSpecifiers = Annotated[dict[str, str], AfterValidator(_package_specifiers)]
+"""Package (one of bench.matrix.packages.PACKAGES) -> PEP 440 specifier set."""
+
+
+class Strict(BaseModel):
+    """Base for every schema read from user files: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def read_yaml(path: Path) -> object:
+    if not path.is_file():
+        raise BenchError(f"{display_path(path)}: file not found")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BenchError(f"{display_path(path)}: malformed YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise BenchError(f"{display_path(path)}: not UTF-8 text") from None
+
+
+def describe_validation_error(source: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(part) for part in err["loc"]) or "<top level>"
+    ctx = err.get("ctx") or {}
+    if err["type"] == "extra_forbidden":
+        return f"{source}: unknown key '{key}'"
+    if err["type"] == "missing":
+        return f"{source}: missing key '{key}'"
+    if "expected" in ctx:
+        got = err.get("input")
+        return f"{source}: key '{key}': unknown value {got!r}; allowed: {ctx['expected']}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{source}: key '{key}': {msg}"
+
+
+def parse_model(source: str, data: object, model: type[Model]) -> Model:
+    if not isinstance(data, dict):
+        raise BenchError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BenchError(describe_validation_error(source, exc)) from None
+
+
+def load_yaml_model(path: Path, model: type[Model]) -> Model:
+    return parse_model(display_path(path), read_yaml(path), model)

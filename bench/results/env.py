@@ -1,0 +1,127 @@
+"""The environment fingerprint of a run (env.json): what it ran on and with which software, written once per run."""
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bench.errors import BenchError
+from bench.matrix.packages import installed_versions
+from bench.paths import PROJECT_ROOT
+from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
+from bench.results.store import now_iso
+from bench.secrets import redact
+
+ENV_FILE = "env.json"
+
+
+def lock_file_hash(lock: Path) -> str | None:
+    return hashlib.sha256(lock.read_bytes()).hexdigest()[:16] if lock.is_file() else None
+
+
+CODE_PATHS = ("bench", "scenarios", "docker", "pyproject.toml", "Makefile")
+"""What a cell's behaviour depends on in the checkout; results/ and docs do not count."""
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_sha() -> str | None:
+    return (_git("rev-parse", "HEAD") or "").strip() or None
+
+
+def git_dirty() -> bool | None:
+    """Whether the code that runs differs from `git_sha` (changed or new files under CODE_PATHS); None outside git."""
+    status = _git("status", "--porcelain", "--", *CODE_PATHS)
+    return None if status is None else bool(status.strip())
+
+
+def cpu_model() -> str | None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return None
+    lines = cpuinfo.read_text().splitlines()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+
+
+def detect_hardware() -> HostHardware:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    gpus = []
+    if cuda:
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            gpus.append(Gpu(name=props.name, memory_bytes=props.total_memory))
+    return HostHardware(
+        machine=platform.machine(),
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count(),
+        memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        cuda_available=cuda,
+        cuda=torch.version.cuda if cuda else None,
+        gpus=gpus,
+    )
+
+
+def _project_relative(path: Path) -> str:
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
+
+
+def environment_fingerprint(
+    hardware: str, workload: str, executor: str, lock: Path | None, image: str | None
+) -> EnvFingerprint:
+    """`lock`: the image flavour's lock file, None for a flavour without one (hpu)."""
+    return EnvFingerprint(
+        created_at=now_iso(),
+        hardware_profile=hardware,
+        workload=workload,
+        executor=executor,
+        image=image,
+        hardware=detect_hardware(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        packages=installed_versions(),
+        lock_file=_project_relative(lock) if lock else None,
+        lock_hash=lock_file_hash(lock) if lock else None,
+        git_sha=git_sha(),
+        git_dirty=git_dirty(),
+        command=redact(" ".join(sys.argv)),
+    )
+
+
+def read_env(run_dir: Path) -> EnvFingerprint | None:
+    """A run's env.json, None when it has none; one-line error when it is not a fingerprint."""
+    path = run_dir / ENV_FILE
+    if not path.is_file():
+        return None
+    try:
+        return EnvFingerprint.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise BenchError(f"{path}: not a valid environment fingerprint ({where}: {first['msg']})") from None
+
+
+def write_env(run_dir: Path, env: EnvFingerprint) -> None:
+    """Write env.json once; resuming a run checks that the software it measures with is still the same."""
+    path = run_dir / ENV_FILE
+    old = read_env(run_dir)
+    if old is not None:
+        if (old.lock_hash, old.packages) != (env.lock_hash, env.packages):
+            raise BenchError(
+                f"{path}: this run was measured with other package versions; start a new run instead of resuming"
+            )
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(redact(env.model_dump_json(indent=2)))
+    tmp.replace(path)

@@ -1,0 +1,191 @@
+"""The result record: one schema-versioned JSON line per cell."""
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from bench.judge.engagement import Engagement
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    SILENT_FALLBACK = "silent_fallback"
+    NOT_APPLICABLE = "not_applicable"
+    UNTESTED = "untested"
+    """Not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked."""
+    PREDICTED_OOM = "predicted_oom"
+    """Not run: the memory estimator predicts this cell needs more than the device has, by a clear margin
+    (bench/estimate); recorded with its prediction. `--run-predicted-oom` runs it anyway."""
+    LEARNING_FAILED = "learning_failed"
+    """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the
+    reference is not the initial policy), or a loss that did not fall (bench/judge/learning.py)."""
+
+
+class ErrorClass(StrEnum):
+    DEVICE_MISMATCH = "device_mismatch"
+    INCOMPATIBLE = "incompatible"
+    IMPORT = "import"
+    CONFIG = "config"
+    COMM = "comm"
+    CRASH = "crash"
+    OTHER = "other"
+    VERSION = "version"
+    """A package is outside the versions the cell's recipe needs (scenarios/recipes.yaml); nothing was trained."""
+    NODE_FAIL = "node_fail"
+    """Slurm: a node of the job failed (job state NODE_FAIL)."""
+    PREEMPTED = "preempted"
+    """Slurm: the job was preempted by a higher-priority job."""
+    CANCELLED = "cancelled"
+    """Slurm: the job was cancelled (scancel, or by an administrator) before the worker reported."""
+
+
+class RankMemoryFigures(BaseModel):
+    """One rank's memory, host side. baseline: after the libraries are imported, before the model loads.
+    kernel_peak: the peak usage of the rank's own memory cgroup (the kernel's figure, page cache it charged
+    included), None without a memory budget. peak_rss: VmHWM over the whole process life."""
+
+    rank: int
+    baseline_rss_bytes: int | None = None
+    baseline_cgroup_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    kernel_peak_bytes: int | None = None
+    limit_bytes: int | None = None
+    oom_killed: bool = False
+
+
+class Learning(BaseModel):
+    """The learning check's evidence. Losses are the mean over ranks of each rank's DPO loss at that step;
+    reward accuracy is TRL's rank-gathered `rewards/accuracies` of the last step."""
+
+    first_loss: float | None
+    last_loss: float | None
+    end_loss: float | None = None
+    """Mean loss over the last quarter of the steps (at least 3): what the decrease is judged on."""
+    reward_accuracy: float | None
+    losses: list[float | None] = []
+    """Per step; None where the loss was not finite."""
+    failures: list[str] = []
+    """Why the check failed (empty: passed)."""
+
+
+class PredictionSummary(BaseModel):
+    """What the memory estimator (bench/estimate) predicted for a cell, per device, before it ran. A prediction,
+    never a measurement."""
+
+    estimator_version: str
+    train_bytes: float | None
+    """Per device training peak: what metrics.model_memory_bytes (CPU) or CUDA max allocated (GPU) measures."""
+    total_bytes: float | None
+    """train + context / library baseline + allocator slack: what is held against usable_bytes."""
+    usable_bytes: float | None
+    verdict: str
+    """fits, predicted_oom or unknown (no memory limit known)."""
+    margin_bytes: float | None
+    terms: dict[str, float] = {}
+
+
+class Metrics(BaseModel):
+    """Steady-state throughput (warm-up steps excluded) and memory peaks, max over ranks.
+
+    tokens: non-padding tokens of chosen + rejected sequences seen by the policy, summed over ranks (TRL's
+    num_tokens). Step time: interval between consecutive step ends (data loading included).
+    memory_kind: `rss` (host peak resident set, CPU profiles) or `cuda_allocated` (torch max_memory_allocated).
+    nvml_peak_bytes: NVML per-process used GPU memory (allocator reserve + CUDA context), sampled in the
+    background over load and training, max over devices and ranks; None without pynvml or a GPU.
+    mfu: model FLOPs utilisation, set when the profile has peak_tflops; flops_per_token and the convention
+    (bench/judge/mfu.py) alongside it.
+    """
+
+    tokens_per_s: float
+    pairs_per_s: float
+    step_time_median_s: float
+    step_time_p90_s: float
+    steps: int
+    warmup_steps: int
+    tokens_total: int
+    memory_kind: str
+    load_peak_bytes: int | None
+    train_peak_bytes: int | None
+    cuda_reserved_peak_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+    mem_growth_per_step_bytes: float | None
+    load_s: float | None
+    mfu: float | None = None
+    flops_per_token: float | None = None
+    mfu_convention: str | None = None
+    nvml_peak_bytes: int | None = None
+    baseline_bytes: int | None = None
+    """Library baseline of the rank with the largest model memory (same kind as peak_bytes)."""
+    peak_bytes: int | None = None
+    """Raw peak per rank, max over ranks: the kernel's cgroup peak under a memory budget, else peak RSS on CPU,
+    else CUDA max allocated."""
+    model_memory_bytes: int | None = None
+    """peak - baseline, max over ranks: what the model, its training state and its activations took."""
+    cpu_s_per_step_median: float | None = None
+    """Process CPU seconds (user + system, all threads) per steady step of the lead rank, median over steps: the
+    work a step took, which other processes on the same cores barely change (wall time stretches with them).
+    None in older records."""
+    step_times_s: list[float] = []
+    """The lead rank's steady step times (intervals between step ends after warm-up), for per-step exports
+    (`export --format pytest-benchmark`); empty in older records."""
+
+
+class ResultRecord(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    cell_id: str
+    trial: int = 0
+    """Repeat index (0-based) when a run measures each cell several times (--repeats)."""
+    init: str
+    quant: str
+    backend: str
+    launcher: str
+    options: list[str] = []
+    setup: str = "recipe"
+    """`recipe` (the documented settings, scenarios/recipes.yaml) or `newcomer` (a `+newcomer` row: without them)."""
+    hardware: str
+    workload: str
+    status: Status
+    error_class: ErrorClass | None = None
+    message: str = ""
+    known_issue: str | None = None
+    """Upstream link of the known issue the failure matches (scenarios/known_issues.yaml), if any."""
+    known_issue_note: str | None = None
+    """That entry's one-line explanation."""
+    mismatches: list[str] = []
+    metrics: Metrics | None = None
+    learning: Learning | None = None
+    prediction: PredictionSummary | None = None
+    """The memory estimator's prediction for this cell, made before it ran."""
+    memory_budget_bytes: int | None = None
+    """Per-rank memory limit (kernel memory cgroup) the cell ran under; None: no budget."""
+    rank_memory: list[RankMemoryFigures] = []
+    engagement: Engagement | None = None
+    world_size: int = 1
+    exit_code: int | None = None
+    signal: str | None = None
+    wall_s: float | None = None
+    log_tail: str = ""
+    config_files: list[str] = []
+    started_at: str | None = None
+    finished_at: str | None = None
+    executor: str = "local"
+    slurm_job_id: str | None = None
+    """The Slurm job that ran the cell (slurm executor)."""
+    slurm_state: str | None = None
+    """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
+    image: str | None = None
+    emulated: bool = False
+    """Run with --emulate: a smaller profile on bigger GPUs (memory capped per process, devices limited).
+    Memory answers (fits / OOM, peaks) are valid; speed and MFU are those of the bigger GPU, not the profile's."""
+
+
+EMULATED_NOTE = (
+    "Emulated run (--emulate): a smaller profile on bigger GPUs with per-process memory capped to the profile's. "
+    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed."
+)

@@ -1,0 +1,194 @@
+"""Cell -> launcher command line, environment and the native config files it needs.
+
+Planning is pure: `plan_launch` returns the argv, the environment and the content of every file the launch
+needs (the worker spec, accelerate.yaml, deepspeed.json); `write_files` puts them on disk. The files go next to
+the cell's results (configs/<cell-id>/) so a user can reuse them: accelerate.yaml is accelerate's own
+ClusterConfig; deepspeed.json is a DeepSpeed config whose batch/precision fields are `auto`, filled in by the HF
+Trainer integration. How each launcher builds its argv and tells ranks who they are: bench/matrix/backends.py.
+"""
+
+import json
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench.matrix.backends import BackendSpec, LaunchInputs, backend_spec, launcher_spec
+from bench.matrix.profiles import HardwareProfile
+from bench.matrix.recipes import Settings, resolve
+from bench.matrix.scenario import Cell, world_size
+from bench.worker.spec import WorkerSpec
+
+WORKER_MODULE = "bench.worker"
+SPEC_FILE = "spec.json"
+DEEPSPEED_FILE = "deepspeed.json"
+ACCELERATE_FILE = "accelerate.yaml"
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)
+    """Every file the launch reads, path -> content; written by `write_files` before the launch."""
+    ranks: int = 1
+    """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
+    launcher: str | None = None
+    inputs: LaunchInputs | None = None
+    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
+
+    @property
+    def config_files(self) -> list[Path]:
+        return list(self.files)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def deepspeed_config(backend: BackendSpec) -> dict:
+    if backend.deepspeed is None:
+        raise ValueError(f"backend {backend.name} does not run DeepSpeed")
+    zero: dict = {"stage": backend.deepspeed.stage}
+    if backend.deepspeed.offload_optimizer:
+        zero["offload_optimizer"] = {"device": backend.deepspeed.offload_optimizer}
+    # On CPU a `train_batch_size: auto` breaks ZeRO-3 at model load; the Trainer derives it from the rest.
+    return {
+        "zero_optimization": zero,
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+def fsdp_config(backend: BackendSpec, settings: Settings) -> dict | None:
+    """accelerate's fsdp_config: the backend's FSDP version and wrapping, plus what the recipe sets."""
+    if not backend.fsdp_version:
+        return None
+    config: dict = {
+        "fsdp_version": backend.fsdp_version,
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_reshard_after_forward": True,
+    }
+    if settings.fsdp_cpu_ram_efficient_loading is not None:
+        config["fsdp_cpu_ram_efficient_loading"] = settings.fsdp_cpu_ram_efficient_loading
+    return config
+
+
+def accelerate_deepspeed_config(deepspeed_file: Path | None, settings: Settings) -> dict | None:
+    """accelerate's deepspeed_config: the generated DeepSpeed file, plus what the recipe sets."""
+    if deepspeed_file is None:
+        return None
+    config: dict = {"deepspeed_config_file": str(deepspeed_file)}
+    if settings.zero3_init_flag is not None:
+        config["zero3_init_flag"] = settings.zero3_init_flag
+    return config
+
+
+def accelerate_config(
+    cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None, settings: Settings | None = None
+) -> dict:
+    """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save. `settings`:
+    the cell's recipe (resolved from scenarios/recipes.yaml when not given)."""
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    backend = backend_spec(cell.backend)
+    if backend.accelerate_type is None:
+        raise ValueError(f"accelerate cannot launch backend {cell.backend}")
+    settings = resolve(cell, profile.device).settings if settings is None else settings
+    fsdp = fsdp_config(backend, settings)
+    deepspeed = accelerate_deepspeed_config(deepspeed_file, settings)
+    return ClusterConfig(
+        compute_environment="LOCAL_MACHINE",
+        # `use_cpu: true` makes `accelerate launch` start ONE process whatever num_processes says; MULTI_GPU with
+        # use_cpu false starts real gloo ranks on a CPU-only machine (the worker's DPOConfig sets use_cpu itself).
+        distributed_type=backend.accelerate_type,
+        # With a deepspeed_config_file accelerate refuses its own precision setting: the DeepSpeed file decides.
+        mixed_precision=None if deepspeed else ("no" if profile.precision == "fp32" else profile.precision),
+        use_cpu=False,
+        num_processes=world_size(cell, profile),
+        num_machines=1,
+        machine_rank=0,
+        main_process_ip="127.0.0.1",
+        main_process_port=port,
+        rdzv_backend="static",
+        same_network=True,
+        deepspeed_config=deepspeed,
+        fsdp_config=fsdp,
+        debug=False,
+    ).to_dict()
+
+
+def program_path(python: str, name: str | None) -> str:
+    """The launcher installed beside the interpreter (same venv), else whatever PATH has; None: the interpreter."""
+    if name is None:
+        return python
+    candidate = Path(python).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def plan_launch(
+    spec: WorkerSpec, config_dir: Path, port: int, python: str = sys.executable, as_root: bool = False
+) -> LaunchPlan:
+    """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
+    written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root."""
+    cell, profile = spec.cell, spec.profile
+    backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
+    spec_path = config_dir / SPEC_FILE
+    files: dict[Path, str] = {}
+
+    ds_file = None
+    if backend.deepspeed is not None:
+        ds_file = config_dir / DEEPSPEED_FILE
+        files[ds_file] = json.dumps(deepspeed_config(backend), indent=2)
+        if not launcher.reads_accelerate_config:
+            spec = spec.model_copy(update={"deepspeed_config": str(ds_file)})
+    accelerate_file = None
+    if launcher.reads_accelerate_config:
+        accelerate_file = config_dir / ACCELERATE_FILE
+        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, spec.recipe.settings))
+    files[spec_path] = spec.model_dump_json(indent=2)
+
+    inputs = LaunchInputs(
+        python=python,
+        processes=world_size(cell, profile),
+        port=port,
+        worker=("-m", WORKER_MODULE, str(spec_path)),
+        accelerate_config=str(accelerate_file) if accelerate_file else None,
+    )
+    env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {})
+    return LaunchPlan(
+        argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)),
+        env=env,
+        files=files,
+        ranks=world_size(cell, profile),
+        launcher=str(cell.launcher),
+        inputs=inputs,
+    )
+
+
+def write_files(plan: LaunchPlan) -> None:
+    for path, text in plan.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def _base_env(profile: HardwareProfile, port: int) -> dict[str, str]:
+    threads = str(profile.threads_per_process)
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }

@@ -1,0 +1,98 @@
+"""One DPO cell as a plain TRL script, without the suite: the baseline of bench/selfbench/overhead.py.
+
+The worker's own TRL trainer (bench/worker/build.py `trl_trainer`: the same models, trainer arguments, tokenizer
+and dataset) in one process, without the suite's launcher, rank reports, step recorder, memory probes or engagement
+check; its own minimal timing: wall clock and TRL's cumulative num_tokens between the end of the warm-up steps and
+the end of training (the suite's tokens_per_s definition).
+
+    python -m bench.selfbench.plain_dpo [--cell one_adapter-none-single] [--hw cpu]   # prints one JSON line
+"""
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from bench.assets.prepare import cell_dataset, prepare
+from bench.matrix.axes import Backend
+from bench.matrix.profiles import load_profile, load_workload
+from bench.matrix.scenario import Cell, expand, load_matrix
+from bench.worker.build import trl_trainer
+from bench.worker.spec import WorkerSpec
+
+
+class SteadyClock(TrainerCallback):
+    """Step-end times; TRL's token count at the end of step warmup+1 and of the last step."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.trainer: Any = None
+        self.ends: list[float] = []
+        self.marks: list[tuple[float, int]] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+        if state.global_step == self.warmup_steps + 1 or state.global_step == state.max_steps:
+            self.marks.append((self.ends[-1], int(self.trainer._total_train_tokens)))
+
+
+def matrix_cell(cell_id: str) -> Cell | None:
+    """The matrix's cell with this id (the ids the suite runs), None when there is none."""
+    return next((cell for cell in expand(load_matrix()) if cell.id == cell_id), None)
+
+
+def steady_speed(spec: WorkerSpec) -> dict[str, Any]:
+    """Train the cell once; its steady-state speed."""
+    train = spec.workload.train
+    clock = SteadyClock(train.warmup_steps)
+    trainer = trl_trainer(spec, [clock])
+    clock.trainer = trainer
+    trainer.train()
+    (start, start_tokens), (end, end_tokens) = clock.marks
+    logged = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
+    steady = clock.ends[train.warmup_steps :]
+    return {
+        "cell": spec.cell.id,
+        "tokens_per_s": (end_tokens - start_tokens) / (end - start),
+        "step_time_median_s": statistics.median([b - a for a, b in itertools.pairwise(steady)]),
+        "steady_steps": train.steps - train.warmup_steps - 1,
+        "tokens_total": end_tokens,
+        "logged_num_tokens": logged[-1] if logged else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.plain_dpo", description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", default="one_adapter-none-single", help="a cell id of the single backend")
+    parser.add_argument("--hw", default="cpu")
+    parser.add_argument("--workload", default=None)
+    args = parser.parse_args(argv)
+    cell = matrix_cell(args.cell)
+    if cell is None:
+        parser.error(f"unknown cell {args.cell!r}; `python -m bench list` shows the cell ids")
+    if cell.backend != Backend.SINGLE:
+        parser.error("the plain script runs cells of the single backend only (one process, one device)")
+
+    profile = load_profile(args.hw)
+    workload = load_workload(args.workload or profile.workload)
+    assets = prepare(workload)
+    torch.set_num_threads(profile.threads_per_process)
+    with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
+        assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, Path(out_dir) / "dataset")})
+        spec = WorkerSpec(cell=cell, profile=profile, workload=workload, assets=assets, out_dir=out_dir)
+        print(json.dumps(steady_speed(spec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""What one rank of a worker reports back: raw series, memory peaks, engagement, or its error."""
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from bench.judge.engagement import Engagement
+
+
+class RankReport(BaseModel):
+    rank: int
+    pid: int
+    hostname: str
+    load_s: float | None = None
+    train_start: float | None = None
+    step_ends: list[float] = []
+    cpu_times: list[float] = []
+    """Process CPU seconds (user + system, all threads) at each step end; empty in older reports."""
+    tokens: list[int] = []
+    memory_now: list[int] = []
+    memory_kind: str = "rss"
+    load_peak_bytes: int | None = None
+    train_peak_bytes: int | None = None
+    cuda_reserved_peak_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+    nvml_peak_bytes: int | None = None
+    baseline_rss_bytes: int | None = None
+    """RSS after the cell's libraries are imported, before the model loads."""
+    baseline_cgroup_bytes: int | None = None
+    """The rank's memory cgroup usage at the same moment (None without a memory budget)."""
+    losses: list[float | None] = []
+    """This rank's DPO loss per step (None: not finite)."""
+    reward_accuracies: list[float | None] = []
+    """TRL's rank-gathered rewards/accuracies per step."""
+    engagement: Engagement | None = None
+    error: str | None = None
+    traceback_tail: str | None = None
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(f".tmp{self.pid}")
+        tmp.write_text(self.model_dump_json())
+        tmp.replace(path)
+
+
+def read_rank_reports(folder: Path) -> tuple[list[RankReport], list[str]]:
+    """Every readable rank report in `folder`, and a problem line for each unreadable one."""
+    reports, problems = [], []
+    for path in sorted(folder.glob("rank*.json")):
+        try:
+            reports.append(RankReport.model_validate_json(path.read_text()))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path.name}: malformed rank report ({str(exc).splitlines()[0]})")
+    return reports, problems
