@@ -5,8 +5,9 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import NAME_PATTERN
-from bench.matrix.scenario import Cell, expand, load_matrix, rows_added
+from bench.matrix.scenario import expand, load_matrix, rows_added
 
 INTERRUPTED = 130
 """Exit status after a Ctrl-C (128 + SIGINT), whatever the command was doing."""
@@ -63,7 +64,7 @@ def resolve_run(path: str, scenarios: Path) -> Path:
     if not target.exists():
         raise BenchError(f"{target}: no such run dir or results file")
     if target.is_dir() and not (target / "results.jsonl").is_file() and any(target.glob("*/results.jsonl")):
-        from bench.report.runs import latest_complete_run
+        from bench.results.runs import latest_complete_run
 
         return latest_complete_run(target, cell_ids(scenarios), rows_added_in(scenarios))
     return target

@@ -37,11 +37,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.matrix.packages import PACKAGES
     from bench.report.matrix import render
     from bench.report.matrix_file import write_matrix
-    from bench.report.runs import run_is_complete
     from bench.results.env import environment_fingerprint, write_env
+    from bench.results.runs import run_is_complete
     from bench.results.store import load_results, new_run_id
+    from bench.run.cell import RunContext
     from bench.run.preflight import Preflight, preflight
-    from bench.run.runner import RunContext, execute, summary
+    from bench.run.progress import summary
+    from bench.run.runner import execute
 
     scenarios = Path(args.scenarios)
     profile = load_profile(args.hw, scenarios)
@@ -187,7 +189,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from bench.report.matrix_file import write_matrix
-    from bench.report.runs import latest_complete_run
+    from bench.results.runs import latest_complete_run
 
     profile = load_profile(args.hw, Path(args.scenarios))
     ids = [c.id for c in all_cells(args)]

@@ -53,7 +53,7 @@ _RAN = (Status.OK, Status.SILENT_FALLBACK, Status.LEARNING_FAILED, Status.OOM)
 
 
 def _runs_oldest_first(results: Path) -> list[Path]:
-    from bench.report.runs import run_dirs
+    from bench.results.runs import run_dirs
 
     return [run for hardware in sorted(results.iterdir()) if hardware.is_dir() for run in reversed(run_dirs(hardware))]
 

@@ -4,8 +4,8 @@ memory by a clear margin (recorded `predicted_oom`, not run, unless the run says
 import sys
 from collections.abc import Callable
 
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import Cell
 from bench.results.schema import PredictionSummary
 
 CLEAR_MARGIN = 0.20

@@ -11,9 +11,10 @@ from bench.estimate import VERSION, terms
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.matrix.axes import Backend, Init, Option, Quant
 from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.recipes import resolve
-from bench.matrix.scenario import Cell, not_applicable_reason, world_size
+from bench.matrix.scenario import not_applicable_reason, world_size
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 GIB = 2**30

@@ -1,11 +1,29 @@
-"""Executors run one launch plan in isolation and report how it ended. They know nothing of TRL."""
+"""Executors run one launch plan (argv, environment, files) in isolation and report how it ended. They know
+nothing of TRL."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from bench.isolation.cgroups import RankMemory
-from bench.run.launch import LaunchPlan
+from bench.matrix.backends import LaunchInputs
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)
+    """Every file the launch reads, path -> content; written by `write_files` before the launch."""
+    ranks: int = 1
+    """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
+    launcher: str | None = None
+    inputs: LaunchInputs | None = None
+    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
+
+    @property
+    def config_files(self) -> list[Path]:
+        return list(self.files)
 
 
 @dataclass

@@ -19,12 +19,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.executors.base import Outcome
+from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.docker_images import DOCKER
 from bench.executors.local import read_tail
-from bench.matrix.profiles import HardwareProfile
-from bench.run.launch import LaunchPlan
-from bench.run.preflight import needed_devices
+from bench.matrix.profiles import HardwareProfile, needed_devices
 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 HOME_IN_IMAGE = "/tmp/home"

@@ -18,10 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.executors.base import Outcome
+from bench.executors.base import LaunchPlan, Outcome
 from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups
 from bench.isolation.shm_segments import remove_group_segments
-from bench.run.launch import LaunchPlan
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0

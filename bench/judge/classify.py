@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bench.matrix.backends import LAUNCHERS
+from bench.matrix.cell import Cell
 from bench.matrix.known_issues import KnownIssue, find_known_issue, known_issues
-from bench.matrix.scenario import Cell
 from bench.results.schema import ErrorClass, Status
 
 

@@ -1,27 +1,9 @@
 """What really ran, and whether it is what the cell asked for. A mismatch makes the cell `silent_fallback`."""
 
-from pydantic import BaseModel
-
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
-from bench.matrix.scenario import Cell
-
-
-class Engagement(BaseModel):
-    world_size: int
-    distributed_type: str
-    wrapper: str
-    zero_stage: int | None = None
-    partitioned_params: bool = False
-    fsdp_modules: int = 0
-    quantized_layers: dict[str, int] = {}
-    adapters: list[str] = []
-    ref_model: str | None = None
-    devices: list[str] = []
-    precompute_ref_log_probs: bool = False
-    optimizer_offload: str | None = None
-    """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
-
+from bench.matrix.cell import Cell
+from bench.results.schema import Engagement
 
 QUANT_LAYER = {Quant.INT8: "Linear8bitLt", Quant.NF4: "Linear4bit"}
 

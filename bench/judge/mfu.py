@@ -22,8 +22,8 @@ from typing import Any
 
 from bench.matrix.axes import Option
 from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import Cell
 from bench.results.schema import Metrics
 
 CONVENTION = (

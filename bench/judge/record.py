@@ -13,7 +13,7 @@ from bench.judge.engagement import mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
-from bench.matrix.scenario import Cell
+from bench.matrix.cell import Cell
 from bench.results.schema import ErrorClass, PredictionSummary, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
 from bench.worker.report import RankReport

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
 from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
-from bench.matrix.scenario import Cell
+from bench.matrix.cell import Cell
 from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
 

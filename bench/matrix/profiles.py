@@ -181,3 +181,7 @@ def load_workload(name: str, scenarios: Path = SCENARIOS_DIR) -> Workload:
     if workload.name != name:
         raise BenchError(f"{path.name}: key 'name': {workload.name!r} does not match the file name {name!r}")
     return workload
+
+
+def needed_devices(profile: HardwareProfile) -> int:
+    return max(profile.device_count, profile.processes_per_node)  # on each node of a multi-node profile

@@ -21,7 +21,7 @@ from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Str
 from bench.paths import SCENARIOS_DIR
 
 if TYPE_CHECKING:
-    from bench.matrix.scenario import Cell
+    from bench.matrix.cell import Cell
 
 RECIPES_FILE = SCENARIOS_DIR / "recipes.yaml"
 Device = Literal["cpu", "cuda", "hpu"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bench.matrix.axes import Backend, Init, Quant
-from bench.matrix.scenario import is_variant_id
+from bench.matrix.cell import is_variant_id
 from bench.results.schema import ResultRecord
 
 

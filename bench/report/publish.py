@@ -8,11 +8,11 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
-from bench.report.runs import latest_complete_run, run_dirs
 from bench.report.site import ConfigFile, ProfileView, render_site
 from bench.report.summary import summarize
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
+from bench.results.runs import latest_complete_run, run_dirs
 from bench.results.store import load_results, now_iso
 from bench.secrets import redact
 

@@ -4,9 +4,24 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from bench.judge.engagement import Engagement
 
 SCHEMA_VERSION = 1
+
+
+class Engagement(BaseModel):
+    world_size: int
+    distributed_type: str
+    wrapper: str
+    zero_stage: int | None = None
+    partitioned_params: bool = False
+    fsdp_modules: int = 0
+    quantized_layers: dict[str, int] = {}
+    adapters: list[str] = []
+    ref_model: str | None = None
+    devices: list[str] = []
+    precompute_ref_log_probs: bool = False
+    optimizer_offload: str | None = None
+    """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
 
 
 class Status(StrEnum):

@@ -9,27 +9,27 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from bench.executors.slurm.status import with_job_state
-from bench.matrix.scenario import Cell
+from bench.judge.slurm_states import with_job_state
+from bench.matrix.cell import Cell
 from bench.results.schema import PredictionSummary, ResultRecord
 from bench.results.store import append_result
 from bench.worker.report import read_rank_reports
 
 if TYPE_CHECKING:
     from bench.executors.slurm.executor import SlurmExecutor
-    from bench.run.runner import RunContext
+    from bench.run.cell import RunContext
 
 QUEUE_LINE_S = 30.0
 """Seconds between queue lines while no job ends."""
 
 
 def trial_key(cell: Cell, trial: int) -> str:
-    """The name of a trial's log (runner.run_cell), which the executor keys its jobs by."""
+    """The name of a trial's log (bench.run.cell.run_cell), which the executor keys its jobs by."""
     return cell.id if trial == 0 else f"{cell.id}.trial{trial}"
 
 
 def run_cell_job(ctx: "RunContext", cell: Cell, trial: int, prediction: PredictionSummary | None) -> ResultRecord:
-    from bench.run.runner import run_cell
+    from bench.run.cell import run_cell
 
     executor: SlurmExecutor = ctx.executor  # type: ignore[assignment]
     key = trial_key(cell, trial)
@@ -54,7 +54,7 @@ def run_in_flight(
         pool.submit(run_cell_job, ctx, cell, trial, predictions.get(cell.id)): (cell, trial) for cell, trial in todo
     }
     print(f"submitting {len(todo)} job(s) to Slurm; results are recorded as each job ends", file=out, flush=True)
-    from bench.run.runner import format_progress
+    from bench.run.progress import format_progress
 
     started, finished, last_queue = time.monotonic(), 0, ""
     remaining = set(futures)

@@ -10,38 +10,22 @@ Trainer integration. How each launcher builds its argv and tells ranks who they 
 import json
 import socket
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from bench.executors.base import LaunchPlan
 from bench.matrix.backends import BackendSpec, LaunchInputs, backend_spec, launcher_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.recipes import Settings, resolve
-from bench.matrix.scenario import Cell, world_size
+from bench.matrix.scenario import world_size
 from bench.worker.spec import WorkerSpec
 
 WORKER_MODULE = "bench.worker"
 SPEC_FILE = "spec.json"
 DEEPSPEED_FILE = "deepspeed.json"
 ACCELERATE_FILE = "accelerate.yaml"
-
-
-@dataclass
-class LaunchPlan:
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    files: dict[Path, str] = field(default_factory=dict)
-    """Every file the launch reads, path -> content; written by `write_files` before the launch."""
-    ranks: int = 1
-    """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
-    launcher: str | None = None
-    inputs: LaunchInputs | None = None
-    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
-
-    @property
-    def config_files(self) -> list[Path]:
-        return list(self.files)
 
 
 def free_port() -> int:

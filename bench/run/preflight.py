@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.errors import BenchError
-from bench.matrix.profiles import HardwareProfile
+from bench.matrix.profiles import HardwareProfile, needed_devices
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
 GB = 1e9
@@ -116,10 +116,6 @@ def _describe(detected: Detected) -> str:
     sizes = sorted({f"{name}, {memory / GB:.0f} GB" for name, memory in pairs})
     plural = "s" if detected.count > 1 else ""
     return f"{detected.count} {detected.device} device{plural} ({'; '.join(sizes)})"
-
-
-def needed_devices(profile: HardwareProfile) -> int:
-    return max(profile.device_count, profile.processes_per_node)  # on each node of a multi-node profile
 
 
 def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -> BenchError | None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench.paths import RESULTS_DIR
-from bench.report.runs import run_dirs
+from bench.results.runs import run_dirs
 from bench.results.schema import ResultRecord, Status
 from bench.results.store import load_results
 

@@ -23,8 +23,9 @@ from transformers import TrainerCallback
 
 from bench.assets.prepare import cell_dataset, prepare
 from bench.matrix.axes import Backend
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell, expand, load_matrix
+from bench.matrix.scenario import expand, load_matrix
 from bench.worker.build import trl_trainer
 from bench.worker.spec import WorkerSpec
 

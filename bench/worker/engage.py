@@ -4,7 +4,7 @@ ZeRO stage and partitioning, quantized layer classes, adapters, reference model.
 from collections import Counter
 from typing import Any
 
-from bench.judge.engagement import Engagement
+from bench.results.schema import Engagement
 
 
 def _unwrap(model: Any) -> Any:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bench.judge.engagement import Engagement
+from bench.results.schema import Engagement
 
 
 class RankReport(BaseModel):

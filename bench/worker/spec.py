@@ -5,9 +5,9 @@ from pathlib import Path
 from pydantic import BaseModel, computed_field
 
 from bench.assets.prepare import PreparedAssets
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.recipes import AppliedRecipe, resolve
-from bench.matrix.scenario import Cell
 
 
 class WorkerSpec(BaseModel):

@@ -19,11 +19,12 @@ import pytest
 from bench.assets.prepare import PreparedAssets
 from bench.estimate.predict import load_calibration, predict_cell
 from bench.executors.base import Outcome
-from bench.judge.engagement import Engagement
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell, expand, load_matrix
+from bench.matrix.scenario import expand, load_matrix
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
+from bench.results.schema import Engagement
 from bench.results.store import load_results
 from bench.run.launch import plan_launch, write_files
 from bench.worker.report import RankReport

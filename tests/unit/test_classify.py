@@ -6,8 +6,8 @@ import sys
 from bench.judge.classify import classify, first_error_line
 from bench.matrix.axes import Backend, Init, Launcher, Quant
 from bench.matrix.backends import LAUNCHERS
+from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
-from bench.matrix.scenario import Cell
 from bench.results.schema import ErrorClass, Status
 
 # Verbatim messages from torch and transformers; these need hardware this suite's CI lacks.

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.executors import docker_images as images
-from bench.executors.base import Outcome
+from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.docker import (
     GPU_SHM_GB,
     ContainerSpec,
@@ -18,10 +18,10 @@ from bench.executors.docker import (
     parse_state,
 )
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
-from bench.matrix.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.matrix.scenario import Backend, Init, Launcher, Quant
 from bench.results.schema import Status
-from bench.run.launch import LaunchPlan
 
 ROOT = Path("/src/dpo-bench")
 RUN_DIR = Path("/data/results/cpu/20250101-000000")

@@ -1,5 +1,6 @@
-from bench.judge.engagement import Engagement, mismatches
-from bench.matrix.scenario import Cell
+from bench.judge.engagement import mismatches
+from bench.matrix.cell import Cell
+from bench.results.schema import Engagement
 
 
 def cell(init="one_adapter", quant="none", backend="single", launcher="python") -> Cell:

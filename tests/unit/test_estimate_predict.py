@@ -8,8 +8,8 @@ from bench.estimate.predict import predict_cell
 from bench.estimate.shapes import shapes_from_config
 from bench.matrix.axes import Backend, Init, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell
 from bench.paths import SCENARIOS_DIR
 
 

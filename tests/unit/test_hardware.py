@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from bench.errors import BenchError
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
-from bench.matrix.scenario import Backend, Cell, Init, Launcher, Quant
+from bench.matrix.scenario import Backend, Init, Launcher, Quant
 from bench.report.matrix import render
 from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
+from bench.run.cell import RunContext
 from bench.run.preflight import (
     GB,
     Detected,
@@ -26,7 +28,7 @@ from bench.run.preflight import (
     preflight,
     untested_reason,
 )
-from bench.run.runner import RunContext, execute
+from bench.run.runner import execute
 from bench.worker import emulate, nvml
 
 CPU = Detected(device="cpu")

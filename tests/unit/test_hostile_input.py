@@ -94,8 +94,8 @@ def test_model_loading_never_trusts_remote_code(monkeypatch):
     from transformers import AutoModelForCausalLM
 
     from bench.assets.prepare import PreparedAssets
+    from bench.matrix.cell import Cell
     from bench.matrix.profiles import load_workload as workload
-    from bench.matrix.scenario import Cell
     from bench.worker.models import load_causal_lm
     from bench.worker.spec import WorkerSpec
 

@@ -6,8 +6,8 @@ import pytest
 
 from bench.errors import BenchError
 from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.cell import Cell
 from bench.matrix.known_issues import KnownIssue, find_known_issue, known_issues, load_known_issues
-from bench.matrix.scenario import Cell
 
 # The stack of the latest CPU run (results/cpu/*/env.json `packages`).
 STACK: dict[str, str | None] = {

@@ -6,8 +6,8 @@ import yaml
 
 from bench.assets.prepare import PreparedAssets
 from bench.matrix.backends import BACKENDS, LAUNCHERS, rank_from_env
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
 from bench.worker.spec import WorkerSpec
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.executors import local
+from bench.executors.base import LaunchPlan
 from bench.executors.local import LocalExecutor, marked_pids, run_local
 from bench.isolation.cgroups import CellCgroups, CgroupFs, locate
-from bench.run.launch import LaunchPlan
 
 SPAWNER = """
 import os, subprocess, sys, time

@@ -2,8 +2,8 @@ import csv
 import io
 import json
 
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
-from bench.matrix.scenario import Cell
 from bench.report.matrix import render
 from bench.report.matrix_file import write_matrix
 from bench.results.schema import ResultRecord, Status

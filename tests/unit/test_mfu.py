@@ -3,8 +3,9 @@
 import pytest
 
 from bench.judge.mfu import CONVENTION, MfuInputs, ModelShape, flops_per_token, inputs_for, mfu, model_shape, with_mfu
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Backend, Cell, Init, Launcher, Option, Quant
+from bench.matrix.scenario import Backend, Init, Launcher, Option, Quant
 from bench.paths import SCENARIOS_DIR
 from bench.results.schema import Metrics
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.assets.prepare import PreparedAssets
+from bench.matrix.cell import Cell
 from bench.matrix.multinode import NodeLayout, job_launch, node_argv, quote
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell
 from bench.run.launch import plan_launch
 from bench.worker.spec import WorkerSpec
 

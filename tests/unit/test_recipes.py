@@ -13,6 +13,7 @@ from bench.errors import BenchError
 from bench.judge.classify import classify
 from bench.matrix.axes import Backend, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
 from bench.matrix.recipes import (
     AppliedRecipe,
@@ -27,10 +28,10 @@ from bench.matrix.recipes import (
     verify_installed,
     version_problems,
 )
-from bench.matrix.scenario import Cell, expand, load_matrix, not_applicable_reason, rows_added
+from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, rows_added
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
 from bench.report.matrix import NOT_RUN_YET, render
-from bench.report.runs import latest_complete_run, rows_for_run
+from bench.results.runs import latest_complete_run, rows_for_run
 from bench.results.schema import ErrorClass, ResultRecord, Status
 from bench.results.store import load_results
 from bench.run.launch import ACCELERATE_FILE, SPEC_FILE, plan_launch

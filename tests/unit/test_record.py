@@ -2,7 +2,7 @@ import pytest
 
 from bench.executors.base import Outcome
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, not_run_record
-from bench.matrix.scenario import Cell
+from bench.matrix.cell import Cell
 from bench.results.schema import ErrorClass, Status
 from bench.worker.report import RankReport
 
@@ -48,7 +48,7 @@ def test_rank_exception_is_the_message():
 
 
 def test_missing_rank_report_is_a_fallback_not_ok():
-    from bench.judge.engagement import Engagement
+    from bench.results.schema import Engagement
 
     lead = rank(0).model_copy(
         update={

@@ -7,9 +7,9 @@ from pathlib import Path
 from bench.estimate.calibrate import measured_records
 from bench.estimate.validate import validate
 from bench.paths import PROJECT_ROOT
-from bench.report.runs import run_dirs
 from bench.results.env import write_env
 from bench.results.env_schema import EnvFingerprint
+from bench.results.runs import run_dirs
 from bench.results.schema import Status
 from bench.results.store import RESULTS_FILE, append_result, load_results
 

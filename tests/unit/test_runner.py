@@ -7,14 +7,13 @@ from pathlib import Path
 from datasets import Dataset
 
 from bench.assets.prepare import PreparedAssets
-from bench.executors.base import Outcome
-from bench.judge.engagement import Engagement
+from bench.executors.base import LaunchPlan, Outcome
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
-from bench.matrix.scenario import Cell
-from bench.results.schema import Status
+from bench.results.schema import Engagement, Status
 from bench.results.store import load_results
-from bench.run.launch import LaunchPlan
-from bench.run.runner import RunContext, execute, plan_cells
+from bench.run.cell import RunContext, plan_cells
+from bench.run.runner import execute
 from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 

@@ -1,9 +1,9 @@
 import pytest
 
 from bench.errors import BenchError
+from bench.matrix.cell import Cell
 from bench.matrix.scenario import (
     Backend,
-    Cell,
     Init,
     Launcher,
     MatrixSpec,

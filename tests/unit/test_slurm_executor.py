@@ -23,10 +23,10 @@ from bench.executors.slurm.executor import (
     time_limit_minutes,
 )
 from bench.executors.slurm.jobs import JobRegistry, JobState, jobcomp_state, parse_fields, state_from_fields
-from bench.executors.slurm.status import with_job_state
+from bench.judge.slurm_states import with_job_state
+from bench.matrix.cell import Cell
 from bench.matrix.multinode import NodeLayout, job_launch
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Cell
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord
 from bench.run.launch import plan_launch

@@ -13,8 +13,9 @@ import pytest
 from bench.assets.prepare import PreparedAssets
 from bench.matrix.axes import Backend, Init, Option, Quant
 from bench.matrix.backends import BACKENDS, backend_spec
+from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import Axes, Cell, MatrixSpec, Variant
+from bench.matrix.scenario import Axes, MatrixSpec, Variant
 from bench.paths import PROJECT_ROOT
 from bench.selfbench import plain_dpo
 from bench.worker import build, hpu, models

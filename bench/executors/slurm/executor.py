@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 
 from bench.errors import BenchError
-from bench.executors.base import Outcome
+from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.local import read_tail
 from bench.executors.slurm.containers import ContainerSpec, wrap
 from bench.executors.slurm.jobs import Accounting, JobRegistry, JobState, cancel, controller_states, submit
@@ -26,7 +26,6 @@ from bench.matrix.multinode import JOB_VARIABLES, NodeLayout, job_launch, quote
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import PROJECT_ROOT
-from bench.run.launch import LaunchPlan
 from bench.secrets import redact_file
 
 TEMPLATE = Path(__file__).with_name("job.sbatch")

@@ -1,0 +1,49 @@
+"""A cell of the matrix: one init x quant x backend combination with its launcher, options and setup, and its id."""
+
+from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.backends import backend_spec
+from bench.matrix.yaml_schema import Strict
+
+
+def base_cell_id(init: str, quant: str, backend: str) -> str:
+    return f"{init}-{quant}-{backend}"
+
+
+def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
+    """A row with another launcher, options or the newcomer setup: its id carries a `+` suffix beyond
+    init-quant-backend."""
+    return cell_id != base_cell_id(init, quant, backend)
+
+
+class Cell(Strict):
+    init: Init
+    quant: Quant
+    backend: Backend
+    launcher: Launcher
+    options: tuple[Option, ...] = ()
+    setup: Setup = Setup.RECIPE
+    """The documented recipe (no suffix, as every cell before setups existed) or `+newcomer`."""
+
+    @property
+    def id(self) -> str:
+        suffix = ""
+        if self.launcher != backend_spec(self.backend).default_launcher:
+            suffix += f"+{self.launcher}"
+        for option in sorted(self.options):
+            suffix += f"+{option}"
+        if self.setup != Setup.RECIPE:
+            suffix += f"+{self.setup}"
+        return self.base_id + suffix
+
+    @property
+    def base_id(self) -> str:
+        """The init x quant x backend cell this one is a variant of (itself for a base cell)."""
+        return base_cell_id(self.init, self.quant, self.backend)
+
+    @property
+    def is_variant(self) -> bool:
+        return is_variant_id(self.id, self.init, self.quant, self.backend)
+
+    @property
+    def uses_adapters(self) -> bool:
+        return self.init != Init.TWO_MODELS

@@ -1,0 +1,131 @@
+"""One cell of a run: the run's context, the plan of every cell (run it, or record why not), and one trial of a
+runnable cell: plan (pure: argv, environment, file contents) -> write its files -> execute (an Executor) -> record
+(bench/judge/record.py, the only place records are built).
+"""
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.assets.prepare import PreparedAssets, cell_dataset
+from bench.executors.base import Executor
+from bench.judge.mfu import inputs_for
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.results.schema import PredictionSummary, ResultRecord, Status
+from bench.results.store import now_iso
+from bench.run.launch import free_port, plan_launch, write_files
+from bench.secrets import redact_file
+from bench.worker.report import read_rank_reports
+from bench.worker.spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from bench.estimate.gate import Predictor
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    run_dir: Path
+    profile: HardwareProfile
+    workload: Workload
+    assets: PreparedAssets
+    executor: Executor
+    launch_env: dict[str, str] = field(default_factory=dict)
+    """Added to every cell's launch environment (bench.run.preflight.preflight: visible devices, --emulate cap)."""
+    emulated: bool = False
+    untested: str | None = None
+    """Decided once per run (bench.run.preflight.preflight): why nothing can run on this machine; every applicable
+    cell is then recorded `untested` with this reason."""
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+    """Package versions the cells run with (env.json): known issues match within their version ranges."""
+    predict: "Predictor | None" = None
+    """The memory estimator's prediction of a cell (bench/estimate/gate.py); None: no predictions."""
+    run_predicted_oom: bool = False
+    """Run the cells predicted to run out of memory by a clear margin instead of recording `predicted_oom`."""
+
+    @property
+    def facts(self) -> RunFacts:
+        executor = self.executor.name if self.executor is not None else "none"
+        return RunFacts(self.run_id, self.profile.name, self.workload.name, executor, self.emulated)
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    cell: Cell
+    world: int
+    not_run: tuple[Status, str] | None = None
+    """(status, reason) of a cell recorded without running it."""
+    prediction: PredictionSummary | None = None
+
+
+def plan_cells(
+    cells: list[Cell],
+    profile: HardwareProfile,
+    untested: str | None = None,
+    predict: "Predictor | None" = None,
+    run_predicted_oom: bool = False,
+) -> list[CellPlan]:
+    """Each cell with its world size and prediction, and for the ones that will not run, the status and reason to
+    record: not applicable first, then untested, then predicted to run out of memory by a clear margin."""
+    from bench.estimate.gate import clearly_out_of_memory
+    from bench.estimate.gate import reason as oom_reason
+
+    plans = []
+    for cell in cells:
+        reason = not_applicable_reason(cell, profile)
+        prediction = predict(cell) if predict is not None and reason is None else None
+        not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
+        if not_run is None and not run_predicted_oom and clearly_out_of_memory(prediction):
+            not_run = (Status.PREDICTED_OOM, oom_reason(prediction))
+        plans.append(CellPlan(cell, world_size(cell, profile), not_run, prediction))
+    return plans
+
+
+def run_cell(
+    ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None, fresh: bool = True
+) -> ResultRecord:
+    """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
+    (a scheduler job an earlier run submitted is still writing into it)."""
+    config_dir = ctx.run_dir / "configs" / cell.id
+    out_dir = ctx.run_dir / "cells" / cell.id
+    if fresh:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (ctx.run_dir / "logs").mkdir(exist_ok=True)
+    dataset = out_dir / "dataset"
+    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
+    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
+    plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
+    plan.env |= ctx.launch_env
+    write_files(plan)
+    world = world_size(cell, ctx.profile)
+    labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
+    log_path = ctx.run_dir / "logs" / (f"{cell.id}.log" if trial == 0 else f"{cell.id}.trial{trial}.log")
+    started = now_iso()
+    try:
+        outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
+    finally:
+        redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
+    shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
+    reports, problems = read_rank_reports(out_dir)
+    train = ctx.workload.train
+    expect = Expectation(
+        world_size=world,
+        warmup_steps=train.warmup_steps,
+        steps=train.steps,
+        pairs_per_step=train.per_device_train_batch_size * world,
+        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
+        versions=ctx.versions,
+        precision=ctx.profile.precision,
+        memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
+        prediction=prediction,
+    )
+    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
+    ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
+    return finished_record(ctx.facts, cell, expect, ran)
