@@ -39,7 +39,7 @@ def backend_color(backend: str) -> str:
 
 
 # Background of a cell and its badge, per status (class `s-<status>`); the status legend lists them in the Status
-# enum's order. A status added to the enum without a colour here fails tests/unit/test_publish.py.
+# enum's order. A status added to the enum without a colour here fails tests/unit/report/test_publish.py.
 STATUS_COLORS = {
     Status.OK: "background:#dff5e1",
     Status.OOM: "background:#f9d3c4",

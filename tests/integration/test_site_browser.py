@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from tests.unit.test_publish import KNOWN_ISSUE, build_results, cell_ids
+from tests.unit.report.test_publish import KNOWN_ISSUE, build_results, cell_ids
 
 pytestmark = pytest.mark.integration
 

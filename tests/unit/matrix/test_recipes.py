@@ -39,7 +39,7 @@ from bench.worker import models
 from bench.worker.models import DTYPES, device_map_setting, quantization_kwargs
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
-from tests.unit.test_results import record
+from tests.unit.results.test_results import record
 
 ASSETS = PreparedAssets(model="m", tokenizer="t", dataset="d")
 GPU_PROFILES = sorted(

@@ -9,7 +9,7 @@ from bench.report.matrix_file import write_matrix
 from bench.results.schema import ResultRecord, Status
 from bench.results.store import append_result, load_results
 from bench.run import runner
-from tests.unit.test_results import record
+from tests.unit.results.test_results import record
 
 
 def test_matrix_grid_marks_and_footnotes():

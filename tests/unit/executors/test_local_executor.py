@@ -69,7 +69,7 @@ def test_marked_pids_finds_nothing_for_an_unknown_token():
 # --- per-rank memory budget (real cgroups; this machine kind: root, cgroup v1) ---------------------------------
 
 MIB = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORKER = """
 import os, sys
 from bench.isolation.cgroups import join_rank

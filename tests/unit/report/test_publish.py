@@ -27,7 +27,7 @@ from bench.report.site import (
 from bench.report.summary import summarize
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ErrorClass, Learning, RankMemoryFigures, ResultRecord, Status
-from tests.unit.test_compare import ENV, MiB, rec, with_model_memory, write_run
+from tests.unit.report.test_compare import ENV, MiB, rec, with_model_memory, write_run
 
 MATRIX_YAML = """
 axes:

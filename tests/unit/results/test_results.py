@@ -163,7 +163,7 @@ import resource, signal
 from pathlib import Path
 from bench.errors import BenchError
 from bench.results.store import append_result
-from tests.unit.test_results import record
+from tests.unit.results.test_results import record
 run = Path({str(tmp_path)!r})
 append_result(run, record("a"))
 append_result(run, record("b"))

@@ -32,7 +32,7 @@ from bench.isolation.cgroups import (
 )
 
 MIB = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --- a fake cgroup tree ----------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ STACK: dict[str, str | None] = {
 }
 
 # Real texts. Tracebacks are shortened to the lines that matter.
-TORCH_CUDA_OOM = (  # torch's own message, as in tests/unit/test_classify.py
+TORCH_CUDA_OOM = (  # torch's own message, as in tests/unit/judge/test_classify.py
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
     "22.05 GiB of which 1.12 GiB is free."
 )

@@ -12,7 +12,7 @@ from bench.cli import main
 from bench.report.compare import Run
 from bench.report.export import pb_stats, pytest_benchmark_json
 from bench.results.schema import Status
-from tests.unit.test_compare import ENV, fingerprint, rec, write_run
+from tests.unit.report.test_compare import ENV, fingerprint, rec, write_run
 
 STEADY = [0.050, 0.052, 0.049, 0.051, 0.060]
 

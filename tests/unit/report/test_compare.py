@@ -519,7 +519,7 @@ def test_export_command_writes_gab_json(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the PR workflow
 
-WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "bench-pr.yml"
+WORKFLOW = Path(__file__).resolve().parents[3] / ".github" / "workflows" / "bench-pr.yml"
 
 
 def test_pr_workflow_runs_an_interleaved_ab_and_keeps_one_comment():

@@ -11,7 +11,7 @@ from bench.report.cells import LEGEND, MARKS, budget_line, cell_label
 from bench.report.matrix import csv_frame, render
 from bench.report.summary import OomMemory, summarize
 from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
-from tests.unit.test_compare import MiB, rec
+from tests.unit.report.test_compare import MiB, rec
 
 GiB = 2**30
 FAILURE = "loss did not fall: 0.6931 at step 1, 0.6850 over the last 7 of 30 steps"

@@ -15,7 +15,7 @@ from bench.paths import PROJECT_ROOT
 from bench.report.compare import MARKER
 from bench.results.store import append_result
 from bench.selfbench import ab
-from tests.unit.test_compare import rec
+from tests.unit.report.test_compare import rec
 
 CELL = "one_adapter-none-single"
 
