@@ -9,10 +9,12 @@ from pydantic import BaseModel
 
 from bench.estimate import VERSION, terms
 from bench.estimate.shapes import ModelShapes, shapes_for
-from bench.matrix.axes import Backend, Init, Option, Quant
+from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
 from bench.matrix.scenario import not_applicable_reason, world_size
 
@@ -171,34 +173,36 @@ def train_terms(
 
     # Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
     # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
-    keep = 4 if (cell.quant != Quant.NONE and cell.init == Init.TWO_ADAPTERS) else b
+    quantized = quant_spec(cell.quant).quantized
+    init = init_spec(cell.init)
+    keep = 4 if (quantized and init.reference == "ref_adapter") else b
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
-    fsdp_upcast = backend == Backend.FSDP and b != 4 and cell.quant == Quant.NONE
+    fsdp_upcast = backend == Backend.FSDP and b != 4 and not quantized
     if fsdp_upcast:
         full = shapes.total * 4
     param_b = 4 if fsdp_upcast else b
 
     # Trainable parameters and their dtype.
-    if cell.init == Init.TWO_MODELS:
+    if not init.adapters:
         trainable, train_b = shapes.total, param_b
         head_trainable = True
     else:
         trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules)
         head_trainable = False
-        if cell.quant != Quant.NONE:
+        if quantized:
             train_b = 2  # TRL 1.16 casts the adapter of a quantized model to bf16 (QLoRA recipe)
         elif stage == 3:
             train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
         else:
             train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
-    adapters = trainable * train_b * (2 if cell.init == Init.TWO_ADAPTERS else 1) if cell.init != Init.TWO_MODELS else 0
+    adapters = trainable * train_b * init.adapter_copies
 
     out: dict[str, float] = {}
     host = 0.0
     zero2_grads = 0.0
     if stage in (1, 2):
         out["weights"] = full
-        if cell.init != Init.TWO_MODELS:
+        if init.adapters:
             out["adapters"] = adapters
         out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
         zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
@@ -216,7 +220,7 @@ def train_terms(
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
     # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
-    if cell.init == Init.TWO_MODELS and resolve(cell, profile.device).settings.reference != "precomputed":
+    if init.reference == "separate_model" and resolve(cell, profile.device).settings.reference != "precomputed":
         out["reference_model"] = terms.placed(
             full if not fsdp_upcast else shapes.total * b, sharding.reference, world, devices
         )
@@ -272,7 +276,7 @@ def train_terms(
         out["zero2_end_of_backward"] = phase_end
     else:
         out["gradients"] = grads
-    if cell.quant != Quant.NONE:
+    if quantized:
         out["dequant_buffer"] = shapes.largest_linear * b
     out["runtime"] = const.runtime_bytes
     if spec.multi_process:

@@ -3,9 +3,9 @@
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
+from bench.matrix.quants import quant_spec
 from bench.results.schema import Engagement
-
-QUANT_LAYER = {Quant.INT8: "Linear8bitLt", Quant.NF4: "Linear4bit"}
 
 
 def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[str]:
@@ -47,9 +47,9 @@ def _backend_mismatches(backend: Backend, seen: Engagement) -> list[str]:
 
 
 def _quant_mismatches(quant: Quant, seen: Engagement) -> list[str]:
-    if quant == Quant.NONE:
+    layer = quant_spec(quant).layer_class
+    if layer is None:
         return [f"unexpected quantized layers {seen.quantized_layers}"] if seen.quantized_layers else []
-    layer = QUANT_LAYER[quant]
     if not seen.quantized_layers.get(layer):
         return [f"{quant} requested, no {layer} layer found (found {seen.quantized_layers or 'none'})"]
     return []
@@ -63,8 +63,8 @@ def _init_mismatches(init: Init, seen: Engagement) -> list[str]:
         has_reference = seen.ref_model is not None or seen.precompute_ref_log_probs
         if adapters or not has_reference:
             return [f"two_models expects a reference model and no adapter; {saw}"]
-    if init == Init.ONE_ADAPTER and (adapters != {"default"} or seen.ref_model is not None):
-        return [f"one_adapter expects adapter 'default' only and no ref model; {saw}"]
-    if init == Init.TWO_ADAPTERS and (adapters != {"default", "ref"} or seen.ref_model is not None):
-        return [f"two_adapters expects adapters 'default' and 'ref'; {saw}"]
+    expected = init_spec(init).adapter_names
+    if expected and (adapters != expected or seen.ref_model is not None):
+        names = " and ".join(f"'{name}'" for name in sorted(expected))
+        return [f"{init} expects adapters {names} and no ref model; {saw}"]
     return []

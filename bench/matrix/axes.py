@@ -15,6 +15,12 @@ class Quant(StrEnum):
     NF4 = "nf4"
 
 
+class Method(StrEnum):
+    """The training method (bench/matrix/methods.py). Cell ids carry it only where it is not DPO."""
+
+    DPO = "dpo"
+
+
 class Backend(StrEnum):
     SINGLE = "single"
     DDP = "ddp"

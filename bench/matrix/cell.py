@@ -1,7 +1,8 @@
 """A cell of the matrix: one init x quant x backend combination with its launcher, options and setup, and its id."""
 
-from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
+from bench.matrix.inits import init_spec
 from bench.matrix.yaml_schema import Strict
 
 
@@ -23,6 +24,8 @@ class Cell(Strict):
     options: tuple[Option, ...] = ()
     setup: Setup = Setup.RECIPE
     """The documented recipe (no suffix, as every cell before setups existed) or `+newcomer`."""
+    method: Method = Method.DPO
+    """The training method: a prefix of the id where it is not DPO, so every DPO id stays as it was."""
 
     @property
     def id(self) -> str:
@@ -33,7 +36,8 @@ class Cell(Strict):
             suffix += f"+{option}"
         if self.setup != Setup.RECIPE:
             suffix += f"+{self.setup}"
-        return self.base_id + suffix
+        prefix = "" if self.method == Method.DPO else f"{self.method}-"
+        return prefix + self.base_id + suffix
 
     @property
     def base_id(self) -> str:
@@ -46,4 +50,4 @@ class Cell(Strict):
 
     @property
     def uses_adapters(self) -> bool:
-        return self.init != Init.TWO_MODELS
+        return init_spec(self.init).adapters

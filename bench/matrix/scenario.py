@@ -14,7 +14,9 @@ from bench.errors import BenchError
 from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
 from bench.matrix.profiles import HardwareProfile
+from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
@@ -124,7 +126,7 @@ Rule = Callable[[Cell, HardwareProfile], str | None]
 
 
 def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
-    if cell.quant != Quant.NONE and cell.init == Init.TWO_MODELS:
+    if quant_spec(cell.quant).quantized and not init_spec(cell.init).adapters:
         return (
             f"full fine-tuning of {cell.quant} weights is impossible: quantized weights are frozen and need adapters "
             "(use one_adapter or two_adapters)"
@@ -146,7 +148,7 @@ def distributed_needs_processes(cell: Cell, profile: HardwareProfile) -> str | N
 
 
 def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | None:
-    if Option.PRECOMPUTE_REF in cell.options and cell.init == Init.TWO_ADAPTERS:
+    if Option.PRECOMPUTE_REF in cell.options and not init_spec(cell.init).reference_can_be_precomputed:
         return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
     return None
 

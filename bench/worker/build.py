@@ -1,13 +1,13 @@
-"""The worker's trainer for one cell: TRL's DPOTrainer, or optimum-habana's on `device: hpu` profiles."""
+"""The worker's trainer for one cell: its method's TRL trainer, or optimum-habana's on `device: hpu` profiles."""
 
 from typing import Any
 
 from bench.matrix.backends import backend_spec
 from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
-from bench.worker.models import build_models, device_map_setting
+from bench.worker.models import device_map_setting
 from bench.worker.spec import WorkerSpec
-from bench.worker.trainer_args import trainer_arguments
+from bench.worker.stages import stage_for
 
 
 def import_libraries(spec: WorkerSpec) -> None:
@@ -34,29 +34,7 @@ def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     return trl_trainer(spec, callbacks)
 
 
-def dpo_config(spec: WorkerSpec) -> Any:
-    from trl import DPOConfig
-
-    return DPOConfig(**trainer_arguments(spec))
-
-
 def trl_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
-    """TRL's DPOTrainer for the cell, nothing else: also the plain-TRL baseline's trainer
-    (bench/selfbench/plain_dpo.py)."""
-    from datasets import load_from_disk
-    from transformers import AutoTokenizer
-    from trl import DPOTrainer
-
-    args = dpo_config(spec)
-    tokenizer = AutoTokenizer.from_pretrained(spec.assets.tokenizer)
-    dataset = load_from_disk(spec.assets.dataset)
-    built = build_models(spec)
-    return DPOTrainer(
-        model=built.model,
-        ref_model=built.ref_model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
-    )
+    """TRL's trainer for the cell's method (bench/worker/stages/), nothing else: also the plain-TRL baseline's
+    trainer (bench/selfbench/plain_dpo.py)."""
+    return stage_for(spec.cell.method).trainer(spec, callbacks)

@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
-from bench.matrix.axes import Init, Quant
+from bench.matrix.axes import Quant
 from bench.matrix.backends import backend_spec
+from bench.matrix.inits import init_spec
+from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
@@ -96,16 +98,16 @@ def lora_config(spec: WorkerSpec) -> Any:
 def build_models(spec: WorkerSpec) -> Built:
     verify_installed(spec.recipe)  # a recipe on versions it was not documented for never runs as something else
     model = load_causal_lm(spec)
-    init = spec.cell.init
-    if init == Init.TWO_MODELS:
+    reference = init_spec(spec.cell.init).reference
+    if reference == "separate_model":
         # A precomputed reference: TRL computes the log-probs with the initial policy and keeps no reference model.
         precomputed = spec.recipe.settings.reference == "precomputed"
         return Built(model=model, ref_model=None if precomputed else load_causal_lm(spec), peft_config=None)
-    if init == Init.ONE_ADAPTER:
+    if reference == "adapter_disabled":
         return Built(model=model, ref_model=None, peft_config=lora_config(spec))
     from peft import get_peft_model, prepare_model_for_kbit_training
 
-    if spec.cell.quant != Quant.NONE:
+    if quant_spec(spec.cell.quant).quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing(spec))
     # Adapter `default` is trained; TRL adds a frozen copy named `ref` and uses it as the reference.
     return Built(model=get_peft_model(model, lora_config(spec)), ref_model=None, peft_config=None)

@@ -4,7 +4,8 @@ Pure."""
 
 from typing import Any
 
-from bench.matrix.axes import Init, Option
+from bench.matrix.axes import Option
+from bench.matrix.inits import init_spec
 from bench.worker.spec import WorkerSpec
 
 
@@ -20,7 +21,7 @@ def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
 def learning_rate(spec: WorkerSpec) -> float:
     """Adapters train with their own (usually ~10x larger) rate when the workload gives one."""
     lora_rate = spec.workload.lora.learning_rate
-    if spec.cell.init != Init.TWO_MODELS and lora_rate is not None:
+    if init_spec(spec.cell.init).adapters and lora_rate is not None:
         return lora_rate
     return spec.workload.train.learning_rate
 

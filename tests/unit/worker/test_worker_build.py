@@ -20,6 +20,7 @@ from bench.paths import PROJECT_ROOT
 from bench.selfbench import plain_dpo
 from bench.worker import build, hpu, models
 from bench.worker.spec import WorkerSpec
+from bench.worker.stages import dpo
 from bench.worker.trainer_args import trainer_arguments
 
 ASSETS = PreparedAssets(model="m", tokenizer="t", dataset="d")
@@ -88,7 +89,7 @@ def test_trl_gaudi_and_plain_paths_get_the_same_trainer_arguments(monkeypatch, o
     names = ("gradient_checkpointing", "precompute_ref_log_probs", "use_liger_kernel")
     assert tuple(expected[name] for name in names) == switches
 
-    config = build.dpo_config(spec)
+    config = dpo.config(spec)
     assert config.to_dict() == DPOConfig(**expected).to_dict()
     assert tuple(getattr(config, name) for name in names) == switches
 

@@ -1,0 +1,32 @@
+"""The quantization table: one entry per quantization, read by the N/A rules, the worker, engagement and the
+estimator."""
+
+from dataclasses import dataclass
+
+from bench.matrix.axes import Quant
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    name: Quant
+    layer_class: str | None
+    """bitsandbytes' layer class engagement must find in the model; None: not quantized."""
+
+    @property
+    def quantized(self) -> bool:
+        """Quantized weights are frozen: they train only through adapters, and need bitsandbytes."""
+        return self.layer_class is not None
+
+
+QUANTS: dict[Quant, QuantSpec] = {
+    spec.name: spec
+    for spec in (
+        QuantSpec(Quant.NONE, layer_class=None),
+        QuantSpec(Quant.INT8, layer_class="Linear8bitLt"),
+        QuantSpec(Quant.NF4, layer_class="Linear4bit"),
+    )
+}
+
+
+def quant_spec(quant: Quant | str) -> QuantSpec:
+    return QUANTS[Quant(quant)]

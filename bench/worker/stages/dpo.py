@@ -1,0 +1,33 @@
+"""DPO: TRL's DPOTrainer over the preference pairs, with the reference its init mode places."""
+
+from typing import Any
+
+from bench.worker.models import build_models
+from bench.worker.spec import WorkerSpec
+from bench.worker.trainer_args import trainer_arguments
+
+
+def config(spec: WorkerSpec) -> Any:
+    from trl import DPOConfig
+
+    return DPOConfig(**trainer_arguments(spec))
+
+
+def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+    from trl import DPOTrainer
+
+    args = config(spec)
+    tokenizer = AutoTokenizer.from_pretrained(spec.assets.tokenizer)
+    dataset = load_from_disk(spec.assets.dataset)
+    built = build_models(spec)
+    return DPOTrainer(
+        model=built.model,
+        ref_model=built.ref_model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=built.peft_config,
+        callbacks=callbacks,
+    )
