@@ -20,10 +20,11 @@ from pydantic import BaseModel
 
 from bench.matrix.profiles import Workload, inside_folder
 from bench.paths import BUILD_DIR, SCENARIOS_DIR
+from bench.units import GiB
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 LARGE_MODEL_PARAMS = 100_000_000
-SHARD_BYTES = 2 * 2**30
+SHARD_BYTES = 2 * GiB
 
 
 class PreparedAssets(BaseModel):

@@ -20,16 +20,16 @@ from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, predict_cell, write_calibration
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord, Status
+from bench.units import GiB, MiB
 
-MIB = 2**20
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
 CALIBRATION_WORKLOAD = "small"
 """The workload of the budgeted profiles: the CPU constants hold for it; other CPU workloads are extrapolations."""
 
 PRIORS = {
     "cpu": DeviceConstants(head_tiles=4.0),
-    "cuda": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * 2**30, allocator_slack=0.10),
-    "hpu": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * 2**30, allocator_slack=0.10),
+    "cuda": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * GiB, allocator_slack=0.10),
+    "hpu": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * GiB, allocator_slack=0.10),
 }
 """head_tiles: derived from TRL's chunked_logprob.py (GPU: the Triton kernel folds the tile in place, 1 tile; CPU:
 the torch fallback `_forward_tile` keeps ~4 tile-sized temporaries: tile.float()/transform, masked_fill copy,
@@ -144,5 +144,5 @@ if __name__ == "__main__":
     cal = main()
     for kind, c in cal.devices.items():
         print(
-            kind, {k: (round(v / MIB, 1) if isinstance(v, float) and v > 100 else v) for k, v in c.model_dump().items()}
+            kind, {k: (round(v / MiB, 1) if isinstance(v, float) and v > 100 else v) for k, v in c.model_dump().items()}
         )

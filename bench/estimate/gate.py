@@ -7,6 +7,7 @@ from collections.abc import Callable
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.schema import PredictionSummary
+from bench.units import GiB
 
 CLEAR_MARGIN = 0.20
 """A cell is skipped only when its predicted total exceeds the usable memory by more than this fraction; closer
@@ -59,6 +60,6 @@ def reason(summary: PredictionSummary) -> str:
     assert summary.total_bytes is not None and summary.usable_bytes is not None
     over = summary.total_bytes / summary.usable_bytes - 1
     return (
-        f"predicted to need {summary.total_bytes / 2**30:.2f} GiB per device, {summary.usable_bytes / 2**30:.2f} GiB "
+        f"predicted to need {summary.total_bytes / GiB:.2f} GiB per device, {summary.usable_bytes / GiB:.2f} GiB "
         f"usable ({over:+.0%}; estimator {summary.estimator_version}); not run: --run-predicted-oom runs it"
     )

@@ -19,7 +19,6 @@ from bench.matrix.recipes import resolve
 from bench.matrix.scenario import not_applicable_reason, world_size
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
-GIB = 2**30
 
 
 class DeviceConstants(BaseModel):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration, predict_cell
+from bench.units import GiB, MiB
 
 GB = 1e9
-GIB = 2**30
 
 
 def predict_matrix(hardware: str, workload_name: str | None = None, pattern: str | None = None) -> list[Prediction]:
@@ -25,7 +25,7 @@ def predict_matrix(hardware: str, workload_name: str | None = None, pattern: str
 def _gb(value: float | None, device: str) -> str:
     if value is None:
         return "—"
-    return f"{value / GIB * 1024:,.0f} MiB" if device == "cpu" else f"{value / GB:,.1f} GB"
+    return f"{value / GiB * 1024:,.0f} MiB" if device == "cpu" else f"{value / GB:,.1f} GB"
 
 
 def to_markdown(predictions: list[Prediction], device: str, validation: str = "") -> str:
@@ -107,7 +107,7 @@ def to_csv(predictions: list[Prediction]) -> str:
             *(f"{t}_mib" for t in TERM_COLUMNS),
         ]
     )
-    mib = lambda v: "" if v is None else f"{v / 2**20:.1f}"  # noqa: E731
+    mib = lambda v: "" if v is None else f"{v / MiB:.1f}"  # noqa: E731
     for p in predictions:
         writer.writerow(
             [

@@ -4,9 +4,11 @@ Notation: P parameters, T trainable parameters, N ranks sharing a sharded state,
 dtype (4 fp32, 2 bf16/fp16), t = 2*B*L tokens per step and rank (chosen + rejected rows of B pairs, L = max_length).
 """
 
+from bench.units import MiB
+
 NF4_BLOCK = 64
 """bitsandbytes 4-bit block size; one fp32 absmax per block (transformers' default: no double quantisation)."""
-DDP_BUCKET_CAP = 25 * 2**20
+DDP_BUCKET_CAP = 25 * MiB
 ZERO_REDUCE_BUCKET = 500_000_000
 """DeepSpeed defaults (elements) for a config that does not set them (bench/run/launch.py sets none)."""
 ZERO3_PREFETCH_BUCKET = 50_000_000
@@ -160,7 +162,7 @@ def activations(layers: int, per_layer: float, tokens: int, hidden: int, act_byt
     return layers * per_layer
 
 
-DEEPSPEED_CPU_SHM_BYTES = 2 * 2**20 + 2 * 32 * 2**20
+DEEPSPEED_CPU_SHM_BYTES = 2 * MiB + 2 * 32 * MiB
 """DeepSpeed's CPU shared-memory allreduce buffer, one per rank (deepspeed/ops/csrc/cpu/comm/shm.cpp:
 2 x NAIVE_ALLREDUCE_THRESHOLD (1 MiB) + 2 x MAX_BUF_SIZE (32 MiB)). shm_interface.cpp creates it only when every rank
 is local by the launcher's LOCAL_SIZE, which only the `deepspeed` launcher sets: the same ZeRO cell launched by

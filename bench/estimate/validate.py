@@ -8,8 +8,7 @@ from bench.estimate import VERSION
 from bench.estimate.calibrate import CALIBRATION_WORKLOAD, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.paths import PROJECT_ROOT
-
-MIB = 2**20
+from bench.units import MiB
 
 
 @dataclass
@@ -121,7 +120,7 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
 
 
 def _mib(value: float | None) -> str:
-    return "—" if value is None else f"{value / MIB:,.0f}"
+    return "—" if value is None else f"{value / MiB:,.0f}"
 
 
 def to_markdown(rows: list[Row], skipped: int) -> str:

@@ -16,6 +16,7 @@ from bench.judge.mfu import MfuInputs, with_mfu
 from bench.matrix.cell import Cell
 from bench.results.schema import ErrorClass, PredictionSummary, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
+from bench.units import GiB
 from bench.worker.report import RankReport
 
 NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM})
@@ -185,7 +186,7 @@ def oom_detail(figures: list[RankMemoryFigures]) -> str | None:
         return None
     parts = []
     for f in killed:
-        limit = f"{f.limit_bytes / 2**30:.2f} GiB" if f.limit_bytes else "its limit"
-        peak = f" (cgroup peak {f.kernel_peak_bytes / 2**30:.2f} GiB)" if f.kernel_peak_bytes else ""
+        limit = f"{f.limit_bytes / GiB:.2f} GiB" if f.limit_bytes else "its limit"
+        peak = f" (cgroup peak {f.kernel_peak_bytes / GiB:.2f} GiB)" if f.kernel_peak_bytes else ""
         parts.append(f"rank {f.rank} was OOM-killed by the kernel at its memory budget of {limit}{peak}")
     return "; ".join(parts)

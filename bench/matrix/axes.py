@@ -3,6 +3,14 @@
 from enum import StrEnum
 
 
+class Device(StrEnum):
+    """The kind of device a profile trains on; CPU ranks count as devices too."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    HPU = "hpu"
+
+
 class Init(StrEnum):
     TWO_MODELS = "two_models"
     ONE_ADAPTER = "one_adapter"

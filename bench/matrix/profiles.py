@@ -7,8 +7,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from bench.errors import BenchError
+from bench.matrix.axes import Device
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
+from bench.units import GiB
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -16,7 +18,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class HardwareProfile(Strict):
     name: str
     description: str = ""
-    device: Literal["cpu", "cuda", "hpu"]
+    device: Device
     device_count: int = Field(ge=1, description="devices one process can split a model over (device_map); per node")
     processes: int = Field(ge=1, description="world size of multi-process backends, over every node")
     nodes: int = Field(
@@ -26,7 +28,8 @@ class HardwareProfile(Strict):
     memory_per_device_gb: float | None = Field(default=None, gt=0)
     peak_tflops: float | None = Field(default=None, gt=0, description="peak dense bf16 TFLOP/s per device")
     precision: Literal["fp32", "bf16", "fp16"]
-    image_flavor: Literal["cpu", "cuda", "hpu"]
+    image_flavor: Device
+    """The image built for the device: docker/<flavor>/ (no hpu image exists: such profiles run locally)."""
     workload: str
     timeout_s: int = Field(ge=10, description="wall-clock limit of one cell")
     threads_per_process: int = Field(default=1, ge=1)
@@ -41,7 +44,7 @@ class HardwareProfile(Strict):
 
     @property
     def memory_budget_bytes(self) -> int | None:
-        return None if self.memory_budget_gb is None else int(self.memory_budget_gb * 2**30)
+        return None if self.memory_budget_gb is None else int(self.memory_budget_gb * GiB)
 
     @property
     def processes_per_node(self) -> int:

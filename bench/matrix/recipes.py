@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bench.matrix.axes import Backend, Init, Launcher, Quant, Setup
+from bench.matrix.axes import Backend, Device, Init, Launcher, Quant, Setup
 from bench.matrix.packages import installed_versions
 from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from bench.matrix.cell import Cell
 
 RECIPES_FILE = SCENARIOS_DIR / "recipes.yaml"
-Device = Literal["cpu", "cuda", "hpu"]
 
 
 class Settings(Strict):

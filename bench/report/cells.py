@@ -3,7 +3,8 @@
 from collections.abc import Iterable
 
 from bench.report.summary import CellSummary, OomMemory
-from bench.results.schema import ResultRecord, Status
+from bench.results.schema import STATUS_MEANING, ResultRecord, Status
+from bench.units import GiB, MiB
 
 MARKS = {
     Status.OK: "✅",
@@ -17,14 +18,7 @@ MARKS = {
     Status.UNTESTED: "❔ untested",
 }
 LEGEND = (
-    "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · "
-    "📉 learning = ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss "
-    "that is not ln 2 because the reference is not the initial policy, or a loss that did not fall; the note says "
-    "which) · 💥 OOM (under a memory budget: the rank the kernel killed, its cgroup peak and the per-rank budget) · "
-    "🔮 predicted OOM = not run: the memory estimator predicts it needs more than the device has by a clear margin "
-    "(a prediction, not a measurement; --run-predicted-oom runs it) · "
-    "❌ error (class in brackets) · ⏱️ timeout · N/A = impossible by rule · "
-    "❔ untested = the device's software stack was absent, nothing ran. "
+    " · ".join(f"{MARKS[status]} = {STATUS_MEANING[status].short}" for status in Status) + ". "
     "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
     "Memory: model = peak − library baseline (memory after the libraries are imported, before the model loads; "
     "0 on GPU), max over ranks: what the model, its training state and activations take; "
@@ -35,11 +29,11 @@ LEGEND = (
 
 
 def gib(value: float) -> str:
-    return f"{value / 2**30:,.2f} GiB"
+    return f"{value / GiB:,.2f} GiB"
 
 
 def mib(value: float) -> str:
-    return f"{value / 2**20:,.0f} MiB"
+    return f"{value / MiB:,.0f} MiB"
 
 
 def memory_text(summary: CellSummary) -> str:
@@ -103,3 +97,10 @@ def known_issue_markdown(summary: CellSummary) -> str:
         return ""
     link = f"<{summary.known_issue}>" if is_link(summary.known_issue) else summary.known_issue
     return link + (f" — {summary.known_issue_note}" if summary.known_issue_note else "")
+
+
+def status_table() -> str:
+    """The statuses as docs/metrics.md shows them, rendered from STATUS_MEANING (tests/unit/report hold the page
+    to it: paste this function's output there when a meaning changes)."""
+    rows = [f"| `{status}` | {STATUS_MEANING[status].long} |" for status in Status]
+    return "\n".join(["| status | meaning |", "|---|---|", *rows])

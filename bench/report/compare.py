@@ -12,11 +12,13 @@ from bench.errors import BenchError
 from bench.report.cells import known_issue_markdown
 from bench.report.summary import CellSummary, summarize
 from bench.report.verdict import ALPHA, MIN_TRIALS, Verdict, decide, no_verdict_label
-from bench.results.env import ENV_FILE, read_env
+from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
+from bench.results.layout import ENV_FILE, RESULTS_FILE
 from bench.results.schema import ResultRecord, Status
-from bench.results.store import RESULTS_FILE, load_results
+from bench.results.store import load_results
 from bench.secrets import redact
+from bench.units import MiB
 
 DEFAULT_THRESHOLD = 0.05
 FAIL_KINDS = ("status", "throughput", "memory", "cpu")
@@ -408,4 +410,4 @@ def _cpu_ms(value: float) -> str:
 
 
 def _mib(value: float) -> str:
-    return f"{value / 2**20:,.1f} MiB"
+    return f"{value / MiB:,.1f} MiB"

@@ -11,6 +11,7 @@ import statistics
 from bench.report.compare import Run
 from bench.report.summary import summarize
 from bench.results.schema import ResultRecord
+from bench.units import MiB
 
 # metric -> (github-action-benchmark tool, unit)
 GAB_METRICS = {
@@ -25,7 +26,7 @@ def gab_entries(run: Run, metric: str) -> list[dict]:
     profile = (run.env and run.env.hardware_profile) or (run.records[0].hardware if run.records else "?")
     entries = []
     for cell in summarize(run.records).values():
-        values = cell.tokens_per_s if metric == "throughput" else [v / 2**20 for v in cell.train_peak_bytes]
+        values = cell.tokens_per_s if metric == "throughput" else [v / MiB for v in cell.train_peak_bytes]
         if cell.status != "ok" or not values:
             continue
         low, high = min(values), max(values)

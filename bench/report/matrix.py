@@ -12,8 +12,7 @@ from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_mark
 from bench.report.grid import build_grid, row_label
 from bench.report.summary import CellSummary, summarize
 from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
-
-MiB = 2**20
+from bench.units import MiB
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -99,8 +98,8 @@ def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
                 "tokens_per_s": m.tokens_per_s if m else None,
                 "pairs_per_s": m.pairs_per_s if m else None,
                 "step_time_median_s": m.step_time_median_s if m else None,
-                "train_peak_mib": m.train_peak_bytes / 2**20 if m and m.train_peak_bytes else None,
-                "load_peak_mib": m.load_peak_bytes / 2**20 if m and m.load_peak_bytes else None,
+                "train_peak_mib": m.train_peak_bytes / MiB if m and m.train_peak_bytes else None,
+                "load_peak_mib": m.load_peak_bytes / MiB if m and m.load_peak_bytes else None,
                 "memory_kind": m.memory_kind if m else "",
                 "baseline_mib": _mib(m.baseline_bytes) if m else None,
                 "peak_mib": _mib(m.peak_bytes) if m else None,

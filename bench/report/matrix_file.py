@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from bench.report.matrix import csv_frame, render
-from bench.results.env import ENV_FILE, read_env
+from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
-from bench.results.store import RESULTS_FILE, load_results
+from bench.results.layout import ENV_FILE, RESULTS_FILE
+from bench.results.store import load_results
 
 
 def context_lines(run_name: str, env: EnvFingerprint) -> list[str]:

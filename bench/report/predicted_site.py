@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from bench.errors import BenchError
 from bench.report.grid import build_grid
 from bench.report.site import grid_table
+from bench.units import MiB
 
 PREDICTED_CSV = "predicted.csv"
 PREDICTED_MD = "PREDICTED.md"
@@ -105,7 +106,7 @@ def load_predicted(results_dir: Path) -> list[PredictedMatrix]:
 
 
 def _gb(mib: float | None) -> str:
-    return "—" if mib is None else f"{mib * 2**20 / 1e9:,.1f} GB"
+    return "—" if mib is None else f"{mib * MiB / 1e9:,.1f} GB"
 
 
 def cell_html(row: PredictedRow) -> str:

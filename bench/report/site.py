@@ -15,6 +15,7 @@ from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
+from bench.units import MiB
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
 # repeat after ten).
@@ -147,7 +148,7 @@ def profile_heading(view: ProfileView) -> str:
 
 
 def _fmt_bytes(value: float | None) -> str:
-    return "—" if value is None else f"{value / 2**20:,.1f} MiB"
+    return "—" if value is None else f"{value / MiB:,.1f} MiB"
 
 
 def peak_kind(record: ResultRecord) -> str:
@@ -234,11 +235,11 @@ def prediction_section(record: ResultRecord) -> str:
         ("train peak per device", _fmt_bytes(p.train_bytes)),
         ("total with context / baseline and slack", _fmt_bytes(p.total_bytes)),
         ("usable", _fmt_bytes(p.usable_bytes)),
-        ("margin", "—" if p.margin_bytes is None else f"{p.margin_bytes / 2**20:+,.0f} MiB"),
+        ("margin", "—" if p.margin_bytes is None else f"{p.margin_bytes / MiB:+,.0f} MiB"),
     ]
     largest = sorted(p.terms.items(), key=lambda kv: -kv[1])[:4]
     if largest:
-        rows.append(("largest terms", ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in largest)))
+        rows.append(("largest terms", ", ".join(f"{k} {v / MiB:,.0f} MiB" for k, v in largest)))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     title = f"Predicted memory (estimator {p.estimator_version}; a prediction, not a measurement)"
     return f'<h5>{escape(title)}</h5><table class="prediction">{body}</table>'
@@ -379,7 +380,7 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     for cell_id, s in view.cells.items():
         tokens, memory = s.headline_tokens_per_s, s.headline_train_peak_bytes
         if s.status == Status.OK and tokens is not None and memory is not None:
-            points.append((cell_id, view.records[cell_id].backend, memory / 2**20, tokens))
+            points.append((cell_id, view.records[cell_id].backend, memory / MiB, tokens))
     left, right, top, bottom = 64, 14, 28, 58
     legend = legend_layout(in_axis_order((p[1] for p in points), Backend), left, width - right)
     extra = LEGEND_LINE * max((line for _, _, line in legend), default=0)

@@ -12,11 +12,11 @@ from pydantic import ValidationError
 from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
 from bench.paths import PROJECT_ROOT
+from bench.results.layout import ENV_FILE
 from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
 from bench.results.store import now_iso
 from bench.secrets import redact
 
-ENV_FILE = "env.json"
 
 
 def lock_file_hash(lock: Path) -> str | None:

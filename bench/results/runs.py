@@ -7,7 +7,8 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.env import read_env
 from bench.results.schema import ResultRecord
-from bench.results.store import RESULTS_FILE, load_results
+from bench.results.store import load_results
+from bench.results.layout import RESULTS_FILE
 
 _UNKNOWN_START = dt.datetime.min.replace(tzinfo=dt.UTC)
 

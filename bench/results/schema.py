@@ -1,5 +1,6 @@
 """The result record: one schema-versioned JSON line per cell."""
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel
@@ -25,6 +26,9 @@ class Engagement(BaseModel):
 
 
 class Status(StrEnum):
+    """A cell's outcome. What each means is stated once, in STATUS_MEANING, and rendered from there into the
+    matrices' legend (bench/report/cells.py) and docs/metrics.md (a test holds the page to it)."""
+
     OK = "ok"
     OOM = "oom"
     ERROR = "error"
@@ -32,13 +36,70 @@ class Status(StrEnum):
     SILENT_FALLBACK = "silent_fallback"
     NOT_APPLICABLE = "not_applicable"
     UNTESTED = "untested"
-    """Not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked."""
     PREDICTED_OOM = "predicted_oom"
-    """Not run: the memory estimator predicts this cell needs more than the device has, by a clear margin
-    (bench/estimate); recorded with its prediction. `--run-predicted-oom` runs it anyway."""
     LEARNING_FAILED = "learning_failed"
-    """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the
-    reference is not the initial policy), or a loss that did not fall (bench/judge/learning.py)."""
+
+
+@dataclass(frozen=True)
+class StatusMeaning:
+    short: str
+    """The matrices' legend."""
+    long: str
+    """docs/metrics.md."""
+
+
+STATUS_MEANING: dict[Status, StatusMeaning] = {
+    Status.OK: StatusMeaning(
+        "trained as asked and trained correctly",
+        "trained, what ran is what was asked (world size, wrapper, ZeRO stage, partitioning, quantized layers, "
+        "adapters, reference model), and it trained correctly (the learning check below)",
+    ),
+    Status.SILENT_FALLBACK: StatusMeaning(
+        "ran, but not what was asked (silent_fallback)",
+        "trained, but not as asked, e.g. FSDP requested and DDP ran (accelerate's FSDP on CPU), or one process "
+        "instead of two",
+    ),
+    Status.LEARNING_FAILED: StatusMeaning(
+        "ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss that is "
+        "not ln 2 because the reference is not the initial policy, or a loss that did not fall; the note says which)",
+        "ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the "
+        "reference is not the initial policy), or a loss that did not fall (bench/judge/learning.py); the message "
+        "says which",
+    ),
+    Status.OOM: StatusMeaning(
+        "out of memory (under a memory budget: the rank the kernel killed, its cgroup peak and the per-rank budget)",
+        "out of memory: CUDA OOM, host `MemoryError`, a container's memory limit, or a rank OOM-killed by the "
+        "kernel at its memory budget (the message names the rank, the budget and the cgroup peak)",
+    ),
+    Status.PREDICTED_OOM: StatusMeaning(
+        "not run: the memory estimator predicts it needs more than the device has by a clear margin (a "
+        "prediction, not a measurement; --run-predicted-oom runs it)",
+        "not run: the memory estimator predicts more than the device's memory by over 20 % "
+        "(`bench/estimate/gate.py`); recorded with its prediction, never shown as a measured OOM. "
+        "`--run-predicted-oom` (`make bench RUN_PREDICTED_OOM=1`) runs such cells; cells closer to the edge always "
+        "run. Every other record carries its prediction too (`prediction`)",
+    ),
+    Status.ERROR: StatusMeaning(
+        "error (class in brackets)",
+        "with `error_class`: `device_mismatch`, `incompatible`, `import`, `config`, `comm`, `crash` (a rank killed "
+        "by a signal), `version` (installed packages outside the cell's recipe's range), `node_fail` / `preempted` "
+        "/ `cancelled` (Slurm ended the job first: `--executor slurm`), `other`, plus the first line of the real "
+        "message and, when it matches an entry of `scenarios/known_issues.yaml`, the upstream link",
+    ),
+    Status.TIMEOUT: StatusMeaning(
+        "exceeded the profile's time limit",
+        "exceeded the profile's `timeout_s`; the cell's whole process group was killed",
+    ),
+    Status.NOT_APPLICABLE: StatusMeaning(
+        "impossible by rule",
+        "impossible by a rule in `bench/matrix/scenario.py` (e.g. full fine-tuning of quantized weights), with the "
+        "reason",
+    ),
+    Status.UNTESTED: StatusMeaning(
+        "the device's software stack was absent, nothing ran",
+        "not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked",
+    ),
+}
 
 
 class ErrorClass(StrEnum):

@@ -10,9 +10,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bench.errors import BenchError
+from bench.results.layout import RESULTS_FILE
 from bench.results.schema import ResultRecord
 
-RESULTS_FILE = "results.jsonl"
 
 
 def now_iso() -> str:

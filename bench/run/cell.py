@@ -17,6 +17,7 @@ from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.results.layout import RunFolder
 from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.results.store import now_iso
 from bench.run.launch import free_port, plan_launch, write_files
@@ -92,12 +93,13 @@ def run_cell(
 ) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
     (a scheduler job an earlier run submitted is still writing into it)."""
-    config_dir = ctx.run_dir / "configs" / cell.id
-    out_dir = ctx.run_dir / "cells" / cell.id
+    folder = RunFolder(ctx.run_dir)
+    config_dir = folder.configs(cell.id)
+    out_dir = folder.cell(cell.id)
     if fresh:
         shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (ctx.run_dir / "logs").mkdir(exist_ok=True)
+    folder.logs.mkdir(exist_ok=True)
     dataset = out_dir / "dataset"
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
@@ -106,7 +108,7 @@ def run_cell(
     write_files(plan)
     world = world_size(cell, ctx.profile)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
-    log_path = ctx.run_dir / "logs" / (f"{cell.id}.log" if trial == 0 else f"{cell.id}.trial{trial}.log")
+    log_path = folder.log(cell.id, trial)
     started = now_iso()
     try:
         outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from bench.judge.slurm_states import with_job_state
 from bench.matrix.cell import Cell
+from bench.results.layout import RunFolder, trial_key
 from bench.results.schema import PredictionSummary, ResultRecord
 from bench.results.store import append_result
 from bench.worker.report import read_rank_reports
@@ -23,19 +24,14 @@ QUEUE_LINE_S = 30.0
 """Seconds between queue lines while no job ends."""
 
 
-def trial_key(cell: Cell, trial: int) -> str:
-    """The name of a trial's log (bench.run.cell.run_cell), which the executor keys its jobs by."""
-    return cell.id if trial == 0 else f"{cell.id}.trial{trial}"
-
-
 def run_cell_job(ctx: "RunContext", cell: Cell, trial: int, prediction: PredictionSummary | None) -> ResultRecord:
     from bench.run.cell import run_cell
 
     executor: SlurmExecutor = ctx.executor  # type: ignore[assignment]
-    key = trial_key(cell, trial)
+    key = trial_key(cell.id, trial)  # the name of the trial's log, which the executor keys its jobs by
     # a job an earlier run submitted may still be writing into the cell's folder, or have left its result there
     record = run_cell(ctx, cell, trial, prediction, fresh=executor.earlier_job(key, cell.id) is None)
-    reports, _ = read_rank_reports(ctx.run_dir / "cells" / cell.id)
+    reports, _ = read_rank_reports(RunFolder(ctx.run_dir).cell(cell.id))
     return with_job_state(record, executor.final_state(key), reports)
 
 

@@ -6,10 +6,11 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Literal
 
 from bench.errors import BenchError
+from bench.matrix.axes import Device
 from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.units import MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
 GB = 1e9
@@ -18,8 +19,6 @@ MEMORY_FLOOR = 0.9
 that report 22-24 GB to CUDA."""
 MEMORY_CEILING = 1.15
 """Without --emulate a device bigger than this would give memory answers that do not hold on the profile."""
-
-Device = Literal["cpu", "cuda", "hpu"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def driver_gpus() -> Detected | None:
         device="cuda",
         count=len(rows),
         names=tuple(name.strip() for name, _ in rows),
-        memory_bytes=tuple(int(float(mib)) * 2**20 for _, mib in rows),
+        memory_bytes=tuple(int(float(mib)) * MiB for _, mib in rows),
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
 

@@ -1,6 +1,7 @@
 """What a run prints as it goes: one line per finished trial, and the closing count by status."""
 
 from bench.results.schema import ResultRecord, Status
+from bench.units import MiB
 
 
 def format_progress(done: int, total: int, record: ResultRecord, elapsed: float) -> str:
@@ -10,9 +11,9 @@ def format_progress(done: int, total: int, record: ResultRecord, elapsed: float)
     if record.metrics:
         m = record.metrics
         if m.model_memory_bytes is not None and m.peak_bytes is not None:
-            memory = f"model {m.model_memory_bytes / 2**20:,.0f} / peak {m.peak_bytes / 2**20:,.0f} MiB"
+            memory = f"model {m.model_memory_bytes / MiB:,.0f} / peak {m.peak_bytes / MiB:,.0f} MiB"
         else:
-            memory = f"{(m.train_peak_bytes or 0) / 2**20:>7,.0f} MiB"
+            memory = f"{(m.train_peak_bytes or 0) / MiB:>7,.0f} MiB"
         detail = f"{m.tokens_per_s:>9,.0f} tok/s {memory}"
     elif record.message:
         detail = record.message[:60]

@@ -36,6 +36,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from bench.units import GiB, MiB
+
 FAULT_ENV = "BENCH_FAULT"
 FAULT_CELL_ENV = "BENCH_FAULT_CELL"
 """Optional glob over cell ids: the fault fires only in matching cells."""
@@ -108,8 +110,8 @@ def fire(kind: str) -> None:
             time.sleep(60)
     elif kind == "host_oom":
         in_use = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
-        resource.setrlimit(resource.RLIMIT_AS, (in_use + 256 * 2**20, resource.RLIM_INFINITY))
-        bytearray(2 * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (in_use + 256 * MiB, resource.RLIM_INFINITY))
+        bytearray(2 * GiB)
     elif kind == "cuda_oom":
         import torch
 

@@ -26,6 +26,7 @@ from bench.matrix.multinode import JOB_VARIABLES, NodeLayout, job_launch, quote
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import PROJECT_ROOT
+from bench.results.layout import RunFolder
 from bench.secrets import redact_file
 
 TEMPLATE = Path(__file__).with_name("job.sbatch")
@@ -312,7 +313,7 @@ class SlurmExecutor:
         state = controller_states().get(job) or self.tracker.accounting.finished(job)
         if state is None or state.state in ("CANCELLED", "UNKNOWN"):
             return None
-        if not state.alive and not (self.run_dir / "cells" / cell / f"slurm-{job}.out").is_file():
+        if not state.alive and not (RunFolder(self.run_dir).cell(cell) / f"slurm-{job}.out").is_file():
             return None
         return job
 
@@ -321,7 +322,7 @@ class SlurmExecutor:
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         key, cell = log_path.stem, labels["dpo-bench.cell"]
-        cell_dir = self.run_dir / "cells" / cell
+        cell_dir = RunFolder(self.run_dir).cell(cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         job = self.earlier_job(key, cell)

@@ -257,3 +257,14 @@ def test_predicted_oom_is_shown_apart_from_a_measured_oom_and_the_panel_says_it_
     panel = prediction_section(skipped)
     assert "a prediction, not a measurement" in panel and "-192 MiB" in panel and "optimizer 400 MiB" in panel
     assert prediction_section(measured) == ""
+
+
+def test_docs_state_every_status_as_the_schema_does():
+    from bench.paths import PROJECT_ROOT
+    from bench.report.cells import status_table
+    from bench.results.schema import STATUS_MEANING, Status
+
+    assert set(STATUS_MEANING) == set(Status)
+    assert status_table() in (PROJECT_ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for status in Status:
+        assert f"{MARKS[status]} = {STATUS_MEANING[status].short}" in LEGEND

@@ -11,7 +11,8 @@ from bench.results.env import write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.runs import run_dirs
 from bench.results.schema import Status
-from bench.results.store import RESULTS_FILE, append_result, load_results
+from bench.results.store import append_result, load_results
+from bench.results.layout import RESULTS_FILE
 
 CELL = "one_adapter-none-zero3+accelerate"
 

@@ -1,0 +1,42 @@
+"""The layout of one run's folder, results/<HW>/<run-id>/, stated once: every reader and writer asks here."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS_FILE = "results.jsonl"
+"""One schema-versioned record per cell trial, appended as each ends."""
+ENV_FILE = "env.json"
+"""The environment fingerprint, written once per run."""
+
+
+def trial_key(cell_id: str, trial: int) -> str:
+    """How a trial is named in file names: the cell id, with `.trial<N>` from the second trial on."""
+    return cell_id if trial == 0 else f"{cell_id}.trial{trial}"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS_FILE
+
+    @property
+    def env(self) -> Path:
+        return self.path / ENV_FILE
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def log(self, cell_id: str, trial: int) -> Path:
+        return self.logs / f"{trial_key(cell_id, trial)}.log"
+
+    def cell(self, cell_id: str) -> Path:
+        """What the cell's ranks write (rank reports, scheduler output) and its dataset links; not committed."""
+        return self.path / "cells" / cell_id
+
+    def configs(self, cell_id: str) -> Path:
+        """The generated launcher and library config files and the worker spec, reusable as they are."""
+        return self.path / "configs" / cell_id

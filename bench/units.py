@@ -1,0 +1,4 @@
+"""Byte units, stated once: every figure the suite prints or stores in MiB or GiB divides by these."""
+
+MiB = 2**20
+GiB = 2**30
