@@ -5,26 +5,21 @@ Reading the CSVs and rendering them are separate: `load_predicted` reads, the re
 """
 
 import csv
-from html import escape
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from bench.errors import BenchError
 from bench.report.grid import build_grid
-from bench.report.site import grid_table
+from bench.report.site import GridView, grid_view
+from bench.report.templating import call
 from bench.units import MiB
 
 PREDICTED_CSV = "predicted.csv"
 PREDICTED_MD = "PREDICTED.md"
 VALIDATION_PREFIX = "Current validation"
 """The line of PREDICTED.md that carries the estimator's validation error (bench/estimate/report.py)."""
-PREDICTED_CSS = (
-    ".predicted-matrix a,.predicted-matrix span.cell{border:1px dashed #999}"
-    ".p-fits{background:#eef7ef}.p-predicted_oom{background:#fbeee8;color:#844}"
-    ".p-not_applicable{background:#eee;color:#666}.p-unknown{background:#e4ebf5;color:#555}"
-    ".predicted-banner{font-weight:600;color:#844}"
-)
 
 
 class PredictedRow(BaseModel):
@@ -109,42 +104,52 @@ def _gb(mib: float | None) -> str:
     return "—" if mib is None else f"{mib * MiB / 1e9:,.1f} GB"
 
 
-def cell_html(row: PredictedRow) -> str:
+@dataclass(frozen=True)
+class PredictedCell:
+    cell_id: str
+    verdict: str | None
+    """None: not applicable."""
+    mark: str
+    total: str
+    title: str
+
+
+def predicted_cell(row: PredictedRow) -> PredictedCell:
     if row.status == "not_applicable":
-        return '<span class="cell p-not_applicable">N/A</span>'
+        return PredictedCell(row.cell_id, None, "", "", "")
     mark = {"fits": "✅", "predicted_oom": "🔮"}.get(row.verdict, "?")
     title = (
         f"PREDICTED {row.verdict}: {_gb(row.total_mib)} of {_gb(row.usable_mib)} usable (margin {_gb(row.margin_mib)})"
     )
-    return (
-        f'<span class="cell p-{escape(row.verdict)}" title="{escape(title)}" data-cell="{escape(row.cell_id)}">'
-        f"{mark} {escape(_gb(row.total_mib))}</span>"
+    return PredictedCell(row.cell_id, row.verdict, mark, _gb(row.total_mib), title)
+
+
+@dataclass(frozen=True)
+class PredictedView:
+    hardware: str
+    workload: str
+    estimator_version: str
+    validation: str
+    grid: GridView
+    cells: dict[str, PredictedCell]
+
+
+def predicted_view(matrix: PredictedMatrix) -> PredictedView:
+    return PredictedView(
+        hardware=matrix.hardware,
+        workload=matrix.workload,
+        estimator_version=matrix.estimator_version,
+        validation=matrix.validation,
+        grid=grid_view(build_grid(matrix.rows)),
+        cells={r.cell_id: predicted_cell(r) for r in matrix.rows},
     )
-
-
-def predicted_table(matrix: PredictedMatrix) -> str:
-    by_id = {r.cell_id: r for r in matrix.rows}
-    grid = build_grid(matrix.rows)
-    return grid_table(grid, lambda cell_id: cell_html(by_id[cell_id]), matrix.hardware, "matrix predicted-matrix")
 
 
 def predicted_section(matrices: list[PredictedMatrix]) -> str:
     """The site's "Predicted" part: one matrix per profile, each labelled as a prediction."""
     if not matrices:
         return ""
-    profiles = "".join(
-        f'<section class="profile predicted" id="predicted-{escape(m.hardware)}"><h3>{escape(m.hardware)} '
-        f'<span class="predicted-banner">PREDICTED, not measured</span></h3><p class="meta">workload '
-        f"{escape(m.workload)} · estimator {escape(m.estimator_version)} · per-device total (train peak + context + "
-        f"allocator slack) against usable memory; hover a cell for its margin</p>"
-        f'<p class="meta">{escape(m.validation)}</p>{predicted_table(m)}</section>'
-        for m in matrices
-    )
-    return (
-        f"<style>{PREDICTED_CSS}</style><h2>Predicted matrices (memory estimator, no GPU run)</h2>"
-        '<p class="meta">From model configs only (docs/estimator.md): ✅ predicted to fit, 🔮 predicted_oom. '
-        f'Regenerate with <code>make predicted</code>.</p><div class="matrices">{profiles}</div>'
-    )
+    return call("predicted.html", "predicted_section", [predicted_view(m) for m in matrices])
 
 
 def predicted_index(matrices: list[PredictedMatrix]) -> list[str]:

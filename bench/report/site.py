@@ -1,18 +1,21 @@
 """The static results site: one self-contained index.html (inline CSS, JS and SVG, nothing fetched).
 
-Pure rendering: `ProfileView`s in, HTML text out. Reading files is publish.py's job.
+Pure: `ProfileView`s in, HTML text out. This module builds what each part of the page shows (the view data); the
+HTML is in the Jinja templates of bench/report/templates/ (page.html and the macros it imports). Reading files is
+publish.py's job.
 """
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from html import escape
+
+from markupsafe import Markup
 
 from bench.matrix.axes import Backend
 from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
+from bench.report.templating import call, render
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
 from bench.units import MiB
@@ -58,13 +61,13 @@ def status_css() -> str:
     return "".join(f".s-{status.value}{{{STATUS_COLORS[status]}}}" for status in Status)
 
 
+def status_badges() -> list[tuple[str, str]]:
+    """(status, mark) in the enum's order."""
+    return [(status.value, MARKS[status]) for status in Status]
+
+
 def status_legend() -> str:
-    """One badge per status, in the enum's order: the mark and the status name, coloured as the cells are."""
-    badges = "".join(
-        f'<span class="badge s-{status.value}">{escape(MARKS[status])} {escape(status.value)}</span> '
-        for status in Status
-    )
-    return f'<p class="status-legend">{badges.rstrip()}</p>'
+    return call("matrix.html", "status_legend", status_badges())
 
 
 @dataclass(frozen=True)
@@ -99,48 +102,57 @@ def reproduce_command(hardware: str, cell_id: str) -> str:
 # ---------------------------------------------------------------- matrix
 
 
-def _cell_link(view: ProfileView, cell_id: str) -> str:
-    summary = view.cells[cell_id]
-    label = cell_label(summary)
-    return (
-        f'<a class="cell s-{escape(summary.status)}" href="#{escape(panel_id(view.hardware, cell_id))}" '
-        f'data-cell="{escape(cell_id)}" title="{escape(cell_id)}">{escape(label)}</a>'
-    )
+@dataclass(frozen=True)
+class GridView:
+    """A Grid as a table shows it (matrix.html's grid_table)."""
+
+    backends: list[str]
+    rows: list[tuple[str, list[str | None]]]
+    """(row label, the cell id under each backend; None: not run)."""
+    variants: list[str]
 
 
-def grid_table(grid: Grid, render: Callable[[str], str], hardware: str, css_class: str = "matrix") -> str:
-    """The init · quant x backend table of `grid`, each cell rendered by `render(cell_id)`, variants listed after."""
-    head = "".join(f"<th>{escape(b)}</th>" for b in grid.backends)
-    body = []
-    for init, quant in grid.rows:
-        cells = []
-        for backend in grid.backends:
-            cell_id = grid.cell(init, quant, backend)
-            cells.append(f"<td>{render(cell_id)}</td>" if cell_id else '<td class="not-run">not run</td>')
-        body.append(f"<tr><th>{escape(row_label(init, quant))}</th>{''.join(cells)}</tr>")
-    table = (
-        f'<table class="{css_class}" data-hardware="{escape(hardware)}"><thead><tr><th>init · quant</th>{head}</tr>'
-        f"</thead><tbody>{''.join(body)}</tbody></table>"
-    )
-    if grid.variants:
-        items = "".join(f"<li><code>{escape(c)}</code> {render(c)}</li>" for c in grid.variants)
-        table += f'<h4>Variants (other launchers, options and setups)</h4><ul class="variants">{items}</ul>'
-    return table
+def grid_view(grid: Grid) -> GridView:
+    rows = [(row_label(i, q), [grid.cell(i, q, b) for b in grid.backends]) for i, q in grid.rows]
+    return GridView(grid.backends, rows, grid.variants)
+
+
+@dataclass(frozen=True)
+class CellLink:
+    cell_id: str
+    status: str
+    panel_id: str
+    label: str
+
+
+def cell_links(view: ProfileView) -> dict[str, CellLink]:
+    return {
+        cell_id: CellLink(cell_id, s.status, panel_id(view.hardware, cell_id), cell_label(s))
+        for cell_id, s in view.cells.items()
+    }
 
 
 def matrix_table(view: ProfileView) -> str:
-    return grid_table(build_grid(view.records.values()), lambda cell_id: _cell_link(view, cell_id), view.hardware)
+    grid = grid_view(build_grid(view.records.values()))
+    return call("matrix.html", "matrix_table", grid, view.hardware, cell_links(view))
 
 
-def profile_heading(view: ProfileView) -> str:
+@dataclass(frozen=True)
+class Heading:
+    hardware: str
+    run_name: str
+    created_at: str
+    workload: str
+    image: str
+    complete: bool
+    budget: str | None
+
+
+def heading(view: ProfileView) -> Heading:
     env = view.env or EnvFingerprint()
-    partial = "" if view.complete else ' <span class="warn">partial run: not every cell has a result</span>'
     budget = budget_line(view.records.values())
-    return (
-        f'<h3>{escape(view.hardware)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
-        f"{escape(env.created_at or '?')} · workload {escape(env.workload or '?')} · "
-        f"image {escape(env.image_label)}{partial}</p>"
-        + (f'<p class="meta budget">{escape(budget)}</p>' if budget else "")
+    return Heading(
+        view.hardware, view.run_name, env.created_at or "?", env.workload or "?", env.image_label, view.complete, budget
     )
 
 
@@ -163,10 +175,15 @@ def _first(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
-def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
+Rows = list[tuple[str, str]]
+"""(label, value) lines of a two-column table."""
+
+
+def metrics_rows(record: ResultRecord, summary: CellSummary) -> Rows:
+    """The metrics table; empty when the cell measured nothing."""
     m = record.metrics
     if m is None:
-        return ""
+        return []
     tokens = _first(summary.headline_tokens_per_s, m.tokens_per_s)
     train_peak = _first(summary.headline_train_peak_bytes, m.train_peak_bytes)
     trials = ", ".join(f"{v:,.0f}" for v in summary.tokens_per_s)
@@ -179,7 +196,7 @@ def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
             (f"peak ({peak_kind(record)}, median)", _fmt_bytes(peak)),
             ("library baseline (libraries imported, model not loaded)", _fmt_bytes(m.baseline_bytes)),
         ]
-    rows = [
+    return [
         ("tokens/s (median)", f"{tokens:,.1f}" + (f" — trials: {trials}" if len(summary.tokens_per_s) > 1 else "")),
         ("pairs/s", f"{m.pairs_per_s:,.2f}"),
         ("step time median / p90", f"{m.step_time_median_s * 1000:,.1f} ms / {m.step_time_p90_s * 1000:,.1f} ms"),
@@ -194,18 +211,23 @@ def metrics_table(record: ResultRecord, summary: CellSummary) -> str:
         ("load time", "—" if m.load_s is None else f"{m.load_s:.2f} s"),
         ("MFU", "—" if m.mfu is None else f"{m.mfu:.2%}"),
     ]
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    return f'<table class="metrics">{body}</table>'
 
 
 def _loss(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
-def learning_section(learning: Learning | None) -> str:
+@dataclass(frozen=True)
+class LearningView:
+    rows: Rows
+    failures: list[str]
+    """Empty: the learning check passed."""
+
+
+def learning_view(learning: Learning | None) -> LearningView | None:
     """The learning check's evidence: first / end / last loss, reward accuracy, and what failed."""
     if learning is None:
-        return ""
+        return None
     rows = [
         ("first loss (ln 2 = 0.6931 expected)", _loss(learning.first_loss)),
         ("end loss (mean of the last quarter of the steps)", _loss(learning.end_loss)),
@@ -215,21 +237,21 @@ def learning_section(learning: Learning | None) -> str:
     if learning.losses:
         finite = sum(v is not None for v in learning.losses)
         rows.append(("steps with a finite loss", f"{finite} of {len(learning.losses)}"))
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    verdict = (
-        '<ul class="learning-failures">' + "".join(f"<li>{escape(f)}</li>" for f in learning.failures) + "</ul>"
-        if learning.failures
-        else '<p class="learning-passed">The learning check passed.</p>'
-    )
-    return f'<h5>Learning</h5><table class="learning">{body}</table>{verdict}'
+    return LearningView(rows, list(learning.failures))
 
 
-def prediction_section(record: ResultRecord) -> str:
+@dataclass(frozen=True)
+class PredictionView:
+    title: str
+    rows: Rows
+
+
+def prediction_view(record: ResultRecord) -> PredictionView | None:
     """The memory estimator's prediction, made before the cell ran (or instead of running it), beside what was
     measured: always labelled as a prediction."""
     p = record.prediction
     if p is None:
-        return ""
+        return None
     rows = [
         ("verdict", p.verdict),
         ("train peak per device", _fmt_bytes(p.train_bytes)),
@@ -240,57 +262,64 @@ def prediction_section(record: ResultRecord) -> str:
     largest = sorted(p.terms.items(), key=lambda kv: -kv[1])[:4]
     if largest:
         rows.append(("largest terms", ", ".join(f"{k} {v / MiB:,.0f} MiB" for k, v in largest)))
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    title = f"Predicted memory (estimator {p.estimator_version}; a prediction, not a measurement)"
-    return f'<h5>{escape(title)}</h5><table class="prediction">{body}</table>'
+    return PredictionView(f"Predicted memory (estimator {p.estimator_version}; a prediction, not a measurement)", rows)
 
 
-def rank_memory_section(record: ResultRecord) -> str:
+def prediction_section(record: ResultRecord) -> str:
+    view = prediction_view(record)
+    return "" if view is None else call("panel.html", "prediction", view)
+
+
+def rank_memory_rows(record: ResultRecord) -> list[list[str]]:
     """Each rank's memory figures (also for failed cells: an OOM-killed rank has its kernel peak here); the budget
     itself is among the panel's facts."""
-    if not record.rank_memory:
-        return ""
-    header = (
-        "<tr><th>rank</th><th>baseline RSS</th><th>baseline cgroup</th><th>peak RSS</th><th>kernel peak</th>"
-        "<th>limit</th><th>OOM-killed</th></tr>"
-    )
 
-    def row(f: RankMemoryFigures) -> str:
-        values = [
+    def row(f: RankMemoryFigures) -> list[str]:
+        figures = (f.baseline_rss_bytes, f.baseline_cgroup_bytes, f.peak_rss_bytes, f.kernel_peak_bytes)
+        return [
             str(f.rank),
-            *(
-                _fmt_bytes(v)
-                for v in (f.baseline_rss_bytes, f.baseline_cgroup_bytes, f.peak_rss_bytes, f.kernel_peak_bytes)
-            ),
+            *(_fmt_bytes(v) for v in figures),
             _fmt_bytes(f.limit_bytes),
             "yes" if f.oom_killed else "no",
         ]
-        return "<tr>" + "".join(f"<td>{escape(v)}</td>" for v in values) + "</tr>"
 
-    table = f'<table class="rank-memory">{header}{"".join(row(f) for f in record.rank_memory)}</table>'
-    return f"<h5>Memory per rank</h5>{table}"
+    return [row(f) for f in record.rank_memory]
 
 
-def _known_issue(summary: CellSummary) -> str:
-    link = summary.known_issue
-    if not link:
-        return ""
-    shown = f'<a href="{escape(link)}">{escape(link)}</a>' if is_link(link) else escape(link)
-    note = f" — {escape(summary.known_issue_note)}" if summary.known_issue_note else ""
-    return f'<p class="known-issue">Known issue: {shown}{note}</p>'
+@dataclass(frozen=True)
+class KnownIssue:
+    text: str
+    link: bool
+    """`text` is a URL."""
+    note: str | None
 
 
-def _configs(files: list[ConfigFile]) -> str:
-    if not files:
-        return "<p>No generated config files.</p>"
-    items = []
-    for f in files:
-        body = f"<pre>{escape(f.text)}</pre>" if f.text is not None else "<p>(not in the published results)</p>"
-        items.append(f'<details class="config"><summary><code>{escape(f.path)}</code></summary>{body}</details>')
-    return "".join(items)
+@dataclass(frozen=True)
+class Panel:
+    panel_id: str
+    cell_id: str
+    hardware: str
+    status: str
+    mark: str
+    status_text: str
+    """The status with its error class."""
+    facts: Rows
+    message: str
+    known_issue: KnownIssue | None
+    mismatches: list[str]
+    metrics: Rows
+    learning: LearningView | None
+    rank_memory: list[list[str]]
+    prediction: PredictionView | None
+    reproduce: str
+    configs: list[ConfigFile]
+    engagement: str | None
+    """What really ran, as JSON."""
+    log_tail: str | None
+    """Only for a cell that is not ok."""
 
 
-def cell_panel(view: ProfileView, cell_id: str) -> str:
+def panel(view: ProfileView, cell_id: str) -> Panel:
     record, summary = view.records[cell_id], view.cells[cell_id]
     status = summary.status + (f" ({summary.error_class})" if summary.error_class else "")
     facts = [
@@ -303,32 +332,31 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
     ]
     if record.memory_budget_bytes is not None:
         facts.append(("memory budget", f"{gib(record.memory_budget_bytes)} per rank (kernel memory cgroup)"))
-    parts = [
-        f'<details class="panel" id="{escape(panel_id(view.hardware, cell_id))}" data-cell="{escape(cell_id)}">',
-        f'<summary><code>{escape(cell_id)}</code> <span class="badge s-{escape(summary.status)}">'
-        f"{escape(MARKS[Status(summary.status)])} {escape(status)}</span> <small>{escape(view.hardware)}</small>"
-        "</summary>",
-        "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts) + "</dl>",
-    ]
-    if summary.message:
-        parts.append(f'<h5>Message</h5><pre class="message">{escape(summary.message)}</pre>')
-    parts.append(_known_issue(summary))
-    if record.mismatches:
-        parts.append("<h5>What ran instead</h5><ul>" + "".join(f"<li>{escape(m)}</li>" for m in record.mismatches))
-        parts.append("</ul>")
-    parts.append(metrics_table(record, summary))
-    parts.append(learning_section(record.learning))
-    parts.append(rank_memory_section(record))
-    parts.append(prediction_section(record))
-    parts.append(f'<h5>Reproduce</h5><pre class="repro">{escape(reproduce_command(view.hardware, cell_id))}</pre>')
-    parts.append("<h5>Config files</h5>" + _configs(view.configs.get(cell_id, [])))
-    if record.engagement is not None:
-        engaged = json.dumps(record.engagement.model_dump(), indent=1)
-        parts.append(f"<details><summary>What really ran (engagement)</summary><pre>{escape(engaged)}</pre></details>")
-    if record.status != Status.OK and record.log_tail:
-        parts.append(f"<details><summary>Log tail</summary><pre>{escape(record.log_tail)}</pre></details>")
-    parts.append("</details>")
-    return "".join(parts)
+    link = summary.known_issue
+    return Panel(
+        panel_id=panel_id(view.hardware, cell_id),
+        cell_id=cell_id,
+        hardware=view.hardware,
+        status=summary.status,
+        mark=MARKS[Status(summary.status)],
+        status_text=status,
+        facts=facts,
+        message=summary.message,
+        known_issue=KnownIssue(link, is_link(link), summary.known_issue_note) if link else None,
+        mismatches=list(record.mismatches),
+        metrics=metrics_rows(record, summary),
+        learning=learning_view(record.learning),
+        rank_memory=rank_memory_rows(record),
+        prediction=prediction_view(record),
+        reproduce=reproduce_command(view.hardware, cell_id),
+        configs=view.configs.get(cell_id, []),
+        engagement=None if record.engagement is None else json.dumps(record.engagement.model_dump(), indent=1),
+        log_tail=record.log_tail if record.status != Status.OK else None,
+    )
+
+
+def cell_panel(view: ProfileView, cell_id: str) -> str:
+    return call("panel.html", "cell_panel", panel(view, cell_id))
 
 
 # ---------------------------------------------------------------- plots
@@ -366,15 +394,59 @@ def legend_layout(backends: list[str], left: float, right: float) -> list[tuple[
     return placed
 
 
-def _legend(placed: list[tuple[str, float, int]], y: float) -> str:
-    return "".join(
-        f'<rect x="{x:.0f}" y="{y + line * LEGEND_LINE - 9:.0f}" width="10" height="10" fill="{backend_color(b)}"/>'
-        f'<text x="{x + 14:.0f}" y="{y + line * LEGEND_LINE:.0f}">{escape(b)}</text>'
-        for b, x, line in placed
-    )
+@dataclass(frozen=True)
+class Tick:
+    at: str
+    """Where the grid line stands on its axis."""
+    label_at: str
+    label: str
 
 
-def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
+@dataclass(frozen=True)
+class Point:
+    cell_id: str
+    x: str
+    y: str
+    color: str
+    title: str
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    backend: str
+    color: str
+    x: str
+    swatch_y: str
+    label_x: str
+    label_y: str
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Every coordinate as the SVG writes it."""
+
+    width: int
+    height: int
+    title: str
+    centre_x: str
+    middle_y: str
+    left: int
+    right: int
+    top: int
+    bottom: int
+    y_tick_label_x: int
+    x_tick_label_y: int
+    x_label_x: str
+    x_label_y: int
+    y_label_y: str
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    points: list[Point]
+    """Empty: no ok cell, and the plot says so."""
+    legend: list[LegendEntry]
+
+
+def scatter(view: ProfileView, width: int = 460, height: int = 300) -> Scatter:
     """tokens/s (y) against peak training memory (x) for every ok cell, coloured by backend."""
     points = []
     for cell_id, s in view.cells.items():
@@ -385,45 +457,60 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     legend = legend_layout(in_axis_order((p[1] for p in points), Backend), left, width - right)
     extra = LEGEND_LINE * max((line for _, _, line in legend), default=0)
     height, bottom = height + extra, bottom + extra
-    title = f"{view.hardware}: tokens/s vs peak memory"
-    head = (
-        f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
-        f'<text class="title" x="{width / 2:.0f}" y="16" text-anchor="middle">{escape(title)}</text>'
+    y_ticks: list[Tick] = []
+    x_ticks: list[Tick] = []
+    dots: list[Point] = []
+    if points:
+        xt = nice_ticks(min(p[2] for p in points), max(p[2] for p in points))
+        yt = nice_ticks(min(0.0, min(p[3] for p in points)), max(p[3] for p in points))
+
+        def sx(v: float) -> float:
+            return left + (v - xt[0]) / (xt[-1] - xt[0]) * (width - left - right)
+
+        def sy(v: float) -> float:
+            return height - bottom - (v - yt[0]) / (yt[-1] - yt[0]) * (height - top - bottom)
+
+        y_ticks = [Tick(f"{sy(t):.1f}", f"{sy(t) + 4:.1f}", f"{t:,.0f}") for t in yt]
+        x_ticks = [Tick(f"{sx(t):.1f}", f"{sx(t):.1f}", f"{t:,.0f}") for t in xt]
+        dots = [
+            Point(c, f"{sx(x):.1f}", f"{sy(y):.1f}", backend_color(b), f"{c}: {y:,.0f} tok/s, {x:,.1f} MiB")
+            for c, b, x, y in points
+        ]
+    legend_y = height - bottom + 50
+    return Scatter(
+        width=width,
+        height=height,
+        title=f"{view.hardware}: tokens/s vs peak memory",
+        centre_x=f"{width / 2:.0f}",
+        middle_y=f"{height / 2:.0f}",
+        left=left,
+        right=width - right,
+        top=top,
+        bottom=height - bottom,
+        y_tick_label_x=left - 4,
+        x_tick_label_y=height - bottom + 14,
+        x_label_x=f"{(left + width - right) / 2:.0f}",
+        x_label_y=height - bottom + 30,
+        y_label_y=f"{(top + height - bottom) / 2:.0f}",
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        points=dots,
+        legend=[
+            LegendEntry(
+                b,
+                backend_color(b),
+                f"{x:.0f}",
+                f"{legend_y + line * LEGEND_LINE - 9:.0f}",
+                f"{x + 14:.0f}",
+                f"{legend_y + line * LEGEND_LINE:.0f}",
+            )
+            for b, x, line in legend
+        ],
     )
-    if not points:
-        return head + f'<text x="{width / 2:.0f}" y="{height / 2:.0f}" text-anchor="middle">no ok cell</text></svg>'
-    xt = nice_ticks(min(p[2] for p in points), max(p[2] for p in points))
-    yt = nice_ticks(min(0.0, min(p[3] for p in points)), max(p[3] for p in points))
 
-    def sx(v: float) -> float:
-        return left + (v - xt[0]) / (xt[-1] - xt[0]) * (width - left - right)
 
-    def sy(v: float) -> float:
-        return height - bottom - (v - yt[0]) / (yt[-1] - yt[0]) * (height - top - bottom)
-
-    grid = [
-        f'<line class="grid" x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}"/>'
-        f'<text x="{left - 4}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:,.0f}</text>'
-        for t in yt
-    ] + [
-        f'<line class="grid" y1="{top}" y2="{height - bottom}" x1="{sx(t):.1f}" x2="{sx(t):.1f}"/>'
-        f'<text x="{sx(t):.1f}" y="{height - bottom + 14}" text-anchor="middle">{t:,.0f}</text>'
-        for t in xt
-    ]
-    dots = [
-        f'<circle class="point" data-cell="{escape(c)}" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" '
-        f'fill="{backend_color(b)}"><title>{escape(c)}: {y:,.0f} tok/s, {x:,.1f} MiB</title>'
-        "</circle>"
-        for c, b, x, y in points
-    ]
-    labels = (
-        f'<text x="{(left + width - right) / 2:.0f}" y="{height - bottom + 30}" text-anchor="middle">'
-        "peak training memory (MiB)</text>"
-        f'<text transform="translate(14 {(top + height - bottom) / 2:.0f}) rotate(-90)" text-anchor="middle">'
-        "tokens/s</text>"
-    )
-    return head + "".join(grid) + labels + "".join(dots) + _legend(legend, height - bottom + 50) + "</svg>"
+def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
+    return call("plots.html", "scatter", scatter(view, width, height))
 
 
 def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
@@ -444,94 +531,92 @@ def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
     return rows
 
 
-def winners_svg(view: ProfileView, width: int = 460) -> str:
+@dataclass(frozen=True)
+class Bar:
+    key: str
+    backend: str | None
+    """None: no working backend in the row."""
+    tokens: str
+    color: str
+    text_y: int
+    bar_y: int
+    width: str
+
+
+@dataclass(frozen=True)
+class Winners:
+    width: int
+    height: int
+    title: str
+    centre_x: str
+    key_x: int
+    bar_x: int
+    on_bar_x: int
+    bar_height: int
+    rows: list[Bar]
+
+
+def winners_plot(view: ProfileView, width: int = 460) -> Winners:
     rows = winners(view)
     row_h, top, label_w = 24, 28, 150
-    height = top + row_h * max(len(rows), 1) + 10
-    title = f"{view.hardware}: fastest working backend per init · quant"
     best = max((t for _, _, t in rows if t is not None), default=1.0)
-    parts = [
-        f'<svg class="plot winners" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
-        f'<text class="title" x="{width / 2:.0f}" y="16" text-anchor="middle">{escape(title)}</text>'
-    ]
+    bars = []
     for n, (key, backend, tokens) in enumerate(rows):
         y = top + n * row_h
-        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(key)}</text>')
         if backend is None or tokens is None:
-            parts.append(f'<text class="none" x="{label_w}" y="{y + 15}">no working backend</text>')
+            bars.append(Bar(key, None, "", "", y + 15, y + 3, ""))
             continue
         bar = max(2.0, tokens / best * (width - label_w - 10))
-        color = backend_color(backend)
-        parts.append(
-            f'<rect class="bar" data-backend="{escape(backend)}" x="{label_w}" y="{y + 3}" width="{bar:.1f}" '
-            f'height="{row_h - 6}" fill="{color}"><title>{escape(key)}: {escape(backend)} {tokens:,.0f} tok/s</title>'
-            f'</rect><text class="on-bar" x="{label_w + 4}" y="{y + 15}">{escape(backend)} · {tokens:,.0f} tok/s</text>'
-        )
-    return "".join(parts) + "</svg>"
+        bars.append(Bar(key, backend, f"{tokens:,.0f}", backend_color(backend), y + 15, y + 3, f"{bar:.1f}"))
+    return Winners(
+        width=width,
+        height=top + row_h * max(len(rows), 1) + 10,
+        title=f"{view.hardware}: fastest working backend per init · quant",
+        centre_x=f"{width / 2:.0f}",
+        key_x=label_w - 6,
+        bar_x=label_w,
+        on_bar_x=label_w + 4,
+        bar_height=row_h - 6,
+        rows=bars,
+    )
 
 
 # ---------------------------------------------------------------- page
 
-CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:0 1.5rem 3rem;color:#222}
-h1{margin:1rem 0 .2rem}.meta{color:#555;margin:.2rem 0 .6rem}.warn{color:#a40}
-.matrices,.plots{display:flex;flex-wrap:wrap;gap:1.5rem;align-items:flex-start}
-.profile{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-table.matrix td{padding:0}a.cell{display:block;padding:3px 6px;color:inherit;text-decoration:none;min-width:7rem}
-a.cell:hover{outline:2px solid #333}.not-run{color:#999;padding:3px 6px}
-.badge{padding:1px 6px;border-radius:8px}.status-legend .badge{display:inline-block;margin:1px 0}
-details.panel{border:1px solid #ccc;border-radius:6px;margin:.4rem 0;padding:.3rem .7rem}
-details.panel[open]{box-shadow:0 0 0 2px #4e79a7}
-pre{background:#f6f6f6;padding:.5rem;overflow-x:auto;max-height:24rem;white-space:pre-wrap}
-dl{display:grid;grid-template-columns:max-content auto;gap:0 1rem}dt{color:#555}dd{margin:0}
-svg.plot{background:#fff;border:1px solid #ddd;font-size:11px}svg .grid{stroke:#eee}
-svg .title{font-weight:600;font-size:12px}svg .on-bar{fill:#fff;font-weight:600}svg .none{fill:#a00}
-.variants{list-style:none;padding:0}.variants li{display:flex;gap:.5rem;align-items:center;margin:2px 0}
-"""
 
-# Open the panel named by the URL fragment (clicks on matrix cells change it); works from file:// too.
-JS = """
-function openFromHash(){
-  var id = decodeURIComponent(location.hash.slice(1));
-  var panel = id && document.getElementById(id);
-  if (panel && panel.tagName === 'DETAILS') { panel.open = true; panel.scrollIntoView({block: 'start'}); }
-}
-window.addEventListener('hashchange', openFromHash);
-document.addEventListener('DOMContentLoaded', function(){
-  openFromHash();
-  document.documentElement.setAttribute('data-ready', '1');
-});
-"""
+@dataclass(frozen=True)
+class ProfilePage:
+    """One profile's parts of the page: its matrix, its plots and its cell panels."""
+
+    hardware: str
+    heading: Heading
+    grid: GridView
+    links: dict[str, CellLink]
+    scatter: Scatter
+    winners: Winners
+    panels: list[Panel]
+
+
+def profile_page(view: ProfileView) -> ProfilePage:
+    return ProfilePage(
+        hardware=view.hardware,
+        heading=heading(view),
+        grid=grid_view(build_grid(view.records.values())),
+        links=cell_links(view),
+        scatter=scatter(view),
+        winners=winners_plot(view),
+        panels=[panel(view, cell_id) for cell_id in view.records],
+    )
 
 
 def render_site(views: list[ProfileView], generated_at: str, predicted: str = "") -> str:
     """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones."""
-    matrices = "".join(
-        f'<section class="profile" id="hw-{escape(v.hardware)}">{profile_heading(v)}{matrix_table(v)}</section>'
-        for v in views
-    )
-    plots = "".join(
-        f'<div class="profile-plots" data-hardware="{escape(v.hardware)}">{scatter_svg(v)}{winners_svg(v)}</div>'
-        for v in views
-    )
-    panels = "".join(
-        f'<section class="panels" data-hardware="{escape(v.hardware)}"><h3>{escape(v.hardware)}</h3>'
-        + "".join(cell_panel(v, cell_id) for cell_id in v.records)
-        + "</section>"
-        for v in views
-    )
-    empty = "" if views else "<p>No hardware profile has a MATRIX.md yet: run <code>make bench</code>.</p>"
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>dpo-bench results</title><style>{CSS}{status_css()}</style>"
-        f"<script>{JS}</script></head><body>"
-        f'<h1>dpo-bench: DPO compatibility matrices</h1><p class="meta">Generated {escape(generated_at)} by '
-        "<code>python -m bench publish</code>. Click a cell for its details.</p>"
-        f'<p class="legend">{escape(LEGEND)}</p>{status_legend()}{empty}'
-        f'<h2>Matrices</h2><div class="matrices">{matrices}</div>{predicted}'
-        f'<h2>Plots</h2><div class="plots">{plots}</div>'
-        f"<h2>Cell details</h2>{panels}</body></html>\n"
+    return render(
+        "page.html",
+        profiles=[profile_page(v) for v in views],
+        generated_at=generated_at,
+        legend=LEGEND,
+        statuses=status_badges(),
+        status_css=Markup(status_css()),
+        predicted=Markup(predicted),
     )
