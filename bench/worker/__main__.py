@@ -83,8 +83,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
+    # Before anything else: this rank dies with its launcher and with the runner (bench/isolation/lifeline.py).
+    from bench.isolation import lifeline
+
+    lifeline.die_with_parent(os.getppid())
+    lifeline.die_with_runner(os.environ)
     spec = WorkerSpec.read(argv[1])
-    # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
+    # Then everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
