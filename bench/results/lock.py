@@ -66,7 +66,9 @@ def lock_run(run_dir: Path) -> RunLock:
         ) from None
     dead = _holder(fd)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    # The pid only names the holder; the flock is the lock. On a full disk the run goes on, to say what it keeps.
+    with contextlib.suppress(OSError):
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return RunLock(path, fd, dead if dead != os.getpid() else None)
 
 

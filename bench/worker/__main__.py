@@ -1,5 +1,15 @@
 """Entry point of one cell's worker process: `python -m bench.worker SPEC.json` (under any launcher)."""
 
+if __name__ == "__main__":
+    # Before the imports below (seconds on a busy machine): this rank dies with its launcher, and with the runner
+    # whoever is between them (bench/isolation/lifeline.py). A runner killed before this line is seen gone here.
+    import os as _os
+
+    from bench.isolation import lifeline as _lifeline
+
+    _lifeline.die_with_parent(_os.getppid())
+    _lifeline.die_with_runner(_os.environ)
+
 import os
 import socket
 import sys
@@ -83,13 +93,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
-    # Before anything else: this rank dies with its launcher and with the runner (bench/isolation/lifeline.py).
-    from bench.isolation import lifeline
-
-    lifeline.die_with_parent(os.getppid())
-    lifeline.die_with_runner(os.environ)
     spec = WorkerSpec.read(argv[1])
-    # Then everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
+    # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
