@@ -3,9 +3,10 @@
 - The launcher: `die_with_parent` in its Popen's preexec_fn (PR_SET_PDEATHSIG: the kernel SIGKILLs it when the
   runner's thread that started it ends).
 - Every rank, first thing: `die_with_parent` for its own parent (the launcher, or the launcher's agent), and
-  `die_with_runner`: a thread that waits on a pidfd of the runner (RUNNER_ENV, set by the local executor) and
-  SIGKILLs the rank when the runner ends. Launchers put processes of their own between themselves and the ranks
-  (deepspeed's launch.py), which no parent-death signal of ours reaches.
+  `die_with_runner`: a thread that waits on a pidfd of the runner (RUNNER_ENV, set by the local executor) and, when
+  the runner ends, SIGKILLs the rank's process group. Launchers put processes of their own between themselves and
+  the ranks (deepspeed's launch.py, in the ranks' group), which no parent-death signal of ours reaches. The group
+  is the cell's (the local executor starts the launcher in a session of its own), never the runner's.
 """
 
 import ctypes
@@ -33,33 +34,49 @@ def die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wait_on_pidfd(fd: int) -> None:
-    select.select([fd], [], [])
+def _end_group(runner_group: int | None) -> None:
+    """SIGKILL this process's group when it is a cell's, else this process only. A cell's group leads a session of
+    its own (the launcher's, or a rank's that torchrun started in one); the runner's group is never a cell's."""
+    group = os.getpgid(0)
+    if group == os.getsid(0) and group != runner_group:
+        os.killpg(group, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _poll(pid: int) -> None:
+def _wait_on_pidfd(fd: int, runner_group: int) -> None:
+    select.select([fd], [], [])
+    _end_group(runner_group)
+
+
+def _poll(pid: int, runner_group: int) -> None:
     while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            os.kill(os.getpid(), signal.SIGKILL)
+            _end_group(runner_group)
         except PermissionError:
             pass
         time.sleep(POLL_S)
 
 
 def die_with_runner(environ: Mapping[str, str]) -> bool:
-    """In a rank: SIGKILL this process as soon as the runner named in RUNNER_ENV ends. False when none is named."""
+    """In a rank: SIGKILL this process's group as soon as the runner named in RUNNER_ENV ends (at once when it
+    already has). False when none is named."""
     value = environ.get(RUNNER_ENV, "")
     if not value.isdigit():
         return False
     pid = int(value)
     try:
-        target, args = _wait_on_pidfd, (os.pidfd_open(pid),)
+        runner_group = os.getpgid(pid)
+    except ProcessLookupError:  # the runner ended before this rank got here
+        _end_group(None)
+        raise
+    try:
+        target, args = _wait_on_pidfd, (os.pidfd_open(pid), runner_group)
     except ProcessLookupError:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _end_group(runner_group)
+        raise
     except (AttributeError, OSError):  # no pidfd_open here
-        target, args = _poll, (pid,)
+        target, args = _poll, (pid, runner_group)
     threading.Thread(target=target, args=args, name="die-with-runner", daemon=True).start()
     return True

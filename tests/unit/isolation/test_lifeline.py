@@ -65,26 +65,68 @@ def test_a_launcher_dies_with_the_runner_that_started_it(armed):
             os.kill(child, signal.SIGKILL)
 
 
-def start_rank(runner: int, how: str = "pidfd") -> subprocess.Popen:
-    env = os.environ | {lifeline.RUNNER_ENV: str(runner)}
-    rank = subprocess.Popen([sys.executable, "-c", RANK, how], stdout=subprocess.PIPE, text=True, env=env)
-    assert rank.stdout.readline() == "True\n"
-    return rank
+GROUP = """
+import subprocess, sys, time
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, text=True)
+sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print(rank.stdout.readline().strip(), rank.pid, sibling.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def start_group(runner: int, how: str = "pidfd", env: dict | None = None) -> tuple[subprocess.Popen, int, int]:
+    """A process group of its own (as the local executor starts a launcher), holding a rank and a sibling (as
+    deepspeed's launch.py holds its ranks); returns the group's leader, the rank and the sibling."""
+    env = os.environ | {lifeline.RUNNER_ENV: str(runner)} | (env or {})
+    leader = subprocess.Popen(
+        [sys.executable, "-c", GROUP, RANK, how], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    armed, rank, sibling = leader.stdout.readline().split()
+    assert armed == "True"
+    return leader, int(rank), int(sibling)
 
 
 @pytest.mark.parametrize("how", ["pidfd", "no_pidfd"])
-def test_a_rank_dies_with_the_runner_whoever_is_between_them(how):
+def test_a_rank_takes_its_group_along_when_the_runner_ends(how):
     runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    rank = start_rank(runner.pid, how)  # not the runner's child: as under deepspeed's launch.py
+    leader, rank, sibling = start_group(runner.pid, how)  # not the runner's children: as under deepspeed
     try:
         time.sleep(lifeline.POLL_S * 2)
-        assert rank.poll() is None  # alive while the runner is
+        assert not gone(rank) and not gone(sibling)  # alive while the runner is
         runner.send_signal(signal.SIGKILL)
         runner.wait()
-        assert rank.wait(timeout=5) == -signal.SIGKILL
+        assert leader.wait(timeout=5) == -signal.SIGKILL
+        assert wait_gone(rank, 5) and wait_gone(sibling, 5)
     finally:
-        rank.kill()
+        if leader.poll() is None:
+            os.killpg(leader.pid, signal.SIGKILL)
         runner.kill()
+
+
+def test_the_runners_own_group_is_never_killed():
+    """A rank in the runner's own group (never so under the local executor) ends alone when the runner ends."""
+    runner_code = (
+        "import os, subprocess, sys, time\n"
+        f"env = os.environ | {{'{lifeline.RUNNER_ENV}': str(os.getpid())}}\n"
+        "rank = subprocess.Popen([sys.executable, '-c', sys.argv[1], 'pidfd'], stdout=subprocess.PIPE, text=True,\n"
+        "                        env=env)\n"
+        "sibling = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print(rank.stdout.readline().strip(), rank.pid, sibling.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-c", runner_code, RANK], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        armed, rank, sibling = runner.stdout.readline().split()
+        assert armed == "True"
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        assert wait_gone(int(rank), 5)
+        time.sleep(0.5)
+        assert not gone(int(sibling))
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
 
 
 def test_a_rank_whose_runner_is_already_gone_dies_at_once():
