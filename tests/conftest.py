@@ -37,3 +37,41 @@ def scenario_copy(tmp_path: Path) -> Path:
     target = tmp_path / "scenarios"
     shutil.copytree(SCENARIOS_DIR, target, ignore=shutil.ignore_patterns("data"))
     return target
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real file system of its own (a 32 MiB tmpfs) that a test can fill up; unmounted afterwards. Mounting needs
+    root (CAP_SYS_ADMIN), which this machine kind and CI have."""
+    import subprocess
+
+    mount = tmp_path / "small_disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"could not mount a tmpfs at {mount}: {done.stderr.strip()}"
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+def fill_up(disk: Path) -> Path:
+    """Write a file until the disk has no room left; returns it (unlink it to free the space)."""
+    import errno
+    import os
+
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (1 << 20, 4096, 1):
+            while True:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    break
+    finally:
+        os.close(fd)
+    return filler

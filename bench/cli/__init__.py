@@ -33,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        from bench.results.store import DISK_FULL_ERRNOS
+
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        print(f"error: disk full: {f'{exc.filename}: ' if exc.filename else ''}{exc.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # Any other phase: imports, preflight, preparing the workload, writing the report. (A Ctrl-C during a
         # cell is reported by the runner, and `run` returns INTERRUPTED itself.)

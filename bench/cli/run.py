@@ -31,6 +31,27 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from bench.results.lock import lock_run
+    from bench.results.store import new_run_id
+    from bench.run.leftovers import clean_up_dead_runners
+
+    scenarios = Path(args.scenarios)
+    profile = load_profile(args.hw, scenarios)
+    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_dir = Path(args.results) / profile.name / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = lock_run(run_dir)  # one line naming the other runner's pid when one is running this run
+    try:
+        if lock.dead_holder:
+            print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
+        for line in clean_up_dead_runners(run_dir.parent, run_dir):
+            print(f"cleaned up: {line}", flush=True)
+        return _run(args, profile, run_id, run_dir)
+    finally:
+        lock.release()
+
+
+def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_dir: Path) -> int:
     from bench.assets.prepare import PreparedAssets, prepare
     from bench.estimate.gate import predictor
     from bench.matrix.known_issues import known_issues
@@ -39,20 +60,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.report.matrix_file import write_matrix
     from bench.results.env import environment_fingerprint, write_env
     from bench.results.runs import run_is_complete
-    from bench.results.store import load_results, new_run_id
+    from bench.results.store import load_results
     from bench.run.cell import RunContext
     from bench.run.preflight import Preflight, preflight
     from bench.run.progress import summary
     from bench.run.runner import execute
 
     scenarios = Path(args.scenarios)
-    profile = load_profile(args.hw, scenarios)
     workload = load_workload(args.workload or profile.workload, scenarios)
     known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     matrix_cells = all_cells(args)
     cells = select(matrix_cells, args.filter)
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
-    run_dir = Path(args.results) / profile.name / run_id
     if profile.nodes > 1 and args.executor != "slurm":
         raise BenchError(f"profile {profile.name} spans {profile.nodes} nodes: use --executor slurm (docs/slurm.md)")
     if args.executor == "slurm":  # before anything is prepared: one line when this machine cannot submit jobs
@@ -73,7 +91,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
         assets = prepare(workload)
-    run_dir.mkdir(parents=True, exist_ok=True)
     lock = images.lock_file(profile.image_flavor)
     if args.executor == "slurm" and not machine.untested_reason:
         from bench.executors.slurm.options import slurm_executor
@@ -129,7 +146,10 @@ def _asset_mounts(assets: "PreparedAssets") -> list[Path]:
 def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets: "PreparedAssets") -> "Executor":
     """`local`, `docker` (engine and image required; a missing image is built), or `auto` (docker when it
     can be had, else local with a one-line notice)."""
-    from bench.executors.local import LocalExecutor
+    from bench.executors.local import LIVE_FILE, LocalExecutor
+
+    def local(budget: int | None = None) -> LocalExecutor:
+        return LocalExecutor(cwd=PROJECT_ROOT, memory_budget_bytes=budget, live_file=run_dir / LIVE_FILE)
 
     if choice == "local" or (choice == "auto" and profile.memory_budget_gb is not None):
         if profile.memory_budget_gb is not None:
@@ -138,18 +158,18 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
             cgroups.check_available()  # one line when no memory cgroup can be made here
             cgroups.remove_stale()
             print(f"executor: local, each rank limited to {profile.memory_budget_gb:g} GiB by a memory cgroup")
-        return LocalExecutor(cwd=PROJECT_ROOT, memory_budget_bytes=profile.memory_budget_bytes)
+        return local(profile.memory_budget_bytes)
     if profile.image_flavor not in images.FLAVORS:
         if choice == "docker":
             raise BenchError(f"--executor docker: no image flavor {profile.image_flavor!r}; use --executor local")
         print(f"notice: no {profile.image_flavor} image exists; running cells with the local executor", flush=True)
-        return LocalExecutor(cwd=PROJECT_ROOT)
+        return local()
     tag = images.image_tag(profile.image_flavor)
     if not images.engine_available():
         if choice == "docker":
             raise BenchError(f"--executor docker: no docker engine answers `{images.DOCKER} info`; start dockerd")
         print("notice: no docker engine answers; running cells with the local executor", flush=True)
-        return LocalExecutor(cwd=PROJECT_ROOT)
+        return local()
     image_id = images.image_id(tag)
     if image_id is None:
         print(
@@ -165,7 +185,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
                     f"{exc}; build it with `python -m bench images --flavor {profile.image_flavor}`"
                 ) from None
             print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
-            return LocalExecutor(cwd=PROJECT_ROOT)
+            return local()
     from bench.executors.docker import DockerExecutor, container_spec
 
     spec = container_spec(tag, profile, PROJECT_ROOT, writable=[run_dir.resolve()], readonly=_asset_mounts(assets))

@@ -18,14 +18,18 @@ import time
 import uuid
 from pathlib import Path
 
+from pydantic import BaseModel, ValidationError
+
 from bench.executors.base import LaunchPlan, Outcome
-from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups
-from bench.isolation.shm_segments import remove_group_segments
+from bench.isolation import lifeline
+from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
+from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0
 KILL_WAIT_S = 10.0
 TAIL_BYTES = 6000
+LIVE_FILE = "running.json"
 
 
 def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
@@ -84,14 +88,22 @@ class LocalExecutor:
     name = "local"
     image = None
 
-    def __init__(self, cwd: Path, python: str = sys.executable, memory_budget_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        cwd: Path,
+        python: str = sys.executable,
+        memory_budget_bytes: int | None = None,
+        live_file: Path | None = None,
+    ) -> None:
         self.cwd = cwd
         self.python = python
         self.memory_budget_bytes = memory_budget_bytes
         """Per-rank memory limit, enforced by one memory cgroup per rank; None: no cgroups."""
+        self.live_file = live_file
+        """Where the running cell is named (the run folder's LIVE_FILE), for `clean_up_after`; None: nowhere."""
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
-        return run_local(plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes)
+        return run_local(plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, self.live_file)
 
 
 def extensions_dir() -> str:
@@ -112,54 +124,176 @@ def remove_stale_build_locks(extensions: Path, since: float) -> list[Path]:
     return removed
 
 
+class LiveCell(BaseModel):
+    """A running cell, as the run folder's LIVE_FILE names it: everything needed to clean up after its runner."""
+
+    runner_pid: int
+    cell: str
+    """The cell's log name (cell id, `.trialN` for a repeat)."""
+    process_group: int
+    """The launcher's process group (its pid: it starts a session of its own)."""
+    token: str
+    """BENCH_CELL_TOKEN: every process of the cell carries it in its environment."""
+    cgroup: str | None = None
+    master_addr: str | None = None
+    master_port: str | None = None
+    extensions_dir: str
+    started_epoch: float
+
+
+def _write_live(path: Path, live: LiveCell) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(live.model_dump_json())
+    tmp.replace(path)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid` (field 5 of /proc/<pid>/stat)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _kill_left(live: LiveCell, wait_s: float = KILL_WAIT_S) -> tuple[int, bool]:
+    """SIGKILL what is left of the cell: its process group when a process of the group carries the cell's token
+    (a group id is reused once the group is gone), and every process carrying the token. Returns how many
+    processes, and whether the group was the cell's."""
+    killed: set[int] = set()
+    group = False
+    deadline = time.monotonic() + wait_s
+    while True:
+        marked = set(marked_pids(live.token))
+        if live.process_group in marked or marked & set(_group_members(live.process_group)):
+            group = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(live.process_group, signal.SIGKILL)
+            marked |= set(_group_members(live.process_group))
+        if not marked or time.monotonic() > deadline:
+            return len(killed), group
+        for pid in marked - {os.getpid()}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= marked
+        time.sleep(0.1)
+
+
+def clean_up_after(live_file: Path) -> str | None:
+    """Clean up after the dead runner that left `live_file` (the caller knows it is dead: bench.results.lock): kill
+    what is left of its cell, remove the cell's cgroups, shared-memory segments and build locks, then the file.
+    Returns one line saying what was removed; None when there is no such file."""
+    try:
+        live = LiveCell.model_validate_json(live_file.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError) as exc:
+        live_file.unlink(missing_ok=True)
+        return f"removed {live_file}: unreadable ({str(exc).splitlines()[0]})"
+    removed = []
+    killed, group = _kill_left(live)
+    if killed:
+        removed.append(f"killed {killed} process(es)" + (f" of process group {live.process_group}" if group else ""))
+    if live.cgroup and Path(live.cgroup).is_dir():
+        left = remove_cgroup(Path(live.cgroup))
+        removed.append(f"could not remove cgroup {live.cgroup}" if left else f"removed cgroup {live.cgroup}")
+    segments = remove_segments(live.master_addr, live.master_port) if live.master_addr and live.master_port else []
+    if segments:
+        removed.append(f"removed {len(segments)} shared-memory segment(s) ({', '.join(segments)})")
+    if locks := remove_stale_build_locks(Path(live.extensions_dir), live.started_epoch):
+        removed.append(f"removed build lock(s) {', '.join(map(str, locks))}")
+    live_file.unlink(missing_ok=True)
+    what = "; ".join(removed) if removed else "nothing of it was left"
+    return f"runner {live.runner_pid} ended during {live.cell} without cleaning up: {what}"
+
+
 def run_local(
-    plan: LaunchPlan, log_path: Path, timeout_s: float, cwd: Path, memory_budget_bytes: int | None = None
+    plan: LaunchPlan,
+    log_path: Path,
+    timeout_s: float,
+    cwd: Path,
+    memory_budget_bytes: int | None = None,
+    live_file: Path | None = None,
 ) -> Outcome:
-    """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives."""
+    """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
+    a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up."""
     token = uuid.uuid4().hex
-    env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env | {MARKER: token}
+    runner = os.getpid()
+    env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env
+    env |= {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
     started = time.monotonic()
     started_epoch = time.time()
-    # Ctrl-C is recorded, not raised, except while waiting for the cell: setup and cleanup always run to the end.
-    with DeferredSigint() as sigint, log_path.open("wb") as log, contextlib.ExitStack() as stack:
-        cell = None
-        if memory_budget_bytes is not None:
-            cell = stack.enter_context(cell_cgroups(token, plan.ranks, memory_budget_bytes))
-            env = env | cell.env
-        try:
-            process = subprocess.Popen(
-                plan.argv,
-                cwd=cwd,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=cell.add_self if cell else None,
-            )
-        except FileNotFoundError as exc:
-            log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
-            log.flush()
-            return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
-        except subprocess.SubprocessError as exc:  # only the preexec_fn raises this
-            raise CgroupUnavailable(
-                f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
-            ) from exc
-        timed_out = interrupted = False
-        try:
-            with sigint.allow():
-                process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except KeyboardInterrupt:
-            interrupted = True
-            raise
-        finally:
-            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-            kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
-            remove_group_segments(plan.env)
-            remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
-        rank_memory = cell.read() if cell else []
+    try:
+        # Ctrl-C is recorded, not raised, except while waiting for the cell: setup and cleanup always run to the end.
+        with DeferredSigint() as sigint, log_path.open("wb") as log, contextlib.ExitStack() as stack:
+            cell = None
+            if memory_budget_bytes is not None:
+                cell = stack.enter_context(cell_cgroups(token, plan.ranks, memory_budget_bytes))
+                env = env | cell.env
+
+            def before_exec() -> None:  # in the launcher, between fork and exec
+                lifeline.die_with_parent(runner)
+                if cell:
+                    cell.add_self()
+
+            try:
+                process = subprocess.Popen(
+                    plan.argv,
+                    cwd=cwd,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=before_exec,
+                )
+            except FileNotFoundError as exc:
+                log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
+                log.flush()
+                return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
+            except subprocess.SubprocessError as exc:  # only the preexec_fn raises this
+                raise CgroupUnavailable(
+                    f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
+                ) from exc
+            timed_out = interrupted = False
+            try:
+                if live_file is not None:
+                    live = LiveCell(
+                        runner_pid=runner,
+                        cell=log_path.stem,
+                        process_group=process.pid,
+                        token=token,
+                        cgroup=str(cell.path) if cell else None,
+                        master_addr=plan.env.get("MASTER_ADDR"),
+                        master_port=plan.env.get("MASTER_PORT"),
+                        extensions_dir=env["TORCH_EXTENSIONS_DIR"],
+                        started_epoch=started_epoch,
+                    )
+                    _write_live(live_file, live)
+                with sigint.allow():
+                    process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
+            finally:
+                # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
+                kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
+                remove_group_segments(plan.env)
+                remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
+            rank_memory = cell.read() if cell else []
+    finally:
+        if live_file is not None:  # the cell and its cgroups are gone (or reported left over by cell_cgroups)
+            with DeferredSigint():
+                live_file.unlink(missing_ok=True)
     return Outcome(
         exit_code=process.returncode,
         timed_out=timed_out,

@@ -5,19 +5,39 @@ as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 import sys
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
-from bench.results.store import append_result, load_results, now_iso
-
-if TYPE_CHECKING:
-    pass
-
-
+from bench.results.store import (
+    DISK_FULL_ERRNOS,
+    DISK_FULL_MESSAGES,
+    DiskFull,
+    append_result,
+    load_results,
+    mend_results,
+    now_iso,
+)
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
+
+
+def disk_full_failure(record: ResultRecord) -> str | None:
+    """The line that says a cell failed because a disk was full (its message or log tail), None otherwise: such a
+    failure is the machine's, not the cell's, and is never recorded as the cell's result."""
+    if record.status == Status.OK:
+        return None
+    for line in (record.message + "\n" + record.log_tail).splitlines():
+        if any(text in line for text in DISK_FULL_MESSAGES):
+            return line.strip()
+    return None
+
+
+def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFull:
+    return DiskFull(
+        f"disk full ({what}): the run stops; {kept} record(s) kept, {label} not recorded; "
+        f"free space, then resume with --run-id {ctx.run_id}"
+    )
 
 
 def execute(
@@ -26,6 +46,8 @@ def execute(
     """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends.
     Returns this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    if notice := mend_results(ctx.run_dir):
+        print(f"warning: {notice}", file=out, flush=True)
     existing = load_results(ctx.run_dir)
     for problem in existing.problems:
         print(f"warning: {problem}", file=out)
@@ -74,6 +96,8 @@ def execute(
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
             record = run_cell(ctx, cell, trial, predictions.get(cell.id))
+            if failure := disk_full_failure(record):
+                raise DiskFull(f"{cell.id} failed: {failure}")
             append_result(ctx.run_dir, record)
             lines += 1
             done[cell.id] = record
@@ -83,4 +107,11 @@ def execute(
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
             print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
             raise
+        except DiskFull as exc:
+            raise stop_disk_full(ctx, label, str(exc), lines) from None
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            what = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+            raise stop_disk_full(ctx, label, what, lines) from None
     return [done[c.id] for c in cells if c.id in done]

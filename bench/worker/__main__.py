@@ -1,5 +1,15 @@
 """Entry point of one cell's worker process: `python -m bench.worker SPEC.json` (under any launcher)."""
 
+if __name__ == "__main__":
+    # Before the imports below (seconds on a busy machine): this rank dies with its launcher, and with the runner
+    # whoever is between them (bench/isolation/lifeline.py). A runner killed before this line is seen gone here.
+    import os as _os
+
+    from bench.isolation import lifeline as _lifeline
+
+    _lifeline.die_with_parent(_os.getppid())
+    _lifeline.die_with_runner(_os.environ)
+
 import os
 import socket
 import sys

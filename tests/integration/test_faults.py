@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.results.store import load_results
+from tests.conftest import fill_up
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +244,100 @@ def test_a_planted_token_reaches_no_output_file(tmp_path):
         assert FAKE_TOKEN.encode() not in text, path
         assert b"sk-notarealkeybutlongenough42" not in text, path
     assert FAKE_TOKEN not in done.stdout + done.stderr
+
+
+def test_a_torn_last_result_line_is_set_aside_and_the_resume_records_the_rerun_cell(tmp_path):
+    """A crash (or a full disk) mid-append leaves the last record half-written, without its newline: the resume
+    moves it aside, keeps every whole record, re-runs that cell and records it on a line of its own."""
+    cells = "two_models-none-single,one_adapter-none-single"
+    done = bench_run(tmp_path, cells, {})
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = only_run(tmp_path)
+    path = run_dir / "results.jsonl"
+    first, second = path.read_bytes().splitlines(keepends=True)
+    torn = second[: len(second) // 2]
+    path.write_bytes(first + torn)
+
+    done = bench_run(tmp_path, cells, {}, run_id=run_dir.name)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"moved to results.jsonl.{len(first)}.torn" in done.stdout
+    assert "1 cell(s) to run, 1 already recorded" in done.stdout, done.stdout[-2000:]
+    loaded = load_results(run_dir)
+    assert [r.cell_id for r in loaded.records] == cells.split(",") and loaded.problems == []
+    assert loaded.records[1].status == "ok"
+    assert (run_dir / f"results.jsonl.{len(first)}.torn").read_bytes() == torn
+
+    done = bench_run(tmp_path, cells, {}, run_id=run_dir.name)  # a further resume: nothing lost, nothing to redo
+    assert "0 cell(s) to run, 2 already recorded" in done.stdout and "warning" not in done.stdout
+
+
+def test_a_runner_sigkilled_mid_cell_takes_the_cell_along_and_one_runner_runs_a_run(tmp_path):
+    """While a runner trains a 2-rank torchrun cell, a second runner of the same run stops at once naming it; the
+    first is SIGKILLed: within 5 s no process of the cell is left; the next run takes the run over, says what it
+    cleaned up, and records the cell."""
+    cell = "one_adapter-none-ddp"
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
+    argv += ["--filter", cell, "--run-id", "r"]
+    output = tmp_path / "runner.out"
+    with output.open("w") as out:
+        runner = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: len(rank_pids(str(tmp_path), cell)) == 2, f"two live ranks of {cell}", runner, 300)
+        started = time.monotonic()
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        refused_s = time.monotonic() - started
+        lock = tmp_path / "cpu" / "r" / "run.lock"
+        assert second.returncode == 2 and second.stderr == (
+            f"error: run r is already being run by pid {runner.pid} (lock {lock}): wait for it to end, or stop it "
+            "first\n"
+        ), second.stderr
+        assert runner.poll() is None and len(rank_pids(str(tmp_path), cell)) == 2  # the first one ran on
+
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        killed = time.monotonic()
+        while leftovers(str(tmp_path)) and time.monotonic() - killed < 5:
+            time.sleep(0.1)
+        assert leftovers(str(tmp_path)) == [], "processes of the cell outlived their runner by 5 s"
+        gone_s = time.monotonic() - killed
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        for line in leftovers(str(tmp_path)):  # a failed test must not leave a training cell behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    print(f"second runner refused in {refused_s:.2f} s; cell gone {gone_s:.2f} s after the runner's SIGKILL")
+    run_dir = tmp_path / "cpu" / "r"
+    assert (run_dir / "running.json").is_file() and load_results(run_dir).records == []
+
+    done = bench_run(tmp_path, cell, {}, run_id="r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"notice: run r was held by runner {runner.pid}, which is gone: taking it over" in done.stdout
+    assert f"cleaned up: run r: runner {runner.pid} ended during {cell} without cleaning up: " in done.stdout
+    assert not (run_dir / "running.json").exists()
+    assert [(r.cell_id, r.status) for r in load_results(run_dir).records] == [(cell, "ok")]
+
+
+def test_a_full_results_disk_stops_the_run_with_one_line_and_it_resumes_once_space_is_free(small_disk):
+    """The results folder on a real tmpfs that fills up: the run stops with one line and records nothing the
+    disk caused, keeps every record whole, and resumes once space is free."""
+    first, second = "two_models-none-single", "one_adapter-none-single"
+    done = bench_run(small_disk, first, {}, run_id="r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = small_disk / "cpu" / "r"
+    whole = (run_dir / "results.jsonl").read_bytes()
+    filler = fill_up(small_disk)
+
+    done = bench_run(small_disk, f"{first},{second}", {}, run_id="r")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: disk full ("), done.stderr
+    assert done.stderr.endswith(f"1 record(s) kept, {second} not recorded; free space, then resume with --run-id r\n")
+    assert "Traceback" not in done.stdout + done.stderr
+    assert (run_dir / "results.jsonl").read_bytes() == whole
+
+    filler.unlink()
+    done = bench_run(small_disk, f"{first},{second}", {}, run_id="r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = load_results(run_dir)
+    assert [(r.cell_id, r.status) for r in loaded.records] == [(first, "ok"), (second, "ok")]
+    assert loaded.problems == [] and list(run_dir.glob("*.torn")) == []
