@@ -90,3 +90,43 @@ def test_a_known_failure_carries_its_link_and_note():
     record = finished([rank(0, 1, text)], Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=""), cell=cell)
     assert record.error_class == ErrorClass.DEVICE_MISMATCH
     assert record.known_issue and "github.com" in record.known_issue and record.known_issue_note
+
+
+LN2 = 0.6931471805599453
+DDP_ENGAGED = {"world_size": 2, "distributed_type": "MULTI_CPU", "wrapper": "DistributedDataParallel"}
+
+
+def trained(r: int, losses: list[float | None]) -> RankReport:
+    from bench.results.schema import Engagement
+
+    engaged = Engagement(**DDP_ENGAGED, adapters=["default"]) if r == 0 else None
+    return rank(r).model_copy(update={"losses": losses, "reward_accuracies": [0.5, 1.0, 1.0], "engagement": engaged})
+
+
+def clean_exit(reports, precision="fp32"):
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8, precision=precision)
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    return finished_record(RUN, CELL, expect, Execution(outcome, reports, [], "t0", "t1"))
+
+
+def test_a_cell_that_ran_as_asked_and_learned_is_ok():
+    record = clean_exit([trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])])
+    assert (record.status, record.message) == (Status.OK, "")
+    assert record.learning.first_loss == pytest.approx(LN2)
+
+
+def test_the_learning_check_reads_every_rank_not_only_the_lead():
+    record = clean_exit([trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, None, 0.4])])
+    assert record.status == Status.LEARNING_FAILED
+    assert record.message == "non-finite loss (first at step 2 on rank 1)"
+    # rank 1 did not learn: rank 0's end loss alone is 0.04 below its first, the mean over ranks only 0.02 (margin 0.03)
+    flat = clean_exit([trained(0, [LN2, LN2 - 0.06, LN2 - 0.06]), trained(1, [LN2, LN2, LN2])])
+    assert flat.status == Status.LEARNING_FAILED and flat.message.startswith("loss did not fall")
+
+
+def test_the_first_loss_tolerance_is_the_profiles_precision():
+    # 0.01 off ln 2: inside bf16's 2e-2, ten times fp32's 1e-3
+    off = [LN2 + 0.01, 0.5, 0.4]
+    fp32 = clean_exit([trained(0, off), trained(1, off)], precision="fp32")
+    assert fp32.status == Status.LEARNING_FAILED and "is not ln 2" in fp32.message
+    assert clean_exit([trained(0, off), trained(1, off)], precision="bf16").status == Status.OK
