@@ -17,7 +17,7 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: mutants predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ lint: setup ## ruff
 
 perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell fixed cost, estimator speed
 	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
+
+mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test)
+	$(PY) -m bench.selfbench.mutants $(if $(KEEP),--keep)
 
 perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run
 	$(PY) -m bench.selfbench.perf

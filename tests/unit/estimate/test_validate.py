@@ -79,3 +79,10 @@ def test_headline_figures_are_held_out_and_fitted_on_figures_in_sample():
     assert "held out" in line and "max |error| 5.0%" in line and "In-sample on the 1 cells" in line
     table = to_markdown([row(100, 105, 101, True)], 0)
     assert "Held out: `ok` cells" in table and "Fitted on (in-sample): 1 `ok` cells; max |error| 1.0%" in table
+
+
+def test_write_calibration_writes_the_committed_file(tmp_path):
+    from bench.estimate.predict import CALIBRATION_FILE, write_calibration
+
+    write_calibration(load_calibration(), tmp_path / "calibration.json")
+    assert (tmp_path / "calibration.json").read_bytes() == CALIBRATION_FILE.read_bytes()

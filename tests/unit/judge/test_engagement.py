@@ -94,3 +94,14 @@ def test_two_models_needs_a_reference_model_unless_its_log_probs_were_precompute
     assert mismatches(cell(init="two_models"), 1, with_adapter) == [
         "two_models expects a reference model and no adapter; saw adapters=['default'], ref=LlamaForCausalLM"
     ]
+
+
+def test_fallback_messages_name_what_was_expected():
+    assert mismatches(cell(backend="ddp", launcher="torchrun"), 2, seen(world_size=2)) == [
+        "ddp requested, ran as NO with wrapper PeftModelForCausalLM; expected distributed type "
+        "MULTI_CPU or MULTI_GPU or MULTI_HPU or MULTI_XPU"
+    ]
+    assert mismatches(cell(quant="nf4"), 1, seen()) == ["nf4 requested, no Linear4bit layer found (found none)"]
+    assert mismatches(cell(quant="int8"), 1, seen(quantized_layers={"Linear4bit": 3})) == [
+        "int8 requested, no Linear8bitLt layer found (found {'Linear4bit': 3})"
+    ]

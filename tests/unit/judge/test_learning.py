@@ -87,3 +87,16 @@ def test_the_end_loss_averages_the_last_quarter_of_the_steps_and_at_least_three(
     from bench.judge.learning import end_steps
 
     assert [end_steps(n) for n in (1, 4, 12, 15, 16, 40)] == [3, 3, 3, 3, 4, 10]
+
+
+def test_the_record_keeps_the_end_loss_and_every_step_rounded_to_six_digits():
+    learning = check([[LN2, 0.123456789, 0.5, 0.4]], [], "fp32")
+    assert learning.end_loss == pytest.approx((0.123456789 + 0.5 + 0.4) / 3)
+    assert learning.losses == [0.693147, 0.123457, 0.5, 0.4]
+    assert learning.reward_accuracy is None  # TRL logged none
+
+
+def test_a_non_finite_first_loss_is_recorded_as_none():
+    learning = check([[math.nan, 0.5, 0.4]], [1.0], "fp32")
+    assert (learning.first_loss, learning.end_loss) == (None, None)
+    assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]
