@@ -12,6 +12,7 @@ GPU constants stay priors (CUDA context 0.5 GiB, 10 % caching-allocator slack) u
 cuda.allocator_slack is refitted as the median of (nvml peak - CUDA max allocated - context) / allocated.
 """
 
+import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,7 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
     return rows
 
 
+@functools.cache
 def _cells_by_id(hardware: str):
     from bench.matrix.profiles import load_profile, load_workload
     from bench.matrix.scenario import expand, load_matrix

@@ -146,6 +146,21 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     return "\n".join(lines)
 
 
+def refresh_unmutated(root: Path) -> None:
+    """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
+    bring those up to date, so that a kept run tests today's code."""
+    from mutmut.configuration import config
+
+    work = root / "mutants"
+    for source in config().source_paths:
+        for path in (root / source).rglob("*"):
+            relative = path.relative_to(root)
+            if path.is_file() and "__pycache__" not in path.parts and not config().should_mutate(relative):
+                target = work / relative
+                if target.parent.is_dir():
+                    shutil.copy2(path, target)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.selfbench.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="reuse mutants/ from the previous run")
@@ -153,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.chdir(PROJECT_ROOT)
     equivalents = load_equivalents()
-    if not args.keep:
+    if args.keep:
+        refresh_unmutated(PROJECT_ROOT)
+    else:
         shutil.rmtree(PROJECT_ROOT / "mutants", ignore_errors=True)
     run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     if subprocess.run(run).returncode != 0:

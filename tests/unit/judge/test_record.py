@@ -136,7 +136,7 @@ def test_the_first_loss_tolerance_is_the_profiles_precision():
 
 
 def full_run(outcome: Outcome, reports, problems=(), steps=3, cell=None, versions=None):
-    from bench.judge.mfu import ModelShape, MfuInputs
+    from bench.judge.mfu import MfuInputs, ModelShape
     from bench.matrix.axes import Option, Setup
     from bench.results.schema import PredictionSummary
 
