@@ -48,10 +48,19 @@ class Equivalent(BaseModel):
 
     function: str
     """Dotted module and function, e.g. bench.estimate.predict.train_terms (methods: Class.method)."""
-    original: str = Field(alias="from")
-    """The source line(s) the mutant changes, stripped, as in `mutmut show`."""
-    mutated: str = Field(alias="to")
+    original: str | None = Field(default=None, alias="from")
+    """The source line(s) the mutant changes, stripped, as in `mutmut show`; absent: every mutant of the function
+    (for a function that only runs while its module is imported, which mutmut cannot observe)."""
+    mutated: str | None = Field(default=None, alias="to")
+    """The line(s) the mutant puts there; absent: every mutant of that line."""
     reason: str
+
+    def matches(self, survivor: "Survivor") -> bool:
+        return (
+            self.function == survivor.function
+            and (self.original is None or self.original.strip() == survivor.original.strip())
+            and (self.mutated is None or self.mutated.strip() == survivor.mutated.strip())
+        )
 
 
 @dataclass(frozen=True)
@@ -99,14 +108,8 @@ def explain(
     survivors: Sequence[Survivor], equivalents: Sequence[Equivalent]
 ) -> tuple[list[Survivor], list[Equivalent]]:
     """(survivors that no entry explains, entries that explain no survivor)."""
-
-    def key(function: str, original: str, mutated: str) -> tuple[str, str, str]:
-        return function, original.strip(), mutated.strip()
-
-    listed = {key(e.function, e.original, e.mutated) for e in equivalents}
-    seen = {key(s.function, s.original, s.mutated) for s in survivors}
-    unexplained = [s for s in survivors if key(s.function, s.original, s.mutated) not in listed]
-    stale = [e for e in equivalents if key(e.function, e.original, e.mutated) not in seen]
+    unexplained = [s for s in survivors if not any(e.matches(s) for e in equivalents)]
+    stale = [e for e in equivalents if not any(e.matches(s) for s in survivors)]
     return unexplained, stale
 
 
@@ -142,7 +145,10 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     for s in unexplained:
         lines += ["", f"# {s.name}: {s.status}", s.diff]
     for e in stale:
-        lines += ["", f"stale entry in {EQUIVALENT_FILE.name} (no such surviving mutant): {e.function}: {e.original}"]
+        lines += [
+            "",
+            f"stale entry in {EQUIVALENT_FILE.name} (no such surviving mutant): {e.function}: {e.original or '*'}",
+        ]
     return "\n".join(lines)
 
 

@@ -50,6 +50,11 @@ def test_survivors_are_explained_only_by_an_entry_for_the_same_function_and_chan
     unexplained, stale = explain([s], [other_change, other_function])
     assert unexplained == [s] and stale == [other_change, other_function]
     text = report({"killed": 9, "survived": 1}, unexplained, stale, 0)
+    any_change_of_the_line = Equivalent.model_validate(
+        {"function": s.function, "from": "return max(3, steps // 4)", "reason": "r"}
+    )
+    any_mutant_of_the_function = Equivalent.model_validate({"function": s.function, "reason": "r"})
+    assert explain([s], [any_change_of_the_line]) == explain([s], [any_mutant_of_the_function]) == ([], [])
     assert "unexplained survivors: 1" in text and DIFF in text and text.count("stale entry") == 2
 
 
