@@ -1,15 +1,14 @@
 """What the estimator says about hardware nobody here has is pinned: the committed PREDICTED.md / predicted.csv of every
 GPU profile are what the code writes today, byte for byte, and a few cells per GPU profile are held to their terms
-(golden_gpu_predictions.json), so that a change to a GPU-only path (allocator slack, the phase that sets the step's
-peak, bucket sizes) shows up as a named term in a failing test.
+(golden_predictions.json), so that a change to a GPU-only path (allocator slack, the phase that sets the step's
+peak, bucket sizes) shows up as a named term in a failing test; a few cells of the budgeted CPU profile likewise.
 
 After an intended change to the estimator:
     .venv/bin/python -m bench predict --hw all --write                      # (make predicted) the committed files
-    .venv/bin/python -m tests.unit.estimate.test_committed_predictions      # rewrites golden_gpu_predictions.json
+    .venv/bin/python -m tests.unit.estimate.test_committed_predictions      # rewrites golden_predictions.json
 and review both diffs before committing them.
 """
 
-import functools
 import json
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import RESULTS_DIR
 
-GOLDEN = Path(__file__).with_name("golden_gpu_predictions.json")
+GOLDEN = Path(__file__).with_name("golden_predictions.json")
 GOLDEN_CELLS = (
     (
         Init.TWO_MODELS,
@@ -33,6 +32,17 @@ GOLDEN_CELLS = (
     (Init.TWO_MODELS, Quant.NONE, Backend.ZERO2),  # ZeRO-2: the gradient partitions after backward
     (Init.TWO_MODELS, Quant.NONE, Backend.ZERO3),
     (Init.ONE_ADAPTER, Quant.NF4, Backend.SINGLE),  # adapters: the LM head's backward sets the peak
+)
+CPU_GOLDEN = "cpu-budget"
+"""The budgeted CPU profile's paths (materialised attention scores, touched bucket pages, DeepSpeed's shared-memory
+buffer, FSDP predicted as DDP) with its fitted constants: a refit rewrites these too."""
+CPU_GOLDEN_CELLS = (
+    (Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
+    (Init.ONE_ADAPTER, Quant.NF4, Backend.FSDP),
+    (Init.ONE_ADAPTER, Quant.NONE, Backend.ZERO2),
+    (Init.TWO_ADAPTERS, Quant.INT8, Backend.ZERO3_OFFLOAD),
+    (Init.TWO_MODELS, Quant.NONE, Backend.ZERO2),
+    (Init.TWO_MODELS, Quant.NONE, Backend.DDP),
 )
 PINNED = (
     "verdict",
@@ -53,31 +63,32 @@ def _cell(init: Init, quant: Quant, backend: Backend) -> Cell:
 def golden_now() -> dict[str, dict[str, dict]]:
     calibration = load_calibration()
     out: dict[str, dict[str, dict]] = {}
-    for hardware in predicted_profiles():
+    for hardware in [*predicted_profiles(), CPU_GOLDEN]:
         profile = load_profile(hardware)
         workload = load_workload(profile.workload)
-        for axes in GOLDEN_CELLS:
+        for axes in CPU_GOLDEN_CELLS if hardware == CPU_GOLDEN else GOLDEN_CELLS:
             p = predict_cell(_cell(*axes), profile, workload, calibration)
             if p.status == "predicted":
                 out.setdefault(hardware, {})[p.cell_id] = {k: getattr(p, k) for k in PINNED}
     return out
 
 
-@functools.cache
-def _validation_line() -> str:
+@pytest.fixture(scope="module")
+def validation_line() -> str:
+    # a module fixture, not functools.cache: see tests/unit/estimate/test_validate.py
     from bench.estimate.validate import validate, validation_line
 
     return validation_line(validate(RESULTS_DIR)[0])
 
 
 @pytest.mark.parametrize("hardware", predicted_profiles())
-def test_committed_predicted_files_are_what_the_code_writes(hardware, tmp_path):
-    for written in write_predicted(hardware, tmp_path, _validation_line()):
+def test_committed_predicted_files_are_what_the_code_writes(hardware, tmp_path, validation_line):
+    for written in write_predicted(hardware, tmp_path, validation_line):
         committed = RESULTS_DIR / hardware / written.name
         assert committed.read_bytes() == written.read_bytes(), f"{committed} is stale: regenerate with `make predicted`"
 
 
-def test_golden_gpu_predictions_hold_their_terms():
+def test_golden_predictions_hold_their_terms():
     golden = json.loads(GOLDEN.read_text())
     now = golden_now()
     assert set(now) == set(golden) and all(set(now[hw]) == set(golden[hw]) for hw in golden)
@@ -91,7 +102,7 @@ def test_golden_gpu_predictions_hold_their_terms():
 
 def test_every_gpu_profile_has_golden_cells_on_each_side_of_the_phase_choice():
     golden = json.loads(GOLDEN.read_text())
-    assert set(golden) == set(predicted_profiles())
+    assert set(golden) == {*predicted_profiles(), CPU_GOLDEN}
     phases = {
         "head" if "lm_head_backward" in p["terms"] else "end_of_backward"
         for cells in golden.values()

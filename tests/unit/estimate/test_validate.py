@@ -2,8 +2,6 @@
 right (but on a cell at the edge, measured both ways), every `ok` cell of the calibrated workload is within the 10 %
 goal held out, and the held-out figures really leave each cell out of its own fit."""
 
-import functools
-
 import pytest
 
 from bench.estimate.calibrate import calibration_records, fit
@@ -11,13 +9,22 @@ from bench.estimate.predict import load_calibration
 from bench.estimate.validate import Row, _leave_one_cell_out, summary, to_markdown, validate, validation_line
 
 
-@functools.cache
+# Module fixtures, not functools.cache: make mutants forks each mutant's test run from a process that has run every
+# test once, and a cached result would be the unmutated code's.
+@pytest.fixture(scope="module")
 def committed() -> tuple[list[Row], int]:
     return validate()
 
 
-def test_validate_committed_results():
-    rows, skipped = committed()
+@pytest.fixture(scope="module")
+def folds():
+    from bench.paths import RESULTS_DIR
+
+    return _leave_one_cell_out(RESULTS_DIR)
+
+
+def test_validate_committed_results(committed):
+    rows, skipped = committed
     table = to_markdown(rows, skipped)
     assert "| source | hardware | cell |" in table
     budgeted = [
@@ -35,34 +42,26 @@ def test_validate_committed_results():
     assert summary(rows)["max_abs_error_ok"] == max(abs(r.held_out_error) for r in ok)
 
 
-def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
+def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs(committed):
     # fitted_on names the records really used: a new run under a budgeted profile needs
     # `python -m bench.estimate.calibrate` and `make predicted`
     assert load_calibration() == fit()
-    rows, _ = committed()
+    rows, _ = committed
     fitted = {f"{r.source}:{r.cell_id}" for r in rows if r.fitted}
     assert fitted == set(load_calibration().fitted_on)
 
 
-def test_held_out_constants_are_fitted_without_any_record_of_the_cell():
-    folds = _leave_one_cell_out_committed()
+def test_held_out_constants_are_fitted_without_any_record_of_the_cell(committed, folds):
     records = calibration_records()
     assert set(folds) == {m.record.cell_id for m in records}
     for cell_id, calibration in folds.items():
         assert not [f for f in calibration.fitted_on if f.endswith(f":{cell_id}")]
         assert calibration.fitted_on  # the others still are
-    rows, _ = committed()
+    rows, _ = committed
     fitted = [r for r in rows if r.fitted]
     # every row has a held-out prediction; a median need not move when one cell leaves, but some do
     assert all(r.held_out is not None for r in rows)
     assert fitted and any(r.held_out != r.predicted for r in fitted)
-
-
-@functools.cache
-def _leave_one_cell_out_committed():
-    from bench.paths import RESULTS_DIR
-
-    return _leave_one_cell_out(RESULTS_DIR)
 
 
 def row(measured: float, held_out: float, fitted_pred: float, fitted: bool, calibrated: bool = True) -> Row:
