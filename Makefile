@@ -17,7 +17,7 @@ STAMP    := $(VENV)/.installed-$(FLAVOR)
 
 BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: mutants predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ lint: setup ## ruff
 perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell fixed cost, estimator speed
 	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
 
+mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test)
+	$(PY) -m bench.selfbench.mutants $(if $(KEEP),--keep)
+
 perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run
 	$(PY) -m bench.selfbench.perf
 
@@ -94,9 +97,8 @@ publish: setup ## regenerate results/README.md and the static site results/site/
 predict: setup ## PREDICTED per-device memory and fits/OOM of every cell, no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
 	$(PY) -m bench predict --hw '$(HW)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
 
-predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile
-	for hw in $$(grep -lE '^device: (cuda|hpu)' scenarios/hardware/*.yaml | xargs -n1 basename | sed 's/\.yaml$$//'); do \
-		$(PY) -m bench predict --hw $$hw --write || exit 1; done
+predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile (a test holds them to the code)
+	$(PY) -m bench predict --hw all --write
 
 validate-estimate: setup ## memory estimator vs every measured cell under results/ (error %, fits/OOM right)
 	$(PY) -m bench validate-estimate

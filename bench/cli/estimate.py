@@ -11,12 +11,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from bench.matrix.profiles import load_profile
 
     if args.write:
-        from bench.estimate.report import write_predicted
+        from bench.estimate.report import predicted_profiles, write_predicted
         from bench.estimate.validate import validate, validation_line
 
         rows, _ = validate(Path(args.results))
-        for path in write_predicted(args.hw, Path(args.results), validation_line(rows)):
-            print(f"written: {path}")
+        for hardware in predicted_profiles() if args.hw == "all" else [args.hw]:
+            for path in write_predicted(hardware, Path(args.results), validation_line(rows)):
+                print(f"written: {path}")
         return 0
     predictions = predict_matrix(args.hw, args.workload, args.filter)
     if args.format == "csv":
@@ -42,7 +43,11 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "predict",
         help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, from configs",
     )
-    p.add_argument("--hw", required=True, help="hardware profile (scenarios/hardware/<HW>.yaml)")
+    p.add_argument(
+        "--hw",
+        required=True,
+        help="hardware profile (scenarios/hardware/<HW>.yaml); with --write, `all`: every GPU profile",
+    )
     p.add_argument("--workload", default=None, help="workload (default: the profile's)")
     p.add_argument("--filter", default=None, help="comma-separated glob patterns of cell ids")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")

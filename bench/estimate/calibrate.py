@@ -12,6 +12,7 @@ GPU constants stay priors (CUDA context 0.5 GiB, 10 % caching-allocator slack) u
 cuda.allocator_slack is refitted as the median of (nvml peak - CUDA max allocated - context) / allocated.
 """
 
+import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,7 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
     return rows
 
 
+@functools.cache
 def _cells_by_id(hardware: str):
     from bench.matrix.profiles import load_profile, load_workload
     from bench.matrix.scenario import expand, load_matrix
@@ -97,10 +99,19 @@ def _cells_by_id(hardware: str):
     return profile, workload, {c.id: c for c in expand(load_matrix())}
 
 
+def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
+    """The measured records the CPU constants are fitted on: the latest of every cell of the budgeted profiles."""
+    return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES]
+
+
 def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
+    return fit_records(calibration_records(results))
+
+
+def fit_records(records: list[Measured]) -> Calibration:
+    """The calibration fitted on `records` (calibration_records or a subset of them: validate leaves cells out)."""
     devices = {k: v.model_copy(deep=True) for k, v in PRIORS.items()}
     zero = Calibration(version=VERSION, devices={k: v.model_copy(deep=True) for k, v in PRIORS.items()})
-    records = [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES]
     fitted_on: list[str] = []
     cpu = devices["cpu"]
     base = {
@@ -111,7 +122,7 @@ def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
         for rank in m.record.rank_memory:
             if rank.baseline_cgroup_bytes is not None and m.baseline is None:
                 base["zero" in m.record.backend].append(rank.baseline_cgroup_bytes)
-    cpu.context_bytes = statistics.median(base[False])
+    cpu.context_bytes = _median(base[False], "context_bytes (a baseline outside DeepSpeed)")
     cpu.deepspeed_context_bytes = statistics.median(base[True]) if base[True] else cpu.context_bytes
     setups = {hardware: _cells_by_id(hardware) for hardware in {m.record.hardware for m in records}}
 
@@ -124,14 +135,24 @@ def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
         m for m in records if m.model_memory is not None and m.record.quant == "none" and m.record.init != "two_models"
     ]
     single = [m for m in ok if m.record.world_size == 1]
-    cpu.runtime_bytes = statistics.median(residual(m) for m in single)
+    cpu.runtime_bytes = _median([residual(m) for m in single], "runtime_bytes (a single-process adapter cell)")
     multi = [m for m in ok if m.record.world_size > 1 and "zero" not in m.record.backend]
-    cpu.multi_process_bytes = statistics.median(residual(m) - cpu.runtime_bytes for m in multi)
+    cpu.multi_process_bytes = _median(
+        [residual(m) - cpu.runtime_bytes for m in multi], "multi_process_bytes (a multi-process adapter cell)"
+    )
     ds = [m for m in ok if "zero" in m.record.backend]
-    cpu.deepspeed_bytes = statistics.median(residual(m) - cpu.runtime_bytes - cpu.multi_process_bytes for m in ds)
+    cpu.deepspeed_bytes = _median(
+        [residual(m) - cpu.runtime_bytes - cpu.multi_process_bytes for m in ds], "deepspeed_bytes (a ZeRO adapter cell)"
+    )
     fitted_on += [f"{m.source}:{m.record.cell_id}" for m in single + multi + ds]
     cpu.fitted = ["runtime_bytes", "multi_process_bytes", "deepspeed_bytes", "context_bytes", "deepspeed_context_bytes"]
     return Calibration(version=VERSION, devices=devices, fitted_on=fitted_on)
+
+
+def _median(values: list[float], what: str) -> float:
+    if not values:
+        raise ValueError(f"cannot fit {what}: no such record under the budgeted profiles {', '.join(BUDGET_PROFILES)}")
+    return statistics.median(values)
 
 
 def main(results: Path = PROJECT_ROOT / "results", out: Path = CALIBRATION_FILE) -> Calibration:

@@ -138,6 +138,15 @@ def to_json(predictions: list[Prediction]) -> str:
     return json.dumps([p.model_dump() for p in predictions], indent=2) + "\n"
 
 
+def predicted_profiles() -> list[str]:
+    """The profiles whose PREDICTED.md + predicted.csv are committed: every GPU/accelerator profile (CPU profiles are
+    measured here)."""
+    from bench.matrix.profiles import available, load_profile
+    from bench.paths import SCENARIOS_DIR
+
+    return [name for name in available(SCENARIOS_DIR / "hardware") if load_profile(name).device != "cpu"]
+
+
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:
     from bench.matrix.profiles import load_profile
 

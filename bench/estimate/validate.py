@@ -1,11 +1,18 @@
 """Prediction vs measurement for every measured cell under results/: train-peak error on model memory, and whether
-the fits / OOM verdict was right where the cell ran against a memory limit (a CPU budget, or a GPU's memory)."""
+the fits / OOM verdict was right where the cell ran against a memory limit (a CPU budget, or a GPU's memory).
+
+Two predictions per row. `predicted`: by the committed calibration, in-sample on the records it was fitted on.
+`held_out`: by constants fitted without any record of the row's cell (leave-one-cell-out over the calibration
+records; one fold per cell id, so a cell measured under both budgets is left out of its own fit twice). A row whose
+cell is in no calibration record is predicted by the committed calibration: it is held out already. The headline
+figures are the held-out ones; the fitted-on figures are printed beside them, labelled in-sample.
+"""
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.estimate import VERSION
-from bench.estimate.calibrate import CALIBRATION_WORKLOAD, measured_records
+from bench.estimate.calibrate import CALIBRATION_WORKLOAD, calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.paths import PROJECT_ROOT
 from bench.units import MiB
@@ -30,18 +37,38 @@ class Row:
     and no single verdict is right for both runs (the latest run's outcome is the one judged)."""
     margin: float | None = None
     """Predicted margin as a fraction of usable memory (negative: over), where the cell ran against a limit."""
+    held_out: float | None = None
+    """Predicted by constants fitted without any record of this cell (see the module docstring)."""
+    verdict_held_out: str | None = None
+    margin_held_out: float | None = None
 
     @property
     def error(self) -> float | None:
-        if self.measured is None or self.predicted is None or self.measured <= 0:
-            return None
-        return (self.predicted - self.measured) / self.measured
+        return _error(self.predicted, self.measured)
+
+    @property
+    def held_out_error(self) -> float | None:
+        return _error(self.held_out, self.measured)
 
     @property
     def verdict_right(self) -> bool | None:
-        if self.verdict_measured is None or self.verdict_predicted is None:
-            return None
-        return self.verdict_measured == self.verdict_predicted
+        return _right(self.verdict_measured, self.verdict_predicted)
+
+    @property
+    def held_out_verdict_right(self) -> bool | None:
+        return _right(self.verdict_measured, self.verdict_held_out)
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if measured is None or predicted is None or measured <= 0:
+        return None
+    return (predicted - measured) / measured
+
+
+def _right(measured: str | None, predicted: str | None) -> bool | None:
+    if measured is None or predicted is None:
+        return None
+    return measured == predicted
 
 
 def _setup(hardware: str):
@@ -57,6 +84,7 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
     older records, or a cell not in the current matrix)."""
     calibration = calibration or load_calibration()
     fitted = set(calibration.fitted_on)
+    held_out = _leave_one_cell_out(results)
     setups: dict[str, tuple] = {}
     rows: list[Row] = []
     skipped = 0
@@ -75,8 +103,10 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
         if m.model_memory is None and not (m.oom and record.memory_budget_bytes is not None):
             skipped += 1
             continue
-        p = predict_cell(cell, profile, workload, calibration)
         limited = record.memory_budget_bytes is not None or profile.device != "cpu"
+        p = predict_cell(cell, profile, workload, calibration)
+        fold = held_out.get(record.cell_id, calibration)
+        h = None if fold is None else predict_cell(cell, profile, workload, fold)
         rows.append(
             Row(
                 source=m.source,
@@ -89,23 +119,49 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 verdict_predicted=p.verdict if limited else None,
                 fitted=f"{m.source}:{record.cell_id}" in fitted,
                 measured_both_ways=limited and len(m.outcomes) == 2,
-                margin=p.margin_bytes / p.usable_bytes
-                if limited and p.margin_bytes is not None and p.usable_bytes
-                else None,
+                margin=_margin(p) if limited else None,
                 calibrated=profile.device != "cpu" or record.workload == CALIBRATION_WORKLOAD,
+                held_out=None if h is None else h.train_bytes,
+                verdict_held_out=h.verdict if limited and h is not None else None,
+                margin_held_out=_margin(h) if limited and h is not None else None,
             )
         )
     return rows, skipped
 
 
+def _margin(p) -> float | None:
+    return p.margin_bytes / p.usable_bytes if p.margin_bytes is not None and p.usable_bytes else None
+
+
+def _leave_one_cell_out(results: Path) -> dict[str, Calibration | None]:
+    """For every cell id among the calibration records, the constants fitted on the others (None: the others
+    cannot fit every constant, so the cell has no held-out prediction)."""
+    records = calibration_records(results)
+    return {
+        cell_id: _fit_or_none([m for m in records if m.record.cell_id != cell_id])
+        for cell_id in dict.fromkeys(m.record.cell_id for m in records)
+    }
+
+
+def _fit_or_none(records) -> Calibration | None:
+    try:
+        return fit_records(records)
+    except ValueError:
+        return None
+
+
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload), plus the extrapolated
-    CPU rows of other workloads on their own."""
-    outside = [abs(r.error) for r in rows if r.error is not None and r.status == "ok" and not r.calibrated]
+    """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload): held out (every row, each
+    predicted without its own cell's records) and fitted-on (the rows the constants were fitted on, in-sample);
+    plus the extrapolated CPU rows of other workloads on their own."""
+    outside = [
+        abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok" and not r.calibrated
+    ]
     rows = [r for r in rows if r.calibrated]
-    errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
-    all_errors = [abs(r.error) for r in rows if r.error is not None]
-    verdicts = [r.verdict_right for r in rows if r.verdict_right is not None]
+    errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok"]
+    all_errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None]
+    fitted = [abs(r.error) for r in rows if r.fitted and r.error is not None and r.status == "ok"]
+    verdicts = [r.held_out_verdict_right for r in rows if r.held_out_verdict_right is not None]
     return {
         "other_workload_ok_cells": len(outside),
         "other_workload_max_abs_error": max(outside) if outside else None,
@@ -113,9 +169,12 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
         "max_abs_error_ok": max(errors) if errors else None,
         "mean_abs_error_ok": sum(errors) / len(errors) if errors else None,
         "max_abs_error_all": max(all_errors) if all_errors else None,
+        "fitted_ok_cells": len(fitted),
+        "fitted_max_abs_error": max(fitted) if fitted else None,
+        "fitted_mean_abs_error": sum(fitted) / len(fitted) if fitted else None,
         "verdicts": len(verdicts),
         "verdicts_right": sum(verdicts),
-        "wrong_measured_both_ways": sum(1 for r in rows if r.verdict_right is False and r.measured_both_ways),
+        "wrong_measured_both_ways": sum(1 for r in rows if r.held_out_verdict_right is False and r.measured_both_ways),
     }
 
 
@@ -123,34 +182,44 @@ def _mib(value: float | None) -> str:
     return "—" if value is None else f"{value / MiB:,.0f}"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
 def to_markdown(rows: list[Row], skipped: int) -> str:
     s = summary(rows)
     lines = [
         f"Estimator {VERSION}: prediction vs measurement (model memory per rank = peak − library baseline on CPU, "
-        "CUDA max allocated on GPU; verdicts where the cell ran against a memory limit).",
+        "CUDA max allocated on GPU; verdicts where the cell ran against a memory limit). `held out`: predicted by "
+        "constants fitted without any record of the cell; `fitted`: by the committed constants, in-sample on the "
+        "rows marked fitted on.",
         "",
-        "| source | hardware | cell | status | measured MiB | predicted MiB | error "
-        "| verdict measured | predicted | right | fitted on |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| source | hardware | cell | status | measured MiB | held out MiB | held-out error | fitted MiB "
+        "| fitted error | verdict measured | held out | right | fitted on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        err = "—" if r.error is None else f"{r.error:+.1%}"
-        right = {None: "—", True: "✅", False: "❌"}[r.verdict_right] + (
+        right = {None: "—", True: "✅", False: "❌"}[r.held_out_verdict_right] + (
             " (OOM in one run, ran in another)" if r.measured_both_ways else ""
         )
         lines.append(
-            f"| {r.source} | {r.hardware} | {r.cell_id} | {r.status} | {_mib(r.measured)} | {_mib(r.predicted)} "
-            f"| {err} "
-            f"| {r.verdict_measured or '—'} | {r.verdict_predicted or '—'} | {right} | {'yes' if r.fitted else ''} |"
+            f"| {r.source} | {r.hardware} | {r.cell_id} | {r.status} | {_mib(r.measured)} | {_mib(r.held_out)} "
+            f"| {_signed(r.held_out_error)} | {_mib(r.predicted)} | {_signed(r.error)} "
+            f"| {r.verdict_measured or '—'} | {r.verdict_held_out or '—'} | {right} | {'yes' if r.fitted else ''} |"
         )
-    pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
     lines += [
         "",
-        f"`ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured model "
-        f"memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
-        f"mean |error| {pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
-        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
-        f"{_edge_note(s)}. "
+        f"Held out: `ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured "
+        f"model memory: {s['ok_cells']}; max |error| {_pct(s['max_abs_error_ok'])}, "
+        f"mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
+        f"{_pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
+        f"{_edge_note(s)}.",
+        f"Fitted on (in-sample): {s['fitted_ok_cells']} `ok` cells; max |error| {_pct(s['fitted_max_abs_error'])}, "
+        f"mean |error| {_pct(s['fitted_mean_abs_error'])}.",
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
@@ -158,7 +227,7 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         lines[-1:-1] = [
             f"Left out of these figures: {s['other_workload_ok_cells']} `ok` CPU cells of other workloads than "
             f"`{CALIBRATION_WORKLOAD}`, on which the CPU constants are fitted (an extrapolation): max |error| "
-            f"{pct(s['other_workload_max_abs_error'])}.",
+            f"{_pct(s['other_workload_max_abs_error'])}.",
         ]
     return "\n".join(lines)
 
@@ -169,15 +238,15 @@ def _edge_note(s: dict) -> str:
 
 
 def validation_line(rows: list[Row]) -> str:
-    """One line for the PREDICTED files: the estimator's current error on measured cells."""
+    """One line for the PREDICTED files: the estimator's current held-out error on measured cells."""
     s = summary(rows)
-    pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
     gpu = any(r.hardware not in ("cpu", "cpu-budget", "cpu-budget-4g") for r in rows)
     return (
-        f"Current validation on measured cells: {s['ok_cells']} `ok` cells with a measured model memory (GPU; CPU "
-        f"workload `{CALIBRATION_WORKLOAD}`): max |error| "
-        f"{pct(s['max_abs_error_ok'])}, mean {pct(s['mean_abs_error_ok'])}; worst over every measured figure "
-        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}"
-        f"{_edge_note(s)}. "
+        f"Current validation on measured cells, held out (each predicted by constants fitted without its own cell): "
+        f"{s['ok_cells']} `ok` cells with a measured model memory (GPU; CPU workload `{CALIBRATION_WORKLOAD}`): "
+        f"max |error| {_pct(s['max_abs_error_ok'])}, mean {_pct(s['mean_abs_error_ok'])}; worst over every measured "
+        f"figure {_pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}"
+        f"{_edge_note(s)}. In-sample on the {s['fitted_ok_cells']} cells the constants were fitted on: max |error| "
+        f"{_pct(s['fitted_max_abs_error'])}. "
         + ("" if gpu else "No GPU measurement exists yet: the GPU constants are priors (docs/estimator.md).")
     )

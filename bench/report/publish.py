@@ -2,6 +2,7 @@
 
 import datetime as dt
 import os
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from bench.report.summary import summarize
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.runs import latest_complete_run, run_dirs
+from bench.results.schema import ResultRecord, Status
 from bench.results.store import load_results, now_iso
 from bench.secrets import redact
 
@@ -104,8 +106,67 @@ def render_index(runs: list[ProfileRun], results_dir: Path, site_dir: Path) -> s
         lines.append(f"| {run.hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {_env_cells(run.env)} |")
     if not runs:
         lines.append("| — | no hardware profile has a MATRIX.md yet | | | | | | | |")
+    lines += cost_section(runs)
     lines += predicted_index(load_predicted(results_dir))
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """What the cells that trained in one run took: wall time per cell and the library baseline's share of the
+    memory figure (metrics.baseline_bytes / metrics.peak_bytes: RSS, or the rank's cgroup under a budget)."""
+
+    cells: int
+    wall_s: tuple[float, float, float]
+    """min, median, max."""
+    over_20_s: int
+    library_share: tuple[float, float, float] | None
+
+
+TRAINED = frozenset({Status.OK, Status.SILENT_FALLBACK, Status.LEARNING_FAILED})
+
+
+def cell_cost(records: list[ResultRecord]) -> CellCost | None:
+    """Over the newest record of every cell that trained (ok, silent_fallback, learning_failed); None if none did."""
+    latest = {r.cell_id: r for r in records}
+    ran = [r for r in latest.values() if r.status in TRAINED and r.wall_s is not None]
+    if not ran:
+        return None
+    walls = sorted(r.wall_s for r in ran)
+    shares = sorted(
+        r.metrics.baseline_bytes / r.metrics.peak_bytes
+        for r in ran
+        if r.metrics is not None and r.metrics.baseline_bytes and r.metrics.peak_bytes
+    )
+
+    def spread(values: list[float]) -> tuple[float, float, float]:
+        return values[0], statistics.median(values), values[-1]
+
+    return CellCost(len(ran), spread(walls), sum(w > 20 for w in walls), spread(shares) if shares else None)
+
+
+def cost_section(runs: list[ProfileRun]) -> list[str]:
+    lines = [
+        "",
+        "## What a cell takes (latest run above, cells that trained)",
+        "",
+        "| hardware | cells | wall time per cell: median (min–max) | over 20 s | library baseline's share of the "
+        "memory figure: median (min–max) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in runs:
+        cost = cell_cost(load_results(run.run_dir).records) if run.run_dir is not None else None
+        if cost is None:
+            continue
+        low, mid, high = cost.wall_s
+        share = "—"
+        if cost.library_share is not None:
+            s_low, s_mid, s_high = cost.library_share
+            share = f"{s_mid:.0%} ({s_low:.0%}–{s_high:.0%})"
+        lines.append(
+            f"| {run.hardware} | {cost.cells} | {mid:.1f} s ({low:.1f}–{high:.1f} s) | {cost.over_20_s} | {share} |"
+        )
+    return lines
 
 
 def _env_cells(env: EnvFingerprint | None) -> str:

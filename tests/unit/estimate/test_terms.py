@@ -76,3 +76,10 @@ def test_zero2_states_split_into_resident_and_gradient_partitions():
     assert terms.zero2_gradient_partitions(1000, 2, 2) == 3000
     assert terms.zero2_gradient_partitions(1000, 4, 2) == 2000  # fp32 grads need no fp32 copy
     assert terms.zero2_model_states(500, 1000, 2, 2) == 500 + 6000 + 3000
+
+
+def test_zero3_states_with_the_optimizer_offloaded_stay_off_the_device():
+    # 1000 params over 2 ranks in bf16, largest layer 10: the partition 1000 * 2 / 2 + the gathered layer 2 * 2 * 10
+    assert terms.zero3_model_states(2000, 1000, 2, 10, 2, offload=True) == 1000 + 40
+    assert terms.zero3_model_states(2000, 1000, 2, 10, 2) == 1000 + 40 + 16 * 1000 / 2
+    assert terms.zero_offloaded_host(1000, 2) == 16 * 1000 / 2  # fp32 grads 4 + master 4 + Adam 8, per rank

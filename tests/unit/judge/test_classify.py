@@ -158,3 +158,58 @@ def test_every_error_class_has_a_causal_rank():
     from bench.results.schema import ErrorClass
 
     assert set(CAUSAL_ORDER) == set(ErrorClass) and len(CAUSAL_ORDER) == len(ErrorClass)
+
+
+def test_signal_of_exit_codes():
+    from bench.judge.classify import signal_of
+
+    cases = {None: None, 0: None, 1: None, -9: 9, -11: 11, 128: None, 129: 1, 137: 9, 192: 64, 193: None}
+    assert {code: signal_of(code) for code in cases} == cases
+
+
+def test_first_error_line_reads_a_launchers_root_cause():
+    abort = "terminate called without an active exception\nRoot Cause (first observed failure):\n[0]:\n"
+    abort += "  rank      : 1 (local_rank: 1)\n  exitcode  : -6 (pid: 5350)\n"
+    assert (
+        first_error_line(abort) == "rank 1 exited with code -6 (SIGABRT): terminate called without an active exception"
+    )
+    plain = "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 7)\n"
+    assert first_error_line(plain) == "rank 0 exited with code 1"
+
+
+def test_first_error_line_keeps_500_characters_of_the_last_line():
+    assert first_error_line("noise\nValueError: " + "x" * 600) == ("ValueError: " + "x" * 600)[:500]
+    assert first_error_line("first\nlast " + "y" * 600 + "\n\n") == ("last " + "y" * 600)[:500]
+    assert first_error_line("only line") == "only line"
+
+
+def test_what_no_pattern_explains_is_other_with_its_line():
+    verdict = classify(exit_code=1, timed_out=False, error_texts=["the cat sat on the keyboard"], log_tail="")
+    assert (verdict.status, verdict.error_class, verdict.message) == (
+        Status.ERROR,
+        ErrorClass.OTHER,
+        "the cat sat on the keyboard",
+    )
+
+
+def test_a_timeout_says_so():
+    verdict = classify(exit_code=-9, timed_out=True, error_texts=[], log_tail="")
+    assert (verdict.status, verdict.error_class, verdict.message) == (
+        Status.TIMEOUT,
+        None,
+        "cell exceeded its time limit and was killed",
+    )
+
+
+def test_an_exit_by_signal_or_code_alone():
+    killed = classify(exit_code=-11, timed_out=False, error_texts=[], log_tail="")
+    assert (killed.status, killed.error_class, killed.message) == (
+        Status.ERROR,
+        ErrorClass.CRASH,
+        "a rank was killed by SIGSEGV (exit -11)",
+    )
+    silent = classify(exit_code=3, timed_out=False, error_texts=[], log_tail="")
+    assert (silent.status, silent.error_class, silent.message) == (Status.ERROR, ErrorClass.OTHER, "exit code 3")
+    # a real message outranks the bare signal when it is more causal
+    oom = classify(exit_code=-9, timed_out=False, error_texts=[CUDA_OOM], log_tail="")
+    assert oom.status == Status.OOM

@@ -71,3 +71,37 @@ def test_device_map_needs_the_model_on_two_devices():
     split = cell(backend="device_map")
     assert mismatches(split, 1, seen(devices=["cuda:0", "cuda:1"])) == []
     assert "expected layers split over >=2" in mismatches(split, 1, seen(devices=["cuda:0"]))[0]
+
+
+def test_ddp_whose_model_is_not_wrapped_in_ddp_is_a_fallback():
+    # two processes in a process group, but each trains its own unwrapped model: gradients are never averaged
+    unwrapped = seen(world_size=2, distributed_type="MULTI_CPU", wrapper="PeftModelForCausalLM")
+    assert mismatches(cell(backend="ddp", launcher="torchrun"), 2, unwrapped) == [
+        "ddp requested, ran as MULTI_CPU with wrapper PeftModelForCausalLM; expected wrapper DistributedDataParallel"
+    ]
+    wrapped = unwrapped.model_copy(update={"wrapper": "DistributedDataParallel"})
+    assert mismatches(cell(backend="ddp", launcher="torchrun"), 2, wrapped) == []
+
+
+def test_two_models_needs_a_reference_model_unless_its_log_probs_were_precomputed():
+    no_reference = seen(adapters=[], ref_model=None)
+    assert mismatches(cell(init="two_models"), 1, no_reference) == [
+        "two_models expects a reference model and no adapter; saw adapters=[], ref=None"
+    ]
+    precomputed = no_reference.model_copy(update={"precompute_ref_log_probs": True})
+    assert mismatches(cell(init="two_models"), 1, precomputed) == []
+    with_adapter = seen(ref_model="LlamaForCausalLM")
+    assert mismatches(cell(init="two_models"), 1, with_adapter) == [
+        "two_models expects a reference model and no adapter; saw adapters=['default'], ref=LlamaForCausalLM"
+    ]
+
+
+def test_fallback_messages_name_what_was_expected():
+    assert mismatches(cell(backend="ddp", launcher="torchrun"), 2, seen(world_size=2)) == [
+        "ddp requested, ran as NO with wrapper PeftModelForCausalLM; expected distributed type "
+        "MULTI_CPU or MULTI_GPU or MULTI_HPU or MULTI_XPU"
+    ]
+    assert mismatches(cell(quant="nf4"), 1, seen()) == ["nf4 requested, no Linear4bit layer found (found none)"]
+    assert mismatches(cell(quant="int8"), 1, seen(quantized_layers={"Linear4bit": 3})) == [
+        "int8 requested, no Linear8bitLt layer found (found {'Linear4bit': 3})"
+    ]

@@ -54,3 +54,49 @@ def test_one_lucky_or_unlucky_last_batch_does_not_decide():
 def test_no_recorded_loss_is_a_failure_not_a_pass():
     learning = check([[], []], [], "fp32")
     assert learning.failures == ["no training loss was recorded"] and learning.first_loss is None
+
+
+# The thresholds pinned from both sides with literal values, never from the constants themselves: a test built from
+# DECREASE_MARGIN or FIRST_LOSS_TOLERANCE passes whatever they are set to.
+@pytest.mark.parametrize(
+    ("precision", "inside", "outside"),
+    [
+        # fp32: policy == reference does the same arithmetic (measured deviation below 1e-7); 1e-3 is the
+        # documented bound, so 0.0008 is accepted and 0.0012 (a reference off by 0.024 nats per pair at β = 0.1) not
+        ("fp32", 0.0008, 0.0012),
+        # bf16/fp16: 2e-2 for kernels that sum a few hundred bf16 log-probs in another order
+        ("bf16", 0.016, 0.024),
+        ("fp16", 0.016, 0.024),
+    ],
+)
+def test_first_loss_tolerance_by_precision(precision, inside, outside):
+    for sign in (1, -1):
+        assert check([[LN2 + sign * inside, 0.5, 0.4]], [1.0], precision).failures == []
+        failures = check([[LN2 + sign * outside, 0.5, 0.4]], [1.0], precision).failures
+        assert len(failures) == 1 and "the reference is not the initial policy" in failures[0]
+
+
+def test_the_loss_must_fall_by_more_than_three_hundredths():
+    # the end loss is the mean of the last 3 steps; a fall of 0.036 passes, 0.024 does not
+    assert check([[LN2, LN2 - 0.036, LN2 - 0.036, LN2 - 0.036]], [1.0], "fp32").failures == []
+    failures = check([[LN2, LN2 - 0.024, LN2 - 0.024, LN2 - 0.024]], [1.0], "fp32").failures
+    assert failures == [f"loss did not fall: {LN2:.4f} at step 1, {LN2 - 0.024:.4f} over the last 3 of 4 steps"]
+
+
+def test_the_end_loss_averages_the_last_quarter_of_the_steps_and_at_least_three():
+    from bench.judge.learning import end_steps
+
+    assert [end_steps(n) for n in (1, 4, 12, 15, 16, 40)] == [3, 3, 3, 3, 4, 10]
+
+
+def test_the_record_keeps_the_end_loss_and_every_step_rounded_to_six_digits():
+    learning = check([[LN2, 0.123456789, 0.5, 0.4]], [], "fp32")
+    assert learning.end_loss == pytest.approx((0.123456789 + 0.5 + 0.4) / 3)
+    assert learning.losses == [0.693147, 0.123457, 0.5, 0.4]
+    assert learning.reward_accuracy is None  # TRL logged none
+
+
+def test_a_non_finite_first_loss_is_recorded_as_none():
+    learning = check([[math.nan, 0.5, 0.4]], [1.0], "fp32")
+    assert (learning.first_loss, learning.end_loss) == (None, None)
+    assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]

@@ -90,3 +90,224 @@ def test_a_known_failure_carries_its_link_and_note():
     record = finished([rank(0, 1, text)], Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=""), cell=cell)
     assert record.error_class == ErrorClass.DEVICE_MISMATCH
     assert record.known_issue and "github.com" in record.known_issue and record.known_issue_note
+
+
+LN2 = 0.6931471805599453
+DDP_ENGAGED = {"world_size": 2, "distributed_type": "MULTI_CPU", "wrapper": "DistributedDataParallel"}
+
+
+def trained(r: int, losses: list[float | None]) -> RankReport:
+    from bench.results.schema import Engagement
+
+    engaged = Engagement(**DDP_ENGAGED, adapters=["default"]) if r == 0 else None
+    return rank(r).model_copy(update={"losses": losses, "reward_accuracies": [0.5, 1.0, 1.0], "engagement": engaged})
+
+
+def clean_exit(reports, precision="fp32"):
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8, precision=precision)
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    return finished_record(RUN, CELL, expect, Execution(outcome, reports, [], "t0", "t1"))
+
+
+def test_a_cell_that_ran_as_asked_and_learned_is_ok():
+    record = clean_exit([trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])])
+    assert (record.status, record.message) == (Status.OK, "")
+    assert record.learning.first_loss == pytest.approx(LN2)
+
+
+def test_the_learning_check_reads_every_rank_not_only_the_lead():
+    record = clean_exit([trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, None, 0.4])])
+    assert record.status == Status.LEARNING_FAILED
+    assert record.message == "non-finite loss (first at step 2 on rank 1)"
+    # rank 1 did not learn: rank 0's end loss alone is 0.04 below its first, the mean over ranks only 0.02 (margin 0.03)
+    flat = clean_exit([trained(0, [LN2, LN2 - 0.06, LN2 - 0.06]), trained(1, [LN2, LN2, LN2])])
+    assert flat.status == Status.LEARNING_FAILED and flat.message.startswith("loss did not fall")
+
+
+def test_the_first_loss_tolerance_is_the_profiles_precision():
+    # 0.01 off ln 2: inside bf16's 2e-2, ten times fp32's 1e-3
+    off = [LN2 + 0.01, 0.5, 0.4]
+    fp32 = clean_exit([trained(0, off), trained(1, off)], precision="fp32")
+    assert fp32.status == Status.LEARNING_FAILED and "is not ln 2" in fp32.message
+    assert clean_exit([trained(0, off), trained(1, off)], precision="bf16").status == Status.OK
+
+
+# ---------------------------------------------------------------- every field of a record, end to end
+
+
+def full_run(outcome: Outcome, reports, problems=(), steps=3, cell=None, versions=None):
+    from bench.judge.mfu import MfuInputs, ModelShape
+    from bench.matrix.axes import Option, Setup
+    from bench.results.schema import PredictionSummary
+
+    cell = cell or Cell(
+        init="one_adapter",
+        quant="none",
+        backend="ddp",
+        launcher="torchrun",
+        options=(Option.PRECOMPUTE_REF,),
+        setup=Setup.NEWCOMER,
+    )
+    expect = Expectation(
+        world_size=2,
+        warmup_steps=1,
+        steps=steps,
+        pairs_per_step=8,
+        mfu=MfuInputs(ModelShape(matmul_params=1000, layers=2, heads=2, head_dim=4), 1.0, 16, 2, False),
+        versions=versions,
+        memory_budget_bytes=768 * 2**20,
+        prediction=PredictionSummary(
+            estimator_version="0.2.0",
+            train_bytes=1.0,
+            total_bytes=2.0,
+            usable_bytes=3.0,
+            verdict="fits",
+            margin_bytes=1.0,
+        ),
+    )
+    run = RunFacts("r", "cpu-budget", "small", "docker", emulated=True)
+    ran = Execution(outcome, list(reports), list(problems), "t0", "t1", trial=2, config_files=("a.yaml",))
+    return finished_record(run, cell, expect, ran)
+
+
+def kernel(rank: int, peak: int, oom_kills: int = 0, limit: int | None = 768 * 2**20):
+    from bench.isolation.cgroups import RankMemory
+
+    return RankMemory(rank=rank, limit_bytes=limit, peak_bytes=peak, oom_kills=oom_kills, version="v1")
+
+
+def test_every_field_of_an_ok_record():
+    reports = [trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])]
+    reports = [r.model_copy(update={"baseline_cgroup_bytes": 60 * 2**20}) for r in reports]
+    outcome = Outcome(
+        exit_code=0,
+        timed_out=False,
+        wall_s=12.34567,
+        log_tail="x" * 2999 + "ENDS",
+        image="img@sha",
+        rank_memory=[kernel(0, 700 * 2**20), kernel(1, 710 * 2**20)],
+    )
+    record = full_run(outcome, reports)
+    assert (record.cell_id, record.options, record.setup) == (
+        "one_adapter-none-ddp+precompute_ref+newcomer",
+        ["precompute_ref"],
+        "newcomer",
+    )
+    assert (record.executor, record.emulated, record.trial, record.config_files) == ("docker", True, 2, ["a.yaml"])
+    assert (record.status, record.exit_code, record.signal, record.wall_s, record.image) == (
+        Status.OK,
+        0,
+        None,
+        12.346,
+        "img@sha",
+    )
+    assert record.log_tail == "x" * 2996 + "ENDS"  # the last 3000 characters
+    assert record.memory_budget_bytes == 768 * 2**20 and record.prediction.verdict == "fits"
+    assert [(f.rank, f.kernel_peak_bytes) for f in record.rank_memory] == [(0, 700 * 2**20), (1, 710 * 2**20)]
+    assert record.metrics.tokens_per_s == pytest.approx(1.0) and record.metrics.mfu is not None
+    assert record.metrics.model_memory_bytes == 650 * 2**20  # largest kernel peak - its baseline
+    assert record.engagement.wrapper == "DistributedDataParallel" and record.mismatches == []
+    assert record.learning.reward_accuracy == 1.0 and record.learning.failures == []
+
+
+def test_a_fallback_and_a_failed_learning_check_are_both_named_fallback_first():
+    reports = [trained(0, [LN2 + 0.1, 0.5, 0.4]), trained(1, [LN2 + 0.1, 0.5, 0.4])]
+    reports[0] = reports[0].model_copy(update={"engagement": reports[0].engagement.model_copy(update={"wrapper": "X"})})
+    record = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), reports)
+    assert record.status == Status.SILENT_FALLBACK
+    assert record.message == (
+        "ddp requested, ran as MULTI_CPU with wrapper X; expected wrapper DistributedDataParallel"
+    )
+    assert record.learning.failures and record.mismatches == [record.message]
+    two = [trained(0, [LN2 + 0.1, LN2 + 0.1, LN2 + 0.1]), trained(1, [LN2 + 0.1, LN2 + 0.1, LN2 + 0.1])]
+    failed = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), two)
+    assert failed.status == Status.LEARNING_FAILED and failed.message.count("; ") == 1
+
+
+def test_the_lead_rank_is_the_lowest_whatever_the_order_of_the_reports():
+    reports = [trained(1, [LN2, 0.5, 0.4]), trained(0, [LN2, 0.5, 0.4])]
+    reports[0] = reports[0].model_copy(update={"reward_accuracies": [0.0, 0.0, 0.25]})
+    record = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), reports)
+    assert (record.status, record.learning.reward_accuracy) == (Status.OK, 1.0)
+    nan_on_rank_1 = [trained(1, [LN2, None, 0.4]), trained(0, [LN2, 0.5, 0.4])]
+    assert full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), nan_on_rank_1).message == (
+        "non-finite loss (first at step 2 on rank 1)"
+    )
+
+
+def test_too_few_steps_for_metrics_is_an_error_with_the_reason():
+    short = [trained(0, [LN2]).model_copy(update={"step_ends": [1.0], "tokens": [1]})]
+    record = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), short, steps=1)
+    assert (record.status, record.error_class) == (Status.ERROR, ErrorClass.OTHER)
+    assert record.message == "only 1 steps recorded; need more than warm-up (1) + 1"
+
+
+def test_a_rank_the_kernel_killed_at_its_budget_is_oom_with_rank_limit_and_peak():
+    outcome = Outcome(
+        exit_code=137,
+        timed_out=False,
+        wall_s=1,
+        log_tail="",
+        oom_killed=True,
+        rank_memory=[kernel(0, 600 * 2**20), kernel(1, 768 * 2**20, oom_kills=1)],
+    )
+    record = full_run(outcome, [rank(0, 1)])
+    assert (record.status, record.signal) == (Status.OOM, "SIGKILL")
+    assert (
+        record.message == "rank 1 was OOM-killed by the kernel at its memory budget of 0.75 GiB (cgroup peak 0.75 GiB)"
+    )
+    unknown = Outcome(
+        exit_code=137,
+        timed_out=False,
+        wall_s=1,
+        log_tail="",
+        oom_killed=True,
+        rank_memory=[kernel(0, None, oom_kills=1, limit=None), kernel(1, 2**30, oom_kills=1, limit=None)],
+    )
+    assert full_run(unknown, []).message == (
+        "rank 0 was OOM-killed by the kernel at its memory budget of its limit; "
+        "rank 1 was OOM-killed by the kernel at its memory budget of its limit (cgroup peak 1.00 GiB)"
+    )
+    container = Outcome(exit_code=137, timed_out=False, wall_s=1, log_tail="", oom_killed=True)
+    assert full_run(container, []).message == "killed by the memory limit (OOMKilled)"
+
+
+def test_each_way_a_launch_can_fail_is_a_failure():
+    clean = dict(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    reports = [trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])]
+    assert full_run(Outcome(**clean), reports).status == Status.OK
+    assert full_run(Outcome(**(clean | {"timed_out": True})), reports).status == Status.TIMEOUT
+    assert full_run(Outcome(**(clean | {"oom_killed": True})), reports).status == Status.OOM
+    assert full_run(Outcome(**(clean | {"exit_code": 1})), reports).status == Status.ERROR
+    problem = full_run(Outcome(**clean), reports, problems=["rank1.json: not valid JSON"])
+    assert (problem.status, problem.message) == (
+        Status.ERROR,
+        "rank1.json: not valid JSON (after every rank finished its training steps)",
+    )
+
+
+def test_a_failure_before_the_last_step_does_not_say_after():
+    record = full_run(Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail="boom"), [rank(0, 2), rank(1, 3)])
+    assert record.message == "boom"
+    assert full_run(Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail="boom"), []).message == "boom"
+
+
+def test_the_rank_error_carries_its_traceback_to_the_classifier():
+    # the class comes from the traceback, the message from its last exception line
+    report = rank(0, 1, "worker failed").model_copy(update={"traceback_tail": "ValueError: bad config"})
+    record = full_run(Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=""), [report])
+    assert (record.error_class, record.message) == (ErrorClass.CONFIG, "ValueError: bad config")
+
+
+def test_known_issues_match_within_the_installed_versions():
+    from bench.matrix.axes import Option
+
+    cell = Cell(
+        init="one_adapter", quant="none", backend="zero2", launcher="deepspeed", options=(Option.PRECOMPUTE_REF,)
+    )
+    text = "RuntimeError: 'weight' must be 2-D"
+    failed = Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail="")
+    old = full_run(failed, [rank(0, 1, text)], cell=cell, versions={"trl": "1.8.0"})
+    new = full_run(failed, [rank(0, 1, text)], cell=cell, versions={"trl": "1.16.0"})
+    assert old.known_issue == "https://github.com/huggingface/trl/pull/6403" and old.known_issue_note
+    assert (new.known_issue, new.known_issue_note) == (None, None)

@@ -403,3 +403,16 @@ def test_every_status_has_a_colour_and_a_legend_entry_in_enum_order():
 def test_the_page_carries_the_status_colours_and_legend(published):
     _, _, page = published
     assert ".s-learning_failed{" in page and '<p class="status-legend">' in page
+
+
+def test_cell_cost_of_the_committed_cpu_run():
+    from bench.paths import RESULTS_DIR
+    from bench.report.publish import cell_cost
+    from bench.results.store import load_results
+
+    records = load_results(RESULTS_DIR / "cpu" / "20261123-141125").records
+    cost = cell_cost(records)
+    assert (cost.cells, cost.over_20_s) == (54, 21)
+    assert cost.wall_s == pytest.approx((9.546, 18.995, 40.569), abs=1e-3)
+    assert cost.library_share == pytest.approx((0.836, 0.847, 0.865), abs=1e-3)
+    assert cell_cost([r.model_copy(update={"status": Status.ERROR}) for r in records]) is None

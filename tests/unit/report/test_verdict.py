@@ -89,3 +89,43 @@ def test_a_significant_change_below_the_threshold_is_no_change():
     assert decision.p_value is not None and decision.p_value <= ALPHA
     assert decision.verdict == Verdict.NO_CHANGE
     assert decide(base, head, threshold=0.005, bigger_is_better=True).verdict == Verdict.IMPROVEMENT
+
+
+# ---------------------------------------------------------------- boundaries
+
+
+def test_a_p_value_equal_to_alpha_rejects(monkeypatch):
+    base, head = [1.0, 2.0, 3.0, 4.0], [10.0, 11.0, 12.0, 13.0]
+    assert mann_whitney_p(base, head) == pytest.approx(2 / 70)
+    monkeypatch.setattr(verdict, "ALPHA", mann_whitney_p(base, head))
+    assert decide(base, head, threshold=0.05, bigger_is_better=True).verdict == Verdict.IMPROVEMENT
+
+
+def test_a_change_equal_to_the_threshold_is_no_change():
+    base, head = [100.0, 100.0, 100.0, 100.0], [110.0, 110.0, 110.0, 110.0]
+    assert decide(base, head, threshold=0.1, bigger_is_better=True).verdict == Verdict.NO_CHANGE
+    assert decide(base, head, threshold=0.099, bigger_is_better=True).verdict == Verdict.IMPROVEMENT
+
+
+def test_exact_up_to_the_split_limit_then_the_normal_approximation(monkeypatch):
+    base, head = [1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]
+    monkeypatch.setattr(verdict, "EXACT_LIMIT", 70)  # C(8, 4): still exact
+    assert mann_whitney_p(base, head) == 2 / 70
+    monkeypatch.setattr(verdict, "EXACT_LIMIT", 69)
+    assert mann_whitney_p(base, head) == pytest.approx(0.0304, abs=1e-4) and mann_whitney_p(base, head) != 2 / 70
+
+
+def test_doubled_midranks_of_tie_groups():
+    # sorted: 1 | 3 3 3 | 5 5 | 9 9 -> ranks 1 | 3 3 3 | 5.5 5.5 | 7.5 7.5, doubled
+    assert verdict._doubled_midranks([5, 1, 5, 3, 3, 3, 9, 9]) == [11, 2, 11, 6, 6, 6, 15, 15]
+    assert verdict._doubled_midranks([2.0, 1.0]) == [4, 2]
+
+
+def test_normal_approximation_with_ties_matches_scipy(monkeypatch):
+    # the literals are scipy.stats.mannwhitneyu(x, y, method="asymptotic", use_continuity=True).pvalue (scipy 1.17.1)
+    monkeypatch.setattr(verdict, "EXACT_LIMIT", 0)
+    assert mann_whitney_p([1, 2, 2, 3, 3, 3, 5], [2, 3, 4, 4, 5, 5, 6, 6]) == pytest.approx(0.0451269488886761)
+    base = [1129, 1145, 1007, 924, 891, 1003, 898, 856, 1020]
+    head = [1093, 1135, 989, 1081, 1074, 929, 1134, 1112, 1319]
+    assert mann_whitney_p(base, head) == pytest.approx(0.07738861114200664)
+    assert mann_whitney_p([1.0, 4.0], [2.0, 3.0]) == 1.0  # rank sum at its expectation

@@ -1,0 +1,200 @@
+"""`make mutants`: mutation testing of the modules that give verdicts, so that every check is shown to fail on the
+fault it is for.
+
+mutmut (pinned in the lock; scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in
+the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict and
+terms) and runs their unit tests against each change. A mutant that no test kills is either a missing test, or an
+equivalent mutant: a change that cannot alter any result (a `>` for a `>=` on a tie that gives the same value either
+way). Each equivalent one is listed, with its reason, in equivalent_mutants.yaml beside this file; this module reads
+it, prints every other survivor with its diff, and exits 1 if there is one, or if an entry no longer matches a
+survivor (the code moved: the entry must go or be updated).
+
+mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
+are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
+
+    python -m bench.selfbench.mutants [--keep] [--max-children N]
+
+Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
+writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
+this module then re-runs every mutant the tests did not stop last time, against the tests as they are now. A
+deleted or weakened test is only caught by a run without --keep.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.errors import BenchError
+from bench.paths import PROJECT_ROOT
+
+EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.yaml")
+KILLED = frozenset({"killed", "caught by type check", "timeout", "segfault"})
+"""Statuses of a mutant the tests stopped. A timeout is a mutant that made the tests loop (mutmut's limit is 15 times
+the test's own time); segfault: mutmut's name for a test process killed by a signal."""
+
+
+class Equivalent(BaseModel):
+    """One surviving mutant that cannot change any result, and why."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    function: str
+    """Dotted module and function, e.g. bench.estimate.predict.train_terms (methods: Class.method)."""
+    original: str | None = Field(default=None, alias="from")
+    """The source line(s) the mutant changes, stripped, as in `mutmut show`; absent: every mutant of the function
+    (for a function that only runs while its module is imported, which mutmut cannot observe)."""
+    mutated: str | None = Field(default=None, alias="to")
+    """The line(s) the mutant puts there; absent: every mutant of that line."""
+    reason: str
+
+    def matches(self, survivor: "Survivor") -> bool:
+        return (
+            self.function == survivor.function
+            and (self.original is None or self.original.strip() == survivor.original.strip())
+            and (self.mutated is None or self.mutated.strip() == survivor.mutated.strip())
+        )
+
+
+@dataclass(frozen=True)
+class Survivor:
+    name: str
+    status: str
+    function: str
+    original: str
+    mutated: str
+    diff: str
+
+
+def function_of(mutant: str) -> str:
+    """bench.judge.learning.x_check__mutmut_3 -> bench.judge.learning.check; methods are named
+    module.xǁClassǁmethod__mutmut_N by mutmut -> module.Class.method."""
+    module, _, mangled = mutant.rpartition(".")
+    mangled = mangled.rsplit("__mutmut_", 1)[0]
+    if mangled.startswith("xǁ"):
+        return f"{module}." + ".".join(part for part in mangled[2:].split("ǁ") if part)
+    return f"{module}.{mangled.removeprefix('x_')}"
+
+
+def changed_lines(diff: str) -> tuple[str, str]:
+    """The removed and the added lines of a unified diff, each stripped and joined by newlines."""
+    removed, added = [], []
+    for line in diff.splitlines():
+        if line.startswith(("---", "+++")):
+            continue
+        if line.startswith("-"):
+            removed.append(line[1:].strip())
+        elif line.startswith("+"):
+            added.append(line[1:].strip())
+    return "\n".join(removed), "\n".join(added)
+
+
+def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        return [Equivalent.model_validate(entry) for entry in data]
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise BenchError(f"{path}: {str(exc).splitlines()[0]}") from exc
+
+
+def explain(
+    survivors: Sequence[Survivor], equivalents: Sequence[Equivalent]
+) -> tuple[list[Survivor], list[Equivalent]]:
+    """(survivors that no entry explains, entries that explain no survivor)."""
+    unexplained = [s for s in survivors if not any(e.matches(s) for e in equivalents)]
+    stale = [e for e in equivalents if not any(e.matches(s) for s in survivors)]
+    return unexplained, stale
+
+
+def read_results() -> tuple[dict[str, int], list[Survivor]]:
+    """mutmut's recorded result of every mutant (run in the project root, after `mutmut run`): the count per status,
+    and every mutant the tests did not stop, with its diff."""
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.stats import status_by_exit_code
+    from mutmut.utils.file_utils import walk_mutatable_files
+
+    counts: dict[str, int] = {}
+    survivors = []
+    for path in walk_mutatable_files():
+        data = SourceFileMutationData(path=path)
+        data.load()
+        for name, exit_code in data.exit_code_by_key.items():
+            status = status_by_exit_code[exit_code]
+            counts[status] = counts.get(status, 0) + 1
+            if status in KILLED:
+                continue
+            diff = get_diff_for_mutant(name, path=path)
+            original, mutated = changed_lines(diff)
+            survivors.append(Survivor(name, status, function_of(name), original, mutated, diff))
+    return counts, survivors
+
+
+def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Iterable[Equivalent], explained: int) -> str:
+    unexplained, stale = list(unexplained), list(stale)
+    lines = [f"mutants: {sum(counts.values())} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"]
+    lines.append(f"survivors listed as equivalent ({EQUIVALENT_FILE.name}): {explained}")
+    lines.append(f"unexplained survivors: {len(unexplained)}")
+    for s in unexplained:
+        lines += ["", f"# {s.name}: {s.status}", s.diff]
+    for e in stale:
+        lines += [
+            "",
+            f"stale entry in {EQUIVALENT_FILE.name} (no such surviving mutant): {e.function}: {e.original or '*'}",
+        ]
+    return "\n".join(lines)
+
+
+def refresh_unmutated(root: Path) -> None:
+    """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
+    bring those up to date, so that a kept run tests today's code."""
+    from mutmut.configuration import config
+
+    work = root / "mutants"
+    for source in config().source_paths:
+        for path in (root / source).rglob("*"):
+            relative = path.relative_to(root)
+            if path.is_file() and "__pycache__" not in path.parts and not config().should_mutate(relative):
+                target = work / relative
+                if target.parent.is_dir():
+                    shutil.copy2(path, target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.mutants", description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="reuse mutants/ from the previous run")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    os.chdir(PROJECT_ROOT)
+    equivalents = load_equivalents()
+    if args.keep:
+        refresh_unmutated(PROJECT_ROOT)
+    else:
+        shutil.rmtree(PROJECT_ROOT / "mutants", ignore_errors=True)
+    run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    if subprocess.run(run).returncode != 0:
+        return _failed("mutmut run")
+    counts, survivors = read_results()
+    if args.keep and survivors:
+        if subprocess.run([*run, *(s.name for s in survivors)]).returncode != 0:
+            return _failed("mutmut run of last run's survivors")
+        counts, survivors = read_results()
+    unexplained, stale = explain(survivors, equivalents)
+    print(report(counts, unexplained, stale, len(survivors) - len(unexplained)))
+    return 1 if unexplained or stale else 0
+
+
+def _failed(what: str) -> int:
+    print(f"error: {what} failed (its output is above)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""make mutants' own logic: naming a mutant's function, reading its diff, and holding survivors against the list of
+equivalent mutants (an unlisted survivor and a stale entry both fail the run)."""
+
+import pytest
+
+from bench.errors import BenchError
+from bench.selfbench.mutants import (
+    EQUIVALENT_FILE,
+    Equivalent,
+    Survivor,
+    changed_lines,
+    explain,
+    function_of,
+    load_equivalents,
+    report,
+)
+
+DIFF = """--- bench/judge/learning.py
++++ bench/judge/learning.py
+@@ -1,3 +1,3 @@
+ def end_steps(steps: int) -> int:
+     \"\"\"How many final steps the end loss averages.\"\"\"
+-    return max(3, steps // 4)
++    return max(3, steps // 5)"""
+
+
+def test_function_of_a_mutant():
+    assert function_of("bench.judge.learning.x_check__mutmut_12") == "bench.judge.learning.check"
+    assert function_of("bench.judge.classify.x__status_of__mutmut_3") == "bench.judge.classify._status_of"
+    assert function_of("bench.m.xǁRowǁerror__mutmut_1") == "bench.m.Row.error"
+
+
+def test_changed_lines_of_a_diff():
+    assert changed_lines(DIFF) == ("return max(3, steps // 4)", "return max(3, steps // 5)")
+
+
+def survivor(original: str, mutated: str, function: str = "bench.judge.learning.end_steps") -> Survivor:
+    return Survivor("n", "survived", function, original, mutated, DIFF)
+
+
+def entry(original: str, mutated: str, function: str = "bench.judge.learning.end_steps") -> Equivalent:
+    return Equivalent.model_validate({"function": function, "from": original, "to": mutated, "reason": "r"})
+
+
+def test_survivors_are_explained_only_by_an_entry_for_the_same_function_and_change():
+    s = survivor("return max(3, steps // 4)", "return max(3, steps // 5)")
+    assert explain([s], [entry(" return max(3, steps // 4) ", "return max(3, steps // 5)")]) == ([], [])
+    other_change = entry("return max(3, steps // 4)", "return max(3, steps / 4)")
+    other_function = entry("return max(3, steps // 4)", "return max(3, steps // 5)", function="bench.x.f")
+    unexplained, stale = explain([s], [other_change, other_function])
+    assert unexplained == [s] and stale == [other_change, other_function]
+    text = report({"killed": 9, "survived": 1}, unexplained, stale, 0)
+    any_change_of_the_line = Equivalent.model_validate(
+        {"function": s.function, "from": "return max(3, steps // 4)", "reason": "r"}
+    )
+    any_mutant_of_the_function = Equivalent.model_validate({"function": s.function, "reason": "r"})
+    assert explain([s], [any_change_of_the_line]) == explain([s], [any_mutant_of_the_function]) == ([], [])
+    assert "unexplained survivors: 1" in text and DIFF in text and text.count("stale entry") == 2
+
+
+def test_the_shipped_list_reads_and_every_entry_has_a_reason():
+    entries = load_equivalents(EQUIVALENT_FILE)
+    assert all(e.reason.strip() and e.function.startswith("bench.") for e in entries)
+
+
+def test_a_malformed_list_is_one_line(tmp_path):
+    bad = tmp_path / "eq.yaml"
+    bad.write_text("- function: f\n  from: a\n  to: b\n")  # no reason
+    with pytest.raises(BenchError, match=r"eq.yaml: 1 validation error"):
+        load_equivalents(bad)
