@@ -115,12 +115,6 @@ def test_exact_up_to_the_split_limit_then_the_normal_approximation(monkeypatch):
     assert mann_whitney_p(base, head) == pytest.approx(0.0304, abs=1e-4) and mann_whitney_p(base, head) != 2 / 70
 
 
-def test_doubled_midranks_of_tie_groups():
-    # sorted: 1 | 3 3 3 | 5 5 | 9 9 -> ranks 1 | 3 3 3 | 5.5 5.5 | 7.5 7.5, doubled
-    assert verdict._doubled_midranks([5, 1, 5, 3, 3, 3, 9, 9]) == [11, 2, 11, 6, 6, 6, 15, 15]
-    assert verdict._doubled_midranks([2.0, 1.0]) == [4, 2]
-
-
 def test_normal_approximation_with_ties_matches_scipy(monkeypatch):
     # the literals are scipy.stats.mannwhitneyu(x, y, method="asymptotic", use_continuity=True).pvalue (scipy 1.17.1)
     monkeypatch.setattr(verdict, "EXACT_LIMIT", 0)
