@@ -21,11 +21,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     cells = select(all_cells(args), args.filter)
     runnable = 0
+    width = max(len(cell.id) for cell in cells) + 1
     for cell in cells:
         reason = not_applicable_reason(cell, profile)
         runnable += reason is None
         what = f"N/A  {reason}" if reason else f"run  {cell.launcher} x{world_size(cell, profile)}"
-        print(f"{cell.id:<42} {what}")
+        print(f"{cell.id:<{width}} {what}")
     print(f"{len(cells)} cells: {runnable} to run, {len(cells) - runnable} not applicable on {profile.name}")
     return 0
 

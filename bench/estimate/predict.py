@@ -85,7 +85,7 @@ class Prediction(BaseModel):
 
 
 def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, list[str]]:
-    if cell.backend == Backend.FSDP and profile.device == "cpu":
+    if backend_spec(cell.backend).fsdp_version and profile.device == "cpu":
         return Backend.DDP, ["FSDP through accelerate/TRL runs as DDP on CPU (silent fallback): predicted as DDP"]
     return cell.backend, []
 

@@ -22,6 +22,16 @@ class Engagement(BaseModel):
     precompute_ref_log_probs: bool = False
     optimizer_offload: str | None = None
     """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
+    param_offload: str | None = None
+    """Where the engine keeps the parameters between uses when it offloads them: DeepSpeed ZeRO-3's offload_param
+    device, `cpu` for FSDP2's CPUOffloadPolicy (None: not offloaded)."""
+    optimizer: str | None = None
+    """Class of the optimizer that really steps (DeepSpeed's ZeRO wrapper and accelerate's unwrapped)."""
+    optimizer_state_devices: list[str] = []
+    """Devices of that optimizer's parameters (ZeRO: the fp32 master partitions) and state, after the first step."""
+    param_storage_bytes: dict[str, int] = {}
+    """Device -> bytes of the policy parameters' own storage (each ZeRO-3 partition, each FSDP2 shard, else the
+    tensor). `devices` is where the parameters appear to the model (ZeRO-3: placeholders on the compute device)."""
 
 
 class Status(StrEnum):
