@@ -68,6 +68,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.executor == "slurm"
         else preflight(profile, args.emulate, driver_ok=args.executor == "docker")
     )
+    if machine.emulated_from:
+        print(
+            f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
+            "memory answers hold for the profile, speed is the real GPU's (docs/hardware.md)",
+            flush=True,
+        )
     if machine.untested_reason:
         print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
         assets = PreparedAssets(model="", tokenizer="", dataset="")
@@ -96,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         assets,
         executor,
         machine.launch_env,
-        machine.emulated,
+        machine.emulated_from,
         untested=machine.untested_reason,
         versions=env.packages,
         predict=predictor(profile, workload),

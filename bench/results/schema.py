@@ -205,12 +205,17 @@ class ResultRecord(BaseModel):
     slurm_state: str | None = None
     """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
-    emulated: bool = False
-    """Run with --emulate: a smaller profile on bigger GPUs (memory capped per process, devices limited).
-    Memory answers (fits / OOM, peaks) are valid; speed and MFU are those of the bigger GPU, not the profile's."""
+    emulated_from: str | None = None
+    """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
+    devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""
+
+    @property
+    def emulated(self) -> bool:
+        return self.emulated_from is not None
 
 
 EMULATED_NOTE = (
     "Emulated run (--emulate): a smaller profile on bigger GPUs with per-process memory capped to the profile's. "
-    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed."
+    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed: they are "
+    "the real GPU's, named beside each figure."
 )
