@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, predict_cell, write_calibration
+from bench.matrix.backends import backend_spec
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord, Status
 
@@ -123,7 +124,8 @@ def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
     ok = [
         m for m in records if m.model_memory is not None and m.record.quant == "none" and m.record.init != "two_models"
     ]
-    single = [m for m in ok if m.record.world_size == 1]
+    # one process without a process group: a multi-process backend on one rank (`+1rank`) is not `single`
+    single = [m for m in ok if not backend_spec(m.record.backend).multi_process]
     cpu.runtime_bytes = statistics.median(residual(m) for m in single)
     multi = [m for m in ok if m.record.world_size > 1 and "zero" not in m.record.backend]
     cpu.multi_process_bytes = statistics.median(residual(m) - cpu.runtime_bytes for m in multi)

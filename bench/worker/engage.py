@@ -67,6 +67,7 @@ def _optimizer_state_devices(optimizer: Any) -> list[str]:
         return []
     tensors = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
     for state in getattr(optimizer, "state", {}).values():
+        # AdamW's `step` counter is a 0-dim tensor kept on the CPU wherever the moments are: not state that moves
         tensors += [v for v in state.values() if hasattr(v, "device") and getattr(v, "dim", lambda: 0)() > 0]
     return sorted({str(t.device) for t in tensors if t.device.type != "meta"})
 
