@@ -21,11 +21,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     cells = select(all_cells(args), args.filter)
     runnable = 0
+    width = max(len(cell.id) for cell in cells) + 1
     for cell in cells:
         reason = not_applicable_reason(cell, profile)
         runnable += reason is None
         what = f"N/A  {reason}" if reason else f"run  {cell.launcher} x{world_size(cell, profile)}"
-        print(f"{cell.id:<42} {what}")
+        print(f"{cell.id:<{width}} {what}")
     print(f"{len(cells)} cells: {runnable} to run, {len(cells) - runnable} not applicable on {profile.name}")
     return 0
 
@@ -85,6 +86,12 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
         if args.executor == "slurm"
         else preflight(profile, args.emulate, driver_ok=args.executor == "docker")
     )
+    if machine.emulated_from:
+        print(
+            f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
+            "memory answers hold for the profile, speed is the real GPU's (docs/hardware.md)",
+            flush=True,
+        )
     if machine.untested_reason:
         print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
         assets = PreparedAssets(model="", tokenizer="", dataset="")
@@ -112,7 +119,7 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
         assets,
         executor,
         machine.launch_env,
-        machine.emulated,
+        machine.emulated_from,
         untested=machine.untested_reason,
         versions=env.packages,
         predict=predictor(profile, workload),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, predict_cell, write_calibration
+from bench.matrix.backends import backend_spec
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord, Status
 from bench.units import GiB, MiB
@@ -134,7 +135,8 @@ def fit_records(records: list[Measured]) -> Calibration:
     ok = [
         m for m in records if m.model_memory is not None and m.record.quant == "none" and m.record.init != "two_models"
     ]
-    single = [m for m in ok if m.record.world_size == 1]
+    # one process without a process group: a multi-process backend on one rank (`+1rank`) is not `single`
+    single = [m for m in ok if not backend_spec(m.record.backend).multi_process]
     cpu.runtime_bytes = _median([residual(m) for m in single], "runtime_bytes (a single-process adapter cell)")
     multi = [m for m in ok if m.record.world_size > 1 and "zero" not in m.record.backend]
     cpu.multi_process_bytes = _median(

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from bench.estimate import VERSION, terms
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.matrix.axes import Backend, Option
-from bench.matrix.backends import backend_spec
+from bench.matrix.backends import Placement, backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -74,7 +74,11 @@ class Prediction(BaseModel):
     terms: dict[str, float] = {}
     """Breakdown of train_bytes."""
     host_bytes: float = 0.0
-    """Per rank in host memory (ZeRO-Offload), not on the device."""
+    """Per rank in host memory, not on the device: the sum of host_terms on an accelerator; 0 on CPU, where the host
+    is the device and the offloaded state is the `offloaded_to_host` term of train_bytes."""
+    host_terms: dict[str, float] = {}
+    """What an offload backend keeps in host memory per rank (params, gradients, optimizer_states,
+    reference_model)."""
     overhead_bytes: float | None = None
     """Outside the measured peak: context / library baseline + allocator slack."""
     total_bytes: float | None = None
@@ -86,7 +90,7 @@ class Prediction(BaseModel):
 
 
 def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, list[str]]:
-    if cell.backend == Backend.FSDP and profile.device == "cpu":
+    if backend_spec(cell.backend).fsdp_version and profile.device == "cpu":
         return Backend.DDP, ["FSDP through accelerate/TRL runs as DDP on CPU (silent fallback): predicted as DDP"]
     return cell.backend, []
 
@@ -117,7 +121,8 @@ def predict_cell(
     shapes = shapes_for(workload)
     backend, notes = _effective_backend(cell, profile)
     world = world_size(cell, profile)
-    terms_, load, host = train_terms(cell, backend, profile, workload, shapes, const, world)
+    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, const, world)
+    host = sum(host_terms.values())
     train = sum(terms_.values())
     deepspeed = backend_spec(backend).deepspeed is not None
     context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
@@ -139,6 +144,7 @@ def predict_cell(
         train_bytes=train,
         terms={k: v for k, v in terms_.items() if v},
         host_bytes=host,
+        host_terms={k: v for k, v in host_terms.items() if v},
         overhead_bytes=overhead,
         total_bytes=total,
         usable_bytes=usable,
@@ -156,14 +162,15 @@ def train_terms(
     shapes: ModelShapes,
     const: DeviceConstants,
     world: int,
-) -> tuple[dict[str, float], float, float]:
-    """(training breakdown, load bytes, host bytes) per device."""
+) -> tuple[dict[str, float], float, dict[str, float]]:
+    """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank."""
     spec = backend_spec(backend)
     sharding = spec.sharding
     devices = profile.device_count
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
+    offload_params = sharding.params == Placement.OFFLOADED
     precompute = Option.PRECOMPUTE_REF in cell.options
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     quant = str(cell.quant)
@@ -176,7 +183,7 @@ def train_terms(
     init = init_spec(cell.init)
     keep = 4 if (quantized and init.reference == "ref_adapter") else b
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
-    fsdp_upcast = backend == Backend.FSDP and b != 4 and not quantized
+    fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized
     if fsdp_upcast:
         full = shapes.total * 4
     param_b = 4 if fsdp_upcast else b
@@ -197,32 +204,38 @@ def train_terms(
     adapters = trainable * train_b * init.adapter_copies
 
     out: dict[str, float] = {}
-    host = 0.0
+    host: dict[str, float] = {}
     zero2_grads = 0.0
-    if stage in (1, 2):
-        out["weights"] = full
-        if init.adapters:
-            out["adapters"] = adapters
-        out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
-        zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
-    elif stage == 3:
-        out["weights"] = full / world
-        out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
-        out["adapters"] = adapters / world
-        out["grads_optimizer_master"] = 0.0 if offload else 16 * trainable / world
+    if stage is not None:
+        # DeepSpeed: ZeRO-Offload moves the fp32 gradient partitions, master weights and Adam moments (16 T/N) to
+        # the host and steps there; ZeRO-3's offload_param moves the parameter partitions too.
+        out["weights"] = full if stage < 3 else 0.0 if offload_params else full / world
+        out["adapters"] = adapters if stage < 3 else 0.0 if offload_params else adapters / world
+        if offload_params:
+            host["params"] = (full + adapters) / world
+        if stage == 3:
+            out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
         if offload:
-            host = terms.zero_offloaded_host(trainable, world)
+            host["optimizer_states"] = terms.zero_offloaded_host(trainable, world)
+        elif stage < 3:
+            out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
+            zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
+        else:
+            out["grads_optimizer_master"] = 16 * trainable / world
     else:
         out["weights"] = terms.placed(full, sharding.params, world, devices)
         out["adapters"] = terms.placed(adapters, sharding.params, world, devices)
-        out["optimizer"] = terms.placed(terms.adam_bytes(trainable, train_b), sharding.optimizer, world, devices)
+        host["params"] = terms.offloaded(full + adapters, sharding.params, world)
+        adam = terms.adam_bytes(trainable, train_b)
+        out["optimizer"] = terms.placed(adam, sharding.optimizer, world, devices)
+        host["optimizer_states"] = terms.offloaded(adam, sharding.optimizer, world)
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
     # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
     if init.reference == "separate_model" and resolve(cell, profile.device).settings.reference != "precomputed":
-        out["reference_model"] = terms.placed(
-            full if not fsdp_upcast else shapes.total * b, sharding.reference, world, devices
-        )
+        reference = full if not fsdp_upcast else shapes.total * b
+        out["reference_model"] = terms.placed(reference, sharding.reference, world, devices)
+        host["reference_model"] = terms.offloaded(reference, sharding.reference, world)
     load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
 
     # Communication buffers.
@@ -230,7 +243,7 @@ def train_terms(
         out["ddp_buckets"] = terms.ddp_buckets(trainable, train_b)
     elif stage == 3:
         out["zero_buckets"] = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
-    elif backend == Backend.FSDP:
+    elif spec.fsdp_version:
         out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
 
     # The step's peak: the LM head's backward (logits tiles + accumulators + saved activations) or the end of
@@ -255,6 +268,8 @@ def train_terms(
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above.
     grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
+    if stage is None:
+        host["gradients"] = terms.offloaded(grads_full, sharding.grads, world)
     phase_head = acts / split + head
     phase_end = grads
     bucket_at_head = 0.0
@@ -265,7 +280,8 @@ def train_terms(
         bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
         bucket_at_head = 0.0 if profile.device == "cpu" else bucket
         phase_head += bucket_at_head
-        phase_end = max(bucket + trainable * train_b / world, zero2_grads)
+        # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
+        phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
     if phase_head >= phase_end:
         out["activations"] = acts / split
         out["lm_head_backward"] = head

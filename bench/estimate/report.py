@@ -35,23 +35,27 @@ def to_markdown(predictions: list[Prediction], device: str, validation: str = ""
         "",
         "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
         "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` = train + context/baseline + allocator "
-        "slack, against usable memory. Regenerate: `make predicted` (every GPU profile) or `python -m bench predict "
-        "--hw " + first.hardware + " --write`. Method: docs/estimator.md.",
+        "slack, against usable memory; `host` what an offload backend keeps in host memory per rank instead (on CPU "
+        "the host is the device: it is part of train). Regenerate: `make predicted` (every GPU profile) or "
+        "`python -m bench predict --hw " + first.hardware + " --write`. Method: docs/estimator.md.",
         "",
     ]
     if validation:
         lines += [validation, ""]
-    lines += ["| cell | verdict | margin | total | train | load | largest terms |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "| cell | verdict | margin | total | train | load | host | largest terms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in predictions:
         if p.status == "not_applicable":
-            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | {p.reason.split(':')[0]} |")
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | {p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
         terms = ", ".join(f"{k} {_gb(v, device)}" for k, v in top)
         mark = {"fits": "✅ fits", "predicted_oom": "💥 predicted_oom"}.get(p.verdict or "", p.verdict or "—")
         lines.append(
             f"| {p.cell_id} | {mark} | {_gb(p.margin_bytes, device)} | {_gb(p.total_bytes, device)} "
-            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {terms} |"
+            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {_host(p, device)} | {terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
     if notes:
@@ -59,6 +63,16 @@ def to_markdown(predictions: list[Prediction], device: str, validation: str = ""
     return "\n".join(lines) + "\n"
 
 
+def _host(p: Prediction, device: str) -> str:
+    """`21.2 GB (params 5.6 GB, ...)`: the host share of an offload backend; `—` without one."""
+    if not p.host_terms:
+        return "—"
+    shown = _gb(p.host_bytes, device) + " " if p.host_bytes else ""
+    return shown + "(" + ", ".join(f"{k} {_gb(v, device)}" for k, v in p.host_terms.items()) + ")"
+
+
+HOST_TERM_COLUMNS = ("params", "gradients", "optimizer_states", "reference_model")
+"""What an offload backend keeps in host memory (Prediction.host_terms)."""
 TERM_COLUMNS = (
     "weights",
     "adapters",
@@ -105,6 +119,7 @@ def to_csv(predictions: list[Prediction]) -> str:
             "overhead_mib",
             "host_mib",
             *(f"{t}_mib" for t in TERM_COLUMNS),
+            *(f"host_{t}_mib" for t in HOST_TERM_COLUMNS),
         ]
     )
     mib = lambda v: "" if v is None else f"{v / MiB:.1f}"  # noqa: E731
@@ -129,6 +144,7 @@ def to_csv(predictions: list[Prediction]) -> str:
                 mib(p.overhead_bytes),
                 mib(p.host_bytes),
                 *(mib(p.terms.get(t)) for t in TERM_COLUMNS),
+                *(mib(p.host_terms.get(t)) for t in HOST_TERM_COLUMNS),
             ]
         )
     return buf.getvalue()

@@ -44,12 +44,20 @@ def weight_bytes(
 
 
 def placed(total: float, placement: str, ranks: int, devices: int) -> float:
-    """Per-device share: replicated -> total; sharded / cpu_offloaded -> total / N ranks; split -> total / devices."""
-    if placement in ("sharded", "cpu_offloaded"):
+    """Per-device share: replicated -> total; sharded -> total / N ranks; split -> total / devices; cpu_offloaded
+    -> 0 (it is in host memory: `offloaded`)."""
+    if placement == "sharded":
         return total / ranks
     if placement == "split":
         return total / devices
+    if placement == "cpu_offloaded":
+        return 0.0
     return total
+
+
+def offloaded(total: float, placement: str, ranks: int) -> float:
+    """Per-rank share in host memory: cpu_offloaded -> total / N ranks (sharded, then moved to the host); else 0."""
+    return total / ranks if placement == "cpu_offloaded" else 0.0
 
 
 def adam_bytes(trainable: int, state_bytes: int) -> float:
@@ -70,11 +78,16 @@ def zero2_gradient_partitions(trainable: int, trainable_bytes: int, ranks: int) 
     return (trainable_bytes + (4 if trainable_bytes != 4 else 0)) * trainable / ranks
 
 
-def zero2_model_states(params_bytes: float, trainable: int, trainable_bytes: int, ranks: int) -> float:
+def zero2_model_states(
+    params_bytes: float, trainable: int, trainable_bytes: int, ranks: int, offload: bool = False
+) -> float:
     """ZeRO-1/2 model states per device, everything alive at once: parameters replicated + resident states +
-    gradient partitions = params + (g + 4*[g != 4] + 4 + 8) * T / N. With every parameter trainable in bf16 this is
-    DeepSpeed's own 2P + 18P/N (estimate_zero2_model_states_mem_needs, no offload). A DPO step never holds all of
-    it at its peak (bench/estimate/predict.py); this sum is what the agreement test holds against DeepSpeed."""
+    gradient partitions = params + (g + 4*[g != 4] + 4 + 8) * T / N; with the optimizer offloaded only the
+    parameters stay (the rest is `zero_offloaded_host`). With every parameter trainable in bf16 this is DeepSpeed's
+    own 2P + 18P/N (offload: 2P; estimate_zero2_model_states_mem_needs). A DPO step never holds all of it at its
+    peak (bench/estimate/predict.py); this sum is what the agreement test holds against DeepSpeed."""
+    if offload:
+        return params_bytes
     return (
         params_bytes
         + zero2_resident_states(trainable, ranks)
@@ -83,17 +96,27 @@ def zero2_model_states(params_bytes: float, trainable: int, trainable_bytes: int
 
 
 def zero3_model_states(
-    params_bytes: float, trainable: int, ranks: int, largest_layer: int, param_bytes: int, offload: bool = False
+    params_bytes: float,
+    trainable: int,
+    ranks: int,
+    largest_layer: int,
+    param_bytes: int,
+    offload: bool = False,
+    offload_params: bool = False,
 ) -> float:
-    """ZeRO-3 model states per device: parameter partition P*b/N + the gathered largest layer (params + grads,
-    2 * b * LL) + (fp32 grads 4 + master 4 + Adam 8) * T / N on the device unless the optimizer is offloaded.
-    With every parameter trainable in bf16: DeepSpeed's 4*LL + 18P/N (offload: 4*LL + 2P/N)."""
+    """ZeRO-3 model states per device: parameter partition P*b/N unless the parameters are offloaded + the gathered
+    largest layer (params + grads, 2 * b * LL) + (fp32 grads 4 + master 4 + Adam 8) * T / N on the device unless the
+    optimizer is offloaded. With every parameter trainable in bf16: DeepSpeed's 4*LL + 18P/N (optimizer offload:
+    4*LL + 2P/N; parameters too: 4*LL)."""
     states = 0.0 if offload else 16 * trainable / ranks
-    return params_bytes / ranks + 2 * param_bytes * largest_layer + states
+    partition = 0.0 if offload_params else params_bytes / ranks
+    return partition + 2 * param_bytes * largest_layer + states
 
 
 def zero_offloaded_host(trainable: int, ranks: int) -> float:
-    """What ZeRO-Offload moves to host memory per rank: (fp32 grads 4 + master 4 + Adam 8) * T / N."""
+    """What ZeRO-Offload moves to host memory per rank: (fp32 grads 4 + master 4 + Adam 8) * T / N. With every
+    parameter trainable this is DeepSpeed's 16P per node (estimate_zero2/3_model_states_mem_needs, zero.Init, without
+    their 1.5 buffer factor); offload_param adds the parameter partitions P*b/N (DeepSpeed: 18P per node in bf16)."""
     return 16 * trainable / ranks
 
 

@@ -43,6 +43,36 @@ def _backend_mismatches(backend: Backend, seen: Engagement) -> list[str]:
         found.append(
             f"optimizer offload to {rule.optimizer_offload} requested, engine reports {seen.optimizer_offload}"
         )
+    if rule.param_offload is not None and seen.param_offload != rule.param_offload:
+        found.append(f"parameter offload to {rule.param_offload} requested, engine reports {seen.param_offload}")
+    if rule.state_on is not None:
+        found += _offloaded_state_mismatches(rule.state_on, rule.param_offload is not None, seen)
+    return found
+
+
+def _device_kind(device: str) -> str:
+    return device.split(":")[0]
+
+
+def _offloaded_state_mismatches(where: str, params: bool, seen: Engagement) -> list[str]:
+    """Where the offloaded tensors really are. On a GPU this tells an offload from a run that kept its state on the
+    device; on a CPU profile every tensor is on `cpu` anyway, and the engine's own reports above decide."""
+    found = []
+    elsewhere = [d for d in seen.optimizer_state_devices if _device_kind(d) != where]
+    if not seen.optimizer_state_devices:
+        found.append(f"optimizer state on {where} requested, but no optimizer state was seen")
+    elif elsewhere:
+        found.append(f"optimizer state on {where} requested, found on {', '.join(elsewhere)}")
+    if params:
+        total = sum(seen.param_storage_bytes.values())
+        there = sum(n for d, n in seen.param_storage_bytes.items() if _device_kind(d) == where)
+        # DeepSpeed keeps the small "persistent" parameters (below stage3_param_persistence_threshold) on the device
+        # also when it offloads the others, so "most", not "all".
+        if there * 2 <= total or not total:
+            found.append(
+                f"parameters on {where} requested, but {there / 2**20:,.1f} of {total / 2**20:,.1f} MiB of their "
+                f"partitions are there"
+            )
     return found
 
 

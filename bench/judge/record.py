@@ -30,7 +30,7 @@ class RunFacts:
     hardware: str
     workload: str
     executor: str
-    emulated: bool = False
+    emulated_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRe
         status=status,
         world_size=world,
         executor=run.executor,
-        emulated=run.emulated,
+        emulated_from=run.emulated_from,
     )
 
 

@@ -34,9 +34,12 @@ class Backend(StrEnum):
     DDP = "ddp"
     DEVICE_MAP = "device_map"
     FSDP = "fsdp"
+    FSDP_OFFLOAD = "fsdp_offload"
     ZERO2 = "zero2"
+    ZERO2_OFFLOAD = "zero2_offload"
     ZERO3 = "zero3"
     ZERO3_OFFLOAD = "zero3_offload"
+    ZERO3_OFFLOAD_PARAM = "zero3_offload_param"
 
 
 class Launcher(StrEnum):

@@ -1,4 +1,7 @@
-"""A cell of the matrix: one init x quant x backend combination with its launcher, options and setup, and its id."""
+"""A cell of the matrix: one init x quant x backend combination with its launcher, world size, options and setup, and
+its id."""
+
+from pydantic import Field
 
 from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
@@ -11,7 +14,7 @@ def base_cell_id(init: str, quant: str, backend: str) -> str:
 
 
 def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
-    """A row with another launcher, options or the newcomer setup: its id carries a `+` suffix beyond
+    """A row with another launcher, world size, options or the newcomer setup: its id carries a `+` suffix beyond
     init-quant-backend."""
     return cell_id != base_cell_id(init, quant, backend)
 
@@ -21,6 +24,9 @@ class Cell(Strict):
     quant: Quant
     backend: Backend
     launcher: Launcher
+    ranks: int | None = Field(default=None, ge=1)
+    """World size of a multi-process backend when the row fixes it (`+1rank`: an offload backend on one device);
+    None: the profile's `processes`."""
     options: tuple[Option, ...] = ()
     setup: Setup = Setup.RECIPE
     """The documented recipe (no suffix, as every cell before setups existed) or `+newcomer`."""
@@ -32,6 +38,8 @@ class Cell(Strict):
         suffix = ""
         if self.launcher != backend_spec(self.backend).default_launcher:
             suffix += f"+{self.launcher}"
+        if self.ranks is not None:
+            suffix += f"+{self.ranks}rank"
         for option in sorted(self.options):
             suffix += f"+{option}"
         if self.setup != Setup.RECIPE:

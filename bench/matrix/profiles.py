@@ -26,6 +26,13 @@ class HardwareProfile(Strict):
     )
     node_memory_gb: float | None = Field(default=None, gt=0, description="slurm executor: --mem of each node of a cell")
     memory_per_device_gb: float | None = Field(default=None, gt=0)
+    card: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=80,
+        description="the accelerator model the profile stands for (e.g. NVIDIA L4): what `--emulate` reproduces the "
+        "memory of on a bigger card",
+    )
     peak_tflops: float | None = Field(default=None, gt=0, description="peak dense bf16 TFLOP/s per device")
     precision: Literal["fp32", "bf16", "fp16"]
     image_flavor: Device

@@ -29,12 +29,15 @@ class Axes(Strict):
 
 
 class Variant(Strict):
-    """Extra rows: the same init x quant x backend run with another launcher, options and/or the newcomer setup."""
+    """Extra rows: the same init x quant x backend run with another launcher, world size, options and/or the
+    newcomer setup."""
 
     init: list[Init] = Field(min_length=1)
     quant: list[Quant] = Field(min_length=1)
     backend: list[Backend] = Field(min_length=1)
     launcher: Launcher | None = None
+    ranks: int | None = Field(default=None, ge=1)
+    """A fixed world size (e.g. 1: the offload backends on one device, whatever the profile's processes)."""
     options: list[Option] = []
     setup: Setup = Setup.RECIPE
     added: dt.datetime | None = None
@@ -42,19 +45,39 @@ class Variant(Strict):
 
     @model_validator(mode="after")
     def _launcher_fits_backends(self) -> "Variant":
-        if self.launcher is None and not self.options and self.setup == Setup.RECIPE:
-            raise ValueError("a variant needs a launcher, options or setup: newcomer")
+        if self.launcher is None and self.ranks is None and not self.options and self.setup == Setup.RECIPE:
+            raise ValueError("a variant needs a launcher, ranks, options or setup: newcomer")
         for backend in self.backend:
-            supported = backend_spec(backend).launchers
-            if self.launcher is not None and self.launcher not in supported:
-                allowed = ", ".join(supported)
+            spec = backend_spec(backend)
+            if self.launcher is not None and self.launcher not in spec.launchers:
+                allowed = ", ".join(spec.launchers)
                 raise ValueError(f"launcher {self.launcher} cannot launch backend {backend}; allowed: {allowed}")
+            if self.ranks is not None and not spec.multi_process:
+                raise ValueError(f"ranks applies to multi-process backends; {backend} runs one process")
+            if self.ranks is not None and self.ranks < spec.min_processes:
+                raise ValueError(f"ranks {self.ranks} for {backend}: {spec.alone}")
         return self
+
+
+class Addition(Strict):
+    """Backends that joined the axes after the first runs: their base cells are rows added at `at`."""
+
+    backend: list[Backend] = Field(min_length=1)
+    at: dt.datetime
 
 
 class MatrixSpec(Strict):
     axes: Axes
+    added: list[Addition] = []
     variants: list[Variant] = []
+
+    @model_validator(mode="after")
+    def _added_backends_are_on_the_axis(self) -> "MatrixSpec":
+        for addition in self.added:
+            missing = [b for b in addition.backend if b not in self.axes.backend]
+            if missing:
+                raise ValueError(f"added backend {missing[0]} is not in axes.backend")
+        return self
 
 
 def load_matrix(path: Path = SCENARIOS_DIR / "matrix.yaml") -> MatrixSpec:
@@ -68,6 +91,7 @@ def _variant_cells(variant: Variant) -> list[Cell]:
             quant=quant,
             backend=backend,
             launcher=variant.launcher or backend_spec(backend).default_launcher,
+            ranks=variant.ranks,
             options=tuple(variant.options),
             setup=variant.setup,
         )
@@ -78,12 +102,20 @@ def _variant_cells(variant: Variant) -> list[Cell]:
 
 
 def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
-    """Cell id -> when its (dated) variant row joined the matrix."""
+    """Cell id -> when its row joined the matrix: a dated variant row, or any row of a backend added to the axes
+    (the later of the two when both apply)."""
     added: dict[str, dt.datetime] = {}
     for variant in matrix.variants:
         if variant.added is not None:
             for cell in _variant_cells(variant):
                 added[cell.id] = min(added.get(cell.id, variant.added), variant.added)
+    backend_added: dict[Backend, dt.datetime] = {}
+    for addition in matrix.added:
+        for backend in addition.backend:
+            backend_added[backend] = min(backend_added.get(backend, addition.at), addition.at)
+    for cell in expand(matrix):
+        if cell.backend in backend_added:
+            added[cell.id] = max(added.get(cell.id, backend_added[cell.backend]), backend_added[cell.backend])
     return added
 
 
@@ -141,9 +173,24 @@ def backend_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
     return None
 
 
-def distributed_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
-    if backend_spec(cell.backend).multi_process and profile.processes < 2:
-        return f"{cell.backend} needs >=2 processes; profile {profile.name} has {profile.processes}"
+def ranks_within_profile(cell: Cell, profile: HardwareProfile) -> str | None:
+    if cell.ranks is None:
+        return None
+    if cell.ranks > profile.processes:
+        return f"the row asks for {cell.ranks} ranks; profile {profile.name} has {profile.processes}"
+    if cell.ranks == profile.processes:
+        base_id = cell.model_copy(update={"ranks": None}).id
+        return f"profile {profile.name} runs {profile.processes} rank(s) already: this row would repeat {base_id}"
+    return None
+
+
+def backend_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
+    """The backend's own minimum world size and why (bench/matrix/backends.py)."""
+    spec = backend_spec(cell.backend)
+    world = world_size(cell, profile)
+    if world < spec.min_processes:
+        needs = f"{cell.backend} needs >={spec.min_processes} processes ({spec.alone})"
+        return f"{needs}; profile {profile.name} has {world}"
     return None
 
 
@@ -163,7 +210,8 @@ def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | N
 RULES: tuple[Rule, ...] = (
     quantized_full_finetune,
     backend_needs_devices,
-    distributed_needs_processes,
+    ranks_within_profile,
+    backend_needs_processes,
     precompute_needs_reference,
     newcomer_needs_a_difference,
 )
@@ -178,4 +226,7 @@ def not_applicable_reason(cell: Cell, profile: HardwareProfile) -> str | None:
 
 
 def world_size(cell: Cell, profile: HardwareProfile) -> int:
-    return profile.processes if backend_spec(cell.backend).multi_process else 1
+    """Ranks the cell runs: the row's own (`+1rank`), else the profile's, for a multi-process backend; else 1."""
+    if not backend_spec(cell.backend).multi_process:
+        return 1
+    return cell.ranks if cell.ranks is not None else profile.processes

@@ -62,7 +62,8 @@ def oom_text(oom: OomMemory) -> str:
 
 def cell_label(summary: CellSummary) -> str:
     """`✅ 4,820 tok/s · model 812 MiB / peak 1,372 MiB`, `✅ 4,820 tok/s · 570 MiB` (older records), `❌ (comm)`,
-    `⚠️ fallback 6,997 tok/s · 572 MiB`, `💥 OOM (rank 1 at 1.50 GiB, budget 1.50 GiB)`."""
+    `⚠️ fallback 6,997 tok/s · 572 MiB`, `💥 OOM (rank 1 at 1.50 GiB, budget 1.50 GiB)`, and on an emulated run
+    `✅ 9,100 tok/s on NVIDIA H100 80GB HBM3 (emulated) · 14.1 GiB`."""
     text = MARKS[Status(summary.status)]
     if summary.error_class:
         text += f" ({summary.error_class})"
@@ -70,6 +71,8 @@ def cell_label(summary: CellSummary) -> str:
         text += f" ({oom})"
     if summary.headline_tokens_per_s is not None:
         text += f" {summary.headline_tokens_per_s:,.0f} tok/s"
+        if summary.emulated_from:
+            text += f" on {summary.emulated_from} (emulated)"
     if memory := memory_text(summary):
         text += f" · {memory}"
     return text

@@ -53,8 +53,8 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str], pe
         return cell_label(summaries[cell_id]) + (f" [{note}]" if note else "")
 
     rows = [[row_label(i, q), *(text(grid.cell(i, q, b)) for b in grid.backends)] for i, q in grid.rows]
-    if any(r.emulated for r in records):
-        title += " · EMULATED"
+    if real := sorted({r.emulated_from for r in records if r.emulated_from}):
+        title += f" · EMULATED on {', '.join(real)}"
         context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
     if budget := budget_line(records):
         context_lines = [*context_lines, budget]

@@ -48,6 +48,8 @@ class CellSummary:
     """The shown trial's per-rank memory budget (kernel memory cgroup); None: no budget."""
     oom: OomMemory | None
     """For an `oom` cell with memory figures: who ran out, at what, under which budget."""
+    emulated_from: str | None = None
+    """The real GPU of an emulated trial (--emulate): its throughput is that GPU's, not the profile's."""
 
 
 def summarize(records: Iterable[ResultRecord]) -> dict[str, CellSummary]:
@@ -96,6 +98,7 @@ def _summary(cell_id: str, trials: list[ResultRecord]) -> CellSummary:
         headline_peak_bytes=headline[3],
         memory_budget_bytes=shown.memory_budget_bytes,
         oom=oom_memory(shown),
+        emulated_from=shown.emulated_from,
     )
 
 

@@ -23,6 +23,16 @@ class Engagement(BaseModel):
     precompute_ref_log_probs: bool = False
     optimizer_offload: str | None = None
     """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
+    param_offload: str | None = None
+    """Where the engine keeps the parameters between uses when it offloads them: DeepSpeed ZeRO-3's offload_param
+    device, `cpu` for FSDP2's CPUOffloadPolicy (None: not offloaded)."""
+    optimizer: str | None = None
+    """Class of the optimizer that really steps (DeepSpeed's ZeRO wrapper and accelerate's unwrapped)."""
+    optimizer_state_devices: list[str] = []
+    """Devices of that optimizer's parameters (ZeRO: the fp32 master partitions) and state, after the first step."""
+    param_storage_bytes: dict[str, int] = {}
+    """Device -> bytes of the policy parameters' own storage (each ZeRO-3 partition, each FSDP2 shard, else the
+    tensor). `devices` is where the parameters appear to the model (ZeRO-3: placeholders on the compute device)."""
 
 
 class Status(StrEnum):
@@ -256,12 +266,17 @@ class ResultRecord(BaseModel):
     slurm_state: str | None = None
     """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
-    emulated: bool = False
-    """Run with --emulate: a smaller profile on bigger GPUs (memory capped per process, devices limited).
-    Memory answers (fits / OOM, peaks) are valid; speed and MFU are those of the bigger GPU, not the profile's."""
+    emulated_from: str | None = None
+    """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
+    devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""
+
+    @property
+    def emulated(self) -> bool:
+        return self.emulated_from is not None
 
 
 EMULATED_NOTE = (
     "Emulated run (--emulate): a smaller profile on bigger GPUs with per-process memory capped to the profile's. "
-    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed."
+    "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed: they are "
+    "the real GPU's, named beside each figure."
 )

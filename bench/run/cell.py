@@ -39,7 +39,8 @@ class RunContext:
     executor: Executor
     launch_env: dict[str, str] = field(default_factory=dict)
     """Added to every cell's launch environment (bench.run.preflight.preflight: visible devices, --emulate cap)."""
-    emulated: bool = False
+    emulated_from: str | None = None
+    """--emulate: the real GPU the profile runs on (bench.run.preflight.Preflight)."""
     untested: str | None = None
     """Decided once per run (bench.run.preflight.preflight): why nothing can run on this machine; every applicable
     cell is then recorded `untested` with this reason."""
@@ -53,7 +54,7 @@ class RunContext:
     @property
     def facts(self) -> RunFacts:
         executor = self.executor.name if self.executor is not None else "none"
-        return RunFacts(self.run_id, self.profile.name, self.workload.name, executor, self.emulated)
+        return RunFacts(self.run_id, self.profile.name, self.workload.name, executor, self.emulated_from)
 
 
 @dataclass(frozen=True)

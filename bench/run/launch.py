@@ -40,6 +40,8 @@ def deepspeed_config(backend: BackendSpec) -> dict:
     zero: dict = {"stage": backend.deepspeed.stage}
     if backend.deepspeed.offload_optimizer:
         zero["offload_optimizer"] = {"device": backend.deepspeed.offload_optimizer}
+    if backend.deepspeed.offload_param:
+        zero["offload_param"] = {"device": backend.deepspeed.offload_param}
     # On CPU a `train_batch_size: auto` breaks ZeRO-3 at model load; the Trainer derives it from the rest.
     return {
         "zero_optimization": zero,
@@ -62,6 +64,8 @@ def fsdp_config(backend: BackendSpec, settings: Settings) -> dict | None:
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_reshard_after_forward": True,
     }
+    if backend.fsdp_cpu_offload:
+        config["fsdp_offload_params"] = True
     if settings.fsdp_cpu_ram_efficient_loading is not None:
         config["fsdp_cpu_ram_efficient_loading"] = settings.fsdp_cpu_ram_efficient_loading
     return config

@@ -35,7 +35,8 @@ class Detected:
 @dataclass(frozen=True)
 class Preflight:
     launch_env: dict[str, str] = field(default_factory=dict)
-    emulated: bool = False
+    emulated_from: str | None = None
+    """--emulate: the real GPU(s) the smaller profile runs on (the driver's names), None otherwise."""
     untested_reason: str | None = None
 
 
@@ -127,6 +128,8 @@ def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -
         return None  # every cell is recorded `untested` with the reason
     if emulate and profile.device != "cuda":
         return BenchError(f"--emulate is implemented for cuda profiles only, not {profile.device}")
+    if emulate and profile.card is None:
+        return BenchError(f"--emulate needs the card profile {profile.name} stands for (key `card`, e.g. NVIDIA L4)")
     needed = needed_devices(profile)
     wanted = profile.memory_per_device_gb
     need = f"profile {profile.name} needs {needed} {profile.device} device{'s' if needed > 1 else ''}"
@@ -185,7 +188,8 @@ def preflight(
     if reason:
         return Preflight(untested_reason=reason)
     if emulate:
-        return Preflight(launch_env=emulation_env(profile, found), emulated=True)
+        real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
+        return Preflight(launch_env=emulation_env(profile, found), emulated_from=real)
     if found.device == "cuda" and found.count > needed_devices(profile):
         return Preflight(launch_env=visible_env(profile, found))  # device_map would spread over every GPU
     return Preflight()

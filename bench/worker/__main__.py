@@ -49,6 +49,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     callbacks = [recorder]
     if fault:
         callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
+    spec = faults.drop_offload(fault, spec)
     trainer = build_trainer(spec, callbacks)
     faults.corrupt_reference(fault, trainer)
     record_losses(trainer, recorder)

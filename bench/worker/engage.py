@@ -1,5 +1,6 @@
 """Observe what the trainer really runs: launcher world, accelerate's distributed type, wrappers,
-ZeRO stage and partitioning, quantized layer classes, adapters, reference model."""
+ZeRO stage and partitioning, quantized layer classes, adapters, reference model, and where offloaded state really
+lives (the optimizer's state and the parameters' own storage)."""
 
 from collections import Counter
 from typing import Any
@@ -34,6 +35,56 @@ def _optimizer_offload(wrapped: Any) -> str | None:
     return str(getattr(device, "value", device))
 
 
+def _param_offload(wrapped: Any) -> str | None:
+    """Where the engine keeps the parameters between uses when it offloads them: DeepSpeed ZeRO-3's offload_param
+    as its optimizer runs it, or FSDP2's CPUOffloadPolicy on the wrapped modules (`cpu`)."""
+    optimizer = getattr(wrapped, "optimizer", None)
+    if getattr(optimizer, "offload_param", False):
+        device = wrapped.zero_offload_param().device
+        return str(getattr(device, "value", device))
+    modules = wrapped.modules() if hasattr(wrapped, "modules") else ()
+    for module in modules:
+        state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
+        for group in getattr(state, "_fsdp_param_groups", None) or ():
+            if type(group.offload_policy).__name__ == "CPUOffloadPolicy":
+                return "cpu"
+    return None
+
+
+def _stepping_optimizer(optimizer: Any) -> Any:
+    """The optimizer that really steps: accelerate's wrapper and DeepSpeed's ZeRO optimizer unwrapped."""
+    seen: set[int] = set()
+    while getattr(optimizer, "optimizer", None) is not None and id(optimizer) not in seen:
+        seen.add(id(optimizer))
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def _optimizer_state_devices(optimizer: Any) -> list[str]:
+    """Devices of everything the stepping optimizer updates and keeps: its parameters (under ZeRO, the fp32 master
+    partitions) and its state (Adam's moments), after the first step."""
+    if optimizer is None:
+        return []
+    tensors = [p for group in getattr(optimizer, "param_groups", ()) for p in group["params"]]
+    for state in getattr(optimizer, "state", {}).values():
+        # AdamW's `step` counter is a 0-dim tensor kept on the CPU wherever the moments are: not state that moves
+        tensors += [v for v in state.values() if hasattr(v, "device") and getattr(v, "dim", lambda: 0)() > 0]
+    return sorted({str(t.device) for t in tensors if t.device.type != "meta"})
+
+
+def _param_storage_bytes(model: Any) -> dict[str, int]:
+    """Bytes of the parameters' own data per device: each ZeRO-3 partition (ds_tensor), each FSDP2 shard (a
+    DTensor's local tensor), else the parameter itself."""
+    found: dict[str, int] = {}
+    for param in model.parameters():
+        data = getattr(param, "ds_tensor", None)
+        data = getattr(param, "_local_tensor", None) if data is None else data
+        data = param if data is None else data
+        if data.device.type != "meta":
+            found[str(data.device)] = found.get(str(data.device), 0) + data.numel() * data.element_size()
+    return found
+
+
 def observe(trainer: Any) -> Engagement:
     accelerator = trainer.accelerator
     wrapped = trainer.model_wrapped
@@ -46,6 +97,7 @@ def observe(trainer: Any) -> Engagement:
     peft_config = getattr(model, "peft_config", None) or {}
     devices = sorted({str(p.device) for p in model.parameters() if p.device.type != "meta"})
     ref = getattr(trainer, "ref_model", None)
+    stepping = _stepping_optimizer(getattr(trainer, "optimizer", None))
     return Engagement(
         world_size=accelerator.num_processes,
         distributed_type=str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type)),
@@ -59,4 +111,8 @@ def observe(trainer: Any) -> Engagement:
         devices=devices,
         precompute_ref_log_probs=bool(trainer.args.precompute_ref_log_probs),
         optimizer_offload=_optimizer_offload(wrapped),
+        param_offload=_param_offload(wrapped),
+        optimizer=type(stepping).__name__ if stepping is not None else None,
+        optimizer_state_devices=_optimizer_state_devices(stepping),
+        param_storage_bytes=_param_storage_bytes(model),
     )

@@ -16,6 +16,9 @@ them is tested end to end:
                  reference model's weights are perturbed (two_models), or the trained adapter starts from a
                  non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
   nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
+  drop_offload   every rank trains with the offload blocks (offload_optimizer, offload_param) removed from its
+                 DeepSpeed config before the trainer reads it: an offload cell that silently keeps its state on
+                 the device, which the engagement check must catch
   slow_step      every rank, at the end of every step, spins for BENCH_FAULT_DELAY_MS (default 10) milliseconds
                  of its own CPU time: a fixed per-step slowdown for the A/B noise experiment
                  (bench/selfbench/ab_noise.py); @rank and :step are ignored. It spins rather than sleeps so
@@ -56,6 +59,7 @@ FAULTS = (
     "wrong_reference",
     "nan_loss",
     "slow_step",
+    "drop_offload",
 )
 PERTURBATION_STD = 0.1
 
@@ -157,6 +161,31 @@ def corrupt_reference(fault: Fault | None, trainer: Any) -> None:
             parameter.add_(noise.to(parameter.dtype))
 
 
+ACCELERATE_DEEPSPEED_FILE_ENV = "ACCELERATE_DEEPSPEED_CONFIG_FILE"
+"""Where `accelerate launch` tells each rank its DeepSpeed config file."""
+
+
+def drop_offload(fault: Fault | None, spec: Any, environ: Any = os.environ) -> Any:
+    """drop_offload: the spec (and accelerate's environment) pointing at a copy of the DeepSpeed config without its
+    offload blocks, written into the cell's folder. Any other fault: the spec unchanged."""
+    if fault is None or fault.kind != "drop_offload":
+        return spec
+    import json
+
+    source = spec.deepspeed_config or environ.get(ACCELERATE_DEEPSPEED_FILE_ENV)
+    if not source:
+        raise RuntimeError("drop_offload: this cell has no DeepSpeed config")
+    config = json.loads(Path(source).read_text(encoding="utf-8"))
+    for block in ("offload_optimizer", "offload_param"):
+        config["zero_optimization"].pop(block, None)
+    copy = Path(spec.out_dir) / "deepspeed-without-offload.json"
+    copy.write_text(json.dumps(config), encoding="utf-8")
+    if spec.deepspeed_config:
+        return spec.model_copy(update={"deepspeed_config": str(copy)})
+    environ[ACCELERATE_DEEPSPEED_FILE_ENV] = str(copy)
+    return spec
+
+
 class FaultCallback(TrainerCallback):
     def __init__(self, fault: Fault, rank: int) -> None:
         self.fault, self.rank, self.steps = fault, rank, 0
@@ -171,7 +200,7 @@ class FaultCallback(TrainerCallback):
             return
         if self.fault.kind == "nan_loss":
             poison_parameter(kwargs["model"])
-        elif self.fault.kind not in ("bad_result", "wrong_reference"):
+        elif self.fault.kind not in ("bad_result", "wrong_reference", "drop_offload"):
             fire(self.fault.kind)
 
 

@@ -33,3 +33,23 @@ def test_zero3_matches_deepspeed(params, largest, gpus):
         params, largest, num_gpus_per_node=gpus, cpu_offload=True, cpu_offload_params=False
     )
     assert terms.zero3_model_states(2 * params, params, gpus, largest, 2, offload=True) == pytest.approx(gpu_off, abs=1)
+
+
+@pytest.mark.parametrize(("params", "largest", "gpus"), CASES)
+def test_zero_offload_matches_deepspeed_on_the_device_and_on_the_host(params, largest, gpus):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    # DeepSpeed's host figures are per node (one node here) and carry a 1.5 buffer factor; ours are per rank.
+    cpu, gpu = estimate_zero2_model_states_mem_needs(params, num_gpus_per_node=gpus, additional_buffer_factor=1.0)
+    assert terms.zero2_model_states(2 * params, params, 2, gpus, offload=True) == pytest.approx(gpu, abs=1)
+    if gpus <= 4:  # beyond 4 GPUs DeepSpeed's node figure is 4 bytes x GPUs x P (an fp32 copy per rank at load)
+        assert terms.zero_offloaded_host(params, gpus) * gpus == pytest.approx(cpu, rel=1e-9)
+
+    cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
+        params, largest, num_gpus_per_node=gpus, cpu_offload=True, cpu_offload_params=True, additional_buffer_factor=1.0
+    )
+    device = terms.zero3_model_states(2 * params, params, gpus, largest, 2, offload=True, offload_params=True)
+    assert device == pytest.approx(gpu, abs=1)
+    host_per_rank = 2 * params / gpus + terms.zero_offloaded_host(params, gpus)  # bf16 partitions + 16 T/N
+    assert host_per_rank * gpus == pytest.approx(cpu, rel=1e-9)

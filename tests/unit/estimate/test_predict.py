@@ -96,3 +96,34 @@ def test_zero2_peak_is_the_larger_phase_not_every_state_at_once():
     # On a GPU the bucket (5e8 elements) is allocated at backward's start: part of the head phase.
     gpu = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), load_profile("2xA10"), load_workload("phi-2"))
     assert gpu.terms.get("zero_buckets", gpu.terms.get("zero2_end_of_backward")) >= 500_000_000 * 2
+
+
+def test_offload_moves_state_to_a_separate_host_term_on_one_gpu():
+    # phi-2 full DPO on one 24 GB card: out of memory as it is, fits with its state in host memory
+    profile, workload = load_profile("1xL4"), load_workload("phi-2")
+    params = shapes_from_config(str(SCENARIOS_DIR / "workloads/phi-2/config.json")).total
+    single = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE), profile, workload)
+    assert single.verdict == "predicted_oom" and single.host_terms == {} and single.host_bytes == 0
+    infinity = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3_OFFLOAD_PARAM), profile, workload)
+    assert infinity.verdict == "fits" and infinity.world_size == 1
+    assert infinity.host_terms == pytest.approx(
+        {"params": 2 * params, "optimizer_states": 16 * params, "reference_model": 2 * params}
+    )
+    assert infinity.host_bytes == pytest.approx(sum(infinity.host_terms.values()))
+    assert not {"weights", "reference_model", "grads_optimizer_master"} & set(infinity.terms)
+    zero2 = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2_OFFLOAD), profile, workload)
+    assert zero2.terms["weights"] == pytest.approx(2 * params) and "optimizer_master" not in zero2.terms
+    assert zero2.host_terms == pytest.approx({"optimizer_states": 16 * params})  # the recipe precomputes the reference
+    fsdp = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.FSDP_OFFLOAD), profile, workload)
+    assert set(fsdp.host_terms) == {"params", "gradients", "optimizer_states", "reference_model"}
+    assert "weights" not in fsdp.terms and fsdp.terms["fsdp_gather"] > 0
+
+
+def test_on_cpu_the_offloaded_state_is_part_of_the_peak():
+    profile, workload = load_profile("cpu-budget-4g"), load_workload("small")
+    one_rank = cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO3_OFFLOAD_PARAM).model_copy(update={"ranks": 1})
+    p = predict_cell(one_rank, profile, workload)
+    assert p.world_size == 1 and p.host_bytes == 0
+    assert p.terms["offloaded_to_host"] == pytest.approx(sum(p.host_terms.values()))
+    fsdp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.FSDP_OFFLOAD), profile, workload)
+    assert fsdp.backend_run == "ddp" and fsdp.host_terms == {}

@@ -25,7 +25,8 @@ def test_weight_bytes_upcast_of_unquantized_params():
 def test_placement():
     assert terms.placed(80, "replicated", 4, 2) == 80
     assert terms.placed(80, "sharded", 4, 2) == 20
-    assert terms.placed(80, "cpu_offloaded", 4, 2) == 20
+    assert terms.placed(80, "cpu_offloaded", 4, 2) == 0  # on the host instead:
+    assert terms.offloaded(80, "cpu_offloaded", 4) == 20 and terms.offloaded(80, "sharded", 4) == 0
     assert terms.placed(80, "split", 4, 2) == 40
 
 

@@ -59,8 +59,9 @@ def test_init_modes():
 def test_zero3_offload_needs_the_optimizer_really_offloaded():
     ds = {"world_size": 2, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
     offload = cell(backend="zero3_offload", launcher="deepspeed")
-    assert mismatches(offload, 2, seen(**ds, partitioned_params=True, optimizer_offload="cpu")) == []
-    assert mismatches(offload, 2, seen(**ds, partitioned_params=True)) == [
+    on_host = {"optimizer_state_devices": ["cpu"]}
+    assert mismatches(offload, 2, seen(**ds, partitioned_params=True, optimizer_offload="cpu", **on_host)) == []
+    assert mismatches(offload, 2, seen(**ds, partitioned_params=True, **on_host)) == [
         "optimizer offload to cpu requested, engine reports None"
     ]
     # plain ZeRO-3 does not check for offload
@@ -105,3 +106,39 @@ def test_fallback_messages_name_what_was_expected():
     assert mismatches(cell(quant="int8"), 1, seen(quantized_layers={"Linear4bit": 3})) == [
         "int8 requested, no Linear8bitLt layer found (found {'Linear4bit': 3})"
     ]
+
+
+DS3 = {"world_size": 1, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
+OFFLOADED = {"optimizer_offload": "cpu", "optimizer_state_devices": ["cpu"], "partitioned_params": True}
+
+
+def test_zero3_param_offload_needs_the_engine_to_offload_and_the_partitions_on_the_host():
+    asked = cell(backend="zero3_offload_param", launcher="deepspeed")
+    # DeepSpeed keeps small "persistent" parameters on the device: most, not all, of the bytes are on the host
+    host = {"param_offload": "cpu", "param_storage_bytes": {"cpu": 2_000_000, "cuda:0": 30_000}}
+    assert mismatches(asked, 1, seen(**DS3, **OFFLOADED, **host)) == []
+    assert mismatches(asked, 1, seen(**DS3, **OFFLOADED, param_storage_bytes={"cuda:0": 2_000_000})) == [
+        "parameter offload to cpu requested, engine reports None",
+        "parameters on cpu requested, but 0.0 of 1.9 MiB of their partitions are there",
+    ]
+
+
+def test_optimizer_state_must_really_be_on_the_host():
+    asked = cell(backend="zero2_offload", launcher="deepspeed")
+    ds2 = DS3 | {"zero_stage": 2}
+    assert mismatches(asked, 1, seen(**ds2, optimizer_offload="cpu", optimizer_state_devices=["cpu"])) == []
+    on_gpu = seen(**ds2, optimizer_offload="cpu", optimizer_state_devices=["cuda:0", "cpu"])
+    assert mismatches(asked, 1, on_gpu) == ["optimizer state on cpu requested, found on cuda:0"]
+    assert mismatches(asked, 1, seen(**ds2, optimizer_offload="cpu")) == [
+        "optimizer state on cpu requested, but no optimizer state was seen"
+    ]
+    # plain ZeRO-2 checks none of it
+    assert mismatches(cell(backend="zero2", launcher="deepspeed"), 1, seen(**ds2)) == []
+
+
+def test_fsdp_offload_needs_the_cpu_offload_policy():
+    asked = cell(backend="fsdp_offload", launcher="accelerate")
+    fsdp = {"world_size": 1, "distributed_type": "FSDP", "wrapper": "FSDPLlamaForCausalLM", "fsdp_modules": 17}
+    state = {"optimizer_state_devices": ["cpu"], "param_storage_bytes": {"cpu": 10}}
+    assert mismatches(asked, 1, seen(**fsdp, param_offload="cpu", **state)) == []
+    assert mismatches(asked, 1, seen(**fsdp, **state)) == ["parameter offload to cpu requested, engine reports None"]

@@ -165,7 +165,7 @@ def full_run(outcome: Outcome, reports, problems=(), steps=3, cell=None, version
             margin_bytes=1.0,
         ),
     )
-    run = RunFacts("r", "cpu-budget", "small", "docker", emulated=True)
+    run = RunFacts("r", "cpu-budget", "small", "docker", emulated_from="NVIDIA H200")
     ran = Execution(outcome, list(reports), list(problems), "t0", "t1", trial=2, config_files=("a.yaml",))
     return finished_record(run, cell, expect, ran)
 
@@ -193,7 +193,12 @@ def test_every_field_of_an_ok_record():
         ["precompute_ref"],
         "newcomer",
     )
-    assert (record.executor, record.emulated, record.trial, record.config_files) == ("docker", True, 2, ["a.yaml"])
+    assert (record.executor, record.emulated_from, record.trial, record.config_files) == (
+        "docker",
+        "NVIDIA H200",
+        2,
+        ["a.yaml"],
+    )
     assert (record.status, record.exit_code, record.signal, record.wall_s, record.image) == (
         Status.OK,
         0,

@@ -44,3 +44,33 @@ def test_what_zero2_shards_and_what_it_replicates():
 def test_devices_per_cell():
     assert BACKENDS[Backend.DDP].devices_per_cell(processes=2, device_count=2) == 2
     assert BACKENDS[Backend.DEVICE_MAP].devices_per_cell(processes=1, device_count=4) == 4
+
+
+def test_offload_is_described_once_and_engagement_checks_it():
+    for spec in BACKENDS.values():
+        params_offloaded = spec.sharding.params == Placement.OFFLOADED
+        assert (spec.engagement.param_offload == "cpu") == params_offloaded, spec.name
+        assert (spec.engagement.state_on == "cpu") == spec.offloads, spec.name
+        if spec.deepspeed:
+            assert (spec.deepspeed.offload_param is not None) == params_offloaded, spec.name
+        if spec.fsdp_version:
+            assert spec.fsdp_cpu_offload == spec.offloads == params_offloaded, spec.name
+
+
+def test_world_size_one_only_where_it_means_something():
+    for spec in BACKENDS.values():
+        if not spec.multi_process:
+            assert spec.min_processes == 1, spec.name
+        elif spec.offloads:
+            assert spec.min_processes == 1 and not spec.alone, spec.name  # one device + host memory
+        else:
+            assert spec.min_processes == 2 and spec.alone, spec.name
+
+
+def test_a_backend_below_its_minimum_needs_a_reason():
+    import dataclasses
+
+    import pytest
+
+    with pytest.raises(ValueError, match="needs a multi-process backend and the reason"):
+        dataclasses.replace(BACKENDS[Backend.DDP], alone="")

@@ -207,7 +207,8 @@ def test_gpu_placement_follows_the_guides(hw):
             continue
         placed = device_map_setting(spec_of(c, profile))
         # per-rank placement for data parallelism; none under ZeRO-3 and FSDP (PEFT's guides load without one)
-        assert placed == (None if backend in (Backend.ZERO3, Backend.ZERO3_OFFLOAD, Backend.FSDP) else "local_rank")
+        spec = backend_spec(backend)
+        assert placed == (None if spec.zero_stage == 3 or spec.fsdp_version else "local_rank"), backend
 
 
 def test_nf4_storage_is_the_compute_dtype_under_zero3_and_not_for_its_newcomer():
@@ -298,7 +299,8 @@ def test_a_version_mismatch_is_its_own_error_class():
 
 def test_rows_added_after_a_run_started_are_not_required_of_it():
     added = rows_added(load_matrix())
-    assert set(added) == NEWCOMER_IDS and all(when.tzinfo is not None for when in added.values())
+    assert {c for c in added if c.endswith("+newcomer")} == NEWCOMER_IDS
+    assert all(when.tzinfo is not None for when in added.values())
     ids = ["a", "b+newcomer"]
     at = dt.datetime(2026, 11, 23, 11, tzinfo=dt.UTC)
     assert rows_for_run(ids, {"b+newcomer": at}, at - dt.timedelta(hours=3)) == ["a"]

@@ -1,7 +1,9 @@
 import pytest
 
 from bench.errors import BenchError
+from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import (
     Backend,
     Init,
@@ -57,6 +59,65 @@ def test_multi_process_backends_need_two_processes(cpu_profile):
     assert world_size(cell.model_copy(update={"backend": Backend.SINGLE}), cpu_profile) == 1
 
 
+@pytest.mark.parametrize("backend", ["zero2", "zero3", "fsdp", "ddp"])
+def test_sharding_backends_at_world_size_one_say_what_offload_is_for(backend):
+    one_gpu = load_profile("1xH100")
+    cell = Cell(init="one_adapter", quant="none", backend=backend, launcher="accelerate")
+    reason = not_applicable_reason(cell, one_gpu)
+    assert reason.startswith(f"backend_needs_processes: {backend} needs >=2 processes")
+    if backend != "ddp":
+        assert "saves nothing" in reason and "offload" in reason
+
+
+@pytest.mark.parametrize("backend", ["zero2_offload", "zero3_offload", "zero3_offload_param", "fsdp_offload"])
+def test_offload_backends_run_on_one_gpu(backend):
+    cell = Cell(init="one_adapter", quant="nf4", backend=backend, launcher=backend_spec(backend).default_launcher)
+    one_gpu = load_profile("1xH100")
+    assert not_applicable_reason(cell, one_gpu) is None and world_size(cell, one_gpu) == 1
+
+
+def test_a_one_rank_row_runs_on_one_rank_and_is_not_repeated_where_that_is_the_profile(cpu_profile):
+    row = Cell(init="one_adapter", quant="none", backend="zero3_offload", launcher="deepspeed", ranks=1)
+    assert row.id == "one_adapter-none-zero3_offload+1rank" and row.is_variant
+    assert world_size(row, cpu_profile) == 1 and not_applicable_reason(row, cpu_profile) is None
+    assert "would repeat one_adapter-none-zero3_offload" in not_applicable_reason(row, load_profile("1xH100"))
+    three = row.model_copy(update={"ranks": 3})
+    assert "asks for 3 ranks; profile cpu has 2" in not_applicable_reason(three, cpu_profile)
+
+
+def test_ranks_rows_are_checked_against_the_backend_table(scenario_copy):
+    path = scenario_copy / "matrix.yaml"
+    axes = "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
+    for row, message in (
+        ("backend: [zero2], ranks: 1", "ranks 1 for zero2: at world size 1 ZeRO shards"),
+        ("backend: [single], ranks: 1", "ranks applies to multi-process backends; single runs one process"),
+    ):
+        path.write_text(axes + f"variants:\n  - {{init: [one_adapter], quant: [none], {row}}}\n")
+        with pytest.raises(BenchError, match=message):
+            load_matrix(path)
+
+
+def test_backends_added_to_the_axes_date_their_rows(scenario_copy):
+    path = scenario_copy / "matrix.yaml"
+    path.write_text(
+        "axes: {init: [one_adapter], quant: [none], backend: [single, zero2_offload]}\n"
+        "added:\n  - {backend: [zero2_offload], at: 2026-11-24T00:00:00Z}\n"
+        "variants:\n  - {init: [one_adapter], quant: [none], backend: [zero2_offload], ranks: 1,"
+        " added: 2026-11-25T00:00:00Z}\n"
+    )
+    added = {cell: str(when) for cell, when in rows_added(load_matrix(path)).items()}
+    assert added == {
+        "one_adapter-none-zero2_offload": "2026-11-24 00:00:00+00:00",
+        "one_adapter-none-zero2_offload+1rank": "2026-11-25 00:00:00+00:00",
+    }
+    path.write_text(
+        "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
+        "added:\n  - {backend: [zero2_offload], at: 2026-11-24T00:00:00Z}\n"
+    )
+    with pytest.raises(BenchError, match=r"added backend zero2_offload is not in axes\.backend"):
+        load_matrix(path)
+
+
 def test_precompute_with_two_adapters_is_not_applicable(cpu_profile):
     cell = Cell(
         init="two_adapters", quant="none", backend="single", launcher="python", options=(Option.PRECOMPUTE_REF,)
@@ -88,7 +149,7 @@ def test_newcomer_rows_are_dated_variants_and_a_variant_must_change_something(sc
         "axes: {init: [one_adapter], quant: [none], backend: [single]}\n"
         "variants:\n  - {init: [one_adapter], quant: [none], backend: [ddp], setup: recipe}\n"
     )
-    with pytest.raises(BenchError, match="a variant needs a launcher, options or setup: newcomer"):
+    with pytest.raises(BenchError, match="a variant needs a launcher, ranks, options or setup: newcomer"):
         load_matrix(path)
 
 

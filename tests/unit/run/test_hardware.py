@@ -16,7 +16,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import Backend, Init, Launcher, Quant
 from bench.report.matrix import render
-from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
+from bench.results.schema import EMULATED_NOTE, Metrics, ResultRecord, Status
 from bench.run.cell import RunContext
 from bench.run.preflight import (
     GB,
@@ -65,7 +65,7 @@ def test_cpu_profile_runs_as_before_and_refuses_emulate():
 def test_matching_machine_passes():
     a10 = gpus(2, 23.7, "NVIDIA A10")
     assert check_profile(load_profile("2xA10"), a10, emulate=False) is None
-    assert preflight(load_profile("2xA10"), emulate=False, detected=a10).emulated is False
+    assert preflight(load_profile("2xA10"), emulate=False, detected=a10).emulated_from is None
 
 
 def test_too_few_or_too_small_devices_fail():
@@ -92,12 +92,34 @@ def test_emulation_caps_memory_and_devices():
     assert float(env[emulate.MEMORY_FRACTION_ENV]) == pytest.approx(24 / 85, abs=1e-6)
     assert emulation_env(profile, gpus(4, 85.0, visible="3,2,1"))["CUDA_VISIBLE_DEVICES"] == "3,2"
     checked = preflight(profile, emulate=True, detected=big)
-    assert checked.emulated and checked.launch_env == env
+    assert checked.emulated_from == "NVIDIA H100 80GB HBM3" and checked.launch_env == env
+
+
+@pytest.mark.parametrize(
+    ("hw", "card", "gb"),
+    [
+        ("1xA10", "NVIDIA A10", 24),
+        ("1x4090", "NVIDIA GeForce RTX 4090", 24),
+        ("1xL4", "NVIDIA L4", 24),
+        ("1xT4", "NVIDIA T4", 16),
+    ],
+)
+def test_one_smaller_card_is_emulated_on_one_h100(hw, card, gb):
+    profile = load_profile(hw)
+    assert (profile.card, profile.memory_per_device_gb, profile.processes) == (card, gb, 1)
+    checked = preflight(profile, emulate=True, detected=gpus(1, 85.0))
+    assert float(checked.launch_env[emulate.MEMORY_FRACTION_ENV]) == pytest.approx(gb / 85, abs=1e-6)
+    assert checked.emulated_from == "NVIDIA H100 80GB HBM3"
+
+
+def test_emulation_needs_the_card_the_profile_stands_for():
+    nameless = load_profile("1xL4").model_copy(update={"card": None})
+    assert "needs the card profile 1xL4 stands for (key `card`" in str(check_profile(nameless, gpus(1, 85.0), True))
 
 
 def test_extra_devices_are_hidden_without_emulate():
     checked = preflight(load_profile("2xA10"), emulate=False, detected=gpus(4, 23.7, "NVIDIA A10"))
-    assert checked.launch_env == {"CUDA_VISIBLE_DEVICES": "0,1"} and not checked.emulated
+    assert checked.launch_env == {"CUDA_VISIBLE_DEVICES": "0,1"} and checked.emulated_from is None
 
 
 class FakeCuda:
@@ -210,7 +232,7 @@ def test_runner_records_untested_without_running(tmp_path: Path):
     assert record.metrics is None and record.world_size == 8 and record.executor == "none"
 
 
-def record(status: Status, emulated: bool) -> ResultRecord:
+def record(status: Status, emulated_from: str | None, metrics: Metrics | None = None) -> ResultRecord:
     return ResultRecord(
         run_id="r",
         cell_id="one_adapter-none-single",
@@ -222,15 +244,31 @@ def record(status: Status, emulated: bool) -> ResultRecord:
         workload="phi-2",
         status=status,
         message="profile 8xGaudi2 needs the Habana Gaudi stack" if status == Status.UNTESTED else "",
-        emulated=emulated,
+        emulated_from=emulated_from,
+        metrics=metrics,
     )
 
 
 def test_matrix_marks_untested_and_emulated_runs():
-    text = render([record(Status.UNTESTED, False)], "8xGaudi2", [])
+    text = render([record(Status.UNTESTED, None)], "8xGaudi2", [])
     assert "❔ untested" in text and "needs the Habana Gaudi stack" in text and "EMULATED" not in text
-    emulated = render([record(Status.NOT_APPLICABLE, True)], "2xA10 · run r", [])
-    assert emulated.startswith("# 2xA10 · run r · EMULATED") and EMULATED_NOTE in emulated
+    measured = Metrics(
+        tokens_per_s=9100.0,
+        pairs_per_s=4.0,
+        step_time_median_s=1.0,
+        step_time_p90_s=1.1,
+        steps=30,
+        warmup_steps=5,
+        tokens_total=1,
+        memory_kind="cuda_allocated",
+        load_peak_bytes=None,
+        train_peak_bytes=2**30,
+        mem_growth_per_step_bytes=None,
+        load_s=1.0,
+    )
+    emulated = render([record(Status.OK, "NVIDIA H100 80GB HBM3", measured)], "2xA10 · run r", [])
+    assert emulated.startswith("# 2xA10 · run r · EMULATED on NVIDIA H100 80GB HBM3") and EMULATED_NOTE in emulated
+    assert "✅ 9,100 tok/s on NVIDIA H100 80GB HBM3 (emulated) · 1,024 MiB" in emulated
 
 
 def test_the_docker_executor_counts_the_drivers_gpus_with_a_cpu_build_of_torch(tmp_path, monkeypatch):

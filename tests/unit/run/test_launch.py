@@ -12,8 +12,8 @@ from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_la
 from bench.worker.spec import WorkerSpec
 
 
-def plan(tmp_path, cpu_profile, backend, launcher, as_root=False, write=True):
-    cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
+def plan(tmp_path, cpu_profile, backend, launcher, as_root=False, write=True, ranks=None):
+    cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher, ranks=ranks)
     spec = WorkerSpec(
         cell=cell,
         profile=cpu_profile,
@@ -60,6 +60,26 @@ def test_zero3_offload_config_offloads_the_optimizer(tmp_path, cpu_profile):
     plan(tmp_path, cpu_profile, "zero3_offload", "deepspeed")
     config = json.loads((tmp_path / DEEPSPEED_FILE).read_text())
     assert config["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu"}}
+
+
+def test_offload_backends_on_one_rank_offload_what_their_entry_says(tmp_path, cpu_profile):
+    launch = plan(tmp_path, cpu_profile, "zero3_offload_param", "deepspeed", ranks=1)
+    assert "--num_gpus=1" in launch.argv and launch.ranks == 1
+    config = json.loads((tmp_path / DEEPSPEED_FILE).read_text())
+    assert config["zero_optimization"] == {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu"},
+        "offload_param": {"device": "cpu"},
+    }
+    plan(tmp_path, cpu_profile, "zero2_offload", "accelerate", ranks=1)
+    assert yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())["num_processes"] == 1
+    config = json.loads((tmp_path / DEEPSPEED_FILE).read_text())
+    assert config["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    plan(tmp_path, cpu_profile, "fsdp_offload", "accelerate", ranks=1)
+    raw = yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())
+    assert raw["fsdp_config"]["fsdp_offload_params"] is True and raw["num_processes"] == 1
+    plan(tmp_path, cpu_profile, "fsdp", "accelerate")
+    assert "fsdp_offload_params" not in yaml.safe_load((tmp_path / ACCELERATE_FILE).read_text())["fsdp_config"]
 
 
 def test_accelerate_config_is_accelerates_own_format(tmp_path, cpu_profile):
