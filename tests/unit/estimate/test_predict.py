@@ -127,3 +127,22 @@ def test_on_cpu_the_offloaded_state_is_part_of_the_peak():
     assert p.terms["offloaded_to_host"] == pytest.approx(sum(p.host_terms.values()))
     fsdp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.FSDP_OFFLOAD), profile, workload)
     assert fsdp.backend_run == "ddp" and fsdp.host_terms == {}
+
+
+def test_the_fsdp_fallback_note_world_size_and_unknown_memory():
+    profile, workload = load_profile("cpu-budget"), load_workload("small")
+    fsdp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.FSDP), profile, workload)
+    assert fsdp.notes == ["FSDP through accelerate/TRL runs as DDP on CPU (silent fallback): predicted as DDP"]
+    assert fsdp.world_size == 2
+    gpu = load_profile("2xA10")
+    unknown = gpu.model_copy(update={"memory_per_device_gb": None})
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), unknown, load_workload("phi-2"))
+    assert (p.usable_bytes, p.verdict, p.margin_bytes) == (None, "unknown", None)
+
+
+def test_without_gradient_checkpointing_every_layer_keeps_its_activations():
+    profile, workload = load_profile("1xH100"), load_workload("llama-3.2-1b")
+    off = workload.model_copy(update={"train": workload.train.model_copy(update={"gradient_checkpointing": False})})
+    on = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, workload)
+    without = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, off)
+    assert without.terms["activations"] > 4 * on.terms["activations"]
