@@ -22,6 +22,8 @@ class Engagement(BaseModel):
     precompute_ref_log_probs: bool = False
     optimizer_offload: str | None = None
     """DeepSpeed's offload_optimizer device as the engine runs it (None: not offloaded)."""
+    trainer: str | None = None
+    """The class of the trainer that ran (None in records from before methods were an axis)."""
 
 
 class Status(StrEnum):
@@ -37,8 +39,9 @@ class Status(StrEnum):
     """Not run: the memory estimator predicts this cell needs more than the device has, by a clear margin
     (bench/estimate); recorded with its prediction. `--run-predicted-oom` runs it anyway."""
     LEARNING_FAILED = "learning_failed"
-    """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the
-    reference is not the initial policy), or a loss that did not fall (bench/judge/learning.py)."""
+    """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss away from the method's exact
+    value (DPO: ln 2, the reference is not the initial policy), a loss that did not fall, or a reward model that
+    does not rank its training pairs (bench/judge/learning.py)."""
 
 
 class ErrorClass(StrEnum):
@@ -74,14 +77,23 @@ class RankMemoryFigures(BaseModel):
 
 
 class Learning(BaseModel):
-    """The learning check's evidence. Losses are the mean over ranks of each rank's DPO loss at that step;
-    reward accuracy is TRL's rank-gathered `rewards/accuracies` of the last step."""
+    """The learning check's evidence (bench/judge/learning.py). Losses are the mean over ranks of each rank's
+    training loss at that step; reward accuracy is the trainer's rank-gathered reward accuracy of the last step."""
 
     first_loss: float | None
     last_loss: float | None
     end_loss: float | None = None
     """Mean loss over the last quarter of the steps (at least 3): what the decrease is judged on."""
+    start_loss: float | None = None
+    """Mean loss over the first quarter of the steps, the start of the decrease for a method whose first-step loss
+    has no exact value (SFT, ORPO, SimPO); None where the first step is the start."""
+    expected_first_loss: float | None = None
+    """The method's exact first-step loss (ln 2 for DPO and the reward model, 1/2 for KTO); None: none exists.
+    Records from before methods were an axis leave it None although their (DPO) check held it to ln 2."""
     reward_accuracy: float | None
+    pair_accuracy: float | None = None
+    """Reward models: pairwise accuracy of the trained model on `pairs_evaluated` training pairs."""
+    pairs_evaluated: int | None = None
     losses: list[float | None] = []
     """Per step; None where the loss was not finite."""
     failures: list[str] = []
@@ -156,6 +168,8 @@ class ResultRecord(BaseModel):
     cell_id: str
     trial: int = 0
     """Repeat index (0-based) when a run measures each cell several times (--repeats)."""
+    method: str = "dpo"
+    """The training method (bench/matrix/methods.py); records from before methods were an axis are DPO's."""
     init: str
     quant: str
     backend: str

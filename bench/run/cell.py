@@ -15,6 +15,7 @@ from bench.executors.base import Executor
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.schema import PredictionSummary, ResultRecord, Status
@@ -99,7 +100,8 @@ def run_cell(
     out_dir.mkdir(parents=True, exist_ok=True)
     (ctx.run_dir / "logs").mkdir(exist_ok=True)
     dataset = out_dir / "dataset"
-    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
+    rows = ctx.assets.dataset_for(method_spec(cell.method).data)
+    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
     plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
     plan.env |= ctx.launch_env

@@ -1,5 +1,5 @@
 """Observe what the trainer really runs: launcher world, accelerate's distributed type, wrappers,
-ZeRO stage and partitioning, quantized layer classes, adapters, reference model."""
+ZeRO stage and partitioning, quantized layer classes, adapters, reference model, the trainer's class."""
 
 from collections import Counter
 from typing import Any
@@ -57,6 +57,7 @@ def observe(trainer: Any) -> Engagement:
         adapters=sorted(peft_config),
         ref_model=type(ref).__name__ if ref is not None else None,
         devices=devices,
-        precompute_ref_log_probs=bool(trainer.args.precompute_ref_log_probs),
+        precompute_ref_log_probs=bool(getattr(trainer.args, "precompute_ref_log_probs", False)),
         optimizer_offload=_optimizer_offload(wrapped),
+        trainer=type(trainer).__name__,
     )

@@ -8,7 +8,13 @@ def cell(init="one_adapter", quant="none", backend="single", launcher="python") 
 
 
 def seen(**overrides) -> Engagement:
-    base = {"world_size": 1, "distributed_type": "NO", "wrapper": "PeftModelForCausalLM", "adapters": ["default"]}
+    base = {
+        "world_size": 1,
+        "distributed_type": "NO",
+        "wrapper": "PeftModelForCausalLM",
+        "adapters": ["default"],
+        "trainer": "DPOTrainer",
+    }
     return Engagement(**(base | overrides))
 
 
