@@ -18,7 +18,7 @@ from bench.results.schema import ErrorClass, PredictionSummary, RankMemoryFigure
 from bench.secrets import redact
 from bench.worker.report import RankReport
 
-NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM})
+NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM, Status.NOT_RUN})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ MARKS = {
     Status.TIMEOUT: "⏱️ timeout",
     Status.NOT_APPLICABLE: "N/A",
     Status.UNTESTED: "❔ untested",
+    Status.NOT_RUN: "⏭️ not run",
 }
 LEGEND = (
     "✅ ok · ⚠️ fallback = ran, but not what was asked (silent_fallback) · "
@@ -24,7 +25,8 @@ LEGEND = (
     "🔮 predicted OOM = not run: the memory estimator predicts it needs more than the device has by a clear margin "
     "(a prediction, not a measurement; --run-predicted-oom runs it) · "
     "❌ error (class in brackets) · ⏱️ timeout · N/A = impossible by rule · "
-    "❔ untested = the device's software stack was absent, nothing ran. "
+    "❔ untested = the device's software stack was absent, nothing ran · "
+    "⏭️ not run = a pipeline stage after one that failed. "
     "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
     "Memory: model = peak − library baseline (memory after the libraries are imported, before the model loads; "
     "0 on GPU), max over ranks: what the model, its training state and activations take; "

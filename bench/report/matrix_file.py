@@ -9,6 +9,7 @@ from bench.errors import BenchError
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
 from bench.report.matrix import csv_frame, render
+from bench.report.pipeline import pipeline_section
 from bench.results.env import ENV_FILE, read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.runs import latest_complete_run
@@ -63,6 +64,8 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
     text = render(
         records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env), pending, method_context
     )
+    if pipelines := pipeline_section(run_dir.parent):
+        text += "\n" + pipelines
     out = run_dir.parent / "MATRIX.md"
     out.write_text(text, encoding="utf-8")
     latest = {r.cell_id: r for r in records}

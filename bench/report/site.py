@@ -50,6 +50,7 @@ STATUS_COLORS = {
     Status.NOT_APPLICABLE: "background:#eee;color:#666",
     Status.UNTESTED: "background:#e4ebf5;color:#555",
     Status.LEARNING_FAILED: "background:#ecdff7",
+    Status.NOT_RUN: "background:#f4f4f4;color:#777;border:1px dashed #bbb",
 }
 
 

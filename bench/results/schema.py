@@ -38,6 +38,9 @@ class Status(StrEnum):
     PREDICTED_OOM = "predicted_oom"
     """Not run: the memory estimator predicts this cell needs more than the device has, by a clear margin
     (bench/estimate); recorded with its prediction. `--run-predicted-oom` runs it anyway."""
+    NOT_RUN = "not_run"
+    """A pipeline stage after one that did not end `ok`: never started (bench/pipeline); the reason names the
+    stage that stopped the chain."""
     LEARNING_FAILED = "learning_failed"
     """Ran as asked, but did not train correctly: a non-finite loss, a first-step loss away from the method's exact
     value (DPO: ln 2, the reference is not the initial policy), a loss that did not fall, or a reward model that
@@ -218,3 +221,36 @@ EMULATED_NOTE = (
     "Emulated run (--emulate): a smaller profile on bigger GPUs with per-process memory capped to the profile's. "
     "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed."
 )
+
+
+class StageRecord(BaseModel):
+    """One stage of a pipeline run (bench/pipeline): a real process of its own, or a stage not run because an
+    earlier one failed. A training stage carries its cell's full record (learning check, engagement, metrics)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    pipeline: str
+    index: int
+    """1-based position in the chain."""
+    stage: str
+    kind: str
+    """`train`, `merge` or `generate`."""
+    hardware: str
+    workload: str
+    status: Status
+    error_class: ErrorClass | None = None
+    message: str = ""
+    wall_s: float | None = None
+    exit_code: int | None = None
+    peak_bytes: int | None = None
+    """The stage's peak memory per process, max over ranks: CUDA max allocated on GPU, else peak RSS (host)."""
+    memory_kind: str = "rss"
+    output: str | None = None
+    """What the stage produced for the next (a folder under build/), None for the last."""
+    checks: dict[str, float | int | str] = {}
+    """What the stage verified beyond its exit: the merge's max |logit| change, the new tokens generated, ..."""
+    record: ResultRecord | None = None
+    """A training stage's cell record, as a matrix run records it."""
+    log_tail: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None

@@ -49,6 +49,8 @@ class RunContext:
     """The memory estimator's prediction of a cell (bench/estimate/gate.py); None: no predictions."""
     run_predicted_oom: bool = False
     """Run the cells predicted to run out of memory by a clear margin instead of recording `predicted_oom`."""
+    save_dir: Path | None = None
+    """Where each cell's worker saves the trained model (a pipeline's training stage); None: nothing is saved."""
 
     @property
     def facts(self) -> RunFacts:
@@ -102,7 +104,10 @@ def run_cell(
     dataset = out_dir / "dataset"
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
-    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
+    save_dir = None if ctx.save_dir is None else str(ctx.save_dir)
+    spec = WorkerSpec(
+        cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
+    )
     plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
     plan.env |= ctx.launch_env
     write_files(plan)

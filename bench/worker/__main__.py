@@ -70,6 +70,8 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
     if evaluate is not None:  # after the peaks are read: what the learning check needs, not what training took
         report.pair_accuracy, report.pairs_evaluated = evaluate(spec, trainer)
+    if spec.save_dir is not None:
+        trainer.save_model(spec.save_dir)  # every rank calls it; the main process writes
     shutdown_distributed()
 
 

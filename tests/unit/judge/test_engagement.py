@@ -77,3 +77,12 @@ def test_device_map_needs_the_model_on_two_devices():
     split = cell(backend="device_map")
     assert mismatches(split, 1, seen(devices=["cuda:0", "cuda:1"])) == []
     assert "expected layers split over >=2" in mismatches(split, 1, seen(devices=["cuda:0"]))[0]
+
+
+def test_the_trainer_class_that_ran_is_the_methods():
+    sft = Cell(method="sft", init="one_adapter", quant="none", backend="single", launcher="python")
+    assert mismatches(sft, 1, seen(trainer="SFTTrainer")) == []
+    assert mismatches(sft, 1, seen(trainer="DPOTrainer")) == [
+        "sft requested, trainer DPOTrainer ran; expected SFTTrainer"
+    ]
+    assert mismatches(cell(), 1, seen(trainer=None)) == ["dpo requested, trainer not reported ran; expected DPOTrainer"]
