@@ -100,7 +100,10 @@ def _cells_by_id(hardware: str):
 def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
     devices = {k: v.model_copy(deep=True) for k, v in PRIORS.items()}
     zero = Calibration(version=VERSION, devices={k: v.model_copy(deep=True) for k, v in PRIORS.items()})
-    records = [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES]
+    # DPO's cells only: the other training methods are held out, nothing is fitted on them (docs/estimator.md)
+    records = [
+        m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"
+    ]
     fitted_on: list[str] = []
     cpu = devices["cpu"]
     base = {

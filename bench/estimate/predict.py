@@ -57,6 +57,7 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
 
 class Prediction(BaseModel):
     cell_id: str
+    method: str = "dpo"
     init: str = ""
     quant: str = ""
     backend: str = ""
@@ -105,6 +106,7 @@ def predict_cell(
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
     base = {
         "cell_id": cell.id,
+        "method": str(cell.method),
         "init": str(cell.init),
         "quant": str(cell.quant),
         "backend": str(cell.backend),

@@ -31,6 +31,9 @@ class Row:
     and no single verdict is right for both runs (the latest run's outcome is the one judged)."""
     margin: float | None = None
     """Predicted margin as a fraction of usable memory (negative: over), where the cell ran against a limit."""
+    method: str = "dpo"
+    """The cell's training method: the headline figures are DPO's, on whose cells the constants are fitted; every
+    other method's rows are summed up apart (method_summary)."""
 
     @property
     def error(self) -> float | None:
@@ -94,14 +97,34 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 if limited and p.margin_bytes is not None and p.usable_bytes
                 else None,
                 calibrated=profile.device != "cpu" or record.workload == CALIBRATION_WORKLOAD,
+                method=record.method,
             )
         )
     return rows, skipped
 
 
+def method_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]]:
+    """Per training method other than DPO: its `ok` rows of the calibrated scope, max and mean |error|, and its
+    right verdicts."""
+    found: dict[str, dict[str, float | int | None]] = {}
+    for method in dict.fromkeys(r.method for r in rows if r.method != "dpo" and r.calibrated):
+        mine = [r for r in rows if r.method == method and r.calibrated]
+        errors = [r.error for r in mine if r.error is not None and r.status == "ok"]
+        verdicts = [r.verdict_right for r in mine if r.verdict_right is not None]
+        found[method] = {
+            "ok_cells": len(errors),
+            "max_abs_error_ok": max((abs(e) for e in errors), default=None),
+            "mean_error_ok": sum(errors) / len(errors) if errors else None,
+            "verdicts": len(verdicts),
+            "verdicts_right": sum(verdicts),
+        }
+    return found
+
+
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload), plus the extrapolated
-    CPU rows of other workloads on their own."""
+    """Figures over DPO's calibrated rows (GPU, and CPU cells of the calibration workload), plus the extrapolated
+    CPU rows of other workloads on their own; the other methods' rows are method_summary's."""
+    rows = [r for r in rows if r.method == "dpo"]
     outside = [abs(r.error) for r in rows if r.error is not None and r.status == "ok" and not r.calibrated]
     rows = [r for r in rows if r.calibrated]
     errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
@@ -147,7 +170,7 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
     pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
     lines += [
         "",
-        f"`ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured model "
+        f"DPO: `ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured model "
         f"memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
         f"mean |error| {pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
         f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
@@ -155,6 +178,19 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
+    by_method = method_summary(rows)
+    if by_method:
+        lines[-1:-1] = [
+            "",
+            "Other training methods (their terms derived from their trainers' code, nothing fitted on them; the "
+            "CPU constants are DPO's), `ok` cells of the calibrated scope:",
+            "",
+            *(
+                f"- {method}: {m['ok_cells']} cells, mean error {pct(m['mean_error_ok'])}, max |error| "
+                f"{pct(m['max_abs_error_ok'])}; verdicts right {m['verdicts_right']} of {m['verdicts']}"
+                for method, m in by_method.items()
+            ),
+        ]
     if s["other_workload_ok_cells"]:
         lines[-1:-1] = [
             f"Left out of these figures: {s['other_workload_ok_cells']} `ok` CPU cells of other workloads than "

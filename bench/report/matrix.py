@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from bench.matrix.axes import Method
-from bench.matrix.methods import method_spec
-from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown
+from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown, method_title
 from bench.report.grid import build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary, summarize
 from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
@@ -40,15 +39,6 @@ def footnotes(summaries: dict[str, CellSummary]) -> tuple[dict[str, int], list[s
 
 
 NOT_RUN_YET = "not run yet: the row joined the matrix after this run"
-
-
-def method_heading(method: str) -> str:
-    """`sft · trl.SFTTrainer`, `orpo · trl.experimental.orpo.ORPOTrainer (experimental)`."""
-    try:
-        spec = method_spec(method)
-    except KeyError:
-        return method
-    return f"{method} · `{spec.trainer}`" + (" (experimental)" if spec.experimental else "")
 
 
 def _tables(records: list[ResultRecord], pending: Sequence[str], level: str) -> list[str]:
@@ -103,7 +93,7 @@ def render(
         parts += _tables(dpo, pending, "##")
     for method in in_axis_order(by_method, Method):
         extra = (method_context or {}).get(method, [])
-        section = ["", f"## Method: {method_heading(method)}", "", *([*extra, ""] if extra else [])]
+        section = ["", f"## Method: {method_title(method)}", "", *([*extra, ""] if extra else [])]
         parts += section + _tables(by_method[method], (), "###")
     return "\n".join(parts).rstrip("\n") + "\n"
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.errors import BenchError
-from bench.report.grid import build_grid
+from bench.matrix.axes import Method
+from bench.report.cells import method_title
+from bench.report.grid import build_grid, in_axis_order
 from bench.report.site import grid_table
 
 PREDICTED_CSV = "predicted.csv"
@@ -30,6 +32,8 @@ class PredictedRow(BaseModel):
     """One cell of predicted.csv (the columns the site shows)."""
 
     cell_id: str
+    method: str = "dpo"
+    """Files written before methods were an axis have no method column: their cells are DPO's."""
     init: str
     quant: str
     backend: str
@@ -67,6 +71,7 @@ def read_predicted(folder: Path) -> PredictedMatrix:
     rows = [
         PredictedRow(
             cell_id=line["cell_id"],
+            method=line.get("method") or "dpo",
             init=line["init"],
             quant=line["quant"],
             backend=line["backend"],
@@ -122,9 +127,15 @@ def cell_html(row: PredictedRow) -> str:
 
 
 def predicted_table(matrix: PredictedMatrix) -> str:
+    """One table per training method (DPO's first, unlabelled as before methods were an axis)."""
     by_id = {r.cell_id: r for r in matrix.rows}
-    grid = build_grid(matrix.rows)
-    return grid_table(grid, lambda cell_id: cell_html(by_id[cell_id]), matrix.hardware, "matrix predicted-matrix")
+    tables = []
+    for method in in_axis_order((r.method for r in matrix.rows), Method):
+        grid = build_grid(r for r in matrix.rows if r.method == method)
+        heading = "" if method == Method.DPO else f"<h4>{escape(method_title(method))}</h4>"
+        render = lambda cell_id: cell_html(by_id[cell_id])  # noqa: E731
+        tables.append(heading + grid_table(grid, render, matrix.hardware, "matrix predicted-matrix"))
+    return "".join(tables)
 
 
 def predicted_section(matrices: list[PredictedMatrix]) -> str:

@@ -6,15 +6,15 @@ Pure rendering: `ProfileView`s in, HTML text out. Reading files is publish.py's 
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 from bench.matrix.axes import Backend
-from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
+from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link, method_title, mib
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
 from bench.results.env_schema import EnvFingerprint
-from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
+from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, StageRecord, Status
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
 # repeat after ten).
@@ -86,6 +86,19 @@ class ProfileView:
     cells: dict[str, CellSummary]
     """Trials folded: status over all trials, metric medians."""
     configs: dict[str, list[ConfigFile]]
+    method: str = "dpo"
+    """The training method whose cells the view shows (a profile has a view per method that has a run)."""
+    pipelines: list[list[StageRecord]] = field(default_factory=list)
+    """The profile's newest pipeline run per workload (bench/pipeline), shown with its DPO view."""
+
+    @property
+    def label(self) -> str:
+        """`cpu` for DPO's view, `cpu · sft` for another method's."""
+        return self.hardware if self.method == "dpo" else f"{self.hardware} · {self.method}"
+
+    @property
+    def anchor(self) -> str:
+        return f"hw-{self.hardware}" if self.method == "dpo" else f"hw-{self.hardware}-{self.method}"
 
 
 def panel_id(hardware: str, cell_id: str) -> str:
@@ -136,11 +149,40 @@ def profile_heading(view: ProfileView) -> str:
     env = view.env or EnvFingerprint()
     partial = "" if view.complete else ' <span class="warn">partial run: not every cell has a result</span>'
     budget = budget_line(view.records.values())
+    title = view.hardware if view.method == "dpo" else f"{view.hardware} · {method_title(view.method)}"
     return (
-        f'<h3>{escape(view.hardware)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
+        f'<h3>{escape(title)}</h3><p class="meta">run <code>{escape(view.run_name)}</code> · '
         f"{escape(env.created_at or '?')} · workload {escape(env.workload or '?')} · "
         f"image {escape(env.image_label)}{partial}</p>"
         + (f'<p class="meta budget">{escape(budget)}</p>' if budget else "")
+    )
+
+
+def stage_html(record: StageRecord) -> str:
+    text = MARKS[Status(record.status)] + (f" ({record.error_class})" if record.error_class else "")
+    if record.wall_s is not None:
+        text += f" {record.wall_s:,.1f} s"
+    if record.peak_bytes is not None:
+        text += f" · {mib(record.peak_bytes)}"
+    title = record.message or ", ".join(f"{k} {v}" for k, v in record.checks.items() if k != "text")
+    return f'<span class="cell s-{escape(record.status)}" title="{escape(title)}">{escape(text)}</span>'
+
+
+def pipelines_html(runs: list[list[StageRecord]]) -> str:
+    """The pipeline as one row of stages per workload (bench/pipeline): status, wall time, peak memory."""
+    if not runs:
+        return ""
+    head = "".join(f"<th>{r.index}. {escape(r.stage)}</th>" for r in runs[0])
+    rows = "".join(
+        f"<tr><th>{escape(stages[0].workload)} <code>{escape(stages[0].run_id)}</code></th>"
+        + "".join(f"<td>{stage_html(r)}</td>" for r in stages)
+        + "</tr>"
+        for stages in runs
+    )
+    return (
+        "<h4>Pipeline: SFT → merge → DPO → merge → generate (a process per stage)</h4>"
+        f'<table class="matrix pipeline"><thead><tr><th>workload · run</th>{head}</tr></thead><tbody>{rows}'
+        "</tbody></table>"
     )
 
 
@@ -385,7 +427,7 @@ def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
     legend = legend_layout(in_axis_order((p[1] for p in points), Backend), left, width - right)
     extra = LEGEND_LINE * max((line for _, _, line in legend), default=0)
     height, bottom = height + extra, bottom + extra
-    title = f"{view.hardware}: tokens/s vs peak memory"
+    title = f"{view.label}: tokens/s vs peak memory"
     head = (
         f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
@@ -448,7 +490,7 @@ def winners_svg(view: ProfileView, width: int = 460) -> str:
     rows = winners(view)
     row_h, top, label_w = 24, 28, 150
     height = top + row_h * max(len(rows), 1) + 10
-    title = f"{view.hardware}: fastest working backend per init · quant"
+    title = f"{view.label}: fastest working backend per init · quant"
     best = max((t for _, _, t in rows if t is not None), default=1.0)
     parts = [
         f'<svg class="plot winners" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
@@ -509,7 +551,8 @@ document.addEventListener('DOMContentLoaded', function(){
 def render_site(views: list[ProfileView], generated_at: str, predicted: str = "") -> str:
     """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones."""
     matrices = "".join(
-        f'<section class="profile" id="hw-{escape(v.hardware)}">{profile_heading(v)}{matrix_table(v)}</section>'
+        f'<section class="profile" id="{escape(v.anchor)}">{profile_heading(v)}{matrix_table(v)}'
+        f"{pipelines_html(v.pipelines)}</section>"
         for v in views
     )
     plots = "".join(
@@ -517,7 +560,7 @@ def render_site(views: list[ProfileView], generated_at: str, predicted: str = ""
         for v in views
     )
     panels = "".join(
-        f'<section class="panels" data-hardware="{escape(v.hardware)}"><h3>{escape(v.hardware)}</h3>'
+        f'<section class="panels" data-hardware="{escape(v.hardware)}"><h3>{escape(v.label)}</h3>'
         + "".join(cell_panel(v, cell_id) for cell_id in v.records)
         + "</section>"
         for v in views
