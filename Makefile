@@ -15,13 +15,13 @@ PY       := $(VENV)/bin/python
 LOCK     := docker/$(FLAVOR)/requirements.lock
 STAMP    := $(VENV)/.installed-$(FLAVOR)
 
-BENCH_ARGS := --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
+BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: mutants predicted help setup browser slurm bench images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
-	@echo "  variables: HW=$(HW) FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local|slurm SLURM_CONFIG=<file>"
+	@echo "  variables: HW=$(HW) METHOD=dpo|sft|reward|kto|orpo|simpo|all FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local|slurm SLURM_CONFIG=<file>"
 
 setup: $(STAMP) ## create .venv from the lock file (idempotent)
 
@@ -37,6 +37,9 @@ $(STAMP): $(LOCK) pyproject.toml
 bench: setup ## run the matrix for HW (default cpu), print the table, write results/HW/
 	$(PY) -m bench run $(BENCH_ARGS) --executor $(EXECUTOR) $(if $(SLURM_CONFIG),--slurm-config '$(SLURM_CONFIG)')
 
+pipeline: setup ## SFT -> merge -> DPO -> merge -> generate, a process per stage: make pipeline [HW=cpu] [MODEL=<workload>]
+	$(PY) -m bench pipeline --hw $(HW) $(if $(MODEL),--model '$(MODEL)')
+
 images: ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
 	@# Any set-up venv runs the build; FLAVOR names the image, never what goes into .venv.
 	@$(if $(wildcard $(VENV)/.installed-*),:,$(MAKE) --no-print-directory setup FLAVOR=cpu)
@@ -47,13 +50,13 @@ check-cuda-image: ## build the cuda image and check it without a GPU; run before
 	OFFLINE_BASE='$(OFFLINE_BASE)' EXTRA_CA_CERTS='$(EXTRA_CA_CERTS)' bash docker/cuda/check.sh
 
 list: setup ## list every cell and the not-applicable reasons, run nothing
-	$(PY) -m bench list --hw $(HW) $(if $(FILTER),--filter '$(FILTER)')
+	$(PY) -m bench list --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)')
 
 matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
 test: setup browser slurm ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
-	$(PY) -m pytest tests -m "not docker" --ignore=tests/perf
+	$(PY) -m pytest tests -m "not docker and not pipeline_small" --ignore=tests/perf
 
 browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
@@ -94,8 +97,8 @@ compare-ab: setup ## interleaved A/B of two git refs on this machine: make compa
 publish: setup ## regenerate results/README.md and the static site results/site/
 	$(PY) -m bench publish
 
-predict: setup ## PREDICTED per-device memory and fits/OOM of every cell, no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
-	$(PY) -m bench predict --hw '$(HW)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
+predict: setup ## PREDICTED per-device memory and fits/OOM of every cell of every method (METHOD=dpo,sft,...), no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
+	$(PY) -m bench predict --hw '$(HW)' --method '$(or $(METHOD),all)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
 
 predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile (a test holds them to the code)
 	$(PY) -m bench predict --hw all --write

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bench.assets.method_data import FORMS
 from bench.matrix.profiles import Workload, inside_folder
 from bench.paths import BUILD_DIR, SCENARIOS_DIR
 from bench.units import GiB
@@ -31,6 +32,17 @@ class PreparedAssets(BaseModel):
     model: str
     tokenizer: str
     dataset: str
+    """The preference pairs."""
+    derived: dict[str, str] = {}
+    """Form -> folder of the rows other methods train on, derived from the pairs (bench/assets/method_data.py)."""
+
+    def dataset_for(self, form: str) -> str:
+        """The folder of the rows in `form` (bench/matrix/methods.py DataForm)."""
+        if form == "pairs":
+            return self.dataset
+        if form not in self.derived:
+            raise ValueError(f"no {form} dataset was prepared (prepared: pairs, {', '.join(self.derived) or 'none'})")
+        return self.derived[form]
 
 
 def _local_or_hub(source: str, folder: Path) -> str:
@@ -190,12 +202,31 @@ def cell_dataset(dataset: str, folder: Path) -> str:
     return str(folder)
 
 
+def _derive_datasets(dataset_dir: Path, root: Path) -> dict[str, str]:
+    """Every derived form of the pairs in `dataset_dir`, saved beside it (once)."""
+    from datasets import Dataset, load_from_disk
+
+    pairs = None
+    derived = {}
+    for form, rows_of in FORMS.items():
+        out = root / f"dataset-{form}"
+        if not (out / "state.json").is_file():
+            pairs = pairs if pairs is not None else list(load_from_disk(str(dataset_dir)))
+            Dataset.from_list(rows_of(pairs)).save_to_disk(str(out))
+        derived[form] = str(out)
+    return derived
+
+
 def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
     """Build (or reuse) the workload's assets and return where each one is."""
     root = build_dir / "assets" / f"{workload.name}-{workload_fingerprint(workload)}"
     manifest = root / "assets.json"
     if manifest.is_file():
-        return PreparedAssets.model_validate_json(manifest.read_text())
+        assets = PreparedAssets.model_validate_json(manifest.read_text())
+        if set(assets.derived) != set(FORMS):  # assets built before a form existed: add it
+            assets = assets.model_copy(update={"derived": _derive_datasets(Path(assets.dataset), root)})
+            manifest.write_text(json.dumps(assets.model_dump(), indent=2))
+        return assets
     root.mkdir(parents=True, exist_ok=True)
     dataset_dir = root / "dataset"
     _prepare_dataset(workload, dataset_dir)
@@ -214,6 +245,7 @@ def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
     else:
         model_ref = _local_or_hub(workload.model.source or "", SCENARIOS_DIR)
 
-    assets = PreparedAssets(model=model_ref, tokenizer=tokenizer_ref, dataset=str(dataset_dir))
+    derived = _derive_datasets(dataset_dir, root)
+    assets = PreparedAssets(model=model_ref, tokenizer=tokenizer_ref, dataset=str(dataset_dir), derived=derived)
     manifest.write_text(json.dumps(assets.model_dump(), indent=2))
     return assets

@@ -6,12 +6,12 @@ import signal
 import sys
 from typing import NoReturn
 
-from bench.cli import estimate, export, report, run
+from bench.cli import estimate, export, pipeline, report, run
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
 
-GROUPS = (run, report, estimate, export)
+GROUPS = (run, pipeline, report, estimate, export)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -5,20 +5,34 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import NAME_PATTERN
-from bench.matrix.scenario import expand, load_matrix, rows_added
+from bench.matrix.scenario import ALL_METHODS, expand, load_matrix, of_methods, parse_methods, rows_added
 
 INTERRUPTED = 130
 """Exit status after a Ctrl-C (128 + SIGINT), whatever the command was doing."""
 
 
 def all_cells(args: argparse.Namespace) -> list[Cell]:
-    return expand(load_matrix(Path(args.scenarios) / "matrix.yaml"))
+    """The matrix's cells of the methods `--method` names (every method's without the option)."""
+    cells = expand(load_matrix(Path(args.scenarios) / "matrix.yaml"))
+    chosen = getattr(args, "method", None)
+    return cells if chosen is None else of_methods(cells, parse_methods(chosen))
 
 
-def cell_ids(scenarios: Path) -> list[str]:
-    return [c.id for c in expand(load_matrix(scenarios / "matrix.yaml"))]
+def cell_ids(scenarios: Path, methods: tuple[Method, ...] = (Method.DPO,)) -> list[str]:
+    """The ids of the matrix's cells of `methods` (DPO's: the rows a run of the DPO matrix is held to)."""
+    return [c.id for c in of_methods(expand(load_matrix(scenarios / "matrix.yaml")), methods)]
+
+
+def add_method_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--method",
+        default=Method.DPO.value,
+        help=f"training method(s) whose cells to take, comma-separated, or {ALL_METHODS} (default: %(default)s; "
+        "bench/matrix/methods.py lists them)",
+    )
 
 
 def rows_added_in(scenarios: Path) -> dict:

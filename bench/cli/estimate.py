@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from bench.cli.common import write_or_print
+from bench.cli.common import add_method_argument, write_or_print
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -19,7 +19,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
             for path in write_predicted(hardware, Path(args.results), validation_line(rows)):
                 print(f"written: {path}")
         return 0
-    predictions = predict_matrix(args.hw, args.workload, args.filter)
+    from bench.matrix.scenario import parse_methods
+
+    predictions = predict_matrix(args.hw, args.workload, args.filter, parse_methods(args.method))
     if args.format == "csv":
         text = to_csv(predictions)
     elif args.format == "json":
@@ -49,13 +51,15 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="hardware profile (scenarios/hardware/<HW>.yaml); with --write, `all`: every GPU profile",
     )
     p.add_argument("--workload", default=None, help="workload (default: the profile's)")
+    add_method_argument(p)
     p.add_argument("--filter", default=None, help="comma-separated glob patterns of cell ids")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.add_argument("--output", default=None, help="write here instead of stdout")
     p.add_argument(
         "--write",
         action="store_true",
-        help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell), "
+        help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
+        "every method), "
         "with the estimator's current validation error",
     )
     p.set_defaults(func=cmd_predict)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from bench.cli.common import cell_ids, pairs, resolve_run, rows_added_in, threshold, write_or_print
+from bench.matrix.axes import Method
 from bench.secrets import redact
 
 
@@ -48,7 +49,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     results = Path(args.results)
     site = Path(args.out) if args.out else results / "site"
-    readme, index = publish(results, site, cell_ids(Path(args.scenarios)), rows_added_in(Path(args.scenarios)))
+    scenarios = Path(args.scenarios)
+    others = {m.value: cell_ids(scenarios, (m,)) for m in Method if m != Method.DPO}
+    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others)
     print(f"index written to {readme}\nsite written to {index}")
     return 0
 

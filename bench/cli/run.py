@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.cli.common import INTERRUPTED, all_cells, checked_run_id, positive
+from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_run_id, positive
 from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
@@ -58,7 +58,6 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
     from bench.matrix.known_issues import known_issues
     from bench.matrix.packages import PACKAGES
     from bench.report.matrix import render
-    from bench.report.matrix_file import write_matrix
     from bench.results.env import environment_fingerprint, write_env
     from bench.results.runs import run_is_complete
     from bench.results.store import load_results
@@ -135,19 +134,35 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
     print()
     print(render(trials, f"{profile.name} · run {run_id}", []))  # every trial, folded as in MATRIX.md
     print(f"summary: {summary(records)}")
-    ids = [c.id for c in matrix_cells]
-    if run_is_complete(recorded.latest_by_cell(), ids):
-        print(f"matrix written to {write_matrix(run_dir, ids)}")
+    if run_is_complete(recorded.latest_by_cell(), [c.id for c in matrix_cells]):
+        print(f"matrix written to {write_hardware_matrix(run_dir.parent, Path(args.scenarios))}")
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
     return 0
+
+
+def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | None = None) -> Path:
+    """MATRIX.md of a hardware folder: DPO's newest complete run (or `run_dir`) and each other method's."""
+    from bench.matrix.scenario import expand
+    from bench.report.matrix_file import method_runs, write_matrix
+    from bench.results.runs import latest_complete_run
+
+    matrix = load_matrix(scenarios / "matrix.yaml")
+    cells, added = expand(matrix), rows_added(matrix)
+    if run_dir is not None:
+        return write_matrix(run_dir, [c.id for c in cells])
+    runs = method_runs(hardware_dir, cells, added)
+    if "dpo" not in runs:  # one line naming what is missing, as before methods were an axis
+        latest_complete_run(hardware_dir, [c.id for c in cells if c.method == "dpo"], added)
+    return write_matrix(runs["dpo"], [c.id for c in cells], runs)
 
 
 def _asset_mounts(assets: "PreparedAssets") -> list[Path]:
     """The local asset folders for the docker executor, mounted read-only; hub ids are not paths. The dataset is
     read-only too: a cell loads the dataset through links in its own folder, where `datasets` writes its caches
     (bench.assets.prepare.cell_dataset)."""
-    return [Path(p) for p in (assets.model, assets.tokenizer, assets.dataset) if Path(p).is_absolute()]
+    folders = (assets.model, assets.tokenizer, assets.dataset, *assets.derived.values())
+    return [Path(p) for p in folders if Path(p).is_absolute()]
 
 
 def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets: "PreparedAssets") -> "Executor":
@@ -215,29 +230,24 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from bench.report.matrix_file import write_matrix
-    from bench.results.runs import latest_complete_run
-
     profile = load_profile(args.hw, Path(args.scenarios))
-    ids = [c.id for c in all_cells(args)]
     hardware_dir = Path(args.results) / profile.name
-    added = rows_added(load_matrix(Path(args.scenarios) / "matrix.yaml"))
-    run_dir = (
-        hardware_dir / checked_run_id(args.run_id) if args.run_id else latest_complete_run(hardware_dir, ids, added)
-    )
-    print(f"matrix written to {write_matrix(run_dir, ids)}")
+    run_dir = hardware_dir / checked_run_id(args.run_id) if args.run_id else None
+    print(f"matrix written to {write_hardware_matrix(hardware_dir, Path(args.scenarios), run_dir)}")
     return 0
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("list", help="show every cell and why some are not applicable; runs nothing")
     p.add_argument("--hw", default="cpu")
+    add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run (or resume) the matrix on this machine")
     p.add_argument("--hw", default="cpu")
     p.add_argument("--workload", default=None, help="override the profile's default workload")
+    add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument(
         "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
@@ -274,7 +284,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     add_slurm_arguments(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run")
+    p = sub.add_parser(
+        "matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run (of DPO and of each method)"
+    )
     p.add_argument("--hw", default="cpu")
     p.add_argument("--run-id", default=None)
     p.set_defaults(func=cmd_matrix)

@@ -101,8 +101,9 @@ def _cells_by_id(hardware: str):
 
 
 def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
-    """The measured records the CPU constants are fitted on: the latest of every cell of the budgeted profiles."""
-    return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES]
+    """The measured records the CPU constants are fitted on: the latest of every DPO cell of the budgeted profiles
+    (the other training methods are held out: nothing is fitted on them, docs/estimator.md)."""
+    return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"]
 
 
 def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:

@@ -13,6 +13,7 @@ from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import Placement, backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
+from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
@@ -55,6 +56,7 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
 
 class Prediction(BaseModel):
     cell_id: str
+    method: str = "dpo"
     init: str = ""
     quant: str = ""
     backend: str = ""
@@ -107,6 +109,7 @@ def predict_cell(
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
     base = {
         "cell_id": cell.id,
+        "method": str(cell.method),
         "init": str(cell.init),
         "quant": str(cell.quant),
         "backend": str(cell.backend),
@@ -174,8 +177,11 @@ def train_terms(
     precompute = Option.PRECOMPUTE_REF in cell.options
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     quant = str(cell.quant)
+    method = method_spec(cell.method)
     linear = shapes.linear_weights
-    other = shapes.total - linear
+    # A reward model has a one-output score head where the causal LM has its LM head (an untied one is V x H).
+    total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
+    other = total - linear
 
     # Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
     # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
@@ -185,12 +191,12 @@ def train_terms(
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized
     if fsdp_upcast:
-        full = shapes.total * 4
+        full = total * 4
     param_b = 4 if fsdp_upcast else b
 
     # Trainable parameters and their dtype.
     if not init.adapters:
-        trainable, train_b = shapes.total, param_b
+        trainable, train_b = total, param_b
         head_trainable = True
     else:
         trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules)
@@ -233,7 +239,7 @@ def train_terms(
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
     # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
     if init.reference == "separate_model" and resolve(cell, profile.device).settings.reference != "precomputed":
-        reference = full if not fsdp_upcast else shapes.total * b
+        reference = full if not fsdp_upcast else total * b
         out["reference_model"] = terms.placed(reference, sharding.reference, world, devices)
         host["reference_model"] = terms.offloaded(reference, sharding.reference, world)
     load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
@@ -248,7 +254,7 @@ def train_terms(
 
     # The step's peak: the LM head's backward (logits tiles + accumulators + saved activations) or the end of
     # backward (every gradient), whichever is larger.
-    rows = 2 * workload.train.per_device_train_batch_size
+    rows = method.rows_per_example * workload.train.per_device_train_batch_size
     seq = workload.train.max_length
     tokens = rows * seq
     per_layer = terms.layer_activations(
@@ -264,7 +270,7 @@ def train_terms(
     )
     acts = terms.activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
     split = devices if spec.splits_layers else 1
-    head = terms.head_backward(tokens, shapes.hidden, shapes.vocab, b, const.head_tiles, head_trainable)
+    head_name, head = output_head(method, rows, seq, tokens, shapes, b, const.head_tiles, head_trainable)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above.
     grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
@@ -282,9 +288,14 @@ def train_terms(
         phase_head += bucket_at_head
         # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
         phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
-    if phase_head >= phase_end:
+    # KTO's KL batch: forwards without gradient before the step's own (bench/estimate/terms.no_grad_forward); its
+    # peak is below the head's backward whenever anything is checkpointed, and then it adds no term.
+    phase_kl = terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split if method.extra_forwards else 0.0
+    if phase_kl > max(phase_head, phase_end):
+        out["kl_batch_forward"] = phase_kl
+    elif phase_head >= phase_end:
         out["activations"] = acts / split
-        out["lm_head_backward"] = head
+        out[head_name] = head
         if bucket_at_head:
             out["zero_buckets"] = bucket_at_head
     elif stage in (1, 2):
@@ -304,6 +315,36 @@ def train_terms(
     if precompute:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
+
+
+FULL_LOGITS_KEPT = {"orpo": 1.5, "simpo": 1.0}
+"""[R, L, V] logits-sized tensors alive when the backward of a full-logits loss starts, read from
+trl/experimental/orpo/orpo_trainer.py and cpo/cpo_trainer.py (concatenated_forward): both keep the model's logits
+(R = 2B rows: 1); ORPO's NLL on the chosen half keeps its log-softmax (B rows: +0.5) for the backward, CPO's with
+cpo_alpha=0 (SimPO) computes no NLL. The log-prob gather (selective_log_softmax) keeps only views and one value
+per token. The backward then builds the logits' gradient: one more [R, L, V] (output_head adds it)."""
+
+
+def output_head(
+    method: MethodSpec,
+    rows: int,
+    seq: int,
+    tokens: int,
+    shapes: ModelShapes,
+    compute_bytes: int,
+    tiles: float,
+    head_trainable: bool,
+) -> tuple[str, float]:
+    """(term name, bytes) of what reading the model's output holds at the step's peak, per the method's
+    `output` (bench/matrix/methods.py)."""
+    if method.output == "scalar":
+        return "scalar_head", terms.scalar_head(rows, seq, compute_bytes)
+    if method.output == "full_logits":
+        kept = FULL_LOGITS_KEPT[method.name] + 1.0
+        return "full_logits", terms.full_logits(rows, seq, shapes.vocab, compute_bytes, kept)
+    return "lm_head_backward", terms.head_backward(
+        tokens, shapes.hidden, shapes.vocab, compute_bytes, tiles, head_trainable
+    )
 
 
 def write_calibration(calibration: Calibration, path: Path = CALIBRATION_FILE) -> None:

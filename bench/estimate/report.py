@@ -12,14 +12,20 @@ from bench.units import GiB, MiB
 GB = 1e9
 
 
-def predict_matrix(hardware: str, workload_name: str | None = None, pattern: str | None = None) -> list[Prediction]:
+def predict_matrix(
+    hardware: str, workload_name: str | None = None, pattern: str | None = None, methods: tuple[str, ...] | None = None
+) -> list[Prediction]:
+    """Every matrix cell of `methods` (default: every method) matching `pattern`, predicted."""
     from bench.matrix.profiles import load_profile, load_workload
-    from bench.matrix.scenario import expand, load_matrix, select
+    from bench.matrix.scenario import expand, load_matrix, of_methods, select
 
     profile = load_profile(hardware)
     workload = load_workload(workload_name or profile.workload)
     calibration = load_calibration()
-    return [predict_cell(c, profile, workload, calibration) for c in select(expand(load_matrix()), pattern)]
+    cells = expand(load_matrix())
+    if methods is not None:
+        cells = of_methods(cells, methods)
+    return [predict_cell(c, profile, workload, calibration) for c in select(cells, pattern)]
 
 
 def _gb(value: float | None, device: str) -> str:
@@ -85,6 +91,9 @@ TERM_COLUMNS = (
     "zero3_gathered_layer",
     "activations",
     "lm_head_backward",
+    "full_logits",
+    "scalar_head",
+    "kl_batch_forward",
     "ddp_buckets",
     "zero_buckets",
     "fsdp_gather",
@@ -106,6 +115,7 @@ def to_csv(predictions: list[Prediction]) -> str:
             "hardware",
             "workload",
             "cell_id",
+            "method",
             "init",
             "quant",
             "backend",
@@ -131,6 +141,7 @@ def to_csv(predictions: list[Prediction]) -> str:
                 p.hardware,
                 p.workload,
                 p.cell_id,
+                p.method,
                 p.init,
                 p.quant,
                 p.backend,

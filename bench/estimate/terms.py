@@ -1,7 +1,8 @@
 """Each memory term as a pure function of counts and dtype sizes, in bytes, for one device. Formulas in docstrings.
 
 Notation: P parameters, T trainable parameters, N ranks sharing a sharded state, b bytes per element of the compute
-dtype (4 fp32, 2 bf16/fp16), t = 2*B*L tokens per step and rank (chosen + rejected rows of B pairs, L = max_length).
+dtype (4 fp32, 2 bf16/fp16), B examples per step and rank, L = max_length, R = rows the policy sees per step (2B:
+chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per step and rank, V vocabulary.
 """
 
 from bench.units import MiB
@@ -156,6 +157,23 @@ def head_backward(
     weight-gradient accumulator V*H*4 when the head is trained."""
     tile = logits_tile(tokens, vocab, compute_bytes)
     return tiles * tile + tokens * hidden * 4 + (vocab * hidden * 4 if head_trainable else 0)
+
+
+def full_logits(rows: int, seq: int, vocab: int, compute_bytes: int, kept: float) -> float:
+    """Where the loss reads the model's full logits (the experimental ORPO and CPO/SimPO trainers call the model
+    without TRL's fused head): `kept` logits-sized [R, L, V] tensors of b bytes are alive in the backward. Pure."""
+    return kept * rows * seq * vocab * compute_bytes
+
+
+def scalar_head(rows: int, seq: int, compute_bytes: int) -> float:
+    """A one-output sequence-classification head scores every position before the last one is pooled: R * L * b."""
+    return rows * seq * compute_bytes
+
+
+def no_grad_forward(per_layer: float, tokens: int, vocab: int, compute_bytes: int) -> float:
+    """A forward pass without gradient (KTO's KL batch) keeps nothing for a backward: its peak is one layer's
+    working set and one logits tile of the fused head."""
+    return per_layer + logits_tile(tokens, vocab, compute_bytes)
 
 
 def layer_activations(

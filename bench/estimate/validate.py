@@ -41,6 +41,9 @@ class Row:
     """Predicted by constants fitted without any record of this cell (see the module docstring)."""
     verdict_held_out: str | None = None
     margin_held_out: float | None = None
+    method: str = "dpo"
+    """The cell's training method: the headline figures are DPO's, on whose cells the constants are fitted; every
+    other method's rows are summed up apart (method_summary)."""
 
     @property
     def error(self) -> float | None:
@@ -124,6 +127,7 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 held_out=None if h is None else h.train_bytes,
                 verdict_held_out=h.verdict if limited and h is not None else None,
                 margin_held_out=_margin(h) if limited and h is not None else None,
+                method=record.method,
             )
         )
     return rows, skipped
@@ -150,10 +154,30 @@ def _fit_or_none(records) -> Calibration | None:
         return None
 
 
+def method_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]]:
+    """Per training method other than DPO: its `ok` rows of the calibrated scope, max and mean |error|, and its
+    right verdicts."""
+    found: dict[str, dict[str, float | int | None]] = {}
+    for method in dict.fromkeys(r.method for r in rows if r.method != "dpo" and r.calibrated):
+        mine = [r for r in rows if r.method == method and r.calibrated]
+        errors = [r.error for r in mine if r.error is not None and r.status == "ok"]
+        verdicts = [r.verdict_right for r in mine if r.verdict_right is not None]
+        found[method] = {
+            "ok_cells": len(errors),
+            "max_abs_error_ok": max((abs(e) for e in errors), default=None),
+            "mean_error_ok": sum(errors) / len(errors) if errors else None,
+            "verdicts": len(verdicts),
+            "verdicts_right": sum(verdicts),
+        }
+    return found
+
+
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
     """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload): held out (every row, each
     predicted without its own cell's records) and fitted-on (the rows the constants were fitted on, in-sample);
-    plus the extrapolated CPU rows of other workloads on their own."""
+    plus the extrapolated CPU rows of other workloads on their own. DPO's rows only: the other methods' rows are
+    method_summary's."""
+    rows = [r for r in rows if r.method == "dpo"]
     outside = [
         abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok" and not r.calibrated
     ]
@@ -213,8 +237,8 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         )
     lines += [
         "",
-        f"Held out: `ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured "
-        f"model memory: {s['ok_cells']}; max |error| {_pct(s['max_abs_error_ok'])}, "
+        f"Held out: `ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a "
+        f"measured model memory: {s['ok_cells']}; max |error| {_pct(s['max_abs_error_ok'])}, "
         f"mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
         f"{_pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
         f"{_edge_note(s)}.",
@@ -223,6 +247,19 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
+    by_method = method_summary(rows)
+    if by_method:
+        lines[-1:-1] = [
+            "",
+            "Other training methods (their terms derived from their trainers' code, nothing fitted on them; the "
+            "CPU constants are DPO's), `ok` cells of the calibrated scope:",
+            "",
+            *(
+                f"- {method}: {m['ok_cells']} cells, mean error {_pct(m['mean_error_ok'])}, max |error| "
+                f"{_pct(m['max_abs_error_ok'])}; verdicts right {m['verdicts_right']} of {m['verdicts']}"
+                for method, m in by_method.items()
+            ),
+        ]
     if s["other_workload_ok_cells"]:
         lines[-1:-1] = [
             f"Left out of these figures: {s['other_workload_ok_cells']} `ok` CPU cells of other workloads than "

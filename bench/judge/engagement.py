@@ -4,6 +4,7 @@ from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
+from bench.matrix.methods import method_spec
 from bench.matrix.quants import quant_spec
 from bench.results.schema import Engagement
 
@@ -16,7 +17,15 @@ def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[s
     found += _backend_mismatches(cell.backend, seen)
     found += _quant_mismatches(cell.quant, seen)
     found += _init_mismatches(cell.init, seen)
+    found += _trainer_mismatches(cell, seen)
     return found
+
+
+def _trainer_mismatches(cell: Cell, seen: Engagement) -> list[str]:
+    expected = method_spec(cell.method).trainer_class
+    if seen.trainer == expected:
+        return []
+    return [f"{cell.method} requested, trainer {seen.trainer or 'not reported'} ran; expected {expected}"]
 
 
 def _backend_mismatches(backend: Backend, seen: Engagement) -> list[str]:

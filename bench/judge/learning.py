@@ -1,40 +1,78 @@
 """The learning check: did a cell that ran as asked also train correctly? Pure.
 
-Three facts are checked from the per-step DPO losses every rank recorded:
-- every loss is finite;
-- the first-step loss is ln 2: at step 1 the policy equals the reference in every init mode (the same
-  checkpoint, a zero-initialised LoRA B, or the `ref` copy of the adapter), so every pair's log-ratio
-  difference is 0 and -log sigmoid(0) = ln 2; a first loss away from ln 2 means the reference is not the
-  initial policy;
-- the loss at the end is below the first by more than DECREASE_MARGIN: the policy learned. "At the end" is the
-  mean over the last quarter of the steps (at least 3): one step's loss on a batch of a few pairs swings with
-  which pairs it drew (results/cpu/20261123-141125, one_adapter-none-single: 0.359 at step 29, 0.726 at step 30,
-  an end loss of 0.569 over the last 7 steps). A policy that does not learn cannot pass by chance: its loss stays
-  exactly ln 2, and a policy that moves without learning has a mean loss at or above ln 2 (softplus is convex:
-  E[softplus(-βΔ)] >= softplus(0) when E[Δ] = 0).
+Each method's facts (RULES, keyed by method) are checked from the per-step losses every rank recorded:
+- every loss is finite (every method);
+- the first-step loss has the value the method's formula gives at step 1, where one exists:
+  - DPO: ln 2. At step 1 the policy equals the reference in every init mode (the same checkpoint, a
+    zero-initialised LoRA B, or the `ref` copy of the adapter), so every pair's log-ratio difference is 0 and
+    -log sigmoid(0) = ln 2; a first loss away from ln 2 means the reference is not the initial policy;
+  - KTO: 1/2. At policy = reference every log-ratio and the KL estimate are 0, so each row's loss is
+    1 - sigmoid(0) = 1/2, times its desirable or undesirable weight (both TRL's 1.0: bench/worker/stages/kto.py);
+  - reward: ln 2. The head starts at zero (bench/worker/stages/reward.py), every reward is 0, and the pairwise
+    loss -log sigmoid(r_chosen - r_rejected) is ln 2; away from it, the head did not start neutral;
+  - SFT, ORPO, SimPO: none. Their first loss depends on the initial model's log-probs of the batch, not on the
+    formula alone;
+- the loss falls (every method but the reward model, whose check is its ranking): the loss at the end is below
+  the start by more than DECREASE_MARGIN. "At the end" is the mean over the last quarter of the steps (at least
+  3): one step's loss on a batch of a few pairs swings with which pairs it drew
+  (results/cpu/20261123-141125, one_adapter-none-single: 0.359 at step 29, 0.726 at step 30, an end loss of
+  0.569 over the last 7 steps). The start is the first step where its value is exact; without one it is the mean
+  over the first quarter, as batch-dependent as the end. A DPO policy that does not learn cannot pass by chance:
+  its loss stays exactly ln 2, and a policy that moves without learning has a mean loss at or above ln 2
+  (softplus is convex: E[softplus(-βΔ)] >= softplus(0) when E[Δ] = 0);
+- the reward model ranks: after training, its pairwise accuracy on EVAL_PAIRS training pairs
+  (bench/worker/stages/reward.py) is above 1/2 by more than two standard errors of a coin flip over those pairs,
+  1/sqrt(n): a model that did not learn scores 1/2 on average (a random head) or 0 (a constant head: no pair is
+  ranked), and passes by chance in 2.3 % of runs at most.
 """
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from bench.matrix.axes import Method
 from bench.results.schema import Learning
 
 LN2 = math.log(2.0)
 FIRST_LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 2e-2}
-"""|first loss - ln 2| allowed, by compute precision. With policy == reference the two forward passes do the same
-arithmetic; what differs is only reduction order (another kernel, another rank layout). On CPU in fp32 the
+"""|first loss - expected| allowed, by compute precision. With policy == reference the two forward passes do the
+same arithmetic; what differs is only reduction order (another kernel, another rank layout). On CPU in fp32 the
 measured deviation is 0 to ~1e-7. The loss's slope at Δ=0 is β/2, so 1e-3 (fp32) still catches a reference
 whose summed log-ratio is off by 2e-3/β nats per pair on average (0.02 nats at β = 0.1); the injected wrong
 reference (BENCH_FAULT=wrong_reference) moves it by more than 0.01 (tests/integration/test_budget_and_learning.py).
 bf16 logits carry ~3 significant digits, so a summed log-prob over a few hundred tokens can differ by ~0.1 nat
 between two kernels: 2e-2."""
 DECREASE_MARGIN = 0.03
-"""The end loss must be below first - margin; the workloads' learning rates are set so that the decrease is
+"""The end loss must be below the start - margin; the workloads' learning rates are set so that the decrease is
 several times this margin (measured in the committed runs)."""
 
 
+@dataclass(frozen=True)
+class Rule:
+    """What one method's learning check holds its losses to."""
+
+    first_loss: float | None
+    """The exact step-1 loss (module docstring), or None where the formula gives none."""
+    first_loss_meaning: str = ""
+    """What a first loss away from it means."""
+    falls: bool = True
+    ranks_pairs: bool = False
+    """The pairwise accuracy after training must be above chance (reward models)."""
+
+
+RULES: dict[Method, Rule] = {
+    Method.DPO: Rule(LN2, "the reference is not the initial policy"),
+    Method.KTO: Rule(0.5, "the reference is not the initial policy"),
+    Method.REWARD: Rule(LN2, "the reward head did not start at zero", falls=False, ranks_pairs=True),
+    Method.SFT: Rule(None),
+    Method.ORPO: Rule(None),
+    Method.SIMPO: Rule(None),
+}
+EXPECTED_NAMES = {LN2: "ln 2", 0.5: "1/2"}
+
+
 def end_steps(steps: int) -> int:
-    """How many final steps the end loss averages."""
+    """How many final steps the end loss averages (and, without an exact first loss, first steps the start)."""
     return max(3, steps // 4)
 
 
@@ -47,11 +85,23 @@ def mean_per_step(series: Sequence[Sequence[float]]) -> list[float]:
     return [sum(s[i] for s in present) / len(present) for i in range(steps)]
 
 
+def accuracy_floor(pairs: int) -> float:
+    """The pairwise accuracy a reward model must exceed: 1/2 + two standard errors of a coin flip, 1/sqrt(n)."""
+    return 0.5 + 1.0 / math.sqrt(pairs)
+
+
 def check(
-    rank_losses: Sequence[Sequence[float | None]], reward_accuracies: Sequence[float | None], precision: str
+    rank_losses: Sequence[Sequence[float | None]],
+    reward_accuracies: Sequence[float | None],
+    precision: str,
+    method: Method | str = Method.DPO,
+    pair_accuracy: float | None = None,
+    pairs_evaluated: int | None = None,
 ) -> Learning:
-    """The learning check of one cell, from each rank's per-step losses (None: not finite, as JSON keeps it) and
-    the lead rank's reward accuracies."""
+    """The learning check of one cell of `method`, from each rank's per-step losses (None: not finite, as JSON
+    keeps it), the lead rank's reward accuracies and, for a reward model, its pairwise accuracy after training on
+    `pairs_evaluated` training pairs."""
+    rule = RULES[Method(method)]
     rank_losses = [[math.nan if v is None else v for v in s] for s in rank_losses]
     losses = mean_per_step(rank_losses)
     failures: list[str] = []
@@ -63,26 +113,50 @@ def check(
         rank, step = bad[0]
         failures.append(f"non-finite loss (first at step {step} on rank {rank})")
     first, last = losses[0], losses[-1]
-    tail = losses[-end_steps(len(losses)) :]
+    window = end_steps(len(losses))
+    tail = losses[-window:]
     end = sum(tail) / len(tail)
     tolerance = FIRST_LOSS_TOLERANCE[precision]
-    if math.isfinite(first) and abs(first - LN2) > tolerance:
+    if rule.first_loss is not None and math.isfinite(first) and abs(first - rule.first_loss) > tolerance:
+        name = EXPECTED_NAMES.get(rule.first_loss, f"{rule.first_loss:g}")
         failures.append(
-            f"first-step loss {first:.4f} is not ln 2 = {LN2:.4f} (±{tolerance:g}): "
-            "the reference is not the initial policy"
+            f"first-step loss {first:.4f} is not {name} = {rule.first_loss:.4f} (±{tolerance:g}): "
+            + rule.first_loss_meaning
         )
-    if math.isfinite(first) and math.isfinite(end) and not end < first - DECREASE_MARGIN:
+    start, start_text = first, "at step 1"
+    if rule.first_loss is None:
+        head = losses[:window]
+        start, start_text = sum(head) / len(head), f"over the first {len(head)}"
+    if rule.falls and math.isfinite(start) and math.isfinite(end) and not end < start - DECREASE_MARGIN:
         failures.append(
-            f"loss did not fall: {first:.4f} at step 1, {end:.4f} over the last {len(tail)} of {len(losses)} steps"
+            f"loss did not fall: {start:.4f} {start_text}, {end:.4f} over the last {len(tail)} of {len(losses)} steps"
         )
+    if rule.ranks_pairs:
+        failures += _ranking_failures(pair_accuracy, pairs_evaluated)
     return Learning(
         first_loss=_finite_or_none(first),
         last_loss=_finite_or_none(last),
         end_loss=_finite_or_none(end),
+        start_loss=None if rule.first_loss is not None else _finite_or_none(start),
+        expected_first_loss=rule.first_loss,
         reward_accuracy=reward_accuracies[-1] if reward_accuracies else None,
+        pair_accuracy=pair_accuracy,
+        pairs_evaluated=pairs_evaluated,
         losses=[round(v, 6) if math.isfinite(v) else None for v in losses],
         failures=failures,
     )
+
+
+def _ranking_failures(accuracy: float | None, pairs: int | None) -> list[str]:
+    if accuracy is None or not pairs:
+        return ["no pairwise accuracy was measured after training"]
+    floor = accuracy_floor(pairs)
+    if accuracy > floor:
+        return []
+    return [
+        f"pairwise accuracy {accuracy:.3f} on {pairs} training pairs is not above {floor:.3f} "
+        "(1/2 + two standard errors of chance): the reward model did not learn to rank chosen over rejected"
+    ]
 
 
 def _finite_or_none(value: float) -> float | None:

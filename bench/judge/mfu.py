@@ -7,8 +7,11 @@ Convention (also stored in every result as Metrics.mfu_convention):
   the routed experts count (num_experts_per_tok / num_local_experts of the expert weights).
 - L layers, H attention heads, Q head dim, T = the workload's max_length (an upper bound of the real sequence
   length, so the attention term is an upper bound too).
-- Per token of the policy: fwd+bwd 6N + 12LHQT, plus the reference forward 2N + 4LHQT, i.e. 8N + 16LHQT;
-  with precomputed reference log-probs the steady state is 6N + 12LHQT. The same formula for every init mode
+- Per token of the policy: fwd+bwd 6N + 12LHQT, plus 2N + 4LHQT per forward without gradient: DPO's reference
+  forward (8N + 16LHQT in all), KTO's reference forwards over the batch and the KL batch and the policy's over the
+  KL batch (12N + 24LHQT), none for SFT, ORPO, SimPO and the reward model (6N + 12LHQT); precomputed reference
+  log-probs take the reference's forwards out of the steady state (bench/matrix/methods.py counts each method's
+  forwards). The reward model's N has its one-output head instead of the LM head. The same formula for every init mode
   (LoRA saves the frozen weights' gradient matmuls: its real work is lower; the model FLOPs are kept equal so
   cells compare). Recomputation from gradient checkpointing is not counted (model FLOPs, not hardware FLOPs).
 - MFU = tokens_per_s x flops_per_token / (devices x peak_tflops x 1e12); devices = world size, or the profile's
@@ -23,13 +26,15 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.schema import Metrics
 
 CONVENTION = (
-    "flops/token = 8N+16LHQT (policy fwd+bwd 6N+12LHQT + reference fwd 2N+4LHQT; 6N+12LHQT with precomputed "
-    "reference log-probs); N = matmul params excl. input/position embeddings, LM head included, MoE active "
-    "experts only; T = max_length; no recompute; mfu = tokens/s*flops/token/(devices*peak)"
+    "flops/token = 6N+12LHQT (policy fwd+bwd) + 2N+4LHQT per forward without gradient (DPO: the reference's, 8N+16LHQT "
+    "in all; KTO: reference + KL batch, 12N+24LHQT; none with precomputed reference log-probs, nor for SFT, ORPO, "
+    "SimPO, reward); N = matmul params excl. input/position embeddings, LM head included (reward: its scalar head "
+    "instead), MoE active experts only; T = max_length; no recompute; mfu = tokens/s*flops/token/(devices*peak)"
 )
 
 
@@ -39,6 +44,8 @@ class ModelShape:
     layers: int
     heads: int
     head_dim: int
+    lm_head_params: int = 0
+    hidden: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,14 +55,24 @@ class MfuInputs:
     seq_len: int
     devices: int
     precomputed_ref: bool
+    no_grad_forwards: int = 1
+    """Forward passes without gradient per step: DPO's reference (the default), KTO's three, none for the
+    reference-free methods."""
+    head_params: int = 0
+    """Matmul parameters to take out of N: the LM head of a reward model, which has a scalar head instead."""
 
 
-def flops_per_token(shape: ModelShape, seq_len: int, precomputed_ref: bool) -> float:
+def no_grad_forwards(method: str, precomputed_ref: bool) -> int:
+    spec = method_spec(method)
+    return spec.extra_forwards + (0 if precomputed_ref else spec.reference_forwards)
+
+
+def flops_per_token(shape: ModelShape, seq_len: int, precomputed_ref: bool, no_grad: int | None = None) -> float:
+    """`no_grad`: forwards without gradient (default: DPO's, the reference's unless precomputed)."""
     n = shape.matmul_params
     attention = shape.layers * shape.heads * shape.head_dim * seq_len
-    if precomputed_ref:
-        return 6.0 * n + 12.0 * attention
-    return 8.0 * n + 16.0 * attention
+    forwards = no_grad if no_grad is not None else (0 if precomputed_ref else 1)
+    return 6.0 * n + 12.0 * attention + forwards * (2.0 * n + 4.0 * attention)
 
 
 def mfu(tokens_per_s: float, flops: float, devices: int, peak_tflops: float) -> float:
@@ -67,7 +84,10 @@ def mfu(tokens_per_s: float, flops: float, devices: int, peak_tflops: float) -> 
 def with_mfu(metrics: Metrics, inputs: MfuInputs | None) -> Metrics:
     if inputs is None:
         return metrics
-    flops = flops_per_token(inputs.shape, inputs.seq_len, inputs.precomputed_ref)
+    shape = inputs.shape
+    if inputs.head_params:
+        shape = ModelShape(shape.matmul_params - inputs.head_params, shape.layers, shape.heads, shape.head_dim)
+    flops = flops_per_token(shape, inputs.seq_len, inputs.precomputed_ref, inputs.no_grad_forwards)
     return metrics.model_copy(
         update={
             "mfu": mfu(metrics.tokens_per_s, flops, inputs.devices, inputs.peak_tflops),
@@ -93,7 +113,8 @@ def shape_of(model: Any) -> ModelShape:
         n -= expert_params - expert_params * config.num_experts_per_tok // experts
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return ModelShape(matmul_params=n, layers=config.num_hidden_layers, heads=heads, head_dim=head_dim)
+    lm_head = output.weight.numel() if output is not None else 0
+    return ModelShape(n, config.num_hidden_layers, heads, head_dim, lm_head, config.hidden_size)
 
 
 @functools.cache
@@ -122,4 +143,13 @@ def inputs_for(
         return None
     devices = backend_spec(cell.backend).devices_per_cell(world, profile.device_count)
     precomputed = Option.PRECOMPUTE_REF in cell.options
-    return MfuInputs(shape, profile.peak_tflops, workload.train.max_length, devices, precomputed)
+    spec = method_spec(cell.method)
+    return MfuInputs(
+        shape,
+        profile.peak_tflops,
+        workload.train.max_length,
+        devices,
+        precomputed,
+        no_grad_forwards(cell.method, precomputed),
+        shape.lm_head_params - shape.hidden if spec.output == "scalar" else 0,
+    )

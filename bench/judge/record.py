@@ -19,7 +19,7 @@ from bench.secrets import redact
 from bench.units import GiB
 from bench.worker.report import RankReport
 
-NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM})
+NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM, Status.NOT_RUN})
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRe
     return ResultRecord(
         run_id=run.run_id,
         cell_id=cell.id,
+        method=cell.method,
         init=cell.init,
         quant=cell.quant,
         backend=cell.backend,
@@ -164,7 +165,12 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     except ValueError as exc:
         return record.model_copy(update={"error_class": ErrorClass.OTHER, "message": str(exc)})
     learning = learning_check(
-        [r.losses for r in sorted(reports, key=lambda r: r.rank)], lead.reward_accuracies, expect.precision
+        [r.losses for r in sorted(reports, key=lambda r: r.rank)],
+        lead.reward_accuracies,
+        expect.precision,
+        cell.method,
+        lead.pair_accuracy,
+        lead.pairs_evaluated,
     )
     status = Status.SILENT_FALLBACK if found else Status.LEARNING_FAILED if learning.failures else Status.OK
     return record.model_copy(

@@ -27,6 +27,11 @@ class Method(StrEnum):
     """The training method (bench/matrix/methods.py). Cell ids carry it only where it is not DPO."""
 
     DPO = "dpo"
+    SFT = "sft"
+    REWARD = "reward"
+    KTO = "kto"
+    ORPO = "orpo"
+    SIMPO = "simpo"
 
 
 class Backend(StrEnum):

@@ -9,14 +9,16 @@ from bench.matrix.inits import init_spec
 from bench.matrix.yaml_schema import Strict
 
 
-def base_cell_id(init: str, quant: str, backend: str) -> str:
-    return f"{init}-{quant}-{backend}"
+def base_cell_id(init: str, quant: str, backend: str, method: str = Method.DPO) -> str:
+    """`init-quant-backend`, prefixed `<method>-` where the method is not DPO."""
+    prefix = "" if method == Method.DPO else f"{method}-"
+    return f"{prefix}{init}-{quant}-{backend}"
 
 
-def is_variant_id(cell_id: str, init: str, quant: str, backend: str) -> bool:
+def is_variant_id(cell_id: str, init: str, quant: str, backend: str, method: str = Method.DPO) -> bool:
     """A row with another launcher, world size, options or the newcomer setup: its id carries a `+` suffix beyond
-    init-quant-backend."""
-    return cell_id != base_cell_id(init, quant, backend)
+    [method-]init-quant-backend."""
+    return cell_id != base_cell_id(init, quant, backend, method)
 
 
 class Cell(Strict):
@@ -44,17 +46,16 @@ class Cell(Strict):
             suffix += f"+{option}"
         if self.setup != Setup.RECIPE:
             suffix += f"+{self.setup}"
-        prefix = "" if self.method == Method.DPO else f"{self.method}-"
-        return prefix + self.base_id + suffix
+        return base_cell_id(self.init, self.quant, self.backend, self.method) + suffix
 
     @property
     def base_id(self) -> str:
-        """The init x quant x backend cell this one is a variant of (itself for a base cell)."""
+        """The init x quant x backend cell this one is a variant of (itself for a base cell), without the method."""
         return base_cell_id(self.init, self.quant, self.backend)
 
     @property
     def is_variant(self) -> bool:
-        return is_variant_id(self.id, self.init, self.quant, self.backend)
+        return is_variant_id(self.id, self.init, self.quant, self.backend, self.method)
 
     @property
     def uses_adapters(self) -> bool:

@@ -11,10 +11,11 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from bench.errors import BenchError
-from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
@@ -66,10 +67,26 @@ class Addition(Strict):
     at: dt.datetime
 
 
+class MethodRows(Strict):
+    """Cells of other training methods than DPO: each listed method over this slice of the axes."""
+
+    method: list[Method] = Field(min_length=1)
+    init: list[Init] = Field(min_length=1)
+    quant: list[Quant] = Field(min_length=1)
+    backend: list[Backend] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _not_dpo(self) -> "MethodRows":
+        if Method.DPO in self.method:
+            raise ValueError("dpo's cells are the axes (and variants) above; list only other methods here")
+        return self
+
+
 class MatrixSpec(Strict):
     axes: Axes
     added: list[Addition] = []
     variants: list[Variant] = []
+    methods: list[MethodRows] = []
 
     @model_validator(mode="after")
     def _added_backends_are_on_the_axis(self) -> "MatrixSpec":
@@ -101,6 +118,22 @@ def _variant_cells(variant: Variant) -> list[Cell]:
     ]
 
 
+def _method_cells(rows: MethodRows) -> list[Cell]:
+    return [
+        Cell(
+            method=method,
+            init=init,
+            quant=quant,
+            backend=backend,
+            launcher=backend_spec(backend).default_launcher,
+        )
+        for method in rows.method
+        for init in rows.init
+        for quant in rows.quant
+        for backend in rows.backend
+    ]
+
+
 def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
     """Cell id -> when its row joined the matrix: a dated variant row, or any row of a backend added to the axes
     (the later of the two when both apply)."""
@@ -120,7 +153,7 @@ def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
 
 
 def expand(matrix: MatrixSpec) -> list[Cell]:
-    """Every cell of the matrix, base cells first, in a stable order."""
+    """Every cell of the matrix in a stable order: DPO's base cells, its variants, then the other methods' cells."""
     cells: list[Cell] = []
     axes = matrix.axes
     for init in axes.init:
@@ -131,6 +164,8 @@ def expand(matrix: MatrixSpec) -> list[Cell]:
                 )
     for variant in matrix.variants:
         cells += _variant_cells(variant)
+    for rows in matrix.methods:
+        cells += _method_cells(rows)
     seen: set[str] = set()
     unique = []
     for cell in cells:
@@ -150,6 +185,26 @@ def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
     if not chosen:
         raise BenchError(f"--filter {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
     return chosen
+
+
+ALL_METHODS = "all"
+
+
+def parse_methods(text: str) -> tuple[Method, ...]:
+    """`--method`: one method, a comma-separated list, or `all`. One line naming the choices otherwise."""
+    if text.strip() == ALL_METHODS:
+        return tuple(Method)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in {m.value for m in Method}]
+    if unknown or not names:
+        choices = ", ".join([*(m.value for m in Method), ALL_METHODS])
+        raise BenchError(f"--method {text!r}: unknown method {', '.join(unknown) or '(none)'}; choose from {choices}")
+    return tuple(dict.fromkeys(Method(name) for name in names))
+
+
+def of_methods(cells: Iterable[Cell], methods: Iterable[Method]) -> list[Cell]:
+    wanted = set(methods)
+    return [c for c in cells if c.method in wanted]
 
 
 # --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
@@ -200,6 +255,20 @@ def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | No
     return None
 
 
+def reference_free_init(cell: Cell, profile: HardwareProfile) -> str | None:
+    reference = init_spec(cell.init).reference
+    if method_spec(cell.method).reference or reference == "adapter_disabled":
+        return None
+    held = "a separate reference model" if reference == "separate_model" else "a frozen `ref` copy of the adapter"
+    return f"{cell.method} has no reference: {cell.init} would hold {held} that its loss never reads"
+
+
+def reference_free_precompute(cell: Cell, profile: HardwareProfile) -> str | None:
+    if Option.PRECOMPUTE_REF in cell.options and not method_spec(cell.method).reference:
+        return f"{cell.method} has no reference: there are no reference log-probs to precompute"
+    return None
+
+
 def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | None:
     if cell.setup == Setup.NEWCOMER and not newcomer_differs(cell, profile.device):
         recipe_id = cell.model_copy(update={"setup": Setup.RECIPE}).id
@@ -208,6 +277,8 @@ def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | N
 
 
 RULES: tuple[Rule, ...] = (
+    reference_free_init,
+    reference_free_precompute,
     quantized_full_finetune,
     backend_needs_devices,
     ranks_within_profile,

@@ -2,6 +2,7 @@
 
 from collections.abc import Iterable
 
+from bench.matrix.methods import method_spec
 from bench.report.summary import CellSummary, OomMemory
 from bench.results.schema import STATUS_MEANING, ResultRecord, Status
 from bench.units import GiB, MiB
@@ -16,6 +17,7 @@ MARKS = {
     Status.TIMEOUT: "⏱️ timeout",
     Status.NOT_APPLICABLE: "N/A",
     Status.UNTESTED: "❔ untested",
+    Status.NOT_RUN: "⏭️ not run",
 }
 LEGEND = (
     " · ".join(f"{MARKS[status]} = {STATUS_MEANING[status].short}" for status in Status) + ". "
@@ -26,6 +28,15 @@ LEGEND = (
     "A single MiB figure (older records) is the peak per process during training, max over ranks "
     "(host RSS on CPU, CUDA allocated on GPU)."
 )
+
+
+def method_title(method: str) -> str:
+    """`sft · trl.SFTTrainer`, `orpo · trl.experimental.orpo.ORPOTrainer (experimental)`."""
+    try:
+        spec = method_spec(method)
+    except KeyError:  # a method of older records that the table no longer has
+        return method
+    return f"{method} · {spec.trainer}" + (" (experimental)" if spec.experimental else "")
 
 
 def gib(value: float) -> str:

@@ -43,7 +43,7 @@ def build_grid(records: Iterable[ResultRecord]) -> Grid:
         if r.cell_id in seen:
             continue
         seen.add(r.cell_id)
-        if is_variant_id(r.cell_id, r.init, r.quant, r.backend):
+        if is_variant_id(r.cell_id, r.init, r.quant, r.backend, r.method):
             variants.append(r.cell_id)
         else:
             cells.setdefault((r.init, r.quant, r.backend), r.cell_id)

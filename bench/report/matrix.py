@@ -1,15 +1,17 @@
 """The compatibility matrix as Markdown (MATRIX.md, the console) and as a flat table (matrix.csv).
 
 Markdown: rows init · quant, columns backend, one cell label each, variant rows below, and a numbered note with
-the reason (and known issue) of every cell that is not ok (a learning_failed cell's note says which check failed).
+the reason (and known issue) of every cell that is not ok (a learning_failed cell's note says which check failed);
+DPO first, then the same per other training method, each in a section of its own.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown
-from bench.report.grid import build_grid, row_label
+from bench.matrix.axes import Method
+from bench.report.cells import LEGEND, budget_line, cell_label, known_issue_markdown, method_title
+from bench.report.grid import build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary, summarize
 from bench.results.schema import EMULATED_NOTE, ResultRecord, Status
 from bench.units import MiB
@@ -38,9 +40,8 @@ def footnotes(summaries: dict[str, CellSummary]) -> tuple[dict[str, int], list[s
 NOT_RUN_YET = "not run yet: the row joined the matrix after this run"
 
 
-def render(records: list[ResultRecord], title: str, context_lines: list[str], pending: Sequence[str] = ()) -> str:
-    """The matrix of `records` (every trial of every cell; trials are folded, cells keep their first order).
-    `pending`: variant rows of the matrix this run has no record of (added after it), listed as not run yet."""
+def _tables(records: list[ResultRecord], pending: Sequence[str], level: str) -> list[str]:
+    """One method's grid, its variant rows and its notes, as Markdown blocks (`level`: the notes' heading)."""
     summaries = summarize(records)
     newest = {r.cell_id: r for r in records}
     grid = build_grid(records)
@@ -53,22 +54,47 @@ def render(records: list[ResultRecord], title: str, context_lines: list[str], pe
         return cell_label(summaries[cell_id]) + (f" [{note}]" if note else "")
 
     rows = [[row_label(i, q), *(text(grid.cell(i, q, b)) for b in grid.backends)] for i, q in grid.rows]
-    if real := sorted({r.emulated_from for r in records if r.emulated_from}):
-        title += f" · EMULATED on {', '.join(real)}"
-        context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
-    if budget := budget_line(records):
-        context_lines = [*context_lines, budget]
-    parts = [f"# {title}", "", *context_lines, "", LEGEND, "", _markdown_table(["init · quant", *grid.backends], rows)]
+    parts = [_markdown_table(["init · quant", *grid.backends], rows)] if rows else []
     if grid.variants or pending:
         variants = [
             [c, newest[c].launcher, "+".join(newest[c].options), newest[c].setup, text(c)] for c in grid.variants
         ]
         variants += [[c, "", "", "", NOT_RUN_YET] for c in pending if c not in newest]
         table = _markdown_table(["cell_id", "launcher", "options", "setup", "result"], variants)
-        parts += ["", "## Variants (other launchers, options and the newcomer setup)", "", table]
+        parts += ["", f"{level} Variants (other launchers, options and the newcomer setup)", "", table]
     if notes:
-        parts += ["", "## Notes", "", *notes]
-    return "\n".join(parts) + "\n"
+        parts += ["", f"{level} Notes", "", *notes]
+    return parts
+
+
+def render(
+    records: list[ResultRecord],
+    title: str,
+    context_lines: list[str],
+    pending: Sequence[str] = (),
+    method_context: Mapping[str, list[str]] | None = None,
+) -> str:
+    """The matrix of `records` (every trial of every cell; trials are folded, cells keep their first order): DPO's
+    cells first, then a section per other training method. `pending`: variant rows of the matrix this run has no
+    record of (added after it), listed as not run yet. `method_context`: lines above a method's section (its own
+    run, when it is not the DPO run's)."""
+    by_method: dict[str, list[ResultRecord]] = {}
+    for r in records:
+        by_method.setdefault(r.method, []).append(r)
+    if real := sorted({r.emulated_from for r in records if r.emulated_from}):
+        title += f" · EMULATED on {', '.join(real)}"
+        context_lines = [*context_lines, f"**{EMULATED_NOTE}**"]
+    if budget := budget_line(records):
+        context_lines = [*context_lines, budget]
+    parts = [f"# {title}", "", *context_lines, "", LEGEND, ""]
+    dpo = by_method.pop(Method.DPO.value, [])
+    if dpo or pending or not by_method:
+        parts += _tables(dpo, pending, "##")
+    for method in in_axis_order(by_method, Method):
+        extra = (method_context or {}).get(method, [])
+        section = ["", f"## Method: {method_title(method)}", "", *([*extra, ""] if extra else [])]
+        parts += section + _tables(by_method[method], (), "###")
+    return "\n".join(parts).rstrip("\n") + "\n"
 
 
 def _mib(value: float | None) -> float | None:
@@ -87,6 +113,7 @@ def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
         rows.append(
             {
                 "cell_id": r.cell_id,
+                "method": r.method,
                 "init": r.init,
                 "quant": r.quant,
                 "backend": r.backend,

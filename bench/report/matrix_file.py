@@ -1,11 +1,19 @@
-"""results/<HW>/MATRIX.md and matrix.csv, written from one run."""
+"""results/<HW>/MATRIX.md and matrix.csv, written from DPO's run and, for each other training method, that
+method's own run."""
 
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bench.errors import BenchError
+from bench.matrix.axes import Method
+from bench.matrix.cell import Cell
 from bench.report.matrix import csv_frame, render
+from bench.report.pipeline import pipeline_section
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.layout import ENV_FILE, RESULTS_FILE
+from bench.results.runs import latest_complete_run
 from bench.results.store import load_results
 
 
@@ -23,15 +31,42 @@ def context_lines(run_name: str, env: EnvFingerprint) -> list[str]:
     ]
 
 
-def write_matrix(run_dir: Path, cell_ids: list[str]) -> Path:
-    """Every trial of the matrix's cells, in matrix order; cells no longer in the matrix are left out."""
+def method_runs(
+    hardware_dir: Path, cells: Sequence[Cell], added: Mapping[str, dt.datetime] | None = None
+) -> dict[str, Path]:
+    """Method -> the newest run under hardware_dir that covers every row of that method (rows added after it started
+    excepted); a method no run covers is left out."""
+    found = {}
+    for method in Method:
+        ids = [c.id for c in cells if c.method == method]
+        if ids:
+            try:
+                found[method.value] = latest_complete_run(hardware_dir, ids, added)
+            except BenchError:
+                continue
+    return found
+
+
+def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] | None = None) -> Path:
+    """Every trial of the matrix's cells recorded in `run_dir`, in matrix order (cells no longer in the matrix are
+    left out); for each method in `others`, that method's cells from its own run instead, with that run's context."""
     order = {cell_id: n for n, cell_id in enumerate(cell_ids)}
-    records = sorted((r for r in load_results(run_dir).records if r.cell_id in order), key=lambda r: order[r.cell_id])
+    others = {m: d for m, d in (others or {}).items() if d != run_dir}
+    records = [r for r in load_results(run_dir).records if r.cell_id in order and r.method not in others]
+    method_context = {}
+    for method, other in others.items():
+        records += [r for r in load_results(other).records if r.cell_id in order and r.method == method]
+        method_context[method] = context_lines(other.name, read_env(other) or EnvFingerprint())[:1]
+    records.sort(key=lambda r: order[r.cell_id])
     hardware = records[0].hardware if records else run_dir.parent.name
     env = read_env(run_dir) or EnvFingerprint()
     present = {r.cell_id for r in records}
     pending = [c for c in cell_ids if c not in present and "+" in c]
-    text = render(records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env), pending)
+    text = render(
+        records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env), pending, method_context
+    )
+    if pipelines := pipeline_section(run_dir.parent):
+        text += "\n" + pipelines
     out = run_dir.parent / "MATRIX.md"
     out.write_text(text, encoding="utf-8")
     latest = {r.cell_id: r for r in records}

@@ -11,7 +11,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.errors import BenchError
-from bench.report.grid import build_grid
+from bench.matrix.axes import Method
+from bench.report.cells import method_title
+from bench.report.grid import build_grid, in_axis_order
 from bench.report.site import GridView, grid_view
 from bench.report.templating import call
 from bench.units import MiB
@@ -26,6 +28,8 @@ class PredictedRow(BaseModel):
     """One cell of predicted.csv (the columns the site shows)."""
 
     cell_id: str
+    method: str = "dpo"
+    """Files written before methods were an axis have no method column: their cells are DPO's."""
     init: str
     quant: str
     backend: str
@@ -63,6 +67,7 @@ def read_predicted(folder: Path) -> PredictedMatrix:
     rows = [
         PredictedRow(
             cell_id=line["cell_id"],
+            method=line.get("method") or "dpo",
             init=line["init"],
             quant=line["quant"],
             backend=line["backend"],
@@ -130,7 +135,8 @@ class PredictedView:
     workload: str
     estimator_version: str
     validation: str
-    grid: GridView
+    grids: list[tuple[str, GridView]]
+    """One grid per training method, DPO's first and untitled (as before methods were an axis)."""
     cells: dict[str, PredictedCell]
 
 
@@ -140,7 +146,13 @@ def predicted_view(matrix: PredictedMatrix) -> PredictedView:
         workload=matrix.workload,
         estimator_version=matrix.estimator_version,
         validation=matrix.validation,
-        grid=grid_view(build_grid(matrix.rows)),
+        grids=[
+            (
+                "" if method == Method.DPO else method_title(method),
+                grid_view(build_grid(r for r in matrix.rows if r.method == method)),
+            )
+            for method in in_axis_order((r.method for r in matrix.rows), Method)
+        ],
         cells={r.cell_id: predicted_cell(r) for r in matrix.rows},
     )
 

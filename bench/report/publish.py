@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.report.pipeline import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
 from bench.report.site import ConfigFile, ProfileView, render_site
 from bench.report.summary import summarize
@@ -28,6 +29,8 @@ class ProfileRun:
     run_dir: Path | None
     complete: bool
     env: EnvFingerprint | None
+    method: str = "dpo"
+    """DPO's run of the profile, or another training method's (its cells come from its own run)."""
 
 
 def pick_run(
@@ -47,15 +50,27 @@ def env_of(run_dir: Path | None) -> EnvFingerprint | None:
 
 
 def discover(
-    results_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+    results_dir: Path,
+    cell_ids: list[str],
+    added: Mapping[str, dt.datetime] | None = None,
+    method_cells: Mapping[str, list[str]] | None = None,
 ) -> list[ProfileRun]:
-    """Every hardware folder under results_dir that has a MATRIX.md."""
+    """Every hardware folder under results_dir that has a MATRIX.md (its DPO run by `cell_ids`), and for each other
+    method of `method_cells` (method -> its cell ids) the newest run complete for it, where one exists."""
     if not results_dir.is_dir():
         raise BenchError(f"{results_dir}: no such results folder")
     found = []
     for hardware_dir in sorted(p for p in results_dir.iterdir() if (p / "MATRIX.md").is_file()):
         run_dir, complete = pick_run(hardware_dir, cell_ids, added)
         found.append(ProfileRun(hardware_dir.name, hardware_dir, run_dir, complete, env_of(run_dir)))
+        for method, ids in (method_cells or {}).items():
+            if not ids:
+                continue
+            try:
+                method_run = latest_complete_run(hardware_dir, ids, added)
+            except BenchError:
+                continue
+            found.append(ProfileRun(hardware_dir.name, hardware_dir, method_run, True, env_of(method_run), method))
     return found
 
 
@@ -71,8 +86,10 @@ def read_config(run_dir: Path, relative: str) -> ConfigFile:
 
 
 def profile_view(run: ProfileRun, run_dir: Path, cell_ids: list[str]) -> ProfileView:
+    """The run's records of its method (a run of several methods shows each in the view of its own)."""
     loaded = load_results(run_dir)
-    latest = loaded.latest_by_cell()
+    records = [r for r in loaded.records if r.method == run.method]
+    latest = {r.cell_id: r for r in records}
     order = [c for c in cell_ids if c in latest] + [c for c in latest if c not in cell_ids]
     return ProfileView(
         hardware=run.hardware,
@@ -80,8 +97,10 @@ def profile_view(run: ProfileRun, run_dir: Path, cell_ids: list[str]) -> Profile
         complete=run.complete,
         env=run.env,
         records={c: latest[c] for c in order},
-        cells=summarize(loaded.records),
+        cells=summarize(records),
         configs={c: [read_config(run_dir, f) for f in latest[c].config_files] for c in order},
+        method=run.method,
+        pipelines=list(latest_pipelines(run.hardware_dir).values()) if run.method == "dpo" else [],
     )
 
 
@@ -98,12 +117,13 @@ def render_index(runs: list[ProfileRun], results_dir: Path, site_dir: Path) -> s
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
+        hardware = run.hardware if run.method == "dpo" else f"{run.hardware} · {run.method}"
         if run.run_dir is None:
             run_cell = "no run found"
         else:
             name = run.run_dir.name
             run_cell = f"[`{name}`]({run.hardware}/{name}/)" + ("" if run.complete else " (partial)")
-        lines.append(f"| {run.hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {_env_cells(run.env)} |")
+        lines.append(f"| {hardware} | [MATRIX.md]({run.hardware}/MATRIX.md) | {run_cell} | {_env_cells(run.env)} |")
     if not runs:
         lines.append("| — | no hardware profile has a MATRIX.md yet | | | | | | | |")
     lines += cost_section(runs)
@@ -179,13 +199,19 @@ def _env_cells(env: EnvFingerprint | None) -> str:
 
 
 def publish(
-    results_dir: Path, site_dir: Path, cell_ids: list[str], added: Mapping[str, dt.datetime] | None = None
+    results_dir: Path,
+    site_dir: Path,
+    cell_ids: list[str],
+    added: Mapping[str, dt.datetime] | None = None,
+    method_cells: Mapping[str, list[str]] | None = None,
 ) -> tuple[Path, Path]:
-    """Write results_dir/README.md and site_dir/index.html; returns both paths."""
-    runs = discover(results_dir, cell_ids, added)
+    """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
+    `method_cells`: every other method's (method -> cell ids)."""
+    runs = discover(results_dir, cell_ids, added, method_cells)
     readme = results_dir / "README.md"
     _write(readme, redact(render_index(runs, results_dir, site_dir)))
-    views = [profile_view(r, r.run_dir, cell_ids) for r in runs if r.run_dir is not None]
+    every = [*cell_ids, *(c for ids in (method_cells or {}).values() for c in ids)]
+    views = [profile_view(r, r.run_dir, every) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
     index = site_dir / "index.html"
     _write(index, redact(render_site(views, now_iso(), predicted_section(load_predicted(results_dir)))))

@@ -7,17 +7,18 @@ publish.py's job.
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from html import escape
 
 from markupsafe import Markup
 
 from bench.matrix.axes import Backend
-from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link
+from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link, method_title, mib
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
 from bench.report.templating import call, render
 from bench.results.env_schema import EnvFingerprint
-from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
+from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, StageRecord, Status
 from bench.units import MiB
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
@@ -54,6 +55,7 @@ STATUS_COLORS = {
     Status.NOT_APPLICABLE: "background:#eee;color:#666",
     Status.UNTESTED: "background:#e4ebf5;color:#555",
     Status.LEARNING_FAILED: "background:#ecdff7",
+    Status.NOT_RUN: "background:#f4f4f4;color:#777;border:1px dashed #bbb",
 }
 
 
@@ -89,6 +91,19 @@ class ProfileView:
     cells: dict[str, CellSummary]
     """Trials folded: status over all trials, metric medians."""
     configs: dict[str, list[ConfigFile]]
+    method: str = "dpo"
+    """The training method whose cells the view shows (a profile has a view per method that has a run)."""
+    pipelines: list[list[StageRecord]] = field(default_factory=list)
+    """The profile's newest pipeline run per workload (bench/pipeline), shown with its DPO view."""
+
+    @property
+    def label(self) -> str:
+        """`cpu` for DPO's view, `cpu · sft` for another method's."""
+        return self.hardware if self.method == "dpo" else f"{self.hardware} · {self.method}"
+
+    @property
+    def anchor(self) -> str:
+        return f"hw-{self.hardware}" if self.method == "dpo" else f"hw-{self.hardware}-{self.method}"
 
 
 def panel_id(hardware: str, cell_id: str) -> str:
@@ -152,7 +167,41 @@ def heading(view: ProfileView) -> Heading:
     env = view.env or EnvFingerprint()
     budget = budget_line(view.records.values())
     return Heading(
-        view.hardware, view.run_name, env.created_at or "?", env.workload or "?", env.image_label, view.complete, budget
+        view.hardware if view.method == "dpo" else f"{view.hardware} · {method_title(view.method)}",
+        view.run_name,
+        env.created_at or "?",
+        env.workload or "?",
+        env.image_label,
+        view.complete,
+        budget,
+    )
+
+
+def stage_html(record: StageRecord) -> str:
+    text = MARKS[Status(record.status)] + (f" ({record.error_class})" if record.error_class else "")
+    if record.wall_s is not None:
+        text += f" {record.wall_s:,.1f} s"
+    if record.peak_bytes is not None:
+        text += f" · {mib(record.peak_bytes)}"
+    title = record.message or ", ".join(f"{k} {v}" for k, v in record.checks.items() if k != "text")
+    return f'<span class="cell s-{escape(record.status)}" title="{escape(title)}">{escape(text)}</span>'
+
+
+def pipelines_html(runs: list[list[StageRecord]]) -> str:
+    """The pipeline as one row of stages per workload (bench/pipeline): status, wall time, peak memory."""
+    if not runs:
+        return ""
+    head = "".join(f"<th>{r.index}. {escape(r.stage)}</th>" for r in runs[0])
+    rows = "".join(
+        f"<tr><th>{escape(stages[0].workload)} <code>{escape(stages[0].run_id)}</code></th>"
+        + "".join(f"<td>{stage_html(r)}</td>" for r in stages)
+        + "</tr>"
+        for stages in runs
+    )
+    return (
+        "<h4>Pipeline: SFT → merge → DPO → merge → generate (a process per stage)</h4>"
+        f'<table class="matrix pipeline"><thead><tr><th>workload · run</th>{head}</tr></thead><tbody>{rows}'
+        "</tbody></table>"
     )
 
 
@@ -480,7 +529,7 @@ def scatter(view: ProfileView, width: int = 460, height: int = 300) -> Scatter:
     return Scatter(
         width=width,
         height=height,
-        title=f"{view.hardware}: tokens/s vs peak memory",
+        title=f"{view.label}: tokens/s vs peak memory",
         centre_x=f"{width / 2:.0f}",
         middle_y=f"{height / 2:.0f}",
         left=left,
@@ -571,7 +620,7 @@ def winners_plot(view: ProfileView, width: int = 460) -> Winners:
     return Winners(
         width=width,
         height=top + row_h * max(len(rows), 1) + 10,
-        title=f"{view.hardware}: fastest working backend per init · quant",
+        title=f"{view.label}: fastest working backend per init · quant",
         centre_x=f"{width / 2:.0f}",
         key_x=label_w - 6,
         bar_x=label_w,
@@ -589,23 +638,31 @@ class ProfilePage:
     """One profile's parts of the page: its matrix, its plots and its cell panels."""
 
     hardware: str
+    label: str
+    """`cpu` for DPO's view, `cpu · sft` for another method's."""
+    anchor: str
     heading: Heading
     grid: GridView
     links: dict[str, CellLink]
     scatter: Scatter
     winners: Winners
     panels: list[Panel]
+    pipeline: Markup
+    """The pipeline's row of stages (DPO's view only), empty without a pipeline run."""
 
 
 def profile_page(view: ProfileView) -> ProfilePage:
     return ProfilePage(
         hardware=view.hardware,
+        label=view.label,
+        anchor=view.anchor,
         heading=heading(view),
         grid=grid_view(build_grid(view.records.values())),
         links=cell_links(view),
         scatter=scatter(view),
         winners=winners_plot(view),
         panels=[panel(view, cell_id) for cell_id in view.records],
+        pipeline=Markup(pipelines_html(view.pipelines)),
     )
 
 

@@ -33,6 +33,8 @@ class Engagement(BaseModel):
     param_storage_bytes: dict[str, int] = {}
     """Device -> bytes of the policy parameters' own storage (each ZeRO-3 partition, each FSDP2 shard, else the
     tensor). `devices` is where the parameters appear to the model (ZeRO-3: placeholders on the compute device)."""
+    trainer: str | None = None
+    """The class of the trainer that ran (None in records from before methods were an axis)."""
 
 
 class Status(StrEnum):
@@ -47,6 +49,7 @@ class Status(StrEnum):
     NOT_APPLICABLE = "not_applicable"
     UNTESTED = "untested"
     PREDICTED_OOM = "predicted_oom"
+    NOT_RUN = "not_run"
     LEARNING_FAILED = "learning_failed"
 
 
@@ -70,11 +73,12 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
         "instead of two",
     ),
     Status.LEARNING_FAILED: StatusMeaning(
-        "ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss that is "
-        "not ln 2 because the reference is not the initial policy, or a loss that did not fall; the note says which)",
-        "ran as asked, but did not train correctly: a non-finite loss, a first-step loss that is not ln 2 (the "
-        "reference is not the initial policy), or a loss that did not fall (bench/judge/learning.py); the message "
-        "says which",
+        "ran as asked, but did not train correctly (learning_failed: a non-finite loss, a first-step loss away from "
+        "the method's exact value, e.g. DPO's ln 2 when the reference is not the initial policy, a loss that did not "
+        "fall, or a reward model that does not rank its pairs; the note says which)",
+        "ran as asked, but did not train correctly: a non-finite loss, a first-step loss away from the method's "
+        "exact value (DPO: ln 2, the reference is not the initial policy), a loss that did not fall, or a reward "
+        "model that does not rank its training pairs (bench/judge/learning.py); the message says which",
     ),
     Status.OOM: StatusMeaning(
         "out of memory (under a memory budget: the rank the kernel killed, its cgroup peak and the per-rank budget)",
@@ -104,6 +108,11 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
         "impossible by rule",
         "impossible by a rule in `bench/matrix/scenario.py` (e.g. full fine-tuning of quantized weights), with the "
         "reason",
+    ),
+    Status.NOT_RUN: StatusMeaning(
+        "a pipeline stage after one that failed",
+        "a pipeline stage after one that did not end `ok`: never started (bench/pipeline); the reason names the "
+        "stage that stopped the chain",
     ),
     Status.UNTESTED: StatusMeaning(
         "the device's software stack was absent, nothing ran",
@@ -145,14 +154,23 @@ class RankMemoryFigures(BaseModel):
 
 
 class Learning(BaseModel):
-    """The learning check's evidence. Losses are the mean over ranks of each rank's DPO loss at that step;
-    reward accuracy is TRL's rank-gathered `rewards/accuracies` of the last step."""
+    """The learning check's evidence (bench/judge/learning.py). Losses are the mean over ranks of each rank's
+    training loss at that step; reward accuracy is the trainer's rank-gathered reward accuracy of the last step."""
 
     first_loss: float | None
     last_loss: float | None
     end_loss: float | None = None
     """Mean loss over the last quarter of the steps (at least 3): what the decrease is judged on."""
+    start_loss: float | None = None
+    """Mean loss over the first quarter of the steps, the start of the decrease for a method whose first-step loss
+    has no exact value (SFT, ORPO, SimPO); None where the first step is the start."""
+    expected_first_loss: float | None = None
+    """The method's exact first-step loss (ln 2 for DPO and the reward model, 1/2 for KTO); None: none exists.
+    Records from before methods were an axis leave it None although their (DPO) check held it to ln 2."""
     reward_accuracy: float | None
+    pair_accuracy: float | None = None
+    """Reward models: pairwise accuracy of the trained model on `pairs_evaluated` training pairs."""
+    pairs_evaluated: int | None = None
     losses: list[float | None] = []
     """Per step; None where the loss was not finite."""
     failures: list[str] = []
@@ -227,6 +245,8 @@ class ResultRecord(BaseModel):
     cell_id: str
     trial: int = 0
     """Repeat index (0-based) when a run measures each cell several times (--repeats)."""
+    method: str = "dpo"
+    """The training method (bench/matrix/methods.py); records from before methods were an axis are DPO's."""
     init: str
     quant: str
     backend: str
@@ -280,3 +300,36 @@ EMULATED_NOTE = (
     "Memory answers (fits / OOM, peaks) are valid; tokens/s and MFU are NOT the profile's hardware speed: they are "
     "the real GPU's, named beside each figure."
 )
+
+
+class StageRecord(BaseModel):
+    """One stage of a pipeline run (bench/pipeline): a real process of its own, or a stage not run because an
+    earlier one failed. A training stage carries its cell's full record (learning check, engagement, metrics)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    pipeline: str
+    index: int
+    """1-based position in the chain."""
+    stage: str
+    kind: str
+    """`train`, `merge` or `generate`."""
+    hardware: str
+    workload: str
+    status: Status
+    error_class: ErrorClass | None = None
+    message: str = ""
+    wall_s: float | None = None
+    exit_code: int | None = None
+    peak_bytes: int | None = None
+    """The stage's peak memory per process, max over ranks: CUDA max allocated on GPU, else peak RSS (host)."""
+    memory_kind: str = "rss"
+    output: str | None = None
+    """What the stage produced for the next (a folder under build/), None for the last."""
+    checks: dict[str, float | int | str] = {}
+    """What the stage verified beyond its exit: the merge's max |logit| change, the new tokens generated, ..."""
+    record: ResultRecord | None = None
+    """A training stage's cell record, as a matrix run records it."""
+    log_tail: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None

@@ -15,6 +15,7 @@ from bench.executors.base import Executor
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.layout import RunFolder
@@ -50,6 +51,8 @@ class RunContext:
     """The memory estimator's prediction of a cell (bench/estimate/gate.py); None: no predictions."""
     run_predicted_oom: bool = False
     """Run the cells predicted to run out of memory by a clear margin instead of recording `predicted_oom`."""
+    save_dir: Path | None = None
+    """Where each cell's worker saves the trained model (a pipeline's training stage); None: nothing is saved."""
 
     @property
     def facts(self) -> RunFacts:
@@ -102,8 +105,12 @@ def run_cell(
     out_dir.mkdir(parents=True, exist_ok=True)
     folder.logs.mkdir(exist_ok=True)
     dataset = out_dir / "dataset"
-    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
-    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
+    rows = ctx.assets.dataset_for(method_spec(cell.method).data)
+    assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
+    save_dir = None if ctx.save_dir is None else str(ctx.save_dir)
+    spec = WorkerSpec(
+        cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
+    )
     plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
     plan.env |= ctx.launch_env
     write_files(plan)

@@ -38,6 +38,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder, record_losses
     from bench.worker.nvml import NvmlSampler
+    from bench.worker.stages import stage_for
 
     torch.set_num_threads(spec.profile.threads_per_process)
     started = time.perf_counter()
@@ -51,7 +52,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
         callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
     spec = faults.drop_offload(fault, spec)
     trainer = build_trainer(spec, callbacks)
-    faults.corrupt_reference(fault, trainer)
+    faults.before_training(fault, trainer)
     record_losses(trainer, recorder)
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
@@ -77,6 +78,11 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
         report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks()
     else:
         report.train_peak_bytes = report.host_peak_rss_bytes
+    evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
+    if evaluate is not None:  # after the peaks are read: what the learning check needs, not what training took
+        report.pair_accuracy, report.pairs_evaluated = evaluate(spec, trainer)
+    if spec.save_dir is not None:
+        trainer.save_model(spec.save_dir)  # every rank calls it; the main process writes
     shutdown_distributed()
 
 

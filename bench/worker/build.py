@@ -2,7 +2,9 @@
 
 from typing import Any
 
+from bench.matrix.axes import Method
 from bench.matrix.backends import backend_spec
+from bench.matrix.methods import method_spec
 from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
 from bench.worker.models import device_map_setting
@@ -22,11 +24,15 @@ def import_libraries(spec: WorkerSpec) -> None:
         names.append("bitsandbytes")
     for name in names:
         importlib.import_module(name)
-    from trl import DPOTrainer  # noqa: F401  (the trainer module pulls in most of what training touches)
+    # the trainer's own module pulls in most of what training touches
+    module, _, cls = method_spec(spec.cell.method).trainer.rpartition(".")
+    getattr(importlib.import_module(module), cls)
 
 
 def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     if spec.profile.device == "hpu":
+        if spec.cell.method != Method.DPO:
+            raise ValueError(f"the Gaudi path builds optimum-habana's GaudiDPOTrainer only, not {spec.cell.method}")
         return build_gaudi_trainer(spec, callbacks)
     # --emulate: cap this process's CUDA memory at the profile's before anything is allocated, on every device a
     # split model ("balanced", or a newcomer's "auto") spreads over

@@ -1,6 +1,6 @@
 """Observe what the trainer really runs: launcher world, accelerate's distributed type, wrappers,
 ZeRO stage and partitioning, quantized layer classes, adapters, reference model, and where offloaded state really
-lives (the optimizer's state and the parameters' own storage)."""
+lives (the optimizer's state and the parameters' own storage), the trainer's class."""
 
 from collections import Counter
 from typing import Any
@@ -109,10 +109,11 @@ def observe(trainer: Any) -> Engagement:
         adapters=sorted(peft_config),
         ref_model=type(ref).__name__ if ref is not None else None,
         devices=devices,
-        precompute_ref_log_probs=bool(trainer.args.precompute_ref_log_probs),
+        precompute_ref_log_probs=bool(getattr(trainer.args, "precompute_ref_log_probs", False)),
         optimizer_offload=_optimizer_offload(wrapped),
         param_offload=_param_offload(wrapped),
         optimizer=type(stepping).__name__ if stepping is not None else None,
         optimizer_state_devices=_optimizer_state_devices(stepping),
         param_storage_bytes=_param_storage_bytes(model),
+        trainer=type(trainer).__name__,
     )

@@ -15,6 +15,9 @@ them is tested end to end:
   wrong_reference  every rank's reference stops being the initial policy before training: the separate
                  reference model's weights are perturbed (two_models), or the trained adapter starts from a
                  non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
+  constant_reward_head  every rank's reward head is zeroed and frozen before training: the reward model scores
+                 every sequence 0 (bench/worker/stages/reward.py)
+  zero_learning_rate  every rank trains with a learning rate of 0: the weights never move
   nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
   drop_offload   every rank trains with the offload blocks (offload_optimizer, offload_param) removed from its
                  DeepSpeed config before the trainer reads it: an offload cell that silently keeps its state on
@@ -57,6 +60,8 @@ FAULTS = (
     "leak_secret",
     "abort_at_exit",
     "wrong_reference",
+    "constant_reward_head",
+    "zero_learning_rate",
     "nan_loss",
     "slow_step",
     "drop_offload",
@@ -142,14 +147,40 @@ def poison_parameter(model: Any) -> None:
                 return
 
 
-def corrupt_reference(fault: Fault | None, trainer: Any) -> None:
-    """wrong_reference, on every rank (DDP would otherwise broadcast rank 0's untouched policy)."""
-    if fault is None or fault.kind != "wrong_reference":
+BEFORE_TRAINING = frozenset({"wrong_reference", "constant_reward_head", "zero_learning_rate"})
+"""Faults applied to the built trainer on every rank (DDP would otherwise broadcast rank 0's untouched model)."""
+
+
+def before_training(fault: Fault | None, trainer: Any) -> None:
+    if fault is None or fault.kind not in BEFORE_TRAINING:
         return
+    if fault.kind == "wrong_reference":
+        corrupt_reference(trainer)
+    elif fault.kind == "constant_reward_head":
+        freeze_reward_head(trainer)
+    else:
+        trainer.args.learning_rate = 0.0  # the optimizer and its schedule are built from it when training starts
+
+
+def freeze_reward_head(trainer: Any) -> None:
+    import torch
+
+    from bench.worker.stages.reward import HEADS, head_parameters
+
+    head = head_parameters(trainer.model)
+    if not head:
+        raise RuntimeError(f"constant_reward_head: the model has no head named {' or '.join(HEADS)}")
+    with torch.no_grad():
+        for parameter in head:
+            parameter.zero_()
+            parameter.requires_grad_(False)
+
+
+def corrupt_reference(trainer: Any) -> None:
     import torch
 
     generator = torch.Generator().manual_seed(1234)
-    if trainer.ref_model is not None:
+    if getattr(trainer, "ref_model", None) is not None:
         targets = [p for p in trainer.ref_model.parameters() if p.numel() > 0]
     else:
         targets = [p for n, p in trainer.model.named_parameters() if "lora_B.default" in n and p.numel() > 0]
@@ -200,7 +231,7 @@ class FaultCallback(TrainerCallback):
             return
         if self.fault.kind == "nan_loss":
             poison_parameter(kwargs["model"])
-        elif self.fault.kind not in ("bad_result", "wrong_reference", "drop_offload"):
+        elif self.fault.kind not in ("bad_result", "drop_offload") and self.fault.kind not in BEFORE_TRAINING:
             fire(self.fault.kind)
 
 

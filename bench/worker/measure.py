@@ -1,6 +1,6 @@
-"""Per-step measurement during training: a TrainerCallback that records step-end times, TRL's cumulative
-global token count, memory, the DPO loss and TRL's reward accuracy, with nothing heavier than a clock read, a /proc
-read and a scalar copy per step."""
+"""Per-step measurement during training: a TrainerCallback that records step-end times, the cumulative global
+token count, memory, the training loss and the trainer's reward accuracy, with nothing heavier than a clock read, a
+/proc read and a scalar copy per step."""
 
 import math
 import time
@@ -11,6 +11,29 @@ import torch
 from transformers import TrainerCallback
 
 from bench.worker import memory
+
+ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
+"""The trainers' names for the share of pairs whose chosen answer scores higher: the preference trainers' implicit
+reward (DPO, ORPO, CPO) and the reward model's score (RewardTrainer)."""
+PAIR_MASKS = ("chosen_attention_mask", "rejected_attention_mask")
+
+
+def train_metric(trainer: Any, names: tuple[str, ...]) -> float | None:
+    """The latest value of the first of `names` the trainer logged in training: TRL's stable trainers keep their
+    metrics in `_metrics`, the experimental ORPO and CPO trainers in `_stored_metrics`."""
+    for store in (getattr(trainer, "_metrics", None), getattr(trainer, "_stored_metrics", None)):
+        train = (store or {}).get("train") or {}
+        for name in names:
+            if train.get(name):
+                return float(train[name][-1])
+    return None
+
+
+def batch_tokens(inputs: dict[str, Any]) -> Any:
+    """Non-padding tokens of the sequences the policy sees in a batch: chosen + rejected (each with its prompt) for
+    the paired inputs of the experimental trainers, else the batch's attention mask."""
+    masks = [inputs[k] for k in PAIR_MASKS if k in inputs] or [inputs["attention_mask"]]
+    return sum(mask.sum() for mask in masks)
 
 
 class StepRecorder(TrainerCallback):
@@ -31,6 +54,8 @@ class StepRecorder(TrainerCallback):
         self.memory_now: list[int] = []
         self.losses: list[float | None] = []
         self.reward_accuracies: list[float | None] = []
+        self.counted_tokens = 0
+        """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -41,11 +66,10 @@ class StepRecorder(TrainerCallback):
         self._sync()
         self.step_ends.append(time.perf_counter())
         self.cpu_times.append(time.process_time())
-        self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", 0)))
+        self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", self.counted_tokens)))
         now = memory.cuda_allocated_now() if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
-        accuracies = getattr(self.trainer, "_metrics", {}).get("train", {}).get("rewards/accuracies") or [None]
-        self.reward_accuracies.append(accuracies[-1])
+        self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
 
@@ -55,17 +79,22 @@ class StepRecorder(TrainerCallback):
 
 
 def record_losses(trainer: Any, recorder: StepRecorder) -> None:
-    """Append this rank's loss of every training step to `recorder.losses` (None when not finite).
+    """Append this rank's loss of every training step to `recorder.losses` (None when not finite), and count the
+    batch's global tokens for a trainer that keeps no count (`_total_train_tokens`) of its own.
 
-    The Trainer keeps the loss in a local of its training loop; DPOTrainer's compute_loss returns it, so the
+    The Trainer keeps the loss in a local of its training loop; every trainer's compute_loss returns it, so the
     bound method is wrapped.
     """
     compute_loss = trainer.compute_loss
+    counts_tokens = hasattr(trainer, "_total_train_tokens")
 
-    def recording_compute_loss(*args: Any, **kwargs: Any) -> Any:
-        result = compute_loss(*args, **kwargs)
+    def recording_compute_loss(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        training = getattr(trainer.model, "training", True)
+        if training and not counts_tokens:
+            recorder.counted_tokens += int(trainer.accelerator.gather_for_metrics(batch_tokens(inputs)).sum().item())
+        result = compute_loss(model, inputs, *args, **kwargs)
         loss = result[0] if isinstance(result, tuple) else result
-        if getattr(trainer.model, "training", True):
+        if training:
             value = float(loss.detach().float().item())
             recorder.losses.append(value if math.isfinite(value) else None)
         return result

@@ -3,6 +3,7 @@
 Shared by every trainer path (TRL, Gaudi) and the plain-TRL baseline (bench/selfbench/plain_dpo.py).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,20 +70,26 @@ def device_map(spec: WorkerSpec) -> Any:
     return chosen
 
 
-def load_causal_lm(spec: WorkerSpec) -> Any:
-    from transformers import AutoModelForCausalLM
+def load_pretrained(spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", **kwargs: Any) -> Any:
+    """The workload's checkpoint through a transformers Auto class, quantized and placed as the cell asks."""
+    import transformers
 
     dtype = DTYPES[spec.profile.precision]
-    return AutoModelForCausalLM.from_pretrained(
+    return getattr(transformers, auto_class).from_pretrained(
         spec.assets.model,
         dtype=dtype,
         quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),
         device_map=device_map(spec),
         trust_remote_code=False,
+        **kwargs,
     )
 
 
-def lora_config(spec: WorkerSpec) -> Any:
+def load_causal_lm(spec: WorkerSpec) -> Any:
+    return load_pretrained(spec)
+
+
+def lora_config(spec: WorkerSpec, task_type: str = "CAUSAL_LM") -> Any:
     from peft import LoraConfig
 
     lora = spec.workload.lora
@@ -91,23 +98,26 @@ def lora_config(spec: WorkerSpec) -> Any:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
 
 
-def build_models(spec: WorkerSpec) -> Built:
+def build_models(spec: WorkerSpec, load: Callable[[WorkerSpec], Any] | None = None, task: str = "CAUSAL_LM") -> Built:
+    """The policy (`load`, default a causal LM), and the reference as the cell's init mode places it; `task` is the
+    LoRA task type."""
     verify_installed(spec.recipe)  # a recipe on versions it was not documented for never runs as something else
-    model = load_causal_lm(spec)
+    load = load or load_causal_lm
+    model = load(spec)
     reference = init_spec(spec.cell.init).reference
     if reference == "separate_model":
         # A precomputed reference: TRL computes the log-probs with the initial policy and keeps no reference model.
         precomputed = spec.recipe.settings.reference == "precomputed"
-        return Built(model=model, ref_model=None if precomputed else load_causal_lm(spec), peft_config=None)
+        return Built(model=model, ref_model=None if precomputed else load(spec), peft_config=None)
     if reference == "adapter_disabled":
-        return Built(model=model, ref_model=None, peft_config=lora_config(spec))
+        return Built(model=model, ref_model=None, peft_config=lora_config(spec, task))
     from peft import get_peft_model, prepare_model_for_kbit_training
 
     if quant_spec(spec.cell.quant).quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing(spec))
     # Adapter `default` is trained; TRL adds a frozen copy named `ref` and uses it as the reference.
-    return Built(model=get_peft_model(model, lora_config(spec)), ref_model=None, peft_config=None)
+    return Built(model=get_peft_model(model, lora_config(spec, task)), ref_model=None, peft_config=None)

@@ -29,9 +29,13 @@ class RankReport(BaseModel):
     baseline_cgroup_bytes: int | None = None
     """The rank's memory cgroup usage at the same moment (None without a memory budget)."""
     losses: list[float | None] = []
-    """This rank's DPO loss per step (None: not finite)."""
+    """This rank's training loss per step (None: not finite)."""
     reward_accuracies: list[float | None] = []
-    """TRL's rank-gathered rewards/accuracies per step."""
+    """The trainer's rank-gathered reward accuracy per step (bench/worker/measure.py ACCURACY_METRICS)."""
+    pair_accuracy: float | None = None
+    """Reward models: the pairwise accuracy of the trained model on `pairs_evaluated` training pairs, measured
+    after training (bench/worker/stages/reward.py)."""
+    pairs_evaluated: int | None = None
     engagement: Engagement | None = None
     error: str | None = None
     traceback_tail: str | None = None

@@ -18,6 +18,9 @@ class WorkerSpec(BaseModel):
     out_dir: str
     deepspeed_config: str | None = None
     """Passed to TrainingArguments(deepspeed=...) when the launcher does not configure DeepSpeed itself."""
+    save_dir: str | None = None
+    """Where the trained model (for adapters: the adapter) is saved after training, for a pipeline's next stage;
+    None: nothing is saved (a matrix cell)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

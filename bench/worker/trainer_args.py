@@ -1,11 +1,12 @@
-"""A cell's trainer arguments: the fields of TRL's DPOConfig, stated once for every path that trains a cell (the TRL
-worker, the Gaudi worker, which adds its own switches, and the plain-TRL baseline bench/selfbench/plain_dpo.py).
-Pure."""
+"""A cell's trainer arguments, stated once for every path that trains a cell (the TRL worker, the Gaudi worker, which
+adds its own switches, and the plain-TRL baseline bench/selfbench/plain_dpo.py): the fields every TRL config of
+the methods shares, and DPO's own. Pure."""
 
 from typing import Any
 
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
+from bench.matrix.methods import method_spec
 from bench.worker.spec import WorkerSpec
 
 
@@ -19,26 +20,25 @@ def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
 
 
 def learning_rate(spec: WorkerSpec) -> float:
-    """Adapters train with their own (usually ~10x larger) rate when the workload gives one."""
-    lora_rate = spec.workload.lora.learning_rate
-    if init_spec(spec.cell.init).adapters and lora_rate is not None:
-        return lora_rate
-    return spec.workload.train.learning_rate
+    """Adapters train with their own (usually ~10x larger) rate when the workload gives one; the method's table
+    entry may scale it (bench/matrix/methods.py)."""
+    rate = spec.workload.train.learning_rate
+    if init_spec(spec.cell.init).adapters and spec.workload.lora.learning_rate is not None:
+        rate = spec.workload.lora.learning_rate
+    return rate * method_spec(spec.cell.method).learning_rate_scale
 
 
-def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
-    """Keyword arguments of DPOConfig for this cell."""
+def common_arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """Keyword arguments every method's TRL config takes (TrainingArguments' fields and max_length)."""
     train = spec.workload.train
     return {
         "output_dir": str(spec.out_dir) + "/trainer",
         "max_steps": train.steps,
         "per_device_train_batch_size": train.per_device_train_batch_size,
         "learning_rate": learning_rate(spec),
-        "beta": train.beta,
         "max_length": train.max_length,
         "seed": train.seed,
         "gradient_checkpointing": gradient_checkpointing(spec),
-        "precompute_ref_log_probs": precompute_ref_log_probs(spec),
         "use_liger_kernel": Option.LIGER in spec.cell.options,
         "bf16": spec.profile.precision == "bf16",
         "fp16": spec.profile.precision == "fp16",
@@ -49,4 +49,12 @@ def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "report_to": "none",
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
+    }
+
+
+def trainer_arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """Keyword arguments of DPOConfig for this cell."""
+    return common_arguments(spec) | {
+        "beta": spec.workload.train.beta,
+        "precompute_ref_log_probs": precompute_ref_log_probs(spec),
     }

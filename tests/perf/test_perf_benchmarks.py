@@ -76,7 +76,11 @@ def _report(rank: int) -> RankReport:
         losses=[0.6931472 - 0.01 * i for i in range(STEPS)],
         reward_accuracies=[0.5] * STEPS,
         engagement=Engagement(
-            world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+            world_size=2,
+            distributed_type="MULTI_CPU",
+            wrapper="DistributedDataParallel",
+            adapters=["default"],
+            trainer="DPOTrainer",
         ),
     )
 

@@ -1,11 +1,22 @@
 """One module per training method (bench/matrix/methods.py names it): each builds its TRL trainer for a cell with
-`trainer(spec, callbacks)`."""
+`trainer(spec, callbacks)`, and may measure what its learning check needs after training with
+`evaluate(spec, trainer) -> Evaluation` (the reward model's pairwise accuracy)."""
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from bench.matrix.methods import method_spec
+from bench.worker.spec import WorkerSpec
 
 
 def stage_for(method: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{method_spec(method).stage}")
+
+
+def inputs(spec: WorkerSpec) -> tuple[Any, Any]:
+    """(tokenizer, training rows) of the cell: its dataset folder holds the rows of its method's form."""
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(spec.assets.tokenizer), load_from_disk(spec.assets.dataset)

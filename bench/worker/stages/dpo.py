@@ -4,6 +4,7 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
+from bench.worker.stages import inputs
 from bench.worker.trainer_args import trainer_arguments
 
 
@@ -14,13 +15,10 @@ def config(spec: WorkerSpec) -> Any:
 
 
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
-    from datasets import load_from_disk
-    from transformers import AutoTokenizer
     from trl import DPOTrainer
 
     args = config(spec)
-    tokenizer = AutoTokenizer.from_pretrained(spec.assets.tokenizer)
-    dataset = load_from_disk(spec.assets.dataset)
+    tokenizer, dataset = inputs(spec)
     built = build_models(spec)
     return DPOTrainer(
         model=built.model,

@@ -146,3 +146,35 @@ def test_without_gradient_checkpointing_every_layer_keeps_its_activations():
     on = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, workload)
     without = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, off)
     assert without.terms["activations"] > 4 * on.terms["activations"]
+
+
+def method_cell(method, init=Init.ONE_ADAPTER, backend=Backend.SINGLE):
+    return cell(init, Quant.NONE, backend).model_copy(update={"method": method})
+
+
+def test_each_method_reads_the_model_output_its_own_way():
+    profile, workload = load_profile("cpu-budget-4g"), load_workload("small")
+    predicted = {m: predict_cell(method_cell(m), profile, workload).terms for m in ("dpo", "sft", "reward", "orpo")}
+    # SFT and KTO put one row per example through the policy, DPO two: half the activations and head tiles
+    assert predicted["sft"]["activations"] < predicted["dpo"]["activations"]
+    assert predicted["sft"]["lm_head_backward"] < predicted["dpo"]["lm_head_backward"]
+    # the reward model has a one-output score head instead of the (untied, 32768 x 256) LM head
+    assert predicted["dpo"]["weights"] - predicted["reward"]["weights"] == (32768 * 256 - 256) * 4
+    assert "lm_head_backward" not in predicted["reward"] and predicted["reward"]["scalar_head"] == 4 * 128 * 4
+    # ORPO's experimental trainer holds the full [2B, L, V] logits, its chosen half's log-softmax and the gradient
+    rows_l_v = 2 * 2 * 128 * 32768 * 4
+    assert predicted["orpo"]["full_logits"] == (1.5 + 1) * rows_l_v
+    simpo = predict_cell(method_cell("simpo"), profile, workload).terms
+    assert simpo["full_logits"] == 2 * rows_l_v
+
+
+def test_kto_keeps_its_reference_per_init_mode_and_the_kl_batch_adds_no_peak():
+    profile, workload = load_profile("2xA10"), load_workload("phi-2")
+    kto = predict_cell(method_cell("kto", Init.TWO_MODELS, Backend.DDP), profile, workload)
+    dpo = predict_cell(method_cell("dpo", Init.TWO_MODELS, Backend.DDP), profile, workload)
+    assert kto.terms["reference_model"] == dpo.terms["reference_model"]
+    kto = predict_cell(method_cell("kto", Init.ONE_ADAPTER, Backend.DDP), profile, workload)
+    dpo = predict_cell(method_cell("dpo", Init.ONE_ADAPTER, Backend.DDP), profile, workload)
+    assert "kl_batch_forward" not in kto.terms and kto.terms["activations"] == dpo.terms["activations"] / 2
+    sft = predict_cell(method_cell("sft", Init.TWO_MODELS, Backend.DDP), profile, workload)
+    assert sft.status == "not_applicable" and "has no reference" in sft.reason

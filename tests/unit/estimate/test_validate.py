@@ -85,3 +85,30 @@ def test_write_calibration_writes_the_committed_file(tmp_path):
 
     write_calibration(load_calibration(), tmp_path / "calibration.json")
     assert (tmp_path / "calibration.json").read_bytes() == CALIBRATION_FILE.read_bytes()
+
+
+def test_other_methods_are_summed_up_apart_from_dpos_fitted_figures():
+    from bench.estimate.validate import Row, method_summary
+
+    def row(method: str, error_pct: float) -> Row:
+        return Row(
+            "r",
+            "cpu-budget-4g",
+            "c",
+            "ok",
+            100.0,
+            100.0 + error_pct,
+            "fits",
+            "fits",
+            False,
+            held_out=100.0 + error_pct,
+            method=method,
+        )
+
+    rows = [row("dpo", 2), row("reward", 240), row("reward", -10), row("sft", 40)]
+    assert summary(rows)["ok_cells"] == 1 and abs(summary(rows)["max_abs_error_ok"] - 0.02) < 1e-9
+    by_method = method_summary(rows)
+    assert list(by_method) == ["reward", "sft"]
+    assert by_method["reward"]["ok_cells"] == 2 and abs(by_method["reward"]["max_abs_error_ok"] - 2.4) < 1e-9
+    assert abs(by_method["reward"]["mean_error_ok"] - 1.15) < 1e-9 and by_method["reward"]["verdicts_right"] == 2
+    assert "- reward: 2 cells, mean error 115.0%, max |error| 240.0%" in to_markdown(rows, 0)

@@ -8,7 +8,13 @@ def cell(init="one_adapter", quant="none", backend="single", launcher="python") 
 
 
 def seen(**overrides) -> Engagement:
-    base = {"world_size": 1, "distributed_type": "NO", "wrapper": "PeftModelForCausalLM", "adapters": ["default"]}
+    base = {
+        "world_size": 1,
+        "distributed_type": "NO",
+        "wrapper": "PeftModelForCausalLM",
+        "adapters": ["default"],
+        "trainer": "DPOTrainer",
+    }
     return Engagement(**(base | overrides))
 
 
@@ -142,3 +148,12 @@ def test_fsdp_offload_needs_the_cpu_offload_policy():
     state = {"optimizer_state_devices": ["cpu"], "param_storage_bytes": {"cpu": 10}}
     assert mismatches(asked, 1, seen(**fsdp, param_offload="cpu", **state)) == []
     assert mismatches(asked, 1, seen(**fsdp, **state)) == ["parameter offload to cpu requested, engine reports None"]
+
+
+def test_the_trainer_class_that_ran_is_the_methods():
+    sft = Cell(method="sft", init="one_adapter", quant="none", backend="single", launcher="python")
+    assert mismatches(sft, 1, seen(trainer="SFTTrainer")) == []
+    assert mismatches(sft, 1, seen(trainer="DPOTrainer")) == [
+        "sft requested, trainer DPOTrainer ran; expected SFTTrainer"
+    ]
+    assert mismatches(cell(), 1, seen(trainer=None)) == ["dpo requested, trainer not reported ran; expected DPOTrainer"]

@@ -100,3 +100,43 @@ def test_a_non_finite_first_loss_is_recorded_as_none():
     learning = check([[math.nan, 0.5, 0.4]], [1.0], "fp32")
     assert (learning.first_loss, learning.end_loss) == (None, None)
     assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]
+
+
+# --- every other method's rule (bench/judge/learning.py RULES) ---
+
+
+def test_kto_starts_at_one_half_and_a_wrong_reference_moves_it():
+    assert check([[0.5, 0.49, 0.45, 0.4]], [], "fp32", "kto").failures == []
+    wrong = check([[0.5 + 2 * FIRST_LOSS_TOLERANCE["fp32"], 0.45, 0.4, 0.3]], [], "fp32", "kto")
+    assert wrong.failures == [
+        "first-step loss 0.5020 is not 1/2 = 0.5000 (±0.001): the reference is not the initial policy"
+    ]
+    assert wrong.expected_first_loss == 0.5
+
+
+def test_a_method_without_an_exact_first_loss_is_judged_from_its_first_quarter():
+    # SFT: the first step's value depends on its batch; one batch 0.06 above a flat run would pass against step 1
+    lucky_first = [6.26] + [6.2] * 11
+    learning = check([lucky_first], [], "fp32", "sft")
+    assert learning.failures == ["loss did not fall: 6.2200 over the first 3, 6.2000 over the last 3 of 12 steps"]
+    assert learning.start_loss == pytest.approx(6.22) and learning.expected_first_loss is None
+    falling = [6.3, 6.25, 6.2, 6.1, 6.0, 5.9, 5.9, 5.8, 5.8, 5.7, 5.7, 5.6]
+    assert check([falling], [], "fp32", "orpo").failures == [] and check([falling], [], "fp32", "simpo").failures == []
+    assert check([[6.3, 6.3, 6.3, 6.3]], [], "fp32", "sft").failures[0].startswith("loss did not fall")
+
+
+def test_the_reward_model_starts_at_ln2_and_must_rank_its_training_pairs_above_chance():
+    noisy = [LN2, 0.7, 0.75, 0.68]  # the pairwise loss need not fall: the ranking is the check
+    assert check([noisy], [], "fp32", "reward", pair_accuracy=0.78, pairs_evaluated=128).failures == []
+    floor = 0.5 + 1 / 128**0.5  # 0.588: two standard errors of a coin flip over 128 pairs
+    assert check([noisy], [], "fp32", "reward", pair_accuracy=floor, pairs_evaluated=128).failures == [
+        "pairwise accuracy 0.588 on 128 training pairs is not above 0.588 (1/2 + two standard errors of chance): "
+        "the reward model did not learn to rank chosen over rejected"
+    ]
+    constant_head = check([[LN2] * 4], [], "fp32", "reward", pair_accuracy=0.0, pairs_evaluated=128)
+    assert len(constant_head.failures) == 1 and "pairwise accuracy 0.000" in constant_head.failures[0]
+    assert check([noisy], [], "fp32", "reward").failures == ["no pairwise accuracy was measured after training"]
+    head_not_zero = check([[0.8, 0.7, 0.6, 0.5]], [], "fp32", "reward", pair_accuracy=0.9, pairs_evaluated=128)
+    assert head_not_zero.failures == [
+        "first-step loss 0.8000 is not ln 2 = 0.6931 (±0.001): the reward head did not start at zero"
+    ]

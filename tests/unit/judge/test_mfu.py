@@ -2,7 +2,18 @@
 
 import pytest
 
-from bench.judge.mfu import CONVENTION, MfuInputs, ModelShape, flops_per_token, inputs_for, mfu, model_shape, with_mfu
+from bench.judge.mfu import (
+    CONVENTION,
+    MfuInputs,
+    ModelShape,
+    flops_per_token,
+    inputs_for,
+    mfu,
+    model_shape,
+    no_grad_forwards,
+    with_mfu,
+)
+from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import Backend, Init, Launcher, Option, Quant
@@ -59,7 +70,38 @@ def test_tiny_shape_by_hand():
     # tiny Llama: per layer q,k,v,o 4*64*64 + mlp 3*64*128 + 2 norms*64 = 41_088; 2 layers + final norm 64
     # + untied LM head 512*64; the input embedding (512*64) is a lookup and does not count.
     shape = model_shape(str(SCENARIOS_DIR / "workloads" / "tiny"))
-    assert shape == ModelShape(matmul_params=2 * 41_088 + 64 + 512 * 64, layers=2, heads=4, head_dim=16)
+    matmul = 2 * 41_088 + 64 + 512 * 64
+    assert shape == ModelShape(matmul, layers=2, heads=4, head_dim=16, lm_head_params=512 * 64, hidden=64)
+
+
+def test_each_method_counts_its_forwards_without_gradient():
+    shape = ModelShape(1_000, layers=1, heads=1, head_dim=1)
+    policy, forward = 6 * 1_000 + 12 * 10, 2 * 1_000 + 4 * 10
+    per_method = {m: flops_per_token(shape, 10, False, no_grad_forwards(m, False)) for m in Method}
+    assert per_method == {
+        Method.DPO: policy + forward,
+        Method.KTO: policy + 3 * forward,  # reference over the batch and the KL batch, the policy over the KL batch
+        Method.SFT: policy,
+        Method.REWARD: policy,
+        Method.ORPO: policy,
+        Method.SIMPO: policy,
+    }
+    assert no_grad_forwards(Method.KTO, precomputed_ref=True) == 1 and no_grad_forwards(Method.DPO, True) == 0
+
+
+def test_a_reward_model_has_its_scalar_head_instead_of_the_lm_head():
+    from bench.matrix.cell import Cell
+    from bench.matrix.profiles import load_profile, load_workload
+
+    cell = Cell(method="reward", init="one_adapter", quant="none", backend="single", launcher="python")
+    inputs = inputs_for(
+        load_profile("1xH100"), load_workload("tiny"), str(SCENARIOS_DIR / "workloads" / "tiny"), cell, 1
+    )
+    assert inputs.head_params == 512 * 64 - 64 and inputs.no_grad_forwards == 0
+    out = with_mfu(metrics(1.0), inputs)
+    assert out.flops_per_token == flops_per_token(
+        ModelShape(inputs.shape.matmul_params - inputs.head_params, 2, 4, 16), 128, False, 0
+    )
 
 
 def test_tied_head_counts_and_position_embeddings_do_not():

@@ -93,7 +93,12 @@ def test_a_known_failure_carries_its_link_and_note():
 
 
 LN2 = 0.6931471805599453
-DDP_ENGAGED = {"world_size": 2, "distributed_type": "MULTI_CPU", "wrapper": "DistributedDataParallel"}
+DDP_ENGAGED = {
+    "world_size": 2,
+    "distributed_type": "MULTI_CPU",
+    "wrapper": "DistributedDataParallel",
+    "trainer": "DPOTrainer",
+}
 
 
 def trained(r: int, losses: list[float | None]) -> RankReport:

@@ -18,15 +18,15 @@ LAYERS = (
     ("worker",),
     ("executors",),
     ("judge", "estimate"),
-    ("run",),
+    ("run", "pipeline"),
     ("report", "selfbench"),
     ("cli", "__main__"),
 )
 """Lowest first: a module may import its own layer's folders and any below, never one above."""
 
 FORBIDDEN = {
-    "worker": ("executors", "run", "report", "cli", "judge", "selfbench"),
-    "executors": ("worker", "judge", "report"),
+    "worker": ("executors", "run", "pipeline", "report", "cli", "judge", "selfbench"),
+    "executors": ("worker", "judge", "report", "pipeline"),
 }
 """What each side must not know: the worker runs inside every rank and needs none of the host's machinery; an
 executor starts processes and knows nothing of what they train."""

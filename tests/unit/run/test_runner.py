@@ -63,7 +63,11 @@ def context(tmp_path: Path, cpu_profile, executor) -> RunContext:
 
 def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     ddp_ran = Engagement(
-        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+        world_size=2,
+        distributed_type="MULTI_CPU",
+        wrapper="DistributedDataParallel",
+        adapters=["default"],
+        trainer="DPOTrainer",
     )
     executor = FakeExecutor(ddp_ran)
     (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
@@ -80,7 +84,9 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
 
 
 def test_what_ran_decides_the_status(tmp_path, cpu_profile):
-    one_process = Engagement(world_size=1, distributed_type="NO", wrapper="PeftModelForCausalLM", adapters=["default"])
+    one_process = Engagement(
+        world_size=1, distributed_type="NO", wrapper="PeftModelForCausalLM", adapters=["default"], trainer="DPOTrainer"
+    )
     (record,) = execute(context(tmp_path, cpu_profile, FakeExecutor(one_process)), [DDP], out=io.StringIO())
     assert record.status == Status.SILENT_FALLBACK and "world size 1, expected 2" in record.message
 
@@ -105,7 +111,11 @@ def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
 
 def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_profile):
     ddp_ran = Engagement(
-        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+        world_size=2,
+        distributed_type="MULTI_CPU",
+        wrapper="DistributedDataParallel",
+        adapters=["default"],
+        trainer="DPOTrainer",
     )
     executor = FakeExecutor(ddp_ran)
     executor.losses = lambda steps: [0.6931472] * steps
@@ -127,7 +137,11 @@ def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path
         )
 
     ddp_ran = Engagement(
-        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"]
+        world_size=2,
+        distributed_type="MULTI_CPU",
+        wrapper="DistributedDataParallel",
+        adapters=["default"],
+        trainer="DPOTrainer",
     )
     executor = FakeExecutor(ddp_ran)
     ctx = context(tmp_path, cpu_profile, executor)

@@ -1,0 +1,199 @@
+"""The pipeline's stages and the run of the chain (bench/pipeline/__init__.py)."""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+from bench.assets.prepare import PreparedAssets
+from bench.executors.base import Executor, LaunchPlan
+from bench.judge.stage import not_run_stage, step_stage, training_stage
+from bench.matrix.axes import Backend, Init, Launcher, Method, Quant
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.results.schema import StageRecord, Status
+from bench.results.store import now_iso
+from bench.run.cell import RunContext, run_cell
+from bench.run.launch import write_files
+from bench.worker.pipeline_step import StepReport, StepSpec
+
+PIPELINE = "sft-merge-dpo-merge-generate"
+PROMPT = "How do I take care of my garden?"
+"""A prompt of the shipped tiny data; any text works for the synthetic workloads."""
+NEW_TOKENS = 32
+STAGES_DIR = "stages"
+
+
+def _adapter_cell(method: Method) -> Cell:
+    return Cell(
+        method=method, init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.SINGLE, launcher=Launcher.PYTHON
+    )
+
+
+SFT_RATE = 0.2
+"""The SFT stage trains at a fifth of the workload's rate, the DPO stage at the workload's own (its matrix cell's):
+the guide's ratio (optimum-habana examples/trl: sft.py at --learning_rate 1e-4, then dpo.py at its default 5e-4).
+Measured on tiny: after SFT at the full rate the merged model's attention gradients of log p(chosen) - log
+p(rejected) were 4-9x smaller than the base model's, and DPO did not learn in 30 steps (0.6931 -> 0.6916, the
+learning check's verdict `learning_failed`); after SFT at a fifth of it DPO fell to 0.58."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    kind: Literal["train", "merge", "generate"]
+    cell: Cell | None = None
+    rate: float = 1.0
+    """Factor on the workload's learning rates for a training stage."""
+
+
+def scaled(workload: Workload, factor: float) -> Workload:
+    """The workload with both learning rates (full and LoRA) times `factor`."""
+    if factor == 1.0:
+        return workload
+    lora_rate = workload.lora.learning_rate
+    return workload.model_copy(
+        update={
+            "train": workload.train.model_copy(update={"learning_rate": workload.train.learning_rate * factor}),
+            "lora": workload.lora.model_copy(
+                update={"learning_rate": None if lora_rate is None else lora_rate * factor}
+            ),
+        }
+    )
+
+
+STAGES = (
+    Stage("sft", "train", _adapter_cell(Method.SFT), SFT_RATE),
+    Stage("merge_sft", "merge"),
+    Stage("dpo", "train", _adapter_cell(Method.DPO)),
+    Stage("merge_dpo", "merge"),
+    Stage("generate", "generate"),
+)
+
+
+@dataclass
+class PipelineContext:
+    run_id: str
+    run_dir: Path
+    """results/<HW>/pipelines/<run-id>: the stage records, configs and logs."""
+    work_dir: Path
+    """build/pipelines/<HW>/<run-id>: the adapters and merged models the stages hand on (not results)."""
+    profile: HardwareProfile
+    workload: Workload
+    assets: PreparedAssets
+    executor: Executor
+    launch_env: dict[str, str]
+
+
+def stage_file(run_dir: Path, record: StageRecord) -> Path:
+    return run_dir / STAGES_DIR / f"{record.index}-{record.stage}.json"
+
+
+def write_stage(run_dir: Path, record: StageRecord) -> None:
+    """One stage's record, written whole (tmp + rename) the moment it ends: a crash loses no finished stage."""
+    path = stage_file(run_dir, record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(record.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_stages(run_dir: Path) -> list[StageRecord]:
+    files = sorted((run_dir / STAGES_DIR).glob("*.json"), key=lambda p: int(p.name.split("-", 1)[0]))
+    return [StageRecord.model_validate_json(p.read_text(encoding="utf-8")) for p in files]
+
+
+def run_pipeline(ctx: PipelineContext, out: TextIO = sys.stdout) -> list[StageRecord]:
+    """Every stage in order; the first that does not end ok stops the chain. A line per stage on `out`."""
+    records: list[StageRecord] = []
+    model, adapter = ctx.assets.model, None
+    stopped: StageRecord | None = None
+    for index, stage in enumerate(STAGES, start=1):
+        base = StageRecord(
+            run_id=ctx.run_id,
+            pipeline=PIPELINE,
+            index=index,
+            stage=stage.name,
+            kind=stage.kind,
+            hardware=ctx.profile.name,
+            workload=ctx.workload.name,
+            status=Status.NOT_RUN,
+        )
+        output = ctx.work_dir / f"{index}-{stage.name}"
+        if stopped is not None:
+            record = not_run_stage(base, stopped, now_iso())
+        elif stage.kind == "train":
+            assert stage.cell is not None
+            record = train(ctx, base, stage, model, output)
+            adapter = record.output
+        else:
+            record = step(ctx, base, stage, model, adapter, output)
+            model = record.output or model
+        write_stage(ctx.run_dir, record)
+        records.append(record)
+        wall = "" if record.wall_s is None else f" {record.wall_s:.1f}s"
+        print(
+            f"[{index}/{len(STAGES)}] {stage.name:<10} {record.status}{wall} {record.message[:100]}",
+            file=out,
+            flush=True,
+        )
+        if stopped is None and record.status != Status.OK:
+            stopped = record
+    return records
+
+
+def train(ctx: PipelineContext, base: StageRecord, stage: Stage, model: str, output: Path) -> StageRecord:
+    from bench.estimate.gate import predictor
+
+    assert stage.cell is not None
+    cell = stage.cell
+    assets = ctx.assets.model_copy(update={"model": model})
+    run = RunContext(
+        ctx.run_id,
+        ctx.run_dir,
+        ctx.profile,
+        scaled(ctx.workload, stage.rate),
+        assets,
+        ctx.executor,
+        ctx.launch_env,
+        predict=predictor(ctx.profile, ctx.workload),
+        save_dir=output,
+    )
+    prediction = run.predict(cell) if run.predict else None
+    return training_stage(base, run_cell(run, cell, prediction=prediction), str(output))
+
+
+def step(
+    ctx: PipelineContext, base: StageRecord, stage: Stage, model: str, adapter: str | None, output: Path
+) -> StageRecord:
+    folder = ctx.run_dir / "configs" / stage.name
+    spec = StepSpec(
+        step="merge" if stage.kind == "merge" else "generate",
+        model=model,
+        tokenizer=ctx.assets.tokenizer,
+        report=str(folder / "report.json"),
+        precision=ctx.profile.precision,
+        device=ctx.profile.device,
+        prompt=PROMPT,
+        adapter=adapter if stage.kind == "merge" else None,
+        output=str(output) if stage.kind == "merge" else None,
+        new_tokens=NEW_TOKENS,
+    )
+    spec_path = folder / "spec.json"
+    plan = LaunchPlan(
+        argv=[ctx.executor.python, "-m", "bench.worker.pipeline_step", str(spec_path)],
+        env=dict(ctx.launch_env),
+        files={spec_path: json.dumps(spec.model_dump(), indent=1)},
+    )
+    write_files(plan)
+    Path(spec.report).unlink(missing_ok=True)
+    (ctx.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": stage.name}
+    started = now_iso()
+    outcome = ctx.executor.run(plan, ctx.run_dir / "logs" / f"{stage.name}.log", ctx.profile.timeout_s, labels)
+    report_path = Path(spec.report)
+    report = StepReport.model_validate_json(report_path.read_text()) if report_path.is_file() else None
+    timed = base.model_copy(update={"started_at": started, "finished_at": now_iso()})
+    return step_stage(timed, outcome, report, spec.output)

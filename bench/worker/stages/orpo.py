@@ -1,0 +1,24 @@
+"""ORPO: trl.experimental.orpo's ORPOTrainer over the pairs: the chosen answer's NLL plus an odds-ratio term, no
+reference. Its lambda (ORPOConfig.beta) stays at TRL's 0.1: the workload's beta is DPO's."""
+
+from typing import Any
+
+from bench.worker.models import build_models
+from bench.worker.spec import WorkerSpec
+from bench.worker.stages import inputs
+from bench.worker.trainer_args import common_arguments
+
+
+def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    tokenizer, dataset = inputs(spec)
+    built = build_models(spec)
+    return ORPOTrainer(
+        model=built.model,
+        args=ORPOConfig(**common_arguments(spec)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=built.peft_config,
+        callbacks=callbacks,
+    )

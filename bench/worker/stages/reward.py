@@ -1,0 +1,60 @@
+"""Reward model: TRL's RewardTrainer over the pairs, on the checkpoint with a one-output sequence-classification
+head (the `score` layer that Llama, Mistral, Phi and OPT name alike), no reference.
+
+The head starts at zero, as LoRA's B does: every reward is 0 at step 1, so the first loss is -log sigmoid(0) = ln 2
+(bench/judge/learning.py). After training, `evaluate` measures the pairwise accuracy on the first EVAL_PAIRS
+training pairs, the learning check's evidence that the model learned to rank chosen over rejected."""
+
+from typing import Any
+
+from bench.worker.models import build_models, load_pretrained
+from bench.worker.spec import WorkerSpec
+from bench.worker.stages import inputs
+from bench.worker.trainer_args import common_arguments
+
+EVAL_PAIRS = 128
+HEADS = ("score", "classifier")
+"""The names transformers gives a sequence-classification head (PEFT's SEQ_CLS modules_to_save)."""
+HEADS_IN = frozenset(HEADS)
+
+
+def head_parameters(model: Any) -> list[Any]:
+    """The sequence-classification head's parameters, and those of PEFT's trained copy of it."""
+    return [p for name, p in model.named_parameters() if HEADS_IN.intersection(name.split("."))]
+
+
+def load_reward_model(spec: WorkerSpec) -> Any:
+    import torch
+
+    model = load_pretrained(spec, "AutoModelForSequenceClassification", num_labels=1)
+    head = head_parameters(model)
+    if not head:
+        raise ValueError(f"{type(model).__name__} has no sequence-classification head named {' or '.join(HEADS)}")
+    with torch.no_grad():
+        for parameter in head:
+            parameter.zero_()
+    return model
+
+
+def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
+    from trl import RewardConfig, RewardTrainer
+
+    tokenizer, dataset = inputs(spec)
+    built = build_models(spec, load=load_reward_model, task="SEQ_CLS")
+    return RewardTrainer(
+        model=built.model,
+        args=RewardConfig(**common_arguments(spec)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=built.peft_config,
+        callbacks=callbacks,
+    )
+
+
+def evaluate(spec: WorkerSpec, trained: Any) -> tuple[float, int]:
+    """(pairwise accuracy, pairs): the share of the first EVAL_PAIRS training pairs whose chosen answer the trained
+    model scores above the rejected one, through the trainer's own evaluation (every rank takes part)."""
+    _, dataset = inputs(spec)
+    pairs = dataset.select(range(min(EVAL_PAIRS, len(dataset))))
+    metrics = trained.evaluate(eval_dataset=pairs)
+    return float(metrics["eval_accuracy"]), len(pairs)

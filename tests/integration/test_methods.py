@@ -1,0 +1,64 @@
+"""Every training method really trains on the tiny workload through the CLI, and each method's learning check
+fails on the fault it is for: a reward head that outputs a constant, an SFT learning rate of 0."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.judge.learning import LN2
+from bench.results.store import load_results
+
+pytestmark = pytest.mark.integration
+
+METHOD_CELLS = {
+    "sft-one_adapter-none-single": "SFTTrainer",
+    "reward-one_adapter-none-single": "RewardTrainer",
+    "kto-two_adapters-none-ddp": "KTOTrainer",
+    "orpo-one_adapter-none-single": "ORPOTrainer",
+    "simpo-one_adapter-none-single": "CPOTrainer",
+}
+
+
+def run_method_cells(results: Path, cells: str, env: dict[str, str] | None = None) -> dict:
+    argv = [sys.executable, "-m", "bench", "--results", str(results), "run", "--hw", "cpu", "--executor", "local"]
+    done = subprocess.run(
+        [*argv, "--method", "all", "--filter", cells, "--run-id", "r"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=os.environ | (env or {}),
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return load_results(results / "cpu" / "r").latest_by_cell()
+
+
+def test_every_method_trains_with_its_own_trainer_and_passes_its_check(tmp_path):
+    records = run_method_cells(tmp_path, ",".join(METHOD_CELLS))
+    for cell_id, trainer in METHOD_CELLS.items():
+        record = records[cell_id]
+        assert record.status == "ok", (cell_id, record.message)
+        assert record.engagement.trainer == trainer and record.method == cell_id.split("-")[0]
+        assert record.metrics.tokens_total > 0 and record.learning.failures == []
+    assert records["kto-two_adapters-none-ddp"].learning.first_loss == pytest.approx(0.5, abs=1e-3)
+    reward = records["reward-one_adapter-none-single"].learning
+    assert reward.first_loss == pytest.approx(LN2, abs=1e-3) and reward.pair_accuracy > 0.6
+    assert reward.pairs_evaluated == 128
+    for cell_id in ("sft-one_adapter-none-single", "orpo-one_adapter-none-single", "simpo-one_adapter-none-single"):
+        learning = records[cell_id].learning
+        assert learning.end_loss < learning.start_loss - 0.03, cell_id
+
+
+def test_a_constant_reward_head_and_an_sft_learning_rate_of_zero_fail_the_learning_check(tmp_path):
+    reward = "reward-one_adapter-none-single"
+    constant = run_method_cells(tmp_path / "constant", reward, {"BENCH_FAULT": "constant_reward_head"})[reward]
+    assert constant.status == "learning_failed", constant.message
+    assert constant.learning.pair_accuracy == 0.0 and "did not learn to rank chosen over rejected" in constant.message
+    assert constant.learning.losses == pytest.approx([LN2] * len(constant.learning.losses), abs=1e-6)
+
+    sft = "sft-one_adapter-none-single"
+    frozen = run_method_cells(tmp_path / "frozen", sft, {"BENCH_FAULT": "zero_learning_rate"})[sft]
+    assert frozen.status == "learning_failed" and frozen.message.startswith("loss did not fall"), frozen.message
+    assert abs(frozen.learning.end_loss - frozen.learning.start_loss) < 0.03
