@@ -111,16 +111,34 @@ def extensions_dir() -> str:
     return str(Path(sys.prefix) / "torch_extensions")
 
 
+def _held_open(paths: list[Path]) -> set[Path]:
+    """Those of `paths` that a live process holds open."""
+    wanted = {os.path.realpath(p): p for p in paths}
+    held: set[Path] = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            for entry in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(entry)) in wanted:
+                        held.add(wanted[target])
+    return held
+
+
 def remove_stale_build_locks(extensions: Path, since: float) -> list[Path]:
     """Remove the JIT-build lock files (torch's FileBaton, `<op>/lock`) created since `since` (epoch s), once the
     cell that created them is dead: a rank killed mid-build leaves its lock, and every later cell would wait on it
-    until its own timeout. Older locks may belong to another run's build and are left alone."""
-    removed = []
+    until its own timeout. Older locks, and locks a live process holds open (a build holds its lock open until it
+    is done: another runner's), are left alone."""
+    recent = []
     for lock in extensions.glob("*/lock"):
         with contextlib.suppress(FileNotFoundError):
             if lock.stat().st_mtime >= since:
-                lock.unlink()
-                removed.append(lock)
+                recent.append(lock)
+    removed = []
+    for lock in sorted(set(recent) - _held_open(recent)):
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+            removed.append(lock)
     return removed
 
 

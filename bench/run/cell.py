@@ -20,7 +20,7 @@ from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.layout import RunFolder
 from bench.results.schema import PredictionSummary, ResultRecord, Status
-from bench.results.store import now_iso
+from bench.results.store import DISK_FULL_MESSAGES, DiskFull, now_iso
 from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
 from bench.worker.report import read_rank_reports
@@ -28,6 +28,28 @@ from bench.worker.spec import WorkerSpec
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
+
+
+MIN_FREE_BYTES = 16 << 20
+"""Room a cell needs in the run folder: its logs, rank reports and a tokenized copy of the dataset (a tiny cell takes
+0.4 MiB at its peak). With less free no cell starts, and a cell that failed is taken to have failed on the full disk."""
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def disk_full_failure(record: ResultRecord, free: int) -> str | None:
+    """Why a cell's failure is a full disk's (the results folder's free space after it ran, or a disk's error in its
+    message or log), None otherwise: such a failure is the machine's, never recorded as the cell's result."""
+    if record.status == Status.OK:
+        return None
+    if free < MIN_FREE_BYTES:
+        return f"{record.cell_id} failed with {free >> 10} KiB left free in the results folder"
+    for line in (record.message + "\n" + record.log_tail).splitlines():
+        if any(text in line for text in DISK_FULL_MESSAGES):
+            return f"{record.cell_id} failed: {line.strip()}"
+    return None
 
 
 @dataclass
@@ -96,7 +118,10 @@ def run_cell(
     ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None, fresh: bool = True
 ) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
-    (a scheduler job an earlier run submitted is still writing into it)."""
+    (a scheduler job an earlier run submitted is still writing into it). DiskFull when the results folder has too
+    little room to start, or the cell failed on a full disk: nothing is recorded then."""
+    if (free := free_bytes(ctx.run_dir)) < MIN_FREE_BYTES:
+        raise DiskFull(f"{free >> 10} KiB free in {ctx.run_dir}; a cell needs {MIN_FREE_BYTES >> 20} MiB")
     folder = RunFolder(ctx.run_dir)
     config_dir = folder.configs(cell.id)
     out_dir = folder.cell(cell.id)
@@ -122,6 +147,7 @@ def run_cell(
         outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
+    free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
     shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
@@ -138,4 +164,7 @@ def run_cell(
     )
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    return finished_record(ctx.facts, cell, expect, ran)
+    record = finished_record(ctx.facts, cell, expect, ran)
+    if why := disk_full_failure(record, free):
+        raise DiskFull(why)
+    return record

@@ -9,28 +9,9 @@ from collections import Counter
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
-from bench.results.store import (
-    DISK_FULL_ERRNOS,
-    DISK_FULL_MESSAGES,
-    DiskFull,
-    append_result,
-    load_results,
-    mend_results,
-    now_iso,
-)
+from bench.results.store import DISK_FULL_ERRNOS, DiskFull, append_result, load_results, mend_results, now_iso
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
-
-
-def disk_full_failure(record: ResultRecord) -> str | None:
-    """The line that says a cell failed because a disk was full (its message or log tail), None otherwise: such a
-    failure is the machine's, not the cell's, and is never recorded as the cell's result."""
-    if record.status == Status.OK:
-        return None
-    for line in (record.message + "\n" + record.log_tail).splitlines():
-        if any(text in line for text in DISK_FULL_MESSAGES):
-            return line.strip()
-    return None
 
 
 def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFull:
@@ -96,8 +77,6 @@ def execute(
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
             record = run_cell(ctx, cell, trial, predictions.get(cell.id))
-            if failure := disk_full_failure(record):
-                raise DiskFull(f"{cell.id} failed: {failure}")
             append_result(ctx.run_dir, record)
             lines += 1
             done[cell.id] = record

@@ -318,22 +318,34 @@ def test_a_runner_sigkilled_mid_cell_takes_the_cell_along_and_one_runner_runs_a_
     assert [(r.cell_id, r.status) for r in load_results(run_dir).records] == [(cell, "ok")]
 
 
-def test_a_full_results_disk_stops_the_run_with_one_line_and_it_resumes_once_space_is_free(small_disk):
-    """The results folder on a real tmpfs that fills up: the run stops with one line and records nothing the
-    disk caused, keeps every record whole, and resumes once space is free."""
+def test_a_results_disk_that_fills_up_mid_cell_stops_the_run_with_one_line_and_it_resumes(small_disk, tmp_path):
+    """The results folder on a real tmpfs fills up while a cell trains: the run stops with one line, records nothing
+    the disk caused, keeps every record whole, and resumes once space is free."""
     first, second = "two_models-none-single", "one_adapter-none-single"
-    done = bench_run(small_disk, first, {}, run_id="r")
-    assert done.returncode == 0, done.stderr[-2000:]
+    argv = [sys.executable, "-m", "bench", "--results", str(small_disk), "run", "--hw", "cpu", "--executor", "local"]
+    argv += ["--filter", f"{first},{second}", "--run-id", "r"]
     run_dir = small_disk / "cpu" / "r"
-    whole = (run_dir / "results.jsonl").read_bytes()
-    filler = fill_up(small_disk)
-
-    done = bench_run(small_disk, f"{first},{second}", {}, run_id="r")
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: disk full ("), done.stderr
-    assert done.stderr.endswith(f"1 record(s) kept, {second} not recorded; free space, then resume with --run-id r\n")
-    assert "Traceback" not in done.stdout + done.stderr
-    assert (run_dir / "results.jsonl").read_bytes() == whole
+    output = tmp_path / "runner.out"  # not on the disk that fills up
+    with output.open("w") as out:
+        runner = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: len(load_results(run_dir).records) == 1, f"the record of {first}", runner, 300)
+        wait_until(lambda: len(rank_pids(str(small_disk), second)) == 1, f"the rank of {second}", runner, 300)
+        filler = fill_up(small_disk)
+        assert runner.wait(timeout=300) == 2, output.read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    text = output.read_text()
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: disk full ("), text[-3000:]
+    assert errors[0].endswith(f"1 record(s) kept, {second} not recorded; free space, then resume with --run-id r")
+    assert "Traceback" not in text
+    print(errors[0])
+    loaded = load_results(run_dir)
+    assert [r.cell_id for r in loaded.records] == [first] and loaded.problems == []
+    assert (run_dir / "results.jsonl").read_bytes().endswith(b"\n")
+    assert leftovers(str(small_disk)) == []
 
     filler.unlink()
     done = bench_run(small_disk, f"{first},{second}", {}, run_id="r")

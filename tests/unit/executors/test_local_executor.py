@@ -224,3 +224,19 @@ def test_a_cell_killed_mid_build_leaves_no_build_lock_but_older_locks_stay(tmp_p
     assert outcome.timed_out and "building" in outcome.log_tail
     assert not (extensions / "cpu_adam" / "lock").exists()
     assert older.exists()
+
+
+def test_a_build_lock_another_runner_holds_open_stays(tmp_path):
+    """A build in progress (torch's FileBaton keeps its lock open until the build is done) is not a dead cell's."""
+    (tmp_path / "cpu_adam").mkdir()
+    lock = tmp_path / "cpu_adam" / "lock"
+    code = f"import os, time; fd = os.open({str(lock)!r}, os.O_CREAT | os.O_EXCL); print('held', flush=True); "
+    code += "time.sleep(60)"
+    builder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout.readline() == "held\n"
+        assert local.remove_stale_build_locks(tmp_path, since=0) == [] and lock.exists()
+    finally:
+        builder.kill()
+        builder.wait()
+    assert local.remove_stale_build_locks(tmp_path, since=0) == [lock] and not lock.exists()

@@ -8,6 +8,7 @@ import pytest
 from bench.matrix.cell import Cell
 from bench.results.schema import Engagement
 from bench.results.store import RESULTS_FILE, DiskFull, load_results
+from bench.run import cell as cell_module
 from bench.run.runner import execute
 from tests.conftest import fill_up
 from tests.unit.run.test_runner import DDP, FakeExecutor, context
@@ -51,26 +52,53 @@ def test_a_resume_after_a_torn_results_file_keeps_every_whole_record_and_records
     assert "0 cell(s) to run, 2 already recorded" in out.getvalue() and "warning" not in out.getvalue()
 
 
-def test_a_full_disk_stops_the_run_with_one_line_and_it_resumes_once_space_is_free(small_disk, cpu_profile):
+class FillingExecutor(FakeExecutor):
+    """A cell that fills the disk while it runs, and fails."""
+
+    def run(self, plan, log_path, timeout_s, labels):
+        outcome = super().run(plan, log_path, timeout_s, labels)
+        fill_up(log_path.parents[1])
+        return outcome
+
+
+def stopped_by_full_disk(ctx, cells) -> str:
+    with pytest.raises(DiskFull) as stopped:
+        execute(ctx, cells, out=io.StringIO())
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith("disk full (")
+    assert message.endswith(f"1 record(s) kept, {TWO.id} not recorded; free space, then resume with --run-id r1")
+    return message
+
+
+@pytest.mark.parametrize("when", ["before_the_cell", "at_a_write", "during_the_cell"])
+def test_a_full_disk_stops_the_run_with_one_line_and_it_resumes_once_space_is_free(
+    small_disk, cpu_profile, monkeypatch, when
+):
     ctx = context(small_disk, cpu_profile, FakeExecutor(RAN))
     execute(ctx, [DDP], out=io.StringIO())
     whole = (small_disk / RESULTS_FILE).read_bytes()
-    filler = fill_up(small_disk)
+    if when == "during_the_cell":
+        ctx.executor = FillingExecutor(RAN, exit_code=1, error="RuntimeError: rank 1 could not write its report")
+    else:
+        fill_up(small_disk)
+    if when == "at_a_write":
+        monkeypatch.setattr(cell_module, "MIN_FREE_BYTES", 0)  # no room check: the first write meets the full disk
 
+    message = stopped_by_full_disk(ctx, [DDP, TWO])
+    expected = {
+        "before_the_cell": f"disk full (0 KiB free in {small_disk}; a cell needs 16 MiB)",
+        "at_a_write": "No space left on device",
+        "during_the_cell": f"disk full ({TWO.id} failed with 0 KiB left free in the results folder)",
+    }[when]
+    assert expected in message, message
+    assert (small_disk / RESULTS_FILE).read_bytes() == whole  # nothing torn, nothing half-written, nothing new
+
+    (small_disk / "filler").unlink()
     ctx.executor = FakeExecutor(RAN)
-    with pytest.raises(DiskFull) as stopped:
-        execute(ctx, [DDP, TWO], out=io.StringIO())
-    message = str(stopped.value)
-    assert "\n" not in message and message.startswith("disk full (")
-    assert "No space left on device" in message
-    assert message.endswith(f"1 record(s) kept, {TWO.id} not recorded; free space, then resume with --run-id r1")
-    assert (small_disk / RESULTS_FILE).read_bytes() == whole  # nothing torn, nothing half-written
-
-    filler.unlink()
     execute(ctx, [DDP, TWO], out=io.StringIO())
     loaded = load_results(small_disk)
-    assert [r.cell_id for r in loaded.records] == [DDP.id, TWO.id] and loaded.problems == []
-    assert list(small_disk.glob("*.torn")) == []
+    assert [r.cell_id for r in loaded.records] == [DDP.id, TWO.id]
+    assert loaded.problems == [] and list(small_disk.glob("*.torn")) == []
 
 
 def test_a_cell_that_failed_on_a_full_disk_is_not_recorded_as_its_failure(tmp_path, cpu_profile):
