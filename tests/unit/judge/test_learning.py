@@ -100,3 +100,9 @@ def test_a_non_finite_first_loss_is_recorded_as_none():
     learning = check([[math.nan, 0.5, 0.4]], [1.0], "fp32")
     assert (learning.first_loss, learning.end_loss) == (None, None)
     assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]
+
+
+def test_the_wrong_reference_message():
+    assert check([[0.7, 0.5, 0.4]], [1.0], "fp32").failures == [
+        "first-step loss 0.7000 is not ln 2 = 0.6931 (±0.001): the reference is not the initial policy"
+    ]
