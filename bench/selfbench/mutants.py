@@ -101,7 +101,7 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
         return [Equivalent.model_validate(entry) for entry in data]
     except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise BenchError(f"{path}: {str(exc).splitlines()[0]}") from exc
+        raise BenchError(f"{path}: {' '.join(str(exc).split())}") from exc
 
 
 def explain(

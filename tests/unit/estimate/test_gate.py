@@ -80,3 +80,8 @@ def test_predicted_oom_cells_of_the_shipped_profiles_are_skipped_only_beyond_the
     profile = load_profile(hardware)
     p = summary_of(predict_cell(cell(), profile, load_workload(profile.workload)))
     assert clearly_out_of_memory(p) == (p.verdict == "predicted_oom" and p.total_bytes > 1.2 * p.usable_bytes)
+
+
+def test_reason_needs_both_figures():
+    with pytest.raises(AssertionError):
+        reason(summary(None))

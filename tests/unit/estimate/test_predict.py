@@ -178,3 +178,13 @@ def test_kto_keeps_its_reference_per_init_mode_and_the_kl_batch_adds_no_peak():
     assert "kl_batch_forward" not in kto.terms and kto.terms["activations"] == dpo.terms["activations"] / 2
     sft = predict_cell(method_cell("sft", Init.TWO_MODELS, Backend.DDP), profile, workload)
     assert sft.status == "not_applicable" and "has no reference" in sft.reason
+
+
+def test_zero2_end_of_backward_is_the_bucket_plus_the_gradient_partition_when_that_is_larger():
+    # one token per row: the LM head's backward is tiny, and on the CPU the bucket's touched pages (min(5e8, T)
+    # elements of fp32) plus this rank's fp32 gradient partition T * 4 / N set the peak
+    profile, workload = load_profile("cpu-budget"), load_workload("small")
+    short = workload.model_copy(update={"train": workload.train.model_copy(update={"max_length": 1})})
+    p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, short)
+    total = shapes_from_config(str(SCENARIOS_DIR / "workloads/small/config.json")).total
+    assert p.terms["zero2_end_of_backward"] == pytest.approx(min(500_000_000, total) * 4 + total * 4 / 2)

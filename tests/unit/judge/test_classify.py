@@ -213,3 +213,11 @@ def test_an_exit_by_signal_or_code_alone():
     # a real message outranks the bare signal when it is more causal
     oom = classify(exit_code=-9, timed_out=False, error_texts=[CUDA_OOM], log_tail="")
     assert oom.status == Status.OOM
+
+
+def test_a_rank_that_reported_its_error_is_judged_without_the_launchers_log():
+    peer = "RuntimeError: Gloo connection reset by peer"
+    verdict = classify(exit_code=1, timed_out=False, error_texts=[peer], log_tail="ValueError: unrelated noise")
+    assert verdict.error_class == ErrorClass.COMM
+    from_log = classify(exit_code=1, timed_out=False, error_texts=[], log_tail="ValueError: bad config")
+    assert (from_log.error_class, from_log.message) == (ErrorClass.CONFIG, "ValueError: bad config")

@@ -140,3 +140,9 @@ def test_the_reward_model_starts_at_ln2_and_must_rank_its_training_pairs_above_c
     assert head_not_zero.failures == [
         "first-step loss 0.8000 is not ln 2 = 0.6931 (±0.001): the reward head did not start at zero"
     ]
+
+
+def test_the_wrong_reference_message():
+    assert check([[0.7, 0.5, 0.4]], [1.0], "fp32").failures == [
+        "first-step loss 0.7000 is not ln 2 = 0.6931 (±0.001): the reference is not the initial policy"
+    ]

@@ -63,7 +63,11 @@ def test_missing_rank_report_is_a_fallback_not_ok():
 
 def test_clean_exit_without_a_step_is_an_error():
     record = finished([], Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""))
-    assert record.status == Status.ERROR and "without reporting a training step" in record.message
+    assert (record.status, record.error_class, record.message) == (
+        Status.ERROR,
+        ErrorClass.OTHER,
+        "worker exited 0 without reporting a training step",
+    )
 
 
 def test_finished_record_carries_the_run_and_the_trial():
@@ -73,6 +77,18 @@ def test_finished_record_carries_the_run_and_the_trial():
 
 
 def test_not_run_records_have_an_explicit_status():
+    from bench.results.schema import PredictionSummary
+
+    predicted = PredictionSummary(
+        estimator_version="v",
+        train_bytes=1.0,
+        total_bytes=2.0,
+        usable_bytes=1.0,
+        verdict="predicted_oom",
+        margin_bytes=-1.0,
+    )
+    skipped = not_run_record(RUN, CELL, 2, Status.PREDICTED_OOM, "too big", "t9", prediction=predicted)
+    assert (skipped.finished_at, skipped.prediction, skipped.executor) == ("t9", predicted, "none")
     na = not_run_record(RUN, CELL, 2, Status.NOT_APPLICABLE, "rule: reason", "t")
     untested = not_run_record(RUN, CELL, 2, Status.UNTESTED, "no stack", "t")
     assert (na.status, na.message, na.executor) == (Status.NOT_APPLICABLE, "rule: reason", "local")
@@ -231,7 +247,8 @@ def test_a_fallback_and_a_failed_learning_check_are_both_named_fallback_first():
     assert record.learning.failures and record.mismatches == [record.message]
     two = [trained(0, [LN2 + 0.1, LN2 + 0.1, LN2 + 0.1]), trained(1, [LN2 + 0.1, LN2 + 0.1, LN2 + 0.1])]
     failed = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), two)
-    assert failed.status == Status.LEARNING_FAILED and failed.message.count("; ") == 1
+    assert failed.status == Status.LEARNING_FAILED and len(failed.learning.failures) == 2
+    assert failed.message == "; ".join(failed.learning.failures)
 
 
 def test_the_lead_rank_is_the_lowest_whatever_the_order_of_the_reports():
@@ -321,3 +338,10 @@ def test_known_issues_match_within_the_installed_versions():
     new = full_run(failed, [rank(0, 1, text)], cell=cell, versions={"trl": "1.16.0"})
     assert old.known_issue == "https://github.com/huggingface/trl/pull/6403" and old.known_issue_note
     assert (new.known_issue, new.known_issue_note) == (None, None)
+
+
+def test_a_rank_error_without_a_traceback_and_an_exit_by_signal():
+    no_traceback = full_run(Outcome(exit_code=1, timed_out=False, wall_s=1, log_tail=""), [rank(0, 1, "worker failed")])
+    assert no_traceback.message == "worker failed"
+    segfault = full_run(Outcome(exit_code=-11, timed_out=False, wall_s=1, log_tail=""), [])
+    assert (segfault.error_class, segfault.message) == (ErrorClass.CRASH, "a rank was killed by SIGSEGV (exit -11)")
