@@ -216,3 +216,31 @@ def test_container_spec_is_frozen(limited):
     assert isinstance(spec, ContainerSpec)
     with pytest.raises(AttributeError):
         spec.image = "other"  # type: ignore[misc]
+
+
+def test_the_prebuild_builds_each_host_op_the_accelerator_hands_out(monkeypatch, capsys):
+    """docker/cpu/prebuild_deepspeed_ops.py (make setup, both images): on the cuda accelerator only
+    DeepSpeedCPUAdam exists (DeepSpeed gives CUDA no shared-memory comm op); on CPU both are built."""
+    import runpy
+    import sys
+    import types
+
+    from bench.paths import PROJECT_ROOT
+
+    loaded: list[str] = []
+
+    def accelerator(name: str, ops: set[str]) -> types.SimpleNamespace:
+        def create(op: str) -> object | None:
+            return types.SimpleNamespace(load=lambda: loaded.append(op)) if op in ops else None
+
+        return types.SimpleNamespace(create_op_builder=create, device_name=lambda: name)
+
+    script = str(PROJECT_ROOT / "docker" / "cpu" / "prebuild_deepspeed_ops.py")
+    for name, ops in (("cuda", {"CPUAdamBuilder"}), ("cpu", {"CPUAdamBuilder", "ShareMemCommBuilder"})):
+        fake = types.ModuleType("deepspeed.accelerator")
+        fake.get_accelerator = lambda name=name, ops=ops: accelerator(name, ops)
+        monkeypatch.setitem(sys.modules, "deepspeed.accelerator", fake)
+        loaded.clear()
+        runpy.run_path(script)
+        assert sorted(loaded) == sorted(ops), name
+    assert "ShareMemCommBuilder: not used on cuda" in capsys.readouterr().out
