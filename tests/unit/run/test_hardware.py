@@ -192,14 +192,17 @@ def test_worker_without_emulation_touches_nothing():
         emulate.fraction_from_env({emulate.MEMORY_FRACTION_ENV: "1.5"})
 
 
-def fake_pynvml(usage: list[list[tuple[int, int]]]) -> types.ModuleType:
-    """A pynvml stand-in: usage[device] = [(pid, used bytes), ...], advancing one reading per call."""
+def fake_pynvml(usage: list[list[tuple[int, int | None]]], device_used: int = 0) -> types.ModuleType:
+    """A pynvml stand-in: usage[device] = [(pid, used bytes or None), ...], advancing one reading per call; device
+    i's UUID is GPU-i; every device's used memory is `device_used`."""
     module = types.ModuleType("pynvml")
     calls = {"n": 0, "shutdown": False}
     module.nvmlInit = lambda: None
     module.nvmlShutdown = lambda: calls.__setitem__("shutdown", True)
     module.nvmlDeviceGetCount = lambda: len(usage)
     module.nvmlDeviceGetHandleByIndex = lambda i: i
+    module.nvmlDeviceGetHandleByUUID = lambda uuid: int(uuid.removeprefix("GPU-"))
+    module.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(used=device_used)
 
     def running(handle: int) -> list[types.SimpleNamespace]:
         calls["n"] += 1
@@ -216,7 +219,34 @@ def test_nvml_peak_is_max_over_devices_and_samples_of_own_pid():
     sampler.sample()
     assert sampler.peak == 9 * 2**30
     assert sampler.stop() == 9 * 2**30 and module.calls["shutdown"]
-    assert nvml.process_used_bytes(module, [0, 1], pid=99) is None
+    assert nvml.process_used_bytes(module, [0, 1], pid=99, visible=lambda pid: True) is None
+
+
+def test_nvml_in_a_container_takes_the_only_process_on_the_cells_device():
+    """Inside a container NVML lists host PIDs: 4242 is no process of this PID namespace, and it is alone on the
+    cell's device, so it is this process; a device shared with another process, or a foreign process this
+    namespace can see, is never counted."""
+    host_pid = [[(4242, 7 * 2**30)], [(4242, 3 * 2**30), (5151, 2**30)]]
+    foreign = lambda pid: False  # noqa: E731
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [0], pid=12, visible=foreign) == 7 * 2**30
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [1], pid=12, visible=foreign) is None
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [0], pid=12, visible=lambda pid: True) is None
+    # NVML may withhold a foreign namespace's per-process figure: the device's used memory, the GPU being the cell's
+    withheld = fake_pynvml([[(4242, None)]], device_used=6 * 2**30)
+    assert nvml.process_used_bytes(withheld, [0], pid=12, visible=foreign) == 6 * 2**30
+    # what the worker really asks: /proc of this machine knows this process, and no PID past pid_max
+    assert nvml.in_this_namespace(__import__("os").getpid()) and not nvml.in_this_namespace(2**22 + 1)
+
+
+def test_nvml_reads_only_the_processs_own_devices_in_nvmls_numbering():
+    # CUDA ordinal 0 of a rank that sees CUDA_VISIBLE_DEVICES=2,3 is NVML's device 2 (PCI order on both sides)
+    assert nvml.nvml_ids("2,3", [0]) == ["2"] and nvml.nvml_ids("2,3", [0, 1]) == ["2", "3"]
+    assert nvml.nvml_ids(None, [1]) == ["1"] and nvml.nvml_ids("GPU-3", [0]) == ["GPU-3"]
+    module = fake_pynvml([[(42, 2**30)], [(7, 2**30)], [(42, 5 * 2**30)], [(42, 9 * 2**30)]])
+    sampler = nvml.NvmlSampler(module, pid=42, devices=nvml.nvml_ids("2,GPU-3", [0]))
+    sampler.sample()
+    assert sampler.handles == [2] and sampler.peak == 5 * 2**30  # device 3 (another rank's) is not read
+    assert nvml.handle_of(module, "MIG-1/2/0") is None
 
 
 def test_nvml_sampler_thread_and_absent_module(monkeypatch):
