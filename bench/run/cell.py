@@ -23,6 +23,7 @@ from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
 from bench.worker.report import read_rank_reports
 from bench.worker.spec import WorkerSpec
+from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
@@ -115,12 +116,13 @@ def run_cell(
     shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
+    precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
     expect = Expectation(
         world_size=world,
         warmup_steps=train.warmup_steps,
         steps=train.steps,
         pairs_per_step=train.per_device_train_batch_size * world,
-        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
+        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed),
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
