@@ -102,8 +102,9 @@ def run_cell(
     dataset = out_dir / "dataset"
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(ctx.assets.dataset, dataset)})
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir))
-    plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
-    plan.env |= ctx.launch_env
+    plan = plan_launch(
+        spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0, run_env=ctx.launch_env
+    )
     write_files(plan)
     world = world_size(cell, ctx.profile)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
