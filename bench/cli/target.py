@@ -20,9 +20,10 @@ def on_off(text: str) -> bool:
     return text == "on"
 
 
-def add_target_arguments(parser: argparse.ArgumentParser, hw_required: bool = False) -> None:
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--hw", help="hardware profile (scenarios/hardware/<HW>.yaml)")
+def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None = None) -> None:
+    """`hw_default`: the profile when neither --hw nor --gpu is given (None: one of them is required)."""
+    where = parser.add_mutually_exclusive_group(required=hw_default is None)
+    where.add_argument("--hw", default=hw_default, help="hardware profile (scenarios/hardware/<HW>.yaml)")
     where.add_argument("--gpu", help="GPUs from the catalog (scenarios/gpus.yaml), NAME:COUNT per node, e.g. A10:2")
     parser.add_argument("--nodes", type=int, default=1, help="with --gpu: machines of COUNT GPUs (default: 1)")
     parser.add_argument(
@@ -97,3 +98,32 @@ def _expanded(settings: TrainingSettings, config_file: Path | None) -> TrainingS
 
     names = sorted({lin.name.split(".")[-1] for lin in shapes_from_config(str(config_file)).linears})
     return settings.model_copy(update={"lora_targets": tuple(names)})
+
+
+def target_flags(args: argparse.Namespace) -> list[str]:
+    """The hardware, workload, model and settings flags as given: what a command repeating this one needs."""
+    flags: list[str] = []
+    for name in (
+        "gpu" if args.gpu is not None else "hw",
+        "workload",
+        "model",
+        "max_length",
+        "batch_size",
+        "grad_accum",
+        "lora_r",
+        "lora_targets",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    if args.nodes != 1:
+        flags += ["--nodes", str(args.nodes)]
+    for name in ("gradient_checkpointing", "precompute_ref"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", "on" if value else "off"]
+    for name in ("optim", "precision"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name}", value]
+    return flags
