@@ -7,9 +7,25 @@ from bench.errors import BenchError
 from bench.matrix.gpus import NUMBERS, gpu, load_catalog, parse_gpu_argument
 from bench.matrix.profiles import gpu_profile, load_profile
 
-REQUIRED = (
-    "T4 L4 A10 A10G RTX-3090 RTX-4090 RTX-5090 L40S A100-40G A100-80G H100-PCIe H100-SXM H200 B200 MI300X Gaudi2 Gaudi3"
-).split()
+REQUIRED = [
+    "T4",
+    "L4",
+    "A10",
+    "A10G",
+    "RTX-3090",
+    "RTX-4090",
+    "RTX-5090",
+    "L40S",
+    "A100-40G",
+    "A100-80G",
+    "H100-PCIe",
+    "H100-SXM",
+    "H200",
+    "B200",
+    "MI300X",
+    "Gaudi2",
+    "Gaudi3",
+]
 
 PROFILES_BEFORE = {
     "1x4090": (24, "NVIDIA GeForce RTX 4090", 165),
