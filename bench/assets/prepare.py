@@ -56,8 +56,8 @@ def _local_or_hub(source: str, folder: Path) -> str:
 
 def workload_fingerprint(workload: Workload) -> str:
     blob = workload.model_dump_json()
-    if workload.model.config:
-        blob += (SCENARIOS_DIR / "workloads" / workload.model.config).read_text(encoding="utf-8")
+    if workload.model.config_file is not None:
+        blob += workload.model.config_file.read_text(encoding="utf-8")
     data = _local_or_hub(workload.dataset.source, SCENARIOS_DIR) if workload.dataset.source else ""
     for path in sorted(Path(data).glob("*")) if data and Path(data).is_dir() else []:
         blob += hashlib.sha256(path.read_bytes()).hexdigest()
@@ -104,8 +104,8 @@ def _build_random_model(workload: Workload, out: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config_path = SCENARIOS_DIR / "workloads" / workload.model.config
-    config = AutoConfig.from_pretrained(str(config_path.parent))
+    assert workload.model.config_file is not None
+    config = AutoConfig.from_pretrained(str(workload.model.config_file.parent))
     if parameter_count(config) > LARGE_MODEL_PARAMS:
         write_random_checkpoint(config, out, workload.model.seed)
         return

@@ -6,12 +6,12 @@ import signal
 import sys
 from typing import NoReturn
 
-from bench.cli import estimate, export, pipeline, report, run
+from bench.cli import advise, estimate, export, pipeline, report, run
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
 
-GROUPS = (run, pipeline, report, estimate, export)
+GROUPS = (run, pipeline, report, estimate, advise, export)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -4,13 +4,16 @@ import argparse
 from pathlib import Path
 
 from bench.cli.common import add_method_argument, write_or_print
+from bench.cli.target import add_target_arguments, target
+from bench.errors import BenchError
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from bench.estimate.report import predict_matrix, to_csv, to_json, to_markdown
-    from bench.matrix.profiles import load_profile
+    from bench.estimate.report import predict_all, to_csv, to_json, to_markdown
 
     if args.write:
+        if args.hw is None or args.model is not None:
+            raise BenchError("--write takes --hw (a profile, or all) with its own workload, not --gpu or --model")
         from bench.estimate.report import predicted_profiles, write_predicted
         from bench.estimate.validate import validate, validation_line
 
@@ -21,13 +24,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     from bench.matrix.scenario import parse_methods
 
-    predictions = predict_matrix(args.hw, args.workload, args.filter, parse_methods(args.method))
+    profile, workload = target(args)
+    predictions = predict_all(profile, workload, args.filter, parse_methods(args.method))
+    if not predictions:
+        raise BenchError(f"no cell matches --filter {args.filter!r}")
     if args.format == "csv":
         text = to_csv(predictions)
     elif args.format == "json":
         text = to_json(predictions)
     else:
-        text = to_markdown(predictions, load_profile(args.hw).device)
+        text = to_markdown(predictions, profile.device)
     write_or_print(text, args.output)
     return 0
 
@@ -45,12 +51,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "predict",
         help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, from configs",
     )
-    p.add_argument(
-        "--hw",
-        required=True,
-        help="hardware profile (scenarios/hardware/<HW>.yaml); with --write, `all`: every GPU profile",
-    )
-    p.add_argument("--workload", default=None, help="workload (default: the profile's)")
+    add_target_arguments(p)
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="comma-separated glob patterns of cell ids")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")

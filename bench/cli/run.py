@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_run_id, positive
+from bench.cli.target import add_target_arguments
 from bench.errors import BenchError
 from bench.executors import docker_images as images
-from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
+from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
 from bench.paths import PROJECT_ROOT
 
@@ -33,12 +34,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from bench.cli.target import target
     from bench.results.lock import lock_run
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
 
-    scenarios = Path(args.scenarios)
-    profile = load_profile(args.hw, scenarios)
+    profile, workload = target(args)
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
     run_dir = Path(args.results) / profile.name / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -48,12 +49,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         for line in clean_up_dead_runners(run_dir.parent, run_dir):
             print(f"cleaned up: {line}", flush=True)
-        return _run(args, profile, run_id, run_dir)
+        return _run(args, profile, workload, run_id, run_dir)
     finally:
         lock.release()
 
 
-def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_dir: Path) -> int:
+def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path) -> int:
     from bench.assets.prepare import PreparedAssets, prepare
     from bench.estimate.gate import predictor
     from bench.matrix.known_issues import known_issues
@@ -67,8 +68,6 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
     from bench.run.progress import summary
     from bench.run.runner import execute
 
-    scenarios = Path(args.scenarios)
-    workload = load_workload(args.workload or profile.workload, scenarios)
     known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     matrix_cells = all_cells(args)
     cells = select(matrix_cells, args.filter)
@@ -262,8 +261,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run (or resume) the matrix on this machine")
-    p.add_argument("--hw", default="cpu")
-    p.add_argument("--workload", default=None, help="override the profile's default workload")
+    add_target_arguments(p, hw_default="cpu")
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument(

@@ -4,10 +4,15 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration, predict_cell
 from bench.units import GiB, MiB
+
+if TYPE_CHECKING:
+    from bench.matrix.cell import Cell
+    from bench.matrix.profiles import HardwareProfile, Workload
 
 GB = 1e9
 
@@ -17,15 +22,39 @@ def predict_matrix(
 ) -> list[Prediction]:
     """Every matrix cell of `methods` (default: every method) matching `pattern`, predicted."""
     from bench.matrix.profiles import load_profile, load_workload
-    from bench.matrix.scenario import expand, load_matrix, of_methods, select
 
     profile = load_profile(hardware)
-    workload = load_workload(workload_name or profile.workload)
+    return predict_all(profile, load_workload(workload_name or profile.workload), pattern, methods)
+
+
+OPTIMIZERS_MODELLED = (None, "adamw_torch", "adamw_torch_fused")
+"""The workload's `optim` values whose optimizer state the terms model (AdamW: two fp32 moments per trainable
+parameter); any other is predicted as AdamW, with a note that says so."""
+
+
+def predict_all(
+    profile: "HardwareProfile",
+    workload: "Workload",
+    pattern: str | None = None,
+    methods: tuple[str, ...] | None = None,
+    cells: "list[Cell] | None" = None,
+) -> list[Prediction]:
+    """Every matrix cell (or `cells`) of `methods` matching `pattern`, predicted for `profile` and `workload`: the one
+    path of `predict --hw/--workload` and of `--gpu`/`--model` with their settings."""
+    from bench.matrix.scenario import expand, load_matrix, of_methods, select
+    from bench.matrix.settings import with_precomputed_reference
+
     calibration = load_calibration()
-    cells = expand(load_matrix())
+    cells = expand(load_matrix()) if cells is None else cells
     if methods is not None:
         cells = of_methods(cells, methods)
-    return [predict_cell(c, profile, workload, calibration) for c in select(cells, pattern)]
+    cells = with_precomputed_reference(select(cells, pattern), workload)
+    predictions = [predict_cell(c, profile, workload, calibration) for c in cells]
+    optim = workload.train.optim
+    if optim in OPTIMIZERS_MODELLED:
+        return predictions
+    note = f"optim {optim}: optimizer state predicted as AdamW's (no term for {optim} yet): PREDICTED high"
+    return [p.model_copy(update={"notes": [*p.notes, note]}) if p.status == "predicted" else p for p in predictions]
 
 
 def _gb(value: float | None, device: str) -> str:

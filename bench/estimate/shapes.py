@@ -4,8 +4,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.matrix.profiles import Workload, inside_folder
-from bench.paths import SCENARIOS_DIR
+from bench.matrix.profiles import Workload
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,8 @@ class ModelShapes:
 
 
 def config_path(workload: Workload) -> Path:
-    if workload.model.config is not None:
-        return inside_folder(SCENARIOS_DIR / "workloads", workload.model.config)
+    if workload.model.config_file is not None:
+        return workload.model.config_file
     if workload.model.source is not None and (Path(workload.model.source) / "config.json").is_file():
         return Path(workload.model.source) / "config.json"
     raise ValueError(f"workload {workload.name}: no local config.json to read the model's shape from")

@@ -8,11 +8,17 @@ from pydantic import Field, field_validator, model_validator
 
 from bench.errors import BenchError
 from bench.matrix.axes import Device
-from bench.matrix.yaml_schema import Strict, load_yaml_model
+from bench.matrix.gpus import Gpu, gpu, gpu_fields, parse_gpu_argument
+from bench.matrix.yaml_schema import Strict, display_path, load_yaml_model, parse_model, read_yaml
 from bench.paths import SCENARIOS_DIR
 from bench.units import GiB
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ADVISED_TIMEOUT_S = 3600
+"""The cell time limit of a profile built from the GPU catalog (a 7B-70B cell loads for minutes)."""
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
+"""The transformers `optim` names a workload may set (TrainingArguments.optim)."""
+Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
 
 
 class HardwareProfile(Strict):
@@ -25,6 +31,11 @@ class HardwareProfile(Strict):
         default=1, ge=1, description="machines one cell spans (slurm executor, bench/matrix/multinode.py)"
     )
     node_memory_gb: float | None = Field(default=None, gt=0, description="slurm executor: --mem of each node of a cell")
+    gpu: str | None = Field(
+        default=None,
+        description="the GPU catalog's entry (scenarios/gpus.yaml) that memory_per_device_gb, card and peak_tflops "
+        "come from",
+    )
     memory_per_device_gb: float | None = Field(default=None, gt=0)
     card: str | None = Field(
         default=None,
@@ -66,16 +77,32 @@ class HardwareProfile(Strict):
 
 class ModelSpec(Strict):
     weights: Literal["random", "pretrained"]
-    config: str | None = Field(default=None, description="config.json under scenarios/workloads/ (random weights)")
+    config: str | None = Field(
+        default=None,
+        description="config.json under scenarios/workloads/ (random weights), or the absolute path of a config.json "
+        "that --model named",
+    )
     source: str | None = Field(default=None, description="hub id or local folder (pretrained weights)")
     seed: int = 0
 
     @field_validator("config")
     @classmethod
     def _config_inside_scenarios(cls, value: str | None) -> str | None:
-        if value is not None:
+        if value is not None and Path(value).is_absolute():
+            if Path(value).name != "config.json":
+                raise ValueError(f"{value!r}: an absolute model config must be a file named config.json")
+        elif value is not None:
             inside_folder(SCENARIOS_DIR / "workloads", value)
         return value
+
+    @property
+    def config_file(self) -> Path | None:
+        """The config.json the architecture comes from (None: a pretrained model's own)."""
+        if self.config is None:
+            return None
+        if Path(self.config).is_absolute():
+            return Path(self.config)  # not resolved: a Hub cache's config.json is a link into its blobs
+        return inside_folder(SCENARIOS_DIR / "workloads", self.config)
 
 
 class TokenizerSpec(Strict):
@@ -124,6 +151,11 @@ class TrainSpec(Strict):
     beta: float = Field(default=0.1, gt=0)
     gradient_checkpointing: bool = True
     seed: int = 0
+    gradient_accumulation_steps: int | None = Field(default=None, ge=1, description="None: the library's default (1)")
+    optim: Optimizer | None = Field(default=None, description="TrainingArguments.optim; None: the library's default")
+    precompute_ref: bool = Field(
+        default=False, description="precompute the reference log-probs in every cell that has a reference to drop"
+    )
 
 
 class LoraSpec(Strict):
@@ -178,7 +210,13 @@ def available(folder: Path) -> list[str]:
 def load_profile(name: str, scenarios: Path = SCENARIOS_DIR) -> HardwareProfile:
     folder = scenarios / "hardware"
     path = checked_name("hardware profile", name, folder)
-    profile = load_yaml_model(path, HardwareProfile)
+    data = read_yaml(path)
+    if isinstance(data, dict) and isinstance(data.get("gpu"), str):
+        given = sorted(k for k in ("memory_per_device_gb", "card", "peak_tflops") if k in data)
+        if given:
+            raise BenchError(f"{display_path(path)}: key '{given[0]}': comes from the GPU catalog ({data['gpu']})")
+        data = data | gpu_fields(data["gpu"], str(data.get("precision")))
+    profile = parse_model(display_path(path), data, HardwareProfile)
     if profile.name != name:
         raise BenchError(f"{path.name}: key 'name': {profile.name!r} does not match the file name {name!r}")
     return profile
@@ -195,3 +233,34 @@ def load_workload(name: str, scenarios: Path = SCENARIOS_DIR) -> Workload:
 
 def needed_devices(profile: HardwareProfile) -> int:
     return max(profile.device_count, profile.processes_per_node)  # on each node of a multi-node profile
+
+
+def gpu_profile(text: str, nodes: int, workload: str, precision: str | None = None) -> HardwareProfile:
+    """The hardware profile `--gpu NAME:COUNT --nodes N` stands for: one process per device, the card's training
+    precision unless `precision` says otherwise, `workload` its default workload."""
+    name, count = parse_gpu_argument(text)
+    if nodes < 1:
+        raise BenchError(f"--nodes must be >= 1, got {nodes}")
+    entry = gpu(name)
+    chosen = precision or entry.precision
+    where = f"{count} x {entry.card}" + (f" on each of {nodes} nodes" if nodes > 1 else "")
+    return HardwareProfile(
+        name=gpu_profile_name(entry, count, nodes),
+        description=f"{where} (scenarios/gpus.yaml)",
+        gpu=entry.name,
+        device=entry.device,
+        device_count=count,
+        processes=count * nodes,
+        nodes=nodes,
+        precision=chosen,
+        image_flavor=entry.device,
+        workload=workload,
+        timeout_s=ADVISED_TIMEOUT_S,
+        threads_per_process=4,
+        **gpu_fields(entry.name, chosen),
+    )
+
+
+def gpu_profile_name(entry: Gpu, count: int, nodes: int) -> str:
+    """`gpu-A10x2`, `gpu-H100-SXMx8-2nodes`: never the name of a shipped profile, so a run's results stay apart."""
+    return f"gpu-{entry.name}x{count}" + (f"-{nodes}nodes" if nodes > 1 else "")

@@ -16,7 +16,11 @@ def gradient_checkpointing(spec: WorkerSpec) -> bool:
 
 def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
     """Asked by the option, or the recipe's reference (scenarios/recipes.yaml)."""
-    return Option.PRECOMPUTE_REF in spec.cell.options or spec.recipe.settings.reference == "precomputed"
+    return (
+        Option.PRECOMPUTE_REF in spec.cell.options
+        or spec.recipe.settings.reference == "precomputed"
+        or spec.workload.train.precompute_ref
+    )
 
 
 def learning_rate(spec: WorkerSpec) -> float:
@@ -29,9 +33,11 @@ def learning_rate(spec: WorkerSpec) -> float:
 
 
 def common_arguments(spec: WorkerSpec) -> dict[str, Any]:
-    """Keyword arguments every method's TRL config takes (TrainingArguments' fields and max_length)."""
+    """Keyword arguments every method's TRL config takes (TrainingArguments' fields and max_length); the optimizer
+    and gradient accumulation only where the workload sets them (else the library's defaults)."""
     train = spec.workload.train
-    return {
+    chosen = {"optim": train.optim, "gradient_accumulation_steps": train.gradient_accumulation_steps}
+    return {k: v for k, v in chosen.items() if v is not None} | {
         "output_dir": str(spec.out_dir) + "/trainer",
         "max_steps": train.steps,
         "per_device_train_batch_size": train.per_device_train_batch_size,

@@ -18,7 +18,7 @@ LAYERS = (
     ("worker",),
     ("executors",),
     ("judge", "estimate"),
-    ("run", "pipeline"),
+    ("run", "pipeline", "advise"),
     ("report", "selfbench"),
     ("cli", "__main__"),
 )

@@ -1,0 +1,132 @@
+"""The advice as Markdown, JSON or CSV. Every figure is labelled PREDICTED."""
+
+import csv
+import io
+
+from bench.advise.advice import Advice, CellAdvice
+
+GB = 1e9
+
+
+def _gb(value: float | None) -> str:
+    return "—" if value is None else f"{value / GB:,.1f} GB"
+
+
+def _fix(entry: CellAdvice) -> str:
+    if entry.verdict == "fits":
+        return ""
+    if entry.fix is None:
+        return "no single change found"
+    flags = f" (`{' '.join(entry.fix.flags)}`)" if entry.fix.flags else ""
+    into = f" → `{entry.fix.cell_id}`" if entry.fix.cell_id != entry.cell_id else ""
+    return f"{entry.fix.change}{flags}{into}: {_gb(entry.fix.total_bytes)}, margin {_gb(entry.fix.margin_bytes)}"
+
+
+def to_markdown(advice: Advice, limit: int | None = None) -> str:
+    a = advice
+    memory = _gb(a.memory_per_device_bytes)
+    where = f"{a.devices_per_node} x {a.gpu or a.hardware}" + (f" x {a.nodes} nodes" if a.nodes > 1 else "")
+    fitting = sum(c.verdict == "fits" for c in a.cells)
+    lines = [
+        f"# PREDICTED: DPO setups for `{a.model}` on {where} ({memory} each, {a.precision})",
+        "",
+        f"**PREDICTED, not measured** (estimator {a.estimator_version}, docs/estimator.md). max length {a.max_length}, "
+        f"batch {a.batch_size} per device, accumulation {a.grad_accum or 1}, LoRA r{a.lora_r} on "
+        f"{', '.join(a.lora_targets)}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
+        f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
+        "",
+        f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
+        "Ranked: fitting cells first, fewest devices, on-device before CPU offload, then most headroom; for "
+        "each cell that does not fit, the smallest change predicted to make it fit.",
+        "",
+        "| rank | cell | setup | devices | PREDICTED verdict | PREDICTED total | margin | host | smallest fix |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    shown = a.cells if limit is None else a.cells[:limit]
+    for c in shown:
+        setup = c.setup + (f" ({', '.join(c.recipes)})" if c.recipes else "")
+        verdict = {"fits": "fits", "predicted_oom": "OOM"}.get(c.verdict, c.verdict)
+        host = _gb(c.host_bytes) if c.host_bytes else "—"
+        lines.append(
+            f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)} "
+            f"| {_gb(c.margin_bytes)} | {host} | {_fix(c)} |"
+        )
+    if limit is not None and len(a.cells) > limit:
+        lines.append(f"| … | {len(a.cells) - limit} more (--top 0 shows every cell) | | | | | | | |")
+    notes = sorted({n for c in a.cells for n in c.notes})
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
+    lines += ["", "## To run it", ""]
+    if a.run is None:
+        lines.append("Nothing is predicted to fit, not even with one change: more or bigger GPUs (`--gpu NAME:COUNT`).")
+    else:
+        if a.run.change:
+            lines.append(f"No cell fits as it is; `{a.run.cell_id}` is predicted to fit with: {a.run.change}.")
+            lines.append("")
+        lines += ["```", a.run.command, "```"]
+        for name, text in a.run.files.items():
+            lines += ["", f"`{name}` (what `run` writes for the cell):", "", "```", text.rstrip("\n"), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(advice: Advice) -> str:
+    return advice.model_dump_json(indent=2) + "\n"
+
+
+COLUMNS = (
+    "predicted",
+    "rank",
+    "cell_id",
+    "method",
+    "init",
+    "quant",
+    "backend",
+    "setup",
+    "devices",
+    "verdict",
+    "total_bytes",
+    "train_bytes",
+    "load_bytes",
+    "host_bytes",
+    "usable_bytes",
+    "margin_bytes",
+    "fix_change",
+    "fix_flags",
+    "fix_cell_id",
+    "fix_total_bytes",
+    "fix_margin_bytes",
+)
+
+
+def to_csv(advice: Advice) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(COLUMNS)
+    for c in advice.cells:
+        fix = c.fix
+        writer.writerow(
+            [
+                "PREDICTED",
+                c.rank,
+                c.cell_id,
+                c.method,
+                c.init,
+                c.quant,
+                c.backend,
+                c.setup,
+                c.devices,
+                c.verdict,
+                f"{c.total_bytes:.0f}",
+                f"{c.train_bytes:.0f}",
+                f"{c.load_bytes:.0f}",
+                f"{c.host_bytes:.0f}",
+                "" if c.usable_bytes is None else f"{c.usable_bytes:.0f}",
+                "" if c.margin_bytes is None else f"{c.margin_bytes:.0f}",
+                fix.change if fix else "",
+                " ".join(fix.flags) if fix else "",
+                fix.cell_id if fix else "",
+                f"{fix.total_bytes:.0f}" if fix else "",
+                f"{fix.margin_bytes:.0f}" if fix else "",
+            ]
+        )
+    return buf.getvalue()

@@ -1,0 +1,58 @@
+"""`advise`: which setups fit a model on some GPUs, ranked, with the smallest fix for the rest and the command that
+runs the chosen one. Every figure is PREDICTED (the memory estimator's)."""
+
+import argparse
+
+from bench.cli.common import add_method_argument, write_or_print
+from bench.cli.target import add_target_arguments, target, target_flags
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from bench.advise.advice import advise
+    from bench.advise.command import run_plan, to_run
+    from bench.advise.render import to_csv, to_json, to_markdown
+    from bench.estimate.report import predict_all
+    from bench.matrix.scenario import expand, load_matrix, of_methods, parse_methods
+    from bench.matrix.settings import with_precomputed_reference
+
+    profile, workload = target(args)
+    cells = with_precomputed_reference(of_methods(expand(load_matrix()), parse_methods(args.method)), workload)
+    by_id = {c.id: c for c in cells}
+    advice = advise(profile, workload, predict_all(profile, workload, cells=cells), by_id)
+    chosen = to_run(advice)
+    if chosen is not None:
+        cell_id, change, extra = chosen
+        cell = by_id.get(cell_id) or _fixed_cell(advice, cell_id, by_id)
+        advice = advice.model_copy(update={"run": run_plan(cell, profile, target_flags(args), change, extra)})
+    if args.format == "json":
+        text = to_json(advice)
+    elif args.format == "csv":
+        text = to_csv(advice)
+    else:
+        text = to_markdown(advice, args.top or None)
+    write_or_print(text, args.output)
+    return 0
+
+
+def _fixed_cell(advice, cell_id: str, by_id: dict):
+    """A fix's cell that is not among the advised ones (e.g. a precompute_ref row the matrix has no row for)."""
+    from bench.advise.fixes import smallest_fix  # noqa: F401  (the fix was found there; rebuild it from its id)
+    from bench.matrix.axes import Option
+
+    base = cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")
+    cell = by_id[base]
+    return cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "advise",
+        help="PREDICTED: every setup for a model on some GPUs, ranked; the smallest fix of each that does not fit; "
+        "the command to run the chosen one",
+    )
+    add_target_arguments(p)
+    add_method_argument(p)
+    p.add_argument("--format", choices=["md", "json", "csv"], default="md", help="json keys: docs/advise.md")
+    p.add_argument("--top", type=int, default=25, help="md: rows shown (0: every cell; default: %(default)s)")
+    p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.set_defaults(func=cmd_advise)

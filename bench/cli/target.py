@@ -1,0 +1,129 @@
+"""What a command is about: the hardware (`--hw` profile, or `--gpu NAME:COUNT` [`--nodes N`] from the GPU
+catalog) and the workload (`--workload`, or `--model` with the training-setting flags over its defaults)."""
+
+import argparse
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload, gpu_profile, load_profile, load_workload
+from bench.matrix.settings import ALL_LINEAR, TrainingSettings, apply_to_profile, apply_to_workload
+from bench.paths import SCENARIOS_DIR
+
+DEFAULT_SETTINGS_WORKLOAD = "mistral-7b"
+"""Where `--gpu` without `--workload` takes its training defaults from: a 7B DPO run (2,048 tokens, batch 1, LoRA r16
+on the attention projections, gradient checkpointing)."""
+
+
+def on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None = None) -> None:
+    """`hw_default`: the profile when neither --hw nor --gpu is given (None: one of them is required)."""
+    where = parser.add_mutually_exclusive_group(required=hw_default is None)
+    where.add_argument("--hw", default=hw_default, help="hardware profile (scenarios/hardware/<HW>.yaml)")
+    where.add_argument("--gpu", help="GPUs from the catalog (scenarios/gpus.yaml), NAME:COUNT per node, e.g. A10:2")
+    parser.add_argument("--nodes", type=int, default=1, help="with --gpu: machines of COUNT GPUs (default: 1)")
+    parser.add_argument(
+        "--workload",
+        default=None,
+        help=f"workload (default: the profile's; with --gpu: {DEFAULT_SETTINGS_WORKLOAD}); with --model, where the "
+        "settings not given come from",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model instead of the workload's: a Hub id (config.json only is downloaded), a folder holding "
+        "config.json, a config.json, or a config shipped under scenarios/models/ (e.g. qwen2.5-7b)",
+    )
+    settings = parser.add_argument_group("training settings (default: the workload's)")
+    settings.add_argument("--max-length", type=int, default=None)
+    settings.add_argument("--batch-size", type=int, default=None, help="per device")
+    settings.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    settings.add_argument("--lora-r", type=int, default=None, help="LoRA rank (alpha keeps the workload's alpha/r)")
+    settings.add_argument("--lora-targets", default=None, help=f"comma-separated module names, or {ALL_LINEAR}")
+    settings.add_argument("--gradient-checkpointing", type=on_off, default=None, metavar="on|off")
+    settings.add_argument("--optim", choices=OPTIMIZERS, default=None)
+    settings.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None)
+    settings.add_argument("--precompute-ref", type=on_off, default=None, metavar="on|off")
+
+
+def settings_of(args: argparse.Namespace) -> TrainingSettings:
+    from bench.matrix.yaml_schema import parse_model
+
+    targets = None if args.lora_targets is None else tuple(t.strip() for t in args.lora_targets.split(",") if t)
+    values = {
+        "max_length": args.max_length,
+        "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
+        "lora_r": args.lora_r,
+        "lora_targets": targets,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "optim": args.optim,
+        "precision": args.precision,
+        "precompute_ref": args.precompute_ref,
+    }
+    return parse_model("training settings", {k: v for k, v in values.items() if v is not None}, TrainingSettings)
+
+
+def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
+    """The profile and the workload the arguments name, the settings applied."""
+    scenarios = Path(getattr(args, "scenarios", None) or SCENARIOS_DIR)
+    settings = settings_of(args)
+    if args.gpu is not None:
+        profile = gpu_profile(args.gpu, args.nodes, args.workload or DEFAULT_SETTINGS_WORKLOAD, settings.precision)
+    else:
+        if args.nodes != 1:
+            raise BenchError("--nodes goes with --gpu; a profile states its own nodes")
+        profile = apply_to_profile(load_profile(args.hw, scenarios), settings)
+    workload = load_workload(args.workload or profile.workload, scenarios)
+    if args.model is None:
+        return profile, apply_to_workload(workload, _expanded(settings, workload.model.config_file))
+    from bench.assets.model_config import resolve_model
+
+    model = resolve_model(args.model)
+    return profile, apply_to_workload(workload, _expanded(settings, model.config_file), model.config_file, model.name)
+
+
+def _expanded(settings: TrainingSettings, config_file: Path | None) -> TrainingSettings:
+    """`--lora-targets all-linear` as the model's linear layer names (what PEFT's all-linear takes: every linear of the
+    decoder, not the output head)."""
+    if settings.lora_targets != (ALL_LINEAR,):
+        return settings
+    if config_file is None:
+        raise BenchError(f"--lora-targets {ALL_LINEAR}: the workload has no local config.json to read the names from")
+    from bench.estimate.shapes import shapes_from_config
+
+    names = sorted({lin.name.split(".")[-1] for lin in shapes_from_config(str(config_file)).linears})
+    return settings.model_copy(update={"lora_targets": tuple(names)})
+
+
+def target_flags(args: argparse.Namespace) -> list[str]:
+    """The hardware, workload, model and settings flags as given: what a command repeating this one needs."""
+    flags: list[str] = []
+    for name in (
+        "gpu" if args.gpu is not None else "hw",
+        "workload",
+        "model",
+        "max_length",
+        "batch_size",
+        "grad_accum",
+        "lora_r",
+        "lora_targets",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    if args.nodes != 1:
+        flags += ["--nodes", str(args.nodes)]
+    for name in ("gradient_checkpointing", "precompute_ref"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", "on" if value else "off"]
+    for name in ("optim", "precision"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name}", value]
+    return flags

@@ -1,0 +1,103 @@
+"""The GPU catalog (scenarios/gpus.yaml): each accelerator's datasheet figures with their sources; `--gpu NAME:COUNT`
+parsed. The profile built from an entry: bench/matrix/profiles.py `gpu_profile`."""
+
+import functools
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from bench.errors import BenchError
+from bench.matrix.axes import Device
+from bench.matrix.yaml_schema import Strict, load_yaml_model
+from bench.paths import SCENARIOS_DIR
+
+GPUS_FILE = SCENARIOS_DIR / "gpus.yaml"
+NUMBERS = ("memory_gb", "bf16_tflops", "fp16_tflops", "memory_bandwidth_gbs", "interconnect")
+"""The figures each of which needs a source (`sources.default` or its own)."""
+GPU_ARGUMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::(?P<count>[0-9]+))?$")
+
+
+class Interconnect(Strict):
+    kind: Literal["pcie", "nvlink", "infinity_fabric", "roce"]
+    gb_s: float | None = Field(default=None, gt=0, description="GB/s as the vendor states it (total bidirectional)")
+
+
+class Gpu(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+    card: str = Field(min_length=1, max_length=80)
+    device: Device
+    precision: Literal["bf16", "fp16"]
+    memory_gb: float = Field(gt=0)
+    bf16_tflops: float | None = Field(gt=0)
+    fp16_tflops: float | None = Field(gt=0)
+    memory_bandwidth_gbs: float = Field(gt=0)
+    interconnect: Interconnect
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _every_number_sourced(self) -> "Gpu":
+        unknown = set(self.sources) - {"default", *NUMBERS}
+        if unknown:
+            raise ValueError(f"sources: unknown figure {sorted(unknown)[0]!r}; known: default, {', '.join(NUMBERS)}")
+        for figure in NUMBERS:
+            link = self.sources.get(figure, self.sources.get("default"))
+            if link is None:
+                raise ValueError(f"{figure} has no source (sources.{figure} or sources.default)")
+            if not link.startswith("https://"):
+                raise ValueError(f"sources: {link!r} is not an https:// link")
+        if self.precision == "bf16" and self.bf16_tflops is None and self.fp16_tflops is not None:
+            raise ValueError("precision bf16 with no bf16_tflops: a card without bf16 trains in fp16")
+        return self
+
+    def source(self, figure: str) -> str:
+        return self.sources.get(figure, self.sources["default"])
+
+    def peak_tflops(self, precision: str) -> float | None:
+        """Dense tensor TFLOP/s at the training precision (none for fp32: no tensor figure is kept)."""
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops}.get(precision)
+
+
+class Catalog(Strict):
+    gpus: list[Gpu] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Catalog":
+        names = [g.name.lower() for g in self.gpus]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate:
+            raise ValueError(f"GPU {duplicate!r} is listed twice")
+        return self
+
+
+@functools.cache
+def load_catalog(path: Path = GPUS_FILE) -> Catalog:
+    return load_yaml_model(path, Catalog)
+
+
+def gpu(name: str, catalog: Catalog | None = None) -> Gpu:
+    """The entry named `name` (case-insensitive); an unknown name is a one-line error listing the known ones."""
+    entries = (catalog or load_catalog()).gpus
+    found = next((g for g in entries if g.name.lower() == name.lower()), None)
+    if found is None:
+        raise BenchError(f"unknown GPU {name!r}; known: {', '.join(g.name for g in entries)}")
+    return found
+
+
+def parse_gpu_argument(text: str) -> tuple[str, int]:
+    """`A10:2` -> ("A10", 2); `H100-SXM` -> ("H100-SXM", 1)."""
+    match = GPU_ARGUMENT.match(text.strip())
+    if match is None or (match["count"] is not None and int(match["count"]) < 1):
+        raise BenchError(f"--gpu {text!r}: expected NAME:COUNT, e.g. A10:2 or H100-SXM:8")
+    return match["name"], int(match["count"] or 1)
+
+
+def gpu_fields(name: str, precision: str) -> dict[str, object]:
+    """What a profile's `gpu:` entry stands for: the catalog's memory, card and peak at the profile's precision."""
+    entry = gpu(name)
+    return {
+        "memory_per_device_gb": entry.memory_gb,
+        "card": entry.card,
+        "peak_tflops": entry.peak_tflops(precision),
+    }

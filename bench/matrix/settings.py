@@ -1,0 +1,77 @@
+"""The training settings a user asks for on the command line (`--max-length`, `--batch-size`, `--lora-r`, ...),
+applied over a workload: what is not given keeps the workload's value. Pure."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from bench.matrix.axes import Option
+from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
+from bench.matrix.methods import method_spec
+from bench.matrix.profiles import HardwareProfile, Optimizer, Workload
+from bench.matrix.yaml_schema import Strict
+
+ALL_LINEAR = "all-linear"
+
+
+class TrainingSettings(Strict):
+    """None: the workload's (or the profile's, for precision) value."""
+
+    max_length: int | None = Field(default=None, ge=8)
+    batch_size: int | None = Field(default=None, ge=1)
+    grad_accum: int | None = Field(default=None, ge=1)
+    lora_r: int | None = Field(default=None, ge=1)
+    lora_targets: tuple[str, ...] | None = Field(default=None, min_length=1)
+    """Module names, or (`all-linear`,): every linear layer of the decoder."""
+    gradient_checkpointing: bool | None = None
+    optim: Optimizer | None = None
+    precision: Literal["bf16", "fp16", "fp32"] | None = None
+    precompute_ref: bool | None = None
+
+
+def apply_to_workload(
+    workload: Workload, settings: TrainingSettings, config_file: Path | None = None, name: str | None = None
+) -> Workload:
+    """`workload` with the settings given and, with `config_file`, the model it names (random weights)."""
+    train = workload.train.model_dump()
+    given = {
+        "max_length": settings.max_length,
+        "per_device_train_batch_size": settings.batch_size,
+        "gradient_accumulation_steps": settings.grad_accum,
+        "gradient_checkpointing": settings.gradient_checkpointing,
+        "optim": settings.optim,
+        "precompute_ref": settings.precompute_ref,
+    }
+    train |= {k: v for k, v in given.items() if v is not None}
+    lora = workload.lora.model_dump()
+    if settings.lora_r is not None:
+        ratio = workload.lora.alpha / workload.lora.r
+        lora |= {"r": settings.lora_r, "alpha": max(1, round(settings.lora_r * ratio))}
+    if settings.lora_targets is not None:
+        lora["target_modules"] = list(settings.lora_targets)
+    update: dict = {"train": workload.train.model_validate(train), "lora": workload.lora.model_validate(lora)}
+    if config_file is not None:
+        model = workload.model.model_validate({"weights": "random", "config": str(config_file), "seed": 0})
+        update |= {"model": model, "name": name or config_file.parent.name}
+    return workload.model_copy(update=update)
+
+
+def apply_to_profile(profile: HardwareProfile, settings: TrainingSettings) -> HardwareProfile:
+    if settings.precision is None or settings.precision == profile.precision:
+        return profile
+    return profile.model_copy(update={"precision": settings.precision})
+
+
+def with_precomputed_reference(cells: list[Cell], workload: Workload) -> list[Cell]:
+    """With `precompute_ref` set, every cell whose reference can be precomputed carries the option (the estimator
+    reads it from the cell); cells that already did, and their duplicates, once."""
+    if not workload.train.precompute_ref:
+        return cells
+    out: dict[str, Cell] = {}
+    for cell in cells:
+        if method_spec(cell.method).reference and init_spec(cell.init).reference_can_be_precomputed:
+            cell = cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
+        out.setdefault(cell.id, cell)
+    return list(out.values())

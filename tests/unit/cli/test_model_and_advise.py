@@ -1,0 +1,187 @@
+"""--model (Hub id, folder, config.json, shipped name), the settings flags, and `advise`: one path with
+`--workload`, an offline Hub id is one line, every figure PREDICTED, the JSON keys documented."""
+
+import json
+import shutil
+
+import pytest
+
+from bench.advise.advice import Advice, CellAdvice, FixAdvice, RunPlan
+from bench.assets.model_config import resolve_model
+from bench.cli import main
+from bench.errors import BenchError
+from bench.estimate.predict import load_calibration, predict_cell
+from bench.matrix.profiles import available, load_workload
+from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
+
+QWEN = SCENARIOS_DIR / "models" / "qwen2.5-7b"
+PROFILE_OF = {"tiny": "cpu", "small": "cpu"}
+"""The profile each workload is compared on (default: 8xA100-80G, every backend applicable)."""
+
+
+def _stdout(capsys, argv: list[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def _settings_flags(name: str) -> list[str]:
+    w = load_workload(name)
+    return [
+        "--max-length", str(w.train.max_length),
+        "--batch-size", str(w.train.per_device_train_batch_size),
+        "--lora-r", str(w.lora.r),
+        "--lora-targets", ",".join(w.lora.target_modules),
+        "--gradient-checkpointing", "on" if w.train.gradient_checkpointing else "off",
+    ]  # fmt: skip
+
+
+WORKLOADS = [n for n in available(SCENARIOS_DIR / "workloads") if load_workload(n).model.config is not None]
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_model_with_the_workloads_settings_predicts_as_the_workload(capsys, name):
+    hw = PROFILE_OF.get(name, "8xA100-80G")
+    other = "tiny" if name != "tiny" else "mistral-7b"  # the settings all come from the flags, not from it
+    folder = str((SCENARIOS_DIR / "workloads" / name).relative_to(PROJECT_ROOT))
+    for fmt in ("json", "md"):
+        expected = _stdout(capsys, ["predict", "--hw", hw, "--workload", name, "--format", fmt])
+        got = _stdout(
+            capsys,
+            ["predict", "--hw", hw, "--workload", other, "--model", folder, *_settings_flags(name), "--format", fmt],
+        )
+        assert got == expected
+
+
+def test_model_folder_config_file_and_shipped_name_are_one_model(tmp_path):
+    folder = tmp_path / "my-qwen"
+    folder.mkdir()
+    shutil.copy(QWEN / "config.json", folder / "config.json")
+    assert resolve_model(str(folder)).config_file == folder / "config.json"
+    assert resolve_model(str(folder / "config.json")).name == "my-qwen"
+    assert resolve_model("qwen2.5-7b").config_file == QWEN / "config.json"
+    with pytest.raises(BenchError, match=r"holds no config\.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_hub_id_downloads_config_json_only(monkeypatch, tmp_path):
+    asked = []
+
+    def download(repo_id, filename, **kwargs):
+        asked.append((repo_id, filename))
+        target = tmp_path / "snapshot" / "config.json"
+        target.parent.mkdir(exist_ok=True)
+        shutil.copy(QWEN / "config.json", target)
+        return str(target)
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", download)
+    model = resolve_model("Qwen/Qwen2.5-7B")
+    assert asked == [("Qwen/Qwen2.5-7B", "config.json")]
+    assert model.name == "Qwen--Qwen2.5-7B" and model.config_file.name == "config.json"
+
+
+def test_hub_id_from_the_offline_cache(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE with the config in huggingface_hub's local cache: found there, nothing downloaded."""
+    import huggingface_hub.constants as constants
+
+    commit = "0" * 40
+    snapshot = tmp_path / "models--Qwen--Qwen2.5-7B" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    shutil.copy(QWEN / "config.json", snapshot / "config.json")
+    (tmp_path / "models--Qwen--Qwen2.5-7B" / "refs").mkdir()
+    (tmp_path / "models--Qwen--Qwen2.5-7B" / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert resolve_model("Qwen/Qwen2.5-7B").config_file == snapshot / "config.json"
+
+
+def test_hub_id_offline_is_one_line_naming_the_folder_alternative(monkeypatch, tmp_path, capsys):
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert main(["predict", "--gpu", "A10:1", "--model", "someone/not-cached"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "cannot download its config.json" in err and "pass a local folder holding its config.json" in err
+
+
+def test_lora_targets_all_linear_are_the_models_linear_names(capsys):
+    out = _stdout(
+        capsys,
+        ["predict", "--gpu", "A10:1", "--model", "qwen2.5-7b", "--lora-targets", "all-linear", "--format", "json",
+         "--filter", "one_adapter-none-single"],
+    )  # fmt: skip
+    attention_only = _stdout(
+        capsys, ["predict", "--gpu", "A10:1", "--model", "qwen2.5-7b", "--format", "json", "--filter",
+                 "one_adapter-none-single"],
+    )  # fmt: skip
+    assert json.loads(out)[0]["terms"]["adapters"] > 3 * json.loads(attention_only)[0]["terms"]["adapters"]
+
+
+def test_optim_without_a_term_says_so(capsys):
+    out = _stdout(capsys, ["predict", "--gpu", "A10:1", "--model", "qwen2.5-7b", "--optim", "adamw_8bit",
+                           "--format", "json", "--filter", "one_adapter-none-single"])  # fmt: skip
+    assert any("no term for adamw_8bit" in n for n in json.loads(out)[0]["notes"])
+
+
+def test_predict_json_has_the_documented_fields(capsys, tmp_path):
+    folder = tmp_path / "qwen"
+    shutil.copytree(QWEN, folder)
+    rows = json.loads(_stdout(capsys, ["predict", "--model", str(folder), "--gpu", "H100-SXM:1", "--format", "json"]))
+    predicted = [r for r in rows if r["status"] == "predicted"]
+    assert predicted
+    for key in ("verdict", "total_bytes", "train_bytes", "load_bytes", "terms"):
+        assert all(key in r for r in predicted)
+
+
+def test_advise_on_two_a10s_ranks_and_gives_a_command(capsys, tmp_path):
+    folder = tmp_path / "qwen"
+    shutil.copytree(QWEN, folder)
+    argv = ["advise", "--model", str(folder), "--gpu", "A10:2", "--max-length", "2048", "--batch-size", "1"]
+    md = _stdout(capsys, argv)
+    assert md.startswith("# PREDICTED")
+    assert "| 1 | " in md and "python -m bench run --gpu A10:2 --model" in md
+    advice = Advice.model_validate_json(_stdout(capsys, [*argv, "--format", "json"]))
+    assert [c.rank for c in advice.cells] == list(range(1, len(advice.cells) + 1))
+    assert advice.chosen == advice.cells[0].cell_id and advice.cells[0].verdict == "fits"
+    assert advice.run is not None and advice.run.command.endswith(f"--filter {advice.chosen}")
+    fits = [c for c in advice.cells if c.verdict == "fits"]
+    assert [c.devices for c in fits] == sorted(c.devices for c in fits)
+    csv_text = _stdout(capsys, [*argv, "--format", "csv"])
+    assert csv_text.count("\nPREDICTED,") == len(advice.cells)
+
+
+def test_every_fix_is_predicted_to_fit(capsys):
+    """A fix is only proposed when the estimator, asked again, says the changed cell fits."""
+    argv = ["advise", "--model", "llama-3.1-8b", "--gpu", "A10:2", "--max-length", "4096", "--batch-size", "4",
+            "--format", "json", "--method", "dpo"]  # fmt: skip
+    advice = Advice.model_validate_json(_stdout(capsys, argv))
+    fixed = [c for c in advice.cells if c.fix is not None]
+    assert fixed and all(c.verdict == "predicted_oom" for c in fixed)
+    assert all(c.fix.margin_bytes >= 0 for c in fixed)
+    assert any(c.fix.flags for c in fixed) or any(c.fix.cell_id != c.cell_id for c in fixed)
+
+
+def test_advise_json_keys_are_documented():
+    doc = (PROJECT_ROOT / "docs" / "advise.md").read_text()
+    for schema in (Advice, CellAdvice, FixAdvice, RunPlan):
+        for key in schema.model_fields:
+            assert f"`{key}`" in doc, f"docs/advise.md does not document {schema.__name__}.{key}"
+
+
+def test_fix_prediction_matches_the_estimator_directly():
+    from bench.advise.fixes import smallest_fix
+    from bench.matrix.axes import Backend, Init, Launcher, Quant
+    from bench.matrix.cell import Cell
+    from bench.matrix.profiles import gpu_profile
+    from bench.matrix.settings import TrainingSettings, apply_to_workload
+
+    profile = gpu_profile("A10:2", 1, "mistral-7b")
+    workload = apply_to_workload(load_workload("mistral-7b"), TrainingSettings(), QWEN / "config.json", "qwen")
+    cell = Cell(init=Init.TWO_MODELS, quant=Quant.NONE, backend=Backend.DDP, launcher=Launcher.TORCHRUN)
+    calibration = load_calibration()
+    assert predict_cell(cell, profile, workload, calibration).verdict == "predicted_oom"
+    fix = smallest_fix(cell, profile, workload, calibration)
+    assert fix is not None
+    again = predict_cell(fix.change.cell, profile, fix.change.workload, calibration)
+    assert again.verdict == "fits" and again.total_bytes == fix.prediction.total_bytes

@@ -1,0 +1,94 @@
+"""The GPU catalog: every required GPU, every number sourced, the shipped profiles thin entries over it."""
+
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.matrix.gpus import NUMBERS, gpu, load_catalog, parse_gpu_argument
+from bench.matrix.profiles import gpu_profile, load_profile
+
+REQUIRED = [
+    "T4",
+    "L4",
+    "A10",
+    "A10G",
+    "RTX-3090",
+    "RTX-4090",
+    "RTX-5090",
+    "L40S",
+    "A100-40G",
+    "A100-80G",
+    "H100-PCIe",
+    "H100-SXM",
+    "H200",
+    "B200",
+    "MI300X",
+    "Gaudi2",
+    "Gaudi3",
+]
+
+PROFILES_BEFORE = {
+    "1x4090": (24, "NVIDIA GeForce RTX 4090", 165),
+    "2x4090": (24, "NVIDIA GeForce RTX 4090", 165),
+    "1xA10": (24, "NVIDIA A10", 125),
+    "2xA10": (24, "NVIDIA A10", 125),
+    "1xH100": (80, "NVIDIA H100 SXM 80GB", 989),
+    "1xL4": (24, "NVIDIA L4", 121),
+    "1xT4": (16, "NVIDIA T4", 65),
+    "8xA100-80G": (80, "NVIDIA A100-SXM4-80GB", 312),
+    "2x8xA100-80G": (80, "NVIDIA A100-SXM4-80GB", 312),
+    "8xGaudi2": (96, "Intel Gaudi2 HL-225", 432),
+}
+"""Memory, card and peak each profile stated itself before it named its catalog entry."""
+
+
+def test_catalog_covers_the_required_gpus():
+    names = {g.name for g in load_catalog().gpus}
+    assert set(REQUIRED) <= names
+
+
+def test_every_number_has_an_https_source():
+    for entry in load_catalog().gpus:
+        for figure in NUMBERS:
+            assert entry.source(figure).startswith("https://"), (entry.name, figure)
+
+
+@pytest.mark.parametrize(("name", "expected"), PROFILES_BEFORE.items())
+def test_profiles_are_thin_entries_with_the_same_numbers(name, expected):
+    profile = load_profile(name)
+    assert profile.gpu is not None
+    assert (profile.memory_per_device_gb, profile.card, profile.peak_tflops) == expected
+
+
+def test_unknown_gpu_is_one_line_listing_the_known():
+    with pytest.raises(BenchError, match=r"unknown GPU 'V100'; known: T4, L4, A10") as info:
+        gpu("V100")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["A10:0", "A10:x", ":2", "A10:2:3"])
+def test_malformed_gpu_argument(text):
+    with pytest.raises(BenchError, match="expected NAME:COUNT"):
+        parse_gpu_argument(text)
+
+
+def test_gpu_profile_counts_devices_and_nodes():
+    profile = gpu_profile("h100-sxm:8", 2, "mistral-7b")
+    assert (profile.device_count, profile.processes, profile.nodes) == (8, 16, 2)
+    assert profile.name == "gpu-H100-SXMx8-2nodes"
+    assert profile.memory_per_device_gb == 80
+    t4 = gpu_profile("T4", 1, "mistral-7b")
+    assert (t4.precision, t4.peak_tflops) == ("fp16", 65)
+
+
+def test_profile_may_not_restate_a_catalog_figure(scenario_copy):
+    path = scenario_copy / "hardware" / "1xA10.yaml"
+    path.write_text(path.read_text() + "peak_tflops: 100\n")
+    with pytest.raises(BenchError, match=r"1xA10.yaml: key 'peak_tflops': comes from the GPU catalog \(A10\)"):
+        load_profile("1xA10", scenario_copy)
+
+
+def test_cli_unknown_gpu_exits_with_one_line(capsys):
+    assert main(["predict", "--gpu", "Z80:2", "--model", "qwen2.5-7b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown GPU 'Z80'; known:") and "\n" not in err
