@@ -25,6 +25,8 @@ deleted or weakened test is only caught by a run without --keep.
 """
 
 import argparse
+import fnmatch
+import json
 import os
 import shutil
 import subprocess
@@ -40,8 +42,12 @@ from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.yaml")
-SUBSETS = {"judge": ("bench/judge/", "bench/report/"), "estimate": ("bench/estimate/",)}
-"""The parts --only selects, by path prefix of the modules under [tool.mutmut] only_mutate."""
+SUBSETS = {
+    "judge": (("bench/judge/", "bench/report/"), ("tests/unit/judge", "tests/unit/report/")),
+    "estimate": (("bench/estimate/",), ("tests/unit/estimate",)),
+}
+"""The parts --only selects: (path prefixes of the modules under [tool.mutmut] only_mutate, path prefixes of the
+tests under its pytest_add_cli_args_test_selection)."""
 KILLED = frozenset({"killed", "caught by type check", "timeout", "segfault"})
 """Statuses of a mutant the tests stopped. A timeout is a mutant that made the tests loop (mutmut's limit is 15 times
 the test's own time); segfault: mutmut's name for a test process killed by a signal."""
@@ -110,17 +116,18 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
         raise BenchError(f"{path}: {' '.join(str(exc).split())}") from exc
 
 
-def select(configured: Sequence[str], only: Sequence[str]) -> list[str]:
-    """The configured module paths in the named SUBSETS (all of them when none is named)."""
+def select(configured: Sequence[str], only: Sequence[str], part: int = 0) -> list[str]:
+    """The configured paths in the named SUBSETS (all of them when none is named): module paths (part 0) or test
+    paths (part 1)."""
     if not only:
         return list(configured)
     unknown = sorted(set(only) - SUBSETS.keys())
     if unknown:
         raise BenchError(f"--only {', '.join(unknown)}: not one of {', '.join(SUBSETS)}")
-    prefixes = tuple(prefix for name in only for prefix in SUBSETS[name])
+    prefixes = tuple(prefix for name in only for prefix in SUBSETS[name][part])
     selected = [path for path in configured if path.startswith(prefixes)]
     if not selected:
-        raise BenchError(f"--only {', '.join(only)}: no module under [tool.mutmut] only_mutate is in it")
+        raise BenchError(f"--only {', '.join(only)}: no path under [tool.mutmut] is in it")
     return selected
 
 
@@ -186,16 +193,17 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     return "\n".join(lines)
 
 
-def refresh_unmutated(root: Path) -> None:
+def refresh_unmutated(root: Path, only_mutate: Sequence[str]) -> None:
     """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
-    bring those up to date, so that a kept run tests today's code."""
+    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code."""
     from mutmut.configuration import config
 
     work = root / "mutants"
     for source in config().source_paths:
         for path in (root / source).rglob("*"):
             relative = path.relative_to(root)
-            if path.is_file() and "__pycache__" not in path.parts and not config().should_mutate(relative):
+            mutated = any(fnmatch.fnmatch(str(relative), pattern) for pattern in only_mutate)
+            if path.is_file() and "__pycache__" not in path.parts and not mutated:
                 target = work / relative
                 if target.parent.is_dir():
                     shutil.copy2(path, target)
@@ -211,14 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mutmut.configuration import config
 
     equivalents = load_equivalents()
-    modules = [module_of(path) for path in select(config().only_mutate, args.only)]
+    only_mutate = select(config().only_mutate, args.only)
+    tests = select(config().pytest_add_cli_args_test_selection, args.only, part=1)
+    modules = [module_of(path) for path in only_mutate]
     if args.keep:
-        refresh_unmutated(PROJECT_ROOT)
+        refresh_unmutated(PROJECT_ROOT, only_mutate)
     else:
         shutil.rmtree(PROJECT_ROOT / "mutants", ignore_errors=True)
-    run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
-    # mutmut still makes every configured module's mutants, and runs only those the names match.
-    if subprocess.run([*run, *(f"{m}.*" for m in modules if args.only)]).returncode != 0:
+    narrowed = json.dumps({"only_mutate": only_mutate, "pytest_add_cli_args_test_selection": tests})
+    run = [sys.executable, "-c", _MUTMUT_NARROWED, narrowed, "run", "--max-children", str(args.max_children)]
+    if subprocess.run(run).returncode != 0:
         return _failed("mutmut run")
     counts, survivors = read_results(modules)
     if args.keep and survivors:
@@ -228,6 +238,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     unexplained, stale = explain(survivors, equivalents, modules)
     print(report(counts, unexplained, stale, len(survivors) - len(unexplained)))
     return 1 if unexplained or stale else 0
+
+
+# mutmut reads its scope and tests from pyproject.toml only: `mutmut run` with --only's part of them put into the
+# config it loaded (its worker processes are forked, and inherit it). Relies on mutmut's module-level config, which
+# the lock pins.
+_MUTMUT_NARROWED = """
+import dataclasses, json, sys
+from mutmut import configuration
+from mutmut.__main__ import cli
+configuration._config = dataclasses.replace(configuration.config(), **json.loads(sys.argv[1]))
+cli(sys.argv[2:], prog_name="mutmut")
+"""
 
 
 def _failed(what: str) -> int:

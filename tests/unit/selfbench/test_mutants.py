@@ -80,21 +80,25 @@ def test_a_malformed_list_is_one_line(tmp_path):
 CONFIGURED = ["bench/judge/learning.py", "bench/report/verdict.py", "bench/estimate/gate.py"]
 
 
-def test_only_selects_a_part_of_the_configured_modules():
+def test_only_selects_a_part_of_the_configured_modules_and_tests():
     assert select(CONFIGURED, []) == CONFIGURED
     assert select(CONFIGURED, ["judge"]) == ["bench/judge/learning.py", "bench/report/verdict.py"]
     assert select(CONFIGURED, ["estimate"]) == ["bench/estimate/gate.py"]
     assert select(CONFIGURED, ["judge", "estimate"]) == CONFIGURED
-    with pytest.raises(BenchError, match="no module"):
+    tests = ["tests/unit/judge", "tests/unit/estimate", "tests/unit/report/test_verdict.py"]
+    assert select(tests, ["judge"], part=1) == ["tests/unit/judge", "tests/unit/report/test_verdict.py"]
+    assert select(tests, ["estimate"], part=1) == ["tests/unit/estimate"]
+    with pytest.raises(BenchError, match="no path"):
         select(["bench/judge/learning.py"], ["estimate"])
     with pytest.raises(BenchError, match="--only gates: not one of"):
         select(CONFIGURED, ["gates"])
 
 
-def test_every_configured_module_is_in_one_part():
-    pyproject = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for path in pyproject["tool"]["mutmut"]["only_mutate"]:
-        assert sum(path.startswith(SUBSETS[name]) for name in SUBSETS) == 1, path
+def test_every_configured_module_and_test_is_in_one_part():
+    mutmut = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mutmut"]
+    for part, key in enumerate(("only_mutate", "pytest_add_cli_args_test_selection")):
+        for path in mutmut[key]:
+            assert sum(path.startswith(SUBSETS[name][part]) for name in SUBSETS) == 1, path
 
 
 def test_entries_outside_the_selected_modules_are_not_stale():
