@@ -14,9 +14,10 @@ are pinned by tests from both sides with literal values instead (tests/unit/judg
 
     python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate]
 
---only runs one part of the configured modules (SUBSETS: `judge` is the judges and compare's verdict, `estimate` the
-estimator's gate, predict and terms), for a change to that part alone; may be repeated. Entries of
-equivalent_mutants.yaml for modules outside the part are neither matched nor reported stale.
+--only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
+judges and compare's verdict, `estimate` the estimator's gate, predict and terms), for a change to that part alone;
+may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor reported
+stale.
 
 Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
 writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
