@@ -12,7 +12,12 @@ survivor (the code moved: the entry must go or be updated).
 mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
 are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
 
-    python -m bench.selfbench.mutants [--keep] [--max-children N]
+    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate]
+
+--only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
+judges and compare's verdict, `estimate` the estimator's gate, predict and terms), for a change to that part alone;
+may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor reported
+stale.
 
 Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
 writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
@@ -21,6 +26,8 @@ deleted or weakened test is only caught by a run without --keep.
 """
 
 import argparse
+import fnmatch
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +43,12 @@ from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.yaml")
+SUBSETS = {
+    "judge": (("bench/judge/", "bench/report/"), ("tests/unit/judge", "tests/unit/report/")),
+    "estimate": (("bench/estimate/",), ("tests/unit/estimate",)),
+}
+"""The parts --only selects: (path prefixes of the modules under [tool.mutmut] only_mutate, path prefixes of the
+tests under its pytest_add_cli_args_test_selection)."""
 KILLED = frozenset({"killed", "caught by type check", "timeout", "segfault"})
 """Statuses of a mutant the tests stopped. A timeout is a mutant that made the tests loop (mutmut's limit is 15 times
 the test's own time); segfault: mutmut's name for a test process killed by a signal."""
@@ -104,18 +117,45 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
         raise BenchError(f"{path}: {' '.join(str(exc).split())}") from exc
 
 
+def select(configured: Sequence[str], only: Sequence[str], part: int = 0) -> list[str]:
+    """The configured paths in the named SUBSETS (all of them when none is named): module paths (part 0) or test
+    paths (part 1)."""
+    if not only:
+        return list(configured)
+    unknown = sorted(set(only) - SUBSETS.keys())
+    if unknown:
+        raise BenchError(f"--only {', '.join(unknown)}: not one of {', '.join(SUBSETS)}")
+    prefixes = tuple(prefix for name in only for prefix in SUBSETS[name][part])
+    selected = [path for path in configured if path.startswith(prefixes)]
+    if not selected:
+        raise BenchError(f"--only {', '.join(only)}: no path under [tool.mutmut] is in it")
+    return selected
+
+
+def module_of(path: str) -> str:
+    """bench/judge/learning.py -> bench.judge.learning"""
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def in_modules(function: str, modules: Iterable[str]) -> bool:
+    """Whether a dotted function or mutant name belongs to one of the dotted modules."""
+    return any(function.startswith(f"{module}.") for module in modules)
+
+
 def explain(
-    survivors: Sequence[Survivor], equivalents: Sequence[Equivalent]
+    survivors: Sequence[Survivor], equivalents: Sequence[Equivalent], modules: Iterable[str] | None = None
 ) -> tuple[list[Survivor], list[Equivalent]]:
-    """(survivors that no entry explains, entries that explain no survivor)."""
+    """(survivors that no entry explains, entries that explain no survivor); with `modules` (dotted), an entry for a
+    function outside them was not put to the test, and is not stale."""
     unexplained = [s for s in survivors if not any(e.matches(s) for e in equivalents)]
-    stale = [e for e in equivalents if not any(e.matches(s) for s in survivors)]
+    tested = equivalents if modules is None else [e for e in equivalents if in_modules(e.function, list(modules))]
+    stale = [e for e in tested if not any(e.matches(s) for s in survivors)]
     return unexplained, stale
 
 
-def read_results() -> tuple[dict[str, int], list[Survivor]]:
-    """mutmut's recorded result of every mutant (run in the project root, after `mutmut run`): the count per status,
-    and every mutant the tests did not stop, with its diff."""
+def read_results(modules: Sequence[str]) -> tuple[dict[str, int], list[Survivor]]:
+    """mutmut's recorded result of every mutant of the dotted modules (run in the project root, after `mutmut run`):
+    the count per status, and every mutant the tests did not stop, with its diff."""
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.mutation.diff_apply import get_diff_for_mutant
     from mutmut.stats import status_by_exit_code
@@ -127,6 +167,8 @@ def read_results() -> tuple[dict[str, int], list[Survivor]]:
         data = SourceFileMutationData(path=path)
         data.load()
         for name, exit_code in data.exit_code_by_key.items():
+            if not in_modules(name, modules):
+                continue
             status = status_by_exit_code[exit_code]
             counts[status] = counts.get(status, 0) + 1
             if status in KILLED:
@@ -152,16 +194,17 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     return "\n".join(lines)
 
 
-def refresh_unmutated(root: Path) -> None:
+def refresh_unmutated(root: Path, only_mutate: Sequence[str]) -> None:
     """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
-    bring those up to date, so that a kept run tests today's code."""
+    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code."""
     from mutmut.configuration import config
 
     work = root / "mutants"
     for source in config().source_paths:
         for path in (root / source).rglob("*"):
             relative = path.relative_to(root)
-            if path.is_file() and "__pycache__" not in path.parts and not config().should_mutate(relative):
+            mutated = any(fnmatch.fnmatch(str(relative), pattern) for pattern in only_mutate)
+            if path.is_file() and "__pycache__" not in path.parts and not mutated:
                 target = work / relative
                 if target.parent.is_dir():
                     shutil.copy2(path, target)
@@ -171,24 +214,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.selfbench.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="reuse mutants/ from the previous run")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--only", action="append", default=[], choices=sorted(SUBSETS), help="one part of the modules")
     args = parser.parse_args(argv)
     os.chdir(PROJECT_ROOT)
+    from mutmut.configuration import config
+
     equivalents = load_equivalents()
+    only_mutate = select(config().only_mutate, args.only)
+    tests = select(config().pytest_add_cli_args_test_selection, args.only, part=1)
+    modules = [module_of(path) for path in only_mutate]
     if args.keep:
-        refresh_unmutated(PROJECT_ROOT)
+        refresh_unmutated(PROJECT_ROOT, only_mutate)
     else:
         shutil.rmtree(PROJECT_ROOT / "mutants", ignore_errors=True)
-    run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    narrowed = json.dumps({"only_mutate": only_mutate, "pytest_add_cli_args_test_selection": tests})
+    run = [sys.executable, "-c", _MUTMUT_NARROWED, narrowed, "run", "--max-children", str(args.max_children)]
     if subprocess.run(run).returncode != 0:
         return _failed("mutmut run")
-    counts, survivors = read_results()
+    counts, survivors = read_results(modules)
     if args.keep and survivors:
         if subprocess.run([*run, *(s.name for s in survivors)]).returncode != 0:
             return _failed("mutmut run of last run's survivors")
-        counts, survivors = read_results()
-    unexplained, stale = explain(survivors, equivalents)
+        counts, survivors = read_results(modules)
+    unexplained, stale = explain(survivors, equivalents, modules)
     print(report(counts, unexplained, stale, len(survivors) - len(unexplained)))
     return 1 if unexplained or stale else 0
+
+
+# mutmut reads its scope and tests from pyproject.toml only: `mutmut run` with --only's part of them put into the
+# config it loaded (its worker processes are forked, and inherit it). Relies on mutmut's module-level config, which
+# the lock pins.
+_MUTMUT_NARROWED = """
+import dataclasses, json, sys
+from mutmut import configuration
+from mutmut.__main__ import cli
+configuration._config = dataclasses.replace(configuration.config(), **json.loads(sys.argv[1]))
+cli(sys.argv[2:], prog_name="mutmut")
+"""
 
 
 def _failed(what: str) -> int:

@@ -157,3 +157,42 @@ def test_the_trainer_class_that_ran_is_the_methods():
         "sft requested, trainer DPOTrainer ran; expected SFTTrainer"
     ]
     assert mismatches(cell(), 1, seen(trainer=None)) == ["dpo requested, trainer not reported ran; expected DPOTrainer"]
+
+
+def test_offloaded_parameters_must_be_more_than_half_on_the_host():
+    """'Most' of the partitions' bytes on the host: more than half. Exactly half, or 40 %, is a run that kept as
+    much on the device as it offloaded."""
+    asked = cell(backend="zero3_offload_param", launcher="deepspeed")
+
+    def found(host: int, device: int) -> list[str]:
+        on = {"param_offload": "cpu", "param_storage_bytes": {"cpu": host, "cuda:0": device}}
+        return mismatches(asked, 1, seen(**DS3, **OFFLOADED, **on))
+
+    assert found(2**20 + 1, 2**20 - 1) == []
+    assert found(2**20, 2**20) == ["parameters on cpu requested, but 1.0 of 2.0 MiB of their partitions are there"]
+    assert found(4 * 2**20, 6 * 2**20) == [
+        "parameters on cpu requested, but 4.0 of 10.0 MiB of their partitions are there"
+    ]
+
+
+def test_devices_are_compared_by_kind_whatever_their_index():
+    asked = cell(backend="zero3_offload_param", launcher="deepspeed")
+    indexed = {
+        "param_offload": "cpu",
+        "param_storage_bytes": {"cpu:0": 2_000_000, "cuda:0": 30_000},
+        "optimizer_state_devices": ["cpu:0"],
+    }
+    assert mismatches(asked, 1, seen(**DS3, **(OFFLOADED | indexed))) == []
+
+
+def test_every_device_the_optimizer_state_was_found_on_is_named():
+    asked = cell(backend="zero2_offload", launcher="deepspeed")
+    state = {"optimizer_offload": "cpu", "optimizer_state_devices": ["cpu", "cuda:0", "cuda:1"]}
+    on_gpus = seen(**(DS3 | {"zero_stage": 2}), **state)
+    assert mismatches(asked, 1, on_gpus) == ["optimizer state on cpu requested, found on cuda:0, cuda:1"]
+
+
+def test_an_adapter_mismatch_names_every_expected_adapter():
+    assert mismatches(cell(init="two_adapters"), 1, seen()) == [
+        "two_adapters expects adapters 'default' and 'ref' and no ref model; saw adapters=['default'], ref=None"
+    ]

@@ -160,3 +160,31 @@ def test_in_bf16_the_numerics_alone_cannot_pass_for_learning():
     assert check([noise_only], [0.5], "bf16").failures[0].startswith("loss did not fall")
     learned = [LN2 + 0.019] + [LN2 - 0.07] * 19
     assert check([learned], [1.0], "bf16").failures == []
+
+
+def test_the_reward_models_accuracy_and_pair_count_are_recorded():
+    learning = check([[LN2, 0.7, 0.68]], [], "fp32", "reward", pair_accuracy=0.78, pairs_evaluated=128)
+    assert (learning.pair_accuracy, learning.pairs_evaluated) == (0.78, 128)
+
+
+def test_an_accuracy_over_no_pairs_was_not_measured():
+    # 0 pairs: no floor to hold it against (1/sqrt(0)), whatever the accuracy reads
+    for pairs in (0, None):
+        learning = check([[LN2, 0.7, 0.68]], [], "fp32", "reward", pair_accuracy=0.9, pairs_evaluated=pairs)
+        assert learning.failures == ["no pairwise accuracy was measured after training"]
+
+
+def test_a_method_with_an_exact_first_loss_starts_there_and_records_no_start_mean():
+    learning = check([[LN2, 0.5, 0.4, 0.3]], [], "fp32", "dpo")
+    assert learning.start_loss is None and learning.expected_first_loss == pytest.approx(LN2)
+
+
+def test_an_expected_first_loss_without_a_name_is_printed_as_its_value(monkeypatch):
+    from bench.judge import learning as module
+    from bench.judge.learning import Rule
+    from bench.matrix.axes import Method
+
+    monkeypatch.setitem(module.RULES, Method.SFT, Rule(0.25, "the reference is not the initial policy"))
+    assert check([[0.3, 0.2, 0.1]], [], "fp32", "sft").failures == [
+        "first-step loss 0.3000 is not 0.25 = 0.2500 (±0.001): the reference is not the initial policy"
+    ]

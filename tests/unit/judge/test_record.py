@@ -345,3 +345,19 @@ def test_a_rank_error_without_a_traceback_and_an_exit_by_signal():
     assert no_traceback.message == "worker failed"
     segfault = full_run(Outcome(exit_code=-11, timed_out=False, wall_s=1, log_tail=""), [])
     assert (segfault.error_class, segfault.message) == (ErrorClass.CRASH, "a rank was killed by SIGSEGV (exit -11)")
+
+
+def test_a_reward_model_is_judged_by_the_lead_ranks_pairwise_accuracy():
+    """The reward model's check is its ranking after training, which the lead rank measures (its loss need not
+    fall): the record carries the method, and the accuracy and pair count reach the learning check."""
+    from bench.results.schema import Engagement
+
+    cell = Cell(method="reward", init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+    engaged = Engagement(**(DDP_ENGAGED | {"trainer": "RewardTrainer"}), adapters=["default"])
+    flat = [LN2, LN2, LN2]
+    lead = trained(0, flat).model_copy(update={"engagement": engaged, "pair_accuracy": 0.9, "pairs_evaluated": 128})
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8)
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    record = finished_record(RUN, cell, expect, Execution(outcome, [lead, trained(1, flat)], [], "t0", "t1"))
+    assert (record.method, record.status, record.message) == ("reward", Status.OK, "")
+    assert (record.learning.pair_accuracy, record.learning.pairs_evaluated) == (0.9, 128)

@@ -123,3 +123,30 @@ def test_normal_approximation_with_ties_matches_scipy(monkeypatch):
     head = [1093, 1135, 989, 1081, 1074, 929, 1134, 1112, 1319]
     assert mann_whitney_p(base, head) == pytest.approx(0.07738861114200664)
     assert mann_whitney_p([1.0, 4.0], [2.0, 3.0]) == 1.0  # rank sum at its expectation
+
+
+def test_the_method_is_exact_without_ties_every_split_with_ties_and_normal_above_the_limit(monkeypatch):
+    """scipy's exact distribution of U assumes no ties; with ties the p-value enumerates every split of the pooled
+    mid-ranks (PermutationMethod with unlimited resamples), and above EXACT_LIMIT splits the normal approximation."""
+    from scipy import stats
+
+    methods = []
+    real = stats.mannwhitneyu
+
+    def spy(x, y, **kwargs):
+        methods.append(kwargs["method"])
+        return real(x, y, **kwargs)
+
+    monkeypatch.setattr(stats, "mannwhitneyu", spy)
+    mann_whitney_p([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])
+    mann_whitney_p([1.0, 2.0, 2.0, 4.0], [2.0, 6.0, 7.0, 8.0])
+    monkeypatch.setattr(verdict, "EXACT_LIMIT", 69)  # below C(8, 4) = 70
+    mann_whitney_p([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])
+    exact, ties, normal = methods
+    assert exact == "exact" and normal == "asymptotic"
+    assert isinstance(ties, stats.PermutationMethod) and ties.n_resamples == float("inf")
+
+
+def test_fewer_than_two_values_on_a_side_is_refused_with_the_counts():
+    with pytest.raises(ValueError, match=r"^Mann–Whitney U needs two or more values per side, got 1 and 3$"):
+        mann_whitney_p([1.0], [1.0, 2.0, 3.0])

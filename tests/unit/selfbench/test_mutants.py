@@ -1,18 +1,25 @@
 """make mutants' own logic: naming a mutant's function, reading its diff, and holding survivors against the list of
 equivalent mutants (an unlisted survivor and a stale entry both fail the run)."""
 
+import tomllib
+
 import pytest
 
 from bench.errors import BenchError
+from bench.paths import PROJECT_ROOT
 from bench.selfbench.mutants import (
     EQUIVALENT_FILE,
+    SUBSETS,
     Equivalent,
     Survivor,
     changed_lines,
     explain,
     function_of,
+    in_modules,
     load_equivalents,
+    module_of,
     report,
+    select,
 )
 
 DIFF = """--- bench/judge/learning.py
@@ -68,3 +75,37 @@ def test_a_malformed_list_is_one_line(tmp_path):
     bad.write_text("- function: f\n  from: a\n  to: b\n")  # no reason
     with pytest.raises(BenchError, match=r"eq.yaml: 1 validation error"):
         load_equivalents(bad)
+
+
+CONFIGURED = ["bench/judge/learning.py", "bench/report/verdict.py", "bench/estimate/gate.py"]
+
+
+def test_only_selects_a_part_of_the_configured_modules_and_tests():
+    assert select(CONFIGURED, []) == CONFIGURED
+    assert select(CONFIGURED, ["judge"]) == ["bench/judge/learning.py", "bench/report/verdict.py"]
+    assert select(CONFIGURED, ["estimate"]) == ["bench/estimate/gate.py"]
+    assert select(CONFIGURED, ["judge", "estimate"]) == CONFIGURED
+    tests = ["tests/unit/judge", "tests/unit/estimate", "tests/unit/report/test_verdict.py"]
+    assert select(tests, ["judge"], part=1) == ["tests/unit/judge", "tests/unit/report/test_verdict.py"]
+    assert select(tests, ["estimate"], part=1) == ["tests/unit/estimate"]
+    with pytest.raises(BenchError, match="no path"):
+        select(["bench/judge/learning.py"], ["estimate"])
+    with pytest.raises(BenchError, match="--only gates: not one of"):
+        select(CONFIGURED, ["gates"])
+
+
+def test_every_configured_module_and_test_is_in_one_part():
+    mutmut = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mutmut"]
+    for part, key in enumerate(("only_mutate", "pytest_add_cli_args_test_selection")):
+        for path in mutmut[key]:
+            assert sum(path.startswith(SUBSETS[name][part]) for name in SUBSETS) == 1, path
+
+
+def test_entries_outside_the_selected_modules_are_not_stale():
+    assert module_of("bench/judge/learning.py") == "bench.judge.learning"
+    assert in_modules("bench.judge.learning.x_check__mutmut_1", ["bench.judge.learning"])
+    assert not in_modules("bench.judge.learning_rate.check", ["bench.judge.learning"])
+    judge = entry("a", "b")
+    estimator = entry("a", "b", function="bench.estimate.predict.train_terms")
+    assert explain([], [judge, estimator], ["bench.judge.learning"]) == ([], [judge])
+    assert explain([], [judge, estimator]) == ([], [judge, estimator])
