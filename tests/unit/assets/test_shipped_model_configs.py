@@ -1,0 +1,34 @@
+"""The open models' configs shipped as data (scenarios/models/) build, on the meta device, the parameter count their
+publishers state, as scenarios/models/README.md says."""
+
+import re
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from bench.paths import SCENARIOS_DIR
+
+MODELS = SCENARIOS_DIR / "models"
+ROW = re.compile(r"^\| `(?P<folder>[^`]+)` \| (?P<source>https://\S+) \| (?P<billions>[\d.]+) B \|$", re.M)
+
+
+def published() -> dict[str, str]:
+    """Folder -> the parameter count the README states, in billions, as written."""
+    return {m["folder"]: m["billions"] for m in ROW.finditer((MODELS / "README.md").read_text())}
+
+
+def test_every_shipped_config_has_a_row_with_its_source():
+    folders = {p.parent.name for p in MODELS.glob("*/config.json")}
+    assert folders and folders == set(published())
+
+
+@pytest.mark.parametrize("folder", sorted(published()))
+def test_the_config_builds_the_published_parameter_count(folder):
+    config = AutoConfig.from_pretrained(MODELS / folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    billions = sum(p.numel() for p in model.parameters()) / 1e9
+    stated = published()[folder]
+    half_unit = 0.5 * 10 ** -len(stated.partition(".")[2])  # the count must round to the stated digits
+    assert abs(billions - float(stated)) <= half_unit, f"{folder}: {billions:.4f} B, the README says {stated}"
