@@ -40,6 +40,19 @@ def cmd_validate_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate_speed(args: argparse.Namespace) -> int:
+    from bench.estimate.speed.calibration import load_speed_calibration, write_speed_calibration
+    from bench.estimate.speed.validate import fit, published_rows, speed_rows, to_markdown
+
+    calibration = load_speed_calibration()
+    if args.fit:
+        calibration = fit(Path(args.results), calibration.host)
+        write_speed_calibration(calibration)
+    rows = speed_rows(Path(args.results), calibration)
+    write_or_print(to_markdown(rows, published_rows(calibration) if args.published else None), args.output)
+    return 0
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "predict",
@@ -70,3 +83,15 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.set_defaults(func=cmd_validate_estimate)
+
+    p = sub.add_parser(
+        "validate-speed",
+        help="speed model vs every measured CPU cell: PREDICTED tokens/s error and Spearman rho per run",
+    )
+    p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
+    p.add_argument("--published", action="store_true", help="add the published throughput rows")
+    p.add_argument(
+        "--fit", action="store_true", help="refit the constants (bench/estimate/speed/speed_calibration.json) first"
+    )
+    p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.set_defaults(func=cmd_validate_speed)
