@@ -19,15 +19,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
             for path in write_predicted(hardware, Path(args.results), validation_line(rows)):
                 print(f"written: {path}")
         return 0
+    from bench.estimate.speed.matrix import speeds_for
     from bench.matrix.scenario import parse_methods
 
     predictions = predict_matrix(args.hw, args.workload, args.filter, parse_methods(args.method))
+    speeds = speeds_for(args.hw, args.workload, [p.cell_id for p in predictions])
     if args.format == "csv":
-        text = to_csv(predictions)
+        text = to_csv(predictions, speeds)
     elif args.format == "json":
         text = to_json(predictions)
     else:
-        text = to_markdown(predictions, load_profile(args.hw).device)
+        text = to_markdown(predictions, load_profile(args.hw).device, speeds=speeds)
     write_or_print(text, args.output)
     return 0
 
@@ -56,7 +58,8 @@ def cmd_validate_speed(args: argparse.Namespace) -> int:
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "predict",
-        help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, from configs",
+        help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, and PREDICTED "
+        "tokens/s, from configs",
     )
     p.add_argument(
         "--hw",
