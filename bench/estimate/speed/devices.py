@@ -36,16 +36,13 @@ CARDS: dict[str, Card] = {
     "NVIDIA A100-SXM4-80GB": Card(2039, 300, 4, "https://www.nvidia.com/en-us/data-center/a100/"),
     "Intel Gaudi2 HL-225": Card(2450, 262.5, 4, "https://habana.ai/products/gaudi2/"),
     "NVIDIA RTX A6000": Card(
-        768,
-        56.25,
-        4,
-        "https://www.nvidia.com/content/dam/en-zz/Solutions/design-visualization/quadro-product-literature/"
-        "proviz-print-nvidia-rtx-a6000-datasheet-us-nvidia-1454980-r9-web%20(1).pdf",
-        peak_tflops=154.8,
+        768, PCIE_GBPS[4], 4, "https://www.nvidia.com/en-us/products/workstations/rtx-a6000/", peak_tflops=154.8
     ),
 }
 """Datasheet figures of the cards the shipped GPU profiles stand for (plus the A6000 of the published torchtune
-rows). Gaudi2: 21 of its 24 100 GbE ports connect the eight cards of a node (2100 Gb/s = 262.5 GB/s)."""
+rows: its 154.8 dense tensor TFLOP/s is half the datasheet's 309.7 with sparsity; no NVLink bridge assumed).
+RTX 4090: 384-bit x 21 Gbps GDDR6X = 1008 GB/s. Gaudi2: 21 of its 24 100 GbE ports connect the eight cards of a
+node (2100 Gb/s = 262.5 GB/s). H100 SXM and A100 SXM: NVLink 900 and 600 GB/s bidirectional, halved."""
 
 
 @dataclass(frozen=True)
