@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from bench.cli.common import add_method_argument, write_or_print
+from bench.errors import BenchError
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -51,6 +52,8 @@ def cmd_validate_speed(args: argparse.Namespace) -> int:
         calibration = fit(Path(args.results), calibration.host)
         write_speed_calibration(calibration)
     rows = speed_rows(Path(args.results), calibration)
+    if not rows:
+        raise BenchError(f"no measured CPU cell (results/cpu*/<run>/results.jsonl, status ok) under {args.results}")
     write_or_print(to_markdown(rows, published_rows(calibration) if args.published else None), args.output)
     return 0
 

@@ -18,3 +18,8 @@ def test_predict_has_a_predicted_tokens_per_s_column(capsys):
     row = next(line for line in text.splitlines() if line.startswith("| one_adapter-none-single |"))
     header = next(line for line in text.splitlines() if line.startswith("| cell |"))
     assert row.count("|") == header.count("|") == 10  # nine columns, the speed one among them
+
+
+def test_validate_speed_without_measurements_is_a_one_line_error(tmp_path, capsys):
+    assert main(["validate-speed", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0

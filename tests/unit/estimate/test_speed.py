@@ -135,6 +135,13 @@ def test_small_workload_ranking_agrees_with_the_measured_one():
     assert rho >= MIN_SMALL_RHO
 
 
+def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
+    from bench.estimate.speed.validate import fit
+
+    committed = load_speed_calibration()
+    assert fit(RESULTS_DIR, committed.host) == committed
+
+
 def test_committed_calibration_names_its_rows():
     calibration = load_speed_calibration()
     for name, constants in calibration.classes.items():
