@@ -22,18 +22,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
             for path in write_predicted(hardware, Path(args.results), validation_line(rows)):
                 print(f"written: {path}")
         return 0
+    from bench.estimate.speed.matrix import speeds_for
     from bench.matrix.scenario import parse_methods
 
     profile, workload = target(args)
     predictions = predict_all(profile, workload, args.filter, parse_methods(args.method))
     if not predictions:
         raise BenchError(f"no cell matches --filter {args.filter!r}")
+    speeds = speeds_for(profile, workload, [p.cell_id for p in predictions])
     if args.format == "csv":
-        text = to_csv(predictions)
+        text = to_csv(predictions, speeds)
     elif args.format == "json":
         text = to_json(predictions)
     else:
-        text = to_markdown(predictions, profile.device)
+        text = to_markdown(predictions, profile.device, speeds=speeds)
     write_or_print(text, args.output)
     return 0
 
@@ -46,10 +48,26 @@ def cmd_validate_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate_speed(args: argparse.Namespace) -> int:
+    from bench.estimate.speed.calibration import load_speed_calibration, write_speed_calibration
+    from bench.estimate.speed.validate import fit, published_rows, speed_rows, to_markdown
+
+    calibration = load_speed_calibration()
+    if args.fit:
+        calibration = fit(Path(args.results), calibration.host)
+        write_speed_calibration(calibration)
+    rows = speed_rows(Path(args.results), calibration)
+    if not rows:
+        raise BenchError(f"no measured CPU cell (results/cpu*/<run>/results.jsonl, status ok) under {args.results}")
+    write_or_print(to_markdown(rows, published_rows(calibration) if args.published else None), args.output)
+    return 0
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "predict",
-        help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, from configs",
+        help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, and PREDICTED "
+        "tokens/s, from configs",
     )
     add_target_arguments(p)
     add_method_argument(p)
@@ -71,3 +89,15 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.set_defaults(func=cmd_validate_estimate)
+
+    p = sub.add_parser(
+        "validate-speed",
+        help="speed model vs every measured CPU cell: PREDICTED tokens/s error and Spearman rho per run",
+    )
+    p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
+    p.add_argument("--published", action="store_true", help="add the published throughput rows")
+    p.add_argument(
+        "--fit", action="store_true", help="refit the constants (bench/estimate/speed/speed_calibration.json) first"
+    )
+    p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.set_defaults(func=cmd_validate_speed)

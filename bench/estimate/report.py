@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration, predict_cell
+from bench.estimate.speed.model import SpeedPrediction
 from bench.units import GiB, MiB
 
 if TYPE_CHECKING:
@@ -63,7 +64,10 @@ def _gb(value: float | None, device: str) -> str:
     return f"{value / GiB * 1024:,.0f} MiB" if device == "cpu" else f"{value / GB:,.1f} GB"
 
 
-def to_markdown(predictions: list[Prediction], device: str, validation: str = "") -> str:
+def to_markdown(
+    predictions: list[Prediction], device: str, validation: str = "", speeds: dict[str, SpeedPrediction] | None = None
+) -> str:
+    """`speeds`: a PREDICTED tokens/s column (bench/estimate/speed) where given."""
     first = predictions[0]
     lines = [
         f"# PREDICTED memory — {first.hardware} · workload `{first.workload}` (estimator {VERSION})",
@@ -77,25 +81,42 @@ def to_markdown(predictions: list[Prediction], device: str, validation: str = ""
     ]
     if validation:
         lines += [validation, ""]
+    speed_head, speed_rule = ("PREDICTED tokens/s (range) | ", "---|") if speeds is not None else ("", "")
+    if speeds is not None:
+        lines += [SPEED_NOTE, ""]
     lines += [
-        "| cell | verdict | margin | total | train | load | host | largest terms |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| cell | verdict | margin | total | train | load | host | {speed_head}largest terms |",
+        f"|---|---|---|---|---|---|---|{speed_rule}---|",
     ]
     for p in predictions:
+        speed = "" if speeds is None else _speed(speeds.get(p.cell_id)) + " | "
         if p.status == "not_applicable":
-            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | {p.reason.split(':')[0]} |")
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
         terms = ", ".join(f"{k} {_gb(v, device)}" for k, v in top)
         mark = {"fits": "✅ fits", "predicted_oom": "💥 predicted_oom"}.get(p.verdict or "", p.verdict or "—")
         lines.append(
             f"| {p.cell_id} | {mark} | {_gb(p.margin_bytes, device)} | {_gb(p.total_bytes, device)} "
-            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {_host(p, device)} | {terms} |"
+            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
     return "\n".join(lines) + "\n"
+
+
+SPEED_NOTE = (
+    '**PREDICTED tokens/s**: the speed model (docs/estimator.md, "Speed"), over every rank, at full max_length '
+    "sequences, with the range its calibration rows spread over; `python -m bench validate-speed` holds it against "
+    "every measured CPU cell."
+)
+
+
+def _speed(s: SpeedPrediction | None) -> str:
+    if s is None or s.tokens_per_s is None:
+        return "—"
+    return f"{s.tokens_per_s:,.0f} ({s.tokens_per_s_low:,.0f}–{s.tokens_per_s_high:,.0f})"
 
 
 def _host(p: Prediction, device: str) -> str:
@@ -134,7 +155,8 @@ TERM_COLUMNS = (
 )
 
 
-def to_csv(predictions: list[Prediction]) -> str:
+def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | None = None) -> str:
+    """`speeds`: PREDICTED tokens/s and s/step columns (bench/estimate/speed) where given."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(
@@ -159,6 +181,7 @@ def to_csv(predictions: list[Prediction]) -> str:
             "host_mib",
             *(f"{t}_mib" for t in TERM_COLUMNS),
             *(f"host_{t}_mib" for t in HOST_TERM_COLUMNS),
+            *(SPEED_COLUMNS if speeds is not None else ()),
         ]
     )
     mib = lambda v: "" if v is None else f"{v / MiB:.1f}"  # noqa: E731
@@ -185,9 +208,27 @@ def to_csv(predictions: list[Prediction]) -> str:
                 mib(p.host_bytes),
                 *(mib(p.terms.get(t)) for t in TERM_COLUMNS),
                 *(mib(p.host_terms.get(t)) for t in HOST_TERM_COLUMNS),
+                *(_speed_cells(speeds.get(p.cell_id)) if speeds is not None else ()),
             ]
         )
     return buf.getvalue()
+
+
+SPEED_COLUMNS = (
+    "predicted_tokens_per_s",
+    "predicted_tokens_per_s_low",
+    "predicted_tokens_per_s_high",
+    "predicted_s_per_step",
+)
+
+
+def _speed_cells(s: SpeedPrediction | None) -> list[str]:
+    if s is None or s.tokens_per_s is None:
+        return [""] * len(SPEED_COLUMNS)
+    return [
+        f"{v:.1f}" if v >= 1 else f"{v:.4f}"
+        for v in (s.tokens_per_s, s.tokens_per_s_low, s.tokens_per_s_high, s.s_per_step)
+    ]
 
 
 def to_json(predictions: list[Prediction]) -> str:

@@ -14,7 +14,7 @@ from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
 
 GPUS_FILE = SCENARIOS_DIR / "gpus.yaml"
-NUMBERS = ("memory_gb", "bf16_tflops", "fp16_tflops", "memory_bandwidth_gbs", "interconnect")
+NUMBERS = ("memory_gb", "bf16_tflops", "fp16_tflops", "memory_bandwidth_gbs", "interconnect", "host_link")
 """The figures each of which needs a source (`sources.default` or its own)."""
 GPU_ARGUMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::(?P<count>[0-9]+))?$")
 
@@ -34,6 +34,9 @@ class Gpu(Strict):
     fp16_tflops: float | None = Field(gt=0)
     memory_bandwidth_gbs: float = Field(gt=0)
     interconnect: Interconnect
+    host_link: Interconnect | None = None
+    """The host <-> device link (PCIe) where the device-to-device link is another; absent: the interconnect is PCIe
+    and is the host link too."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -53,6 +56,12 @@ class Gpu(Strict):
 
     def source(self, figure: str) -> str:
         return self.sources.get(figure, self.sources["default"])
+
+    def host_link_gb_s(self) -> float | None:
+        """The host <-> device link's GB/s as the vendor states it (total bidirectional), None where unpublished."""
+        if self.host_link is not None:
+            return self.host_link.gb_s
+        return self.interconnect.gb_s if self.interconnect.kind == "pcie" else None
 
     def peak_tflops(self, precision: str) -> float | None:
         """Dense tensor TFLOP/s at the training precision (none for fp32: no tensor figure is kept)."""
@@ -82,6 +91,15 @@ def gpu(name: str, catalog: Catalog | None = None) -> Gpu:
     found = next((g for g in entries if g.name.lower() == name.lower()), None)
     if found is None:
         raise BenchError(f"unknown GPU {name!r}; known: {', '.join(g.name for g in entries)}")
+    return found
+
+
+def gpu_by_card(card: str, catalog: Catalog | None = None) -> Gpu:
+    """The entry whose `card` is `card` (a profile's card, or a published row's)."""
+    entries = (catalog or load_catalog()).gpus
+    found = next((g for g in entries if g.card == card), None)
+    if found is None:
+        raise BenchError(f"no GPU catalog entry for card {card!r}; known: {', '.join(g.card for g in entries)}")
     return found
 
 

@@ -13,10 +13,10 @@ from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
 from bench.paths import PROJECT_ROOT
 from bench.results.layout import ENV_FILE
+from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
 from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
 from bench.results.store import now_iso
 from bench.secrets import redact
-
 
 
 def lock_file_hash(lock: Path) -> str | None:
@@ -70,6 +70,8 @@ def detect_hardware() -> HostHardware:
         cuda_available=cuda,
         cuda=torch.version.cuda if cuda else None,
         gpus=gpus,
+        cpu_matmul_gflops=cpu_matmul_gflops(),
+        cpu_memory_gbps=cpu_memory_gbps(),
     )
 
 

@@ -27,6 +27,11 @@ class HostHardware(Open):
     cuda_available: bool | None = None
     cuda: str | None = None
     gpus: list[Gpu] = []
+    cpu_matmul_gflops: float | None = None
+    """One thread's fp32 matmul GFLOP/s, measured once per run (bench/results/microbench.py); None in env.json
+    files written before it was measured."""
+    cpu_memory_gbps: float | None = None
+    """One thread's memory copy GB/s (read + write), measured with it."""
 
     @property
     def summary(self) -> str:

@@ -80,6 +80,7 @@ def test_env_fingerprint_has_versions_and_no_secrets(tmp_path, monkeypatch):
     assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in text
     data = json.loads(text)
     assert data["packages"]["trl"] and data["lock_hash"] and data["hardware"]["cpu_count"] >= 1
+    assert data["hardware"]["cpu_matmul_gflops"] > 0 and data["hardware"]["cpu_memory_gbps"] > 0
 
 
 def test_resuming_with_other_packages_is_refused(tmp_path):

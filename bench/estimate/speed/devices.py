@@ -1,0 +1,71 @@
+"""Device figures the speed model reads: dense peak, memory bandwidth, interconnect, host link, from the GPU
+catalog (scenarios/gpus.yaml, every number with its datasheet) or, on CPU, from the run's own measurement.
+
+The catalog states link bandwidths as vendors do, total bidirectional; the model moves bytes one way at a time, so
+it takes half. Cards without P2P send through the host, so a PCIe figure is an upper bound for them.
+"""
+
+from dataclasses import dataclass
+
+from bench.errors import BenchError
+from bench.matrix.gpus import Gpu, gpu, gpu_by_card
+from bench.matrix.profiles import HardwareProfile
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    name: str
+    device_class: str
+    """`cpu`, `gpu` or `hpu`: which efficiency and overhead constants apply (calibration.py)."""
+    peak_flops: float
+    """Dense peak FLOP/s of one rank's device (CPU: the measured matmul rate x the rank's threads)."""
+    memory_bytes_s: float
+    interconnect_bytes_s: float
+    host_link_bytes_s: float
+    """Host <-> device (PCIe); on CPU the host is the device: its memory bandwidth."""
+    source: str
+
+
+def _one_way(entry: Gpu, figure: str, gb_s: float | None) -> float:
+    if gb_s is None:
+        raise BenchError(f"GPU {entry.name}: the catalog has no {figure} figure (unpublished), so no speed prediction")
+    return gb_s / 2 * 1e9
+
+
+def card_figures(entry: Gpu, peak_tflops: float | None = None) -> DeviceFigures:
+    """A catalog entry's figures; `peak_tflops`: the profile's (at its precision), else the entry's bf16/fp16."""
+    peak = peak_tflops or entry.peak_tflops(entry.precision)
+    if peak is None:
+        raise BenchError(f"GPU {entry.name}: no dense tensor TFLOP/s in the catalog, so no speed prediction")
+    return DeviceFigures(
+        name=entry.card,
+        device_class="hpu" if entry.device == "hpu" else "gpu",
+        peak_flops=peak * 1e12,
+        memory_bytes_s=entry.memory_bandwidth_gbs * 1e9,
+        interconnect_bytes_s=_one_way(entry, "interconnect", entry.interconnect.gb_s),
+        host_link_bytes_s=_one_way(entry, "host link", entry.host_link_gb_s()),
+        source=entry.source("memory_bandwidth_gbs"),
+    )
+
+
+def cpu_figures(matmul_gflops: float, memory_gbps: float, threads: int, source: str) -> DeviceFigures:
+    """A CPU rank: `matmul_gflops` one thread's measured fp32 matmul rate, `memory_gbps` the measured copy rate.
+    The collectives (gloo) move bytes through the same memory."""
+    if matmul_gflops <= 0 or memory_gbps <= 0 or threads < 1:
+        raise BenchError(f"cpu figures must be positive (got {matmul_gflops} GFLOP/s, {memory_gbps} GB/s)")
+    bandwidth = memory_gbps * 1e9
+    return DeviceFigures("cpu", "cpu", matmul_gflops * 1e9 * threads, bandwidth, bandwidth, bandwidth, source)
+
+
+def device_figures(profile: HardwareProfile, cpu: tuple[float, float, str] | None = None) -> DeviceFigures:
+    """The figures of one rank's device on `profile`. `cpu`: (matmul GFLOP/s per thread, copy GB/s, where from)
+    for a CPU profile (env.json's measurement, or calibration.py's)."""
+    if profile.device == "cpu":
+        if cpu is None:
+            raise BenchError(f"profile {profile.name}: a CPU profile needs the measured matmul rate (env.json)")
+        return cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
+    if profile.gpu is not None:
+        return card_figures(gpu(profile.gpu), profile.peak_tflops)
+    if profile.card is None:
+        raise BenchError(f"profile {profile.name}: no `gpu` or `card`, so no speed figures")
+    return card_figures(gpu_by_card(profile.card), profile.peak_tflops)

@@ -1,0 +1,241 @@
+"""Cell + profile + workload -> PREDICTED seconds per step and tokens/s, term by term (docs/estimator.md, "Speed").
+
+`setup_for` reads the cell's configuration into a `StepSetup` (the matrix tables, the model's shape);
+`step_terms` turns it into seconds per term with pure functions (work.py, comm.py, offload.py); `predict_speed`
+adds them up with the device class's constants (calibration.py)."""
+
+import math
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel
+
+from bench.estimate.predict import _effective_backend
+from bench.estimate.shapes import config_path, shapes_for
+from bench.estimate.speed import comm, offload, work
+from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
+from bench.estimate.speed.devices import DeviceFigures, device_figures
+from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
+from bench.matrix.axes import Option
+from bench.matrix.backends import BackendSpec, Placement, backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
+from bench.matrix.methods import method_spec
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.quants import quant_spec
+from bench.matrix.recipes import resolve
+from bench.matrix.scenario import not_applicable_reason, world_size
+
+QUANT_BYTES = {"none": 0.0, "int8": 1.0, "nf4": 0.5}
+"""Stored bytes per quantized weight (bitsandbytes int8: one byte; nf4: half, the per-block scales left out)."""
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    step: work.StepShape
+    backend: BackendSpec
+    world: int
+    compute_bytes: int
+    """Bytes of a parameter and a gradient in the compute dtype (4 fp32, 2 bf16/fp16)."""
+    quantized_params: int
+    quantized_linears: int
+    """Quantized linear layers (each dequantized per call)."""
+    quant_bytes: float
+    policy_bytes: float
+    """The policy's parameters as stored (quantized weights at their stored size)."""
+    reference_gathered: bool
+    """The forwards without gradient gather sharded parameters too (the reference lives in the policy, or is a
+    separate model sharded with it)."""
+    param_modules: int
+    gather_units: int
+
+
+def precomputed_reference(cell: Cell, device: str) -> bool:
+    """DPOConfig's precompute_ref_log_probs: asked by the option or by the recipe (bench/worker/trainer_args.py)."""
+    if Option.PRECOMPUTE_REF in cell.options:
+        return True
+    return init_spec(cell.init).reference == "separate_model" and resolve(cell, device).settings.reference == (
+        "precomputed"
+    )
+
+
+def method_shape(shape: ModelShape, output: str) -> ModelShape:
+    """A reward model's scalar head replaces the LM head (bench/judge/mfu.py's convention)."""
+    if output != "scalar":
+        return shape
+    return replace(shape, matmul_params=shape.matmul_params - shape.lm_head_params + shape.hidden, lm_head_params=0)
+
+
+def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len: float | None = None) -> StepSetup:
+    """`seq_len`: tokens per sequence (default the workload's max_length: full sequences)."""
+    method, init, quant = method_spec(cell.method), init_spec(cell.init), quant_spec(cell.quant)
+    backend, _ = _effective_backend(cell, profile)
+    spec = backend_spec(backend)
+    shapes = shapes_for(workload)
+    found = model_shape(str(config_path(workload).parent))
+    if found is None:
+        raise ValueError(f"workload {workload.name}: no config.json to read the model's shape from")
+    shape = method_shape(found, method.output)
+    precomputed = precomputed_reference(cell, profile.device)
+    checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+    trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
+    step = work.StepShape(
+        shape=shape,
+        seq_len=float(seq_len or workload.train.max_length),
+        sequences=workload.train.per_device_train_batch_size * method.rows_per_example,
+        trainable_params=trainable,
+        adapters=init.adapters,
+        checkpointing=checkpointing,
+        no_grad_forwards=no_grad_forwards(cell.method, precomputed),
+        vocab=shapes.vocab,
+        output=method.output,
+    )
+    b = 4 if profile.precision == "fp32" else 2
+    quantized = shapes.linear_weights if quant.quantized else 0
+    q = QUANT_BYTES[str(cell.quant)]
+    separate = init.reference == "separate_model" and not precomputed
+    return StepSetup(
+        step=step,
+        backend=spec,
+        world=world_size(cell, profile),
+        compute_bytes=b,
+        quantized_params=quantized,
+        quantized_linears=len(shapes.linears) if quant.quantized else 0,
+        quant_bytes=q,
+        policy_bytes=(shapes.total - quantized) * b + quantized * q,
+        reference_gathered=not separate or spec.sharding.reference == Placement.SHARDED,
+        param_modules=len(shapes.linears) + 2 * shapes.layers + 3,
+        gather_units=shapes.layers + 1,
+    )
+
+
+def step_terms(
+    setup: StepSetup, device: DeviceFigures, constants: ClassConstants, host_bytes_s: float
+) -> dict[str, float]:
+    """Seconds per step by term, on one rank. `host_bytes_s`: the host's memory rate (CPU Adam of the offload
+    backends: the update is memory-bound)."""
+    step, spec, world = setup.step, setup.backend, setup.world
+    sharding = spec.sharding
+    optimizer_sharded = sharding.optimizer in (Placement.SHARDED, Placement.OFFLOADED) and world > 1
+    updated = step.trainable_params / (world if optimizer_sharded else 1)
+    optimizer_on_host = sharding.optimizer == Placement.OFFLOADED
+    compute_s = work.step_flops(step) / (device.peak_flops * constants.efficiency)
+    passes = work.weight_passes(step)
+    dequant = work.dequant_bytes(setup.quantized_params, setup.quant_bytes, setup.compute_bytes, passes)
+    terms = {
+        "compute": compute_s,
+        "logprob_tiles": work.logprob_bytes(step) / device.memory_bytes_s,
+        "dequant": dequant / device.memory_bytes_s + quant_calls(setup) * constants.quant_call_s,
+    }
+    adam_s = work.optimizer_bytes(updated) / (host_bytes_s if optimizer_on_host else device.memory_bytes_s)
+    terms["optimizer_cpu_adam" if optimizer_on_host else "optimizer"] = adam_s
+    gathers = gathering_passes(setup)
+    grad_bytes = step.trainable_params * setup.compute_bytes
+    traffic = traffic_of(setup)
+    comm_s = traffic.bytes / device.interconnect_bytes_s + traffic.calls * constants.collective_latency_s
+    backward_s = compute_s * _backward_share(step)
+    hideable = {"backward": backward_s, "forward_backward": compute_s}.get(traffic.overlappable, 0.0)
+    terms["communication"] = comm.exposed_seconds(comm_s, hideable, constants.overlap)
+    if spec.offloads:
+        host = offload.optimizer_offload_bytes(grad_bytes / world, updated * setup.compute_bytes)
+        if sharding.params == Placement.OFFLOADED:
+            host += offload.param_offload_bytes(setup.policy_bytes / world, gathers)
+        terms["offload_transfer"] = host / device.host_link_bytes_s
+    terms["overhead"] = (
+        constants.step_overhead_s
+        + (constants.multi_process_step_s if world > 1 else 0.0)
+        + (constants.offload_step_s if spec.offloads else 0.0)
+    )
+    return terms
+
+
+def quant_calls(setup: StepSetup) -> int:
+    """Quantized linear calls per step: every quantized layer in every pass over the weights."""
+    return setup.quantized_linears * work.weight_passes(setup.step)
+
+
+def gathering_passes(setup: StepSetup) -> int:
+    """Passes that gather sharded parameters: forward, backward, recompute, and the forwards without gradient
+    where they run through sharded parameters."""
+    step = setup.step
+    return 2 + int(step.checkpointing) + (step.no_grad_forwards if setup.reference_gathered else 0)
+
+
+def traffic_of(setup: StepSetup) -> comm.Traffic:
+    grad_bytes = setup.step.trainable_params * setup.compute_bytes
+    return comm.step_traffic(
+        setup.backend,
+        setup.world,
+        grad_bytes,
+        setup.policy_bytes,
+        gathering_passes(setup),
+        setup.param_modules,
+        setup.gather_units,
+    )
+
+
+def _backward_share(step: work.StepShape) -> float:
+    """The backward's (and recompute's) share of the step's FLOPs: what bucketed gradient reduction hides behind."""
+    s, t = step.shape, step.seq_len
+    backward = work.backward_flops_per_token(s, t, step.adapters) + work.recompute_flops_per_token(
+        s, t, step.checkpointing
+    )
+    return backward * step.tokens / work.step_flops(step)
+
+
+class SpeedPrediction(BaseModel):
+    """PREDICTED, not measured: one cell's step time and throughput on one profile."""
+
+    cell_id: str
+    hardware: str
+    status: str
+    """`predicted` or `not_applicable`."""
+    s_per_step: float | None = None
+    s_per_step_low: float | None = None
+    s_per_step_high: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_low: float | None = None
+    tokens_per_s_high: float | None = None
+    tokens_per_step: float | None = None
+    """Over every rank: world x sequences x seq_len."""
+    world_size: int = 1
+    terms: dict[str, float] = {}
+    """Seconds per step by term (one rank)."""
+
+
+def predict_speed(
+    cell: Cell,
+    profile: HardwareProfile,
+    workload: Workload,
+    calibration: SpeedCalibration | None = None,
+    seq_len: float | None = None,
+    cpu: tuple[float, float, str] | None = None,
+) -> SpeedPrediction:
+    """`cpu`: (matmul GFLOP/s per thread, copy GB/s, where from) for a CPU profile; default: calibration's host."""
+    reason = not_applicable_reason(cell, profile)
+    if reason is not None:
+        return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_applicable")
+    calibration = calibration or load_speed_calibration()
+    host = calibration.host
+    if cpu is None:
+        cpu = (host.matmul_gflops, host.memory_gbps, f"this machine's microbenchmark, {host.measured_at}")
+    device = device_figures(profile, cpu)
+    constants = constants_for(calibration, device.device_class)
+    setup = setup_for(cell, profile, workload, seq_len)
+    terms = step_terms(setup, device, constants, host.memory_gbps * 1e9)
+    seconds = sum(terms.values())
+    tokens = setup.world * setup.step.tokens
+    low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)
+    return SpeedPrediction(
+        cell_id=cell.id,
+        hardware=profile.name,
+        status="predicted",
+        s_per_step=seconds,
+        s_per_step_low=low,
+        s_per_step_high=high,
+        tokens_per_s=tokens / seconds,
+        tokens_per_s_low=tokens / high,
+        tokens_per_s_high=tokens / low,
+        tokens_per_step=tokens,
+        world_size=setup.world,
+        terms=terms,
+    )

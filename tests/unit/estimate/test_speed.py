@@ -1,0 +1,163 @@
+"""The speed model (bench/estimate/speed): each term against its formula, the fit against known constants, and the
+whole model's ranking of the small workload's measured cells."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.errors import BenchError
+from bench.estimate.speed import comm, work
+from bench.estimate.speed.calibration import FEATURES, fit_class, load_speed_calibration
+from bench.estimate.speed.devices import card_figures, device_figures
+from bench.estimate.speed.model import predict_speed
+from bench.judge.mfu import ModelShape, flops_per_token
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.gpus import gpu, gpu_by_card
+from bench.matrix.profiles import available, load_profile, load_workload
+from bench.paths import RESULTS_DIR, SCENARIOS_DIR
+
+SHAPE = ModelShape(matmul_params=1_000_000, layers=2, heads=4, head_dim=16, lm_head_params=200_000, hidden=64)
+
+
+def _step(**changes) -> work.StepShape:
+    base = work.StepShape(
+        shape=SHAPE,
+        seq_len=100.0,
+        sequences=4,
+        trainable_params=1_000_000,
+        adapters=False,
+        checkpointing=False,
+        no_grad_forwards=1,
+        vocab=512,
+        output="fused_logprobs",
+    )
+    return replace(base, **changes)
+
+
+def test_full_finetune_flops_are_the_mfu_convention():
+    """Without checkpointing and adapters the hardware FLOPs are the model FLOPs of bench/judge/mfu.py."""
+    step = _step()
+    assert work.step_flops(step) / step.tokens == pytest.approx(flops_per_token(SHAPE, 100, False))
+    precomputed = _step(no_grad_forwards=0)
+    assert work.step_flops(precomputed) / step.tokens == pytest.approx(flops_per_token(SHAPE, 100, True))
+
+
+def test_lora_backward_skips_weight_gradients_and_recompute_skips_the_head():
+    t = 100.0
+    forward = work.forward_flops_per_token(SHAPE, t)
+    assert work.backward_flops_per_token(SHAPE, t, adapters=True) == forward
+    assert work.backward_flops_per_token(SHAPE, t, adapters=False) == 2 * forward
+    assert work.recompute_flops_per_token(SHAPE, t, True) == forward - 2 * SHAPE.lm_head_params
+    assert work.recompute_flops_per_token(SHAPE, t, False) == 0
+
+
+def test_memory_bound_terms():
+    assert work.optimizer_bytes(10) == 280
+    assert work.logprob_bytes(_step(output="scalar")) == 0
+    assert work.logprob_bytes(_step(no_grad_forwards=0)) == 6 * 4 * 400 * 512
+    assert work.dequant_bytes(1000, 0.5, 2, passes=3) == 3 * 1000 * 2.5
+
+
+def test_ring_collectives():
+    assert comm.ring_all_reduce(100.0, 4) == pytest.approx(150.0)
+    assert comm.ring_gather_or_scatter(100.0, 4) == pytest.approx(75.0)
+    ddp = comm.step_traffic(backend_spec(Backend.DDP), 2, 100.0, 400.0, 3, 10, 3)
+    assert (ddp.bytes, ddp.calls, ddp.overlappable) == (100.0, 1, "backward")
+    assert comm.step_traffic(backend_spec(Backend.DDP), 1, 100.0, 400.0, 3, 10, 3).bytes == 0
+    zero3 = comm.step_traffic(backend_spec(Backend.ZERO3), 2, 100.0, 400.0, 3, 10, 3)
+    assert zero3.bytes == pytest.approx(3 * 200.0 + 50.0)
+    alone = comm.step_traffic(backend_spec(Backend.ZERO3_OFFLOAD), 1, 100.0, 400.0, 3, 10, 3)
+    assert (alone.bytes, alone.calls) == (0.0, 30)  # the fetch hooks still run on one rank
+    assert comm.exposed_seconds(1.0, 0.6, 1.0) == pytest.approx(0.4)
+    assert comm.exposed_seconds(1.0, 2.0, 1.0) == 0.0
+    assert comm.exposed_seconds(1.0, 2.0, 0.0) == 1.0
+
+
+def test_every_shipped_accelerator_profile_has_device_figures():
+    for name in available(SCENARIOS_DIR / "hardware"):
+        profile = load_profile(name)
+        if profile.device == "cpu":
+            with pytest.raises(BenchError, match="measured matmul rate"):
+                device_figures(profile)
+            continue
+        figures = device_figures(profile)
+        assert figures.peak_flops == profile.peak_tflops * 1e12
+        assert figures.memory_bytes_s > figures.interconnect_bytes_s > 0
+        assert figures.source.startswith("https://")
+
+
+def test_unknown_card_is_a_one_line_error():
+    with pytest.raises(BenchError, match="no GPU catalog entry for card 'Nope'"):
+        gpu_by_card("Nope")
+
+
+def test_links_are_taken_one_way_and_an_unpublished_one_is_a_one_line_error():
+    h100 = card_figures(gpu("H100-SXM"))
+    assert (h100.interconnect_bytes_s, h100.host_link_bytes_s) == (450e9, 64e9)  # NVLink 900, PCIe 5.0 x16 128
+    a10 = card_figures(gpu("A10"))
+    assert a10.interconnect_bytes_s == a10.host_link_bytes_s == 32e9  # PCIe 4.0 x16 is both links
+    with pytest.raises(BenchError, match="A10G: no dense tensor TFLOP/s"):
+        card_figures(gpu("A10G"))
+    with pytest.raises(BenchError, match="A10G: the catalog has no interconnect figure"):
+        card_figures(gpu("A10G"), peak_tflops=125)
+
+
+def test_fit_recovers_known_constants():
+    """Rows made with known constants give them back (the fit can fail: a wrong column order would)."""
+    truth = [1 / 0.25, 0.02, 0.001, 0.04, 0.05, 0.002]
+    features = [[0.01 * (i % 7 + 1), 1.0, i % 5, i % 2, (i // 2) % 2, (i % 3) * 10] for i in range(30)]
+    measured = [sum(c * f for c, f in zip(truth, row, strict=True)) + 0.003 for row in features]
+    fitted = fit_class(features, [0.003] * 30, measured)
+    assert fitted["efficiency"] == pytest.approx(0.25, rel=1e-6)
+    for name, value in zip(FEATURES[1:], truth[1:], strict=True):
+        assert fitted[name] == pytest.approx(value, rel=1e-6, abs=1e-9)
+    with pytest.raises(BenchError, match="needs 18 rows"):
+        fit_class(features[:5], [0.0] * 5, measured[:5])
+
+
+def test_prediction_is_labelled_and_ranged():
+    cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.DDP, launcher="torchrun")
+    profile = load_profile("2xA10")
+    s = predict_speed(cell, profile, load_workload(profile.workload))
+    assert s.status == "predicted" and s.world_size == 2
+    assert s.tokens_per_s_low <= s.tokens_per_s <= s.tokens_per_s_high
+    assert s.s_per_step == pytest.approx(sum(s.terms.values()))
+    assert s.tokens_per_s == pytest.approx(s.tokens_per_step / s.s_per_step)
+
+
+MIN_SMALL_RHO = 0.7
+"""Spearman's rho of PREDICTED vs measured tokens/s over the small workload's ok cells of the runs the CPU constants
+were not fitted on (69 cells, 6 runs). Measured: 0.80 (docs/estimator.md, "Speed"). The noise ceiling is below 1:
+two runs of the same 18 cells (cpu-budget 20261123-080923 and -143013) rank-agree with each other at 0.88 only,
+so a rerun alone moves rho by about 0.1; 0.7 fails when the model loses a real part of the ordering, not on one
+noisy rerun."""
+
+
+def test_small_workload_ranking_agrees_with_the_measured_one():
+    from scipy.stats import spearmanr
+
+    from bench.estimate.speed.validate import speed_rows
+
+    rows = [r for r in speed_rows(RESULTS_DIR, load_speed_calibration()) if r.workload == "small" and not r.fitted]
+    assert len(rows) >= 60
+    rho = spearmanr([r.predicted_tokens_per_s for r in rows], [r.measured_tokens_per_s for r in rows]).statistic
+    assert rho >= MIN_SMALL_RHO
+
+
+def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
+    from bench.estimate.speed.validate import fit
+
+    committed = load_speed_calibration()
+    assert fit(RESULTS_DIR, committed.host) == committed
+
+
+def test_committed_calibration_names_its_rows():
+    calibration = load_speed_calibration()
+    for name, constants in calibration.classes.items():
+        assert constants.fitted_on, name
+        assert "efficiency" in constants.fitted
+    for run in calibration.classes["cpu"].fitted_on:
+        assert (Path(RESULTS_DIR) / run / "results.jsonl").is_file()
