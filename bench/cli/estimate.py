@@ -12,9 +12,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     if args.write:
         from bench.estimate.report import write_predicted
-        from bench.estimate.validate import validate, validation_line
+        from bench.estimate.validate import validate, validation_line, write_current_spreads
 
         rows, _ = validate(Path(args.results))
+        print(f"written: {write_current_spreads(rows)}")
         for path in write_predicted(args.hw, Path(args.results), validation_line(rows)):
             print(f"written: {path}")
         return 0
@@ -30,6 +31,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_estimate(args: argparse.Namespace) -> int:
+    if args.published:
+        from bench.estimate import published
+
+        write_or_print(published.to_markdown(published.published_rows()), args.output)
+        return 0
     from bench.estimate.validate import to_markdown, validate
 
     rows, skipped = validate(Path(args.results))
@@ -51,7 +57,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--write",
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell), "
-        "with the estimator's current validation error",
+        "with the estimator's current validation error, after bench/estimate/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 
@@ -60,4 +66,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="instead: predict every published GPU figure in scenarios/published/memory.yaml (memory, or the longest "
+        "context that fits) against its published value, with a reason for every row beyond 15 %%",
+    )
     p.set_defaults(func=cmd_validate_estimate)

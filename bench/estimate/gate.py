@@ -9,11 +9,6 @@ from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.schema import PredictionSummary
 from bench.units import GiB
 
-CLEAR_MARGIN = 0.20
-"""A cell is skipped only when its predicted total exceeds the usable memory by more than this fraction; closer
-cells run, so a prediction error of up to CLEAR_MARGIN never skips a cell that would fit. Twice the estimator's
-10 % error goal: on GPUs its constants are still priors (docs/estimator.md)."""
-
 Predictor = Callable[[Cell], PredictionSummary | None]
 
 
@@ -27,6 +22,8 @@ def summary_of(prediction) -> PredictionSummary | None:
         usable_bytes=prediction.usable_bytes,
         verdict=prediction.verdict or "unknown",
         margin_bytes=prediction.margin_bytes,
+        range_low_bytes=prediction.range_low_bytes,
+        range_high_bytes=prediction.range_high_bytes,
         terms=prediction.terms,
     )
 
@@ -51,15 +48,16 @@ def predictor(profile: HardwareProfile, workload: Workload) -> Predictor:
 
 
 def clearly_out_of_memory(summary: PredictionSummary | None) -> bool:
-    if summary is None or summary.verdict != "predicted_oom" or not summary.usable_bytes or not summary.total_bytes:
-        return False
-    return summary.total_bytes > summary.usable_bytes * (1 + CLEAR_MARGIN)
+    """A `predicted_oom` verdict: the whole range of the prediction (bench/estimate/uncertainty.py) is above the
+    usable memory. A `tight` cell runs."""
+    return summary is not None and summary.verdict == "predicted_oom"
 
 
 def reason(summary: PredictionSummary) -> str:
     assert summary.total_bytes is not None and summary.usable_bytes is not None
     over = summary.total_bytes / summary.usable_bytes - 1
+    low = "" if summary.range_low_bytes is None else f", at least {summary.range_low_bytes / GiB:.2f} GiB"
     return (
-        f"predicted to need {summary.total_bytes / GiB:.2f} GiB per device, {summary.usable_bytes / GiB:.2f} GiB "
-        f"usable ({over:+.0%}; estimator {summary.estimator_version}); not run: --run-predicted-oom runs it"
+        f"predicted to need {summary.total_bytes / GiB:.2f} GiB per device{low}, {summary.usable_bytes / GiB:.2f} "
+        f"GiB usable ({over:+.0%}; estimator {summary.estimator_version}); not run: --run-predicted-oom runs it"
     )

@@ -7,8 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bench.estimate import VERSION, terms
+from bench.assets.prepare import LARGE_MODEL_PARAMS
+from bench.estimate import VERSION, cpu_terms, gpu_terms, terms, uncertainty
+from bench.estimate.knobs import Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
+from bench.estimate.uncertainty import Verdict
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
@@ -22,23 +25,16 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
 
 class DeviceConstants(BaseModel):
-    """Per device kind; `fitted` names the constants calibrate.py fitted on measurements (the rest are priors)."""
+    """Per device kind, what is outside the modelled terms and cannot be derived; `fitted` names those calibrate.py
+    fitted on measurements (the rest are priors). CUDA devices need none: bench/estimate/gpu_terms.py derives their
+    context, workspaces, buffers and allocator overhead."""
 
-    head_tiles: float
-    """Logits tiles live in the LM head's backward (derived: 1 on GPU/Triton; CPU torch fallback: see docs)."""
-    runtime_bytes: float = 0.0
-    """Per rank, everything the training process holds beyond the modelled terms (CPU: data, tokenizer, autograd and
-    allocator retention; fitted)."""
-    multi_process_bytes: float = 0.0
-    """Extra per rank of a multi-process run (process group, sampler; fitted on CPU)."""
-    deepspeed_bytes: float = 0.0
-    """Extra per rank of a DeepSpeed engine (fitted on CPU)."""
     context_bytes: float = 0.0
-    """Outside the measured peak: CUDA context (~0.5 GiB), or the library baseline on CPU."""
+    """Outside the measured peak: the library baseline on CPU (fitted), the device runtime's context elsewhere."""
     deepspeed_context_bytes: float | None = None
     """The same for a DeepSpeed cell when it differs (CPU: deepspeed's imports)."""
     allocator_slack: float = 0.0
-    """Fraction on top of the measured peak that the allocator reserves (PyTorch caching allocator on GPU)."""
+    """Fraction on top of the peak that the device's allocator reserves (a prior where no mechanism is modelled)."""
     fitted: list[str] = []
 
 
@@ -69,17 +65,33 @@ class Prediction(BaseModel):
     world_size: int = 1
     load_bytes: float | None = None
     """Per device after loading and preparing, before the first step."""
+    memory_kind: Literal["cgroup", "rss", "cuda_allocated", "device"] | None = None
+    """What train_bytes predicts: a CPU rank's cgroup or RSS peak above its library baseline (bench/judge/metrics.py),
+    torch.cuda.max_memory_allocated, or the device's own figure (HPU)."""
     train_bytes: float | None = None
-    """Per device peak in training: what a record's model_memory_bytes (CPU) / CUDA max allocated (GPU) measures."""
+    """Per device peak in training, the figure `memory_kind` names."""
     terms: dict[str, float] = {}
     """Breakdown of train_bytes."""
     host_bytes: float = 0.0
-    """Per rank in host memory (ZeRO-Offload), not on the device."""
+    """Per rank in host memory (ZeRO-Offload, parameter offload), not on the device."""
+    reserved_bytes: float | None = None
+    """GPU: torch.cuda.max_memory_reserved (allocated + the caching allocator's rounding and fragmentation)."""
+    nvidia_smi_bytes: float | None = None
+    """GPU: the process's device memory as nvidia-smi / NVML show it (reserved + CUDA context + NCCL buffers + paged
+    optimizer state)."""
+    paged_bytes: float = 0.0
+    """GPU: bitsandbytes' paged optimizer state (CUDA managed memory, evicted to the host under pressure)."""
     overhead_bytes: float | None = None
-    """Outside the measured peak: context / library baseline + allocator slack."""
+    """total - train: the library baseline (CPU); allocator, context, NCCL and paged state (GPU)."""
     total_bytes: float | None = None
+    """What is held against usable memory: train + baseline (CPU), the nvidia-smi figure (GPU)."""
+    range_low_bytes: float | None = None
+    range_high_bytes: float | None = None
+    """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
+    error_kind: str | None = None
     usable_bytes: float | None = None
-    verdict: Literal["fits", "predicted_oom", "unknown"] | None = None
+    verdict: Verdict | None = None
+    """fits, tight (the range straddles usable memory), predicted_oom (all of the range above it), unknown."""
     margin_bytes: float | None = None
     """usable - total (negative: short by that much)."""
     notes: list[str] = []
@@ -97,8 +109,17 @@ def usable_bytes(profile: HardwareProfile) -> float | None:
     return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9
 
 
+PAGED = "paged_optimizer_state"
+"""A train_terms key outside the allocated figure: bitsandbytes' paged states live in CUDA managed memory."""
+
+
 def predict_cell(
-    cell: Cell, profile: HardwareProfile, workload: Workload, calibration: Calibration | None = None
+    cell: Cell,
+    profile: HardwareProfile,
+    workload: Workload,
+    calibration: Calibration | None = None,
+    knobs: Knobs | None = None,
+    spreads: uncertainty.Spreads | None = None,
 ) -> Prediction:
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
     base = {
@@ -113,39 +134,82 @@ def predict_cell(
     if reason is not None:
         return Prediction(**base, status="not_applicable", reason=reason)
     calibration = calibration or load_calibration()
-    const = calibration.devices[profile.device]
+    const = calibration.devices.get(str(profile.device), DeviceConstants())
     shapes = shapes_for(workload)
     backend, notes = _effective_backend(cell, profile)
     world = world_size(cell, profile)
-    terms_, load, host = train_terms(cell, backend, profile, workload, shapes, const, world)
+    knobs = knobs or Knobs()
+    terms_, load, host = train_terms(cell, backend, profile, workload, shapes, world, knobs)
+    paged = terms_.pop(PAGED, 0.0)
+    gpu = gpu_terms.gpu_of(profile.name) if profile.device == "cuda" else None
+    if profile.device == "cuda" and gpu is None:
+        notes.append(f"GPU of profile {profile.name} not in bench/estimate/gpu_terms.GPUS: taken as an H100")
+        gpu = gpu_terms.GPUS["H100"]
+    if gpu is not None:
+        terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
     train = sum(terms_.values())
-    deepspeed = backend_spec(backend).deepspeed is not None
-    context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
-    context = const.context_bytes if context is None else context
-    overhead = context + const.allocator_slack * train
+    reserved = smi = None
     if profile.device == "cpu":
+        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+        deepspeed = backend_spec(backend).deepspeed is not None
+        context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
         train += host  # offloaded state is in the same (host) memory
         terms_["offloaded_to_host"] = host
         host = 0.0
-    total = train + overhead
+        total = train + (const.context_bytes if context is None else context)
+    elif gpu is not None:
+        kind = "cuda_allocated"
+        transient = max(terms_.get(k, 0.0) for k in ("lm_head_backward", "recomputed_layer", "dequant_buffer"))
+        reserved = train + gpu_terms.allocator_overhead(
+            _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
+        )
+        smi = reserved + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, world) + paged
+        total = smi
+    else:
+        kind = "device"
+        total = train + const.context_bytes + const.allocator_slack * train
     usable = usable_bytes(profile)
-    verdict = None if usable is None else ("fits" if total <= usable else "predicted_oom")
+    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend))
+    spread = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
+    if profile.device == "cpu":
+        bounds = uncertainty.measured_range(train, spread)
+        bounds = None if bounds is None else (bounds[0] + total - train, bounds[1] + total - train)
+    else:
+        bounds = uncertainty.measured_range(total, spread)
     return Prediction(
         **base,
         status="predicted",
         backend_run=str(backend),
         world_size=world,
         load_bytes=load,
+        memory_kind=kind,
         train_bytes=train,
         terms={k: v for k, v in terms_.items() if v},
         host_bytes=host,
-        overhead_bytes=overhead,
+        reserved_bytes=reserved,
+        nvidia_smi_bytes=smi,
+        paged_bytes=paged,
+        overhead_bytes=total - train,
         total_bytes=total,
+        range_low_bytes=None if bounds is None else bounds[0],
+        range_high_bytes=None if bounds is None else bounds[1],
+        error_kind=error_kind,
         usable_bytes=usable,
-        verdict=verdict or "unknown",
+        verdict=uncertainty.verdict(total, usable, bounds),
         margin_bytes=None if usable is None else usable - total,
         notes=notes,
     )
+
+
+def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, knobs: Knobs) -> int:
+    """Resident tensors above the caching allocator's 10 MiB large-segment threshold: weight matrices (and the
+    reference's), with a full fine-tune also each one's gradient and two optimizer states."""
+    b = 4 if profile.precision == "fp32" else 2
+    matrices = [r * c for r, c in shapes.full_tensors() if c > 1]
+    large = sum(1 for n in matrices if n * b > 10 * 2**20)
+    init = init_spec(cell.init)
+    copies = 1 + (init.reference == "separate_model" and knobs.method == "dpo") + 3 * (not init.adapters)
+    return large * copies
 
 
 def train_terms(
@@ -154,8 +218,8 @@ def train_terms(
     profile: HardwareProfile,
     workload: Workload,
     shapes: ModelShapes,
-    const: DeviceConstants,
     world: int,
+    knobs: Knobs,
 ) -> tuple[dict[str, float], float, float]:
     """(training breakdown, load bytes, host bytes) per device."""
     spec = backend_spec(backend)
@@ -164,8 +228,14 @@ def train_terms(
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
+    offload_params = knobs.offload_params and (stage == 3 or backend == Backend.FSDP)
     precompute = Option.PRECOMPUTE_REF in cell.options
-    checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+    checkpointing = (
+        workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+        if knobs.gradient_checkpointing is None
+        else knobs.gradient_checkpointing
+    )
+    liger = Option.LIGER in cell.options if knobs.liger is None else knobs.liger
     quant = str(cell.quant)
     linear = shapes.linear_weights
     other = shapes.total - linear
@@ -174,9 +244,9 @@ def train_terms(
     # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
     quantized = quant_spec(cell.quant).quantized
     init = init_spec(cell.init)
-    keep = 4 if (quantized and init.reference == "ref_adapter") else b
+    keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else b
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
-    fsdp_upcast = backend == Backend.FSDP and b != 4 and not quantized
+    fsdp_upcast = backend == Backend.FSDP and b != 4 and not quantized and knobs.master_weights
     if fsdp_upcast:
         full = shapes.total * 4
     param_b = 4 if fsdp_upcast else b
@@ -184,17 +254,23 @@ def train_terms(
     # Trainable parameters and their dtype.
     if not init.adapters:
         trainable, train_b = shapes.total, param_b
+        tensors = shapes.full_tensors()
         head_trainable = True
     else:
-        trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules)
+        tensors = shapes.lora_tensors(workload.lora.r, workload.lora.target_modules)
+        trainable = sum(r * c for r, c in tensors)
         head_trainable = False
-        if quantized:
+        if not knobs.master_weights:
+            train_b = b  # pure 16-bit training: adapters in the compute dtype
+        elif quantized:
             train_b = 2  # TRL 1.16 casts the adapter of a quantized model to bf16 (QLoRA recipe)
         elif stage == 3:
             train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
         else:
             train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
-    adapters = trainable * train_b * init.adapter_copies
+    reference = knobs.method == "dpo"
+    adapters = trainable * train_b * (init.adapter_copies if reference else min(init.adapter_copies, 1))
+    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, str(profile.device))
 
     out: dict[str, float] = {}
     host = 0.0
@@ -206,22 +282,34 @@ def train_terms(
         out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
         zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
     elif stage == 3:
-        out["weights"] = full / world
+        out["weights"] = 0.0 if offload_params else full / world
         out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
         out["adapters"] = adapters / world
         out["grads_optimizer_master"] = 0.0 if offload else 16 * trainable / world
         if offload:
             host = terms.zero_offloaded_host(trainable, world)
+        if offload_params:
+            host += full / world
+    elif offload_params:  # FSDP CPUOffloadPolicy: parameters, gradients and optimizer state live on the host
+        host = (full + adapters + optimizer.resident + trainable * train_b) / world
     else:
         out["weights"] = terms.placed(full, sharding.params, world, devices)
         out["adapters"] = terms.placed(adapters, sharding.params, world, devices)
-        out["optimizer"] = terms.placed(terms.adam_bytes(trainable, train_b), sharding.optimizer, world, devices)
+        out["optimizer"] = terms.placed(optimizer.resident, sharding.optimizer, world, devices)
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
     # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
-    if init.reference == "separate_model" and resolve(cell, profile.device).settings.reference != "precomputed":
+    if (
+        reference
+        and init.reference == "separate_model"
+        and resolve(cell, profile.device).settings.reference != "precomputed"
+    ):
         out["reference_model"] = terms.placed(
             full if not fsdp_upcast else shapes.total * b, sharding.reference, world, devices
+        )
+    if profile.device == "cpu":
+        _charge_mapped_weights(
+            out, cell, backend, profile, workload, shapes, world, linear * b * (not quantized) + other * keep
         )
     load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
 
@@ -233,11 +321,13 @@ def train_terms(
     elif backend == Backend.FSDP:
         out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
 
-    # The step's peak: the LM head's backward (logits tiles + accumulators + saved activations) or the end of
-    # backward (every gradient), whichever is larger.
-    rows = 2 * workload.train.per_device_train_batch_size
-    seq = workload.train.max_length
+    # The step's peak, the largest of its phases: the LM head's backward (the head's temporaries + accumulators +
+    # the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
+    # (every gradient) and the optimizer step (gradients + the step's temporaries).
+    rows = (1 if knobs.method == "sft" else 2) * (knobs.batch_size or workload.train.per_device_train_batch_size)
+    seq = knobs.max_length or workload.train.max_length
     tokens = rows * seq
+    attention = knobs.attention or "sdpa"
     per_layer = terms.layer_activations(
         tokens,
         rows,
@@ -247,47 +337,97 @@ def train_terms(
         shapes.intermediate,
         shapes.heads,
         b,
-        materialised_scores=profile.device == "cpu",
+        materialised_scores=attention == "eager" or (attention == "sdpa" and profile.device == "cpu"),
+        liger=liger,
     )
-    acts = terms.activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
+    saved = terms.saved_activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
     split = devices if spec.splits_layers else 1
-    head = terms.head_backward(tokens, shapes.hidden, shapes.vocab, b, const.head_tiles, head_trainable)
+    if knobs.method == "reward":
+        head = 0.0  # a scalar score head: no vocabulary-sized tensor
+    elif knobs.loss != "fused":
+        head = tokens * shapes.vocab * terms.logits_bytes_per_element(knobs.loss, b)
+        head += shapes.vocab * shapes.hidden * train_b * head_trainable  # the head's weight gradient
+    else:
+        head_backward = terms.cpu_head_backward if profile.device == "cpu" else terms.gpu_head_backward
+        head = head_backward(tokens, shapes.hidden, shapes.vocab, b, head_trainable)
     grads_full = trainable * train_b
-    # ZeRO-3: gradients go through the reduce bucket into the partitions counted above.
-    grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
-    phase_head = acts / split + head
-    phase_end = grads
+    # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; FSDP offload: to the host.
+    grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None and not offload_params else 0.0
+    if knobs.optimizer_in_backward:
+        grads = min(grads, max(r * c for r, c in tensors) * train_b)
     bucket_at_head = 0.0
+    phase_end = grads
     if stage in (1, 2):
         # The reduce bucket is allocated at each backward's start (setup_buckets) and released at its end, before
         # the step; the gradient partitions live from the end of backward through the step. On the CPU only the
         # bucket's touched pages count, and none are touched yet while the LM head's backward runs.
         bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
         bucket_at_head = 0.0 if profile.device == "cpu" else bucket
-        phase_head += bucket_at_head
         phase_end = max(bucket + trainable * train_b / world, zero2_grads)
-    if phase_head >= phase_end:
-        out["activations"] = acts / split
-        out["lm_head_backward"] = head
-        if bucket_at_head:
-            out["zero_buckets"] = bucket_at_head
-    elif stage in (1, 2):
-        out["zero2_end_of_backward"] = phase_end
-    else:
-        out["gradients"] = grads
+    phases = {
+        "head": {"activations": saved / split, "lm_head_backward": head, "zero_buckets": bucket_at_head},
+        "recompute": {
+            "activations": saved / split,
+            "recomputed_layer": per_layer if checkpointing else 0.0,
+            "gradients": grads,
+            "zero_buckets": bucket_at_head,
+        },
+        "end": {"zero2_end_of_backward": phase_end} if stage in (1, 2) else {"gradients": grads},
+        "step": {"gradients": grads, "optimizer_step_temporaries": optimizer.step_temporaries},
+    }
+    peak = max(phases.values(), key=lambda phase: sum(phase.values()))
+    for name, value in peak.items():
+        out[name] = out.get(name, 0.0) + value
     if quantized:
         out["dequant_buffer"] = shapes.largest_linear * b
-    out["runtime"] = const.runtime_bytes
-    if spec.multi_process:
-        out["multi_process"] = const.multi_process_bytes
-    if stage is not None:
-        out["deepspeed_runtime"] = const.deepspeed_bytes
-    shm = terms.deepspeed_cpu_shm(profile.device, str(cell.launcher), world)
-    if shm:
-        out["deepspeed_shm_allreduce"] = shm
+    if profile.device == "cpu":
+        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+        out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage))
+        shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
+        if shm:
+            out["deepspeed_shm_allreduce"] = shm
+    if optimizer.paged:
+        out[PAGED] = optimizer.paged
     if precompute:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
+
+
+def _charge_mapped_weights(
+    out: dict[str, float],
+    cell: Cell,
+    backend: Backend,
+    profile: HardwareProfile,
+    workload: Workload,
+    shapes: ModelShapes,
+    world: int,
+    mapped_bytes: float,
+) -> None:
+    """CPU: what of `weights` and `reference_model` the measured figure charges (cpu_terms.weights_charged). The
+    checkpoint is mapped where it is stored in the compute dtype. A full fine-tune writes its weights at every step;
+    on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine (`_broadcast_model`, also the stage-0
+    engine TRL makes of a reference) overwrite the weights with rank 0's. ZeRO-3 copies parameters into its own
+    partitions (nothing mapped)."""
+    if checkpoint_bytes(workload, shapes) != (4 if profile.precision == "fp32" else 2):
+        return
+    spec = backend_spec(backend)
+    kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+    broadcast = world > 1 and (backend == Backend.DDP or spec.zero_stage in (1, 2))
+    if spec.zero_stage != 3:
+        written = mapped_bytes if (broadcast or not init_spec(cell.init).adapters) else 0.0
+        out["weights"] = cpu_terms.weights_charged(out["weights"], mapped_bytes, written, kind)
+        if "reference_model" in out:
+            written = mapped_bytes if broadcast and spec.zero_stage in (1, 2) else 0.0
+            out["reference_model"] = cpu_terms.weights_charged(out["reference_model"], mapped_bytes, written, kind)
+
+
+def checkpoint_bytes(workload: Workload, shapes: ModelShapes) -> int:
+    """Bytes per element of the checkpoint's floating-point tensors: random weights are written in fp32 up to
+    LARGE_MODEL_PARAMS and in bf16 above (bench/assets/prepare.py); a pretrained checkpoint is taken as bf16 (the
+    published ones are)."""
+    if workload.model.weights == "random" and shapes.total <= LARGE_MODEL_PARAMS:
+        return 4
+    return 2
 
 
 def write_calibration(calibration: Calibration, path: Path = CALIBRATION_FILE) -> None:

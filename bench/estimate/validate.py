@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.estimate import VERSION
-from bench.estimate.calibrate import CALIBRATION_WORKLOAD, measured_records
+from bench.estimate.calibrate import measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.paths import PROJECT_ROOT
 from bench.units import MiB
@@ -22,14 +22,13 @@ class Row:
     verdict_measured: str | None
     verdict_predicted: str | None
     fitted: bool
-    calibrated: bool = True
-    """False for a CPU cell of another workload than the one the CPU constants are fitted on (an extrapolation:
-    the goal and the headline figures leave it out; the table shows it)."""
     measured_both_ways: bool = False
     """The cell was OOM-killed in one run and ran to the end in another under the same limit: it sits at the edge,
     and no single verdict is right for both runs (the latest run's outcome is the one judged)."""
     margin: float | None = None
     """Predicted margin as a fraction of usable memory (negative: over), where the cell ran against a limit."""
+    kind: str | None = None
+    """The prediction's error kind (bench/estimate/uncertainty.cell_kind): rows of a kind make its range."""
 
     @property
     def error(self) -> float | None:
@@ -39,7 +38,9 @@ class Row:
 
     @property
     def verdict_right(self) -> bool | None:
-        if self.verdict_measured is None or self.verdict_predicted is None:
+        """None where there is nothing to judge, and for a `tight` prediction: its range straddles the limit, so
+        either outcome is within it (summary counts these apart)."""
+        if self.verdict_measured is None or self.verdict_predicted in (None, "tight"):
             return None
         return self.verdict_measured == self.verdict_predicted
 
@@ -92,31 +93,35 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 margin=p.margin_bytes / p.usable_bytes
                 if limited and p.margin_bytes is not None and p.usable_bytes
                 else None,
-                calibrated=profile.device != "cpu" or record.workload == CALIBRATION_WORKLOAD,
+                kind=p.error_kind,
             )
         )
     return rows, skipped
 
 
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload), plus the extrapolated
-    CPU rows of other workloads on their own."""
-    outside = [abs(r.error) for r in rows if r.error is not None and r.status == "ok" and not r.calibrated]
-    rows = [r for r in rows if r.calibrated]
     errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
     all_errors = [abs(r.error) for r in rows if r.error is not None]
     verdicts = [r.verdict_right for r in rows if r.verdict_right is not None]
     return {
-        "other_workload_ok_cells": len(outside),
-        "other_workload_max_abs_error": max(outside) if outside else None,
         "ok_cells": len(errors),
         "max_abs_error_ok": max(errors) if errors else None,
         "mean_abs_error_ok": sum(errors) / len(errors) if errors else None,
         "max_abs_error_all": max(all_errors) if all_errors else None,
         "verdicts": len(verdicts),
         "verdicts_right": sum(verdicts),
+        "tight": sum(1 for r in rows if r.verdict_measured is not None and r.verdict_predicted == "tight"),
         "wrong_measured_both_ways": sum(1 for r in rows if r.verdict_right is False and r.measured_both_ways),
     }
+
+
+def errors_by_kind(rows: list[Row]) -> dict[str, list[float]]:
+    """The relative errors of the `ok` rows, by error kind: what a prediction's range is made of."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.error is not None and r.status == "ok" and r.kind is not None:
+            out.setdefault(r.kind, []).append(r.error)
+    return out
 
 
 def _mib(value: float | None) -> str:
@@ -146,20 +151,14 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
     pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
     lines += [
         "",
-        f"`ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a measured model "
-        f"memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
+        f"`ok` cells with a measured model memory: {s['ok_cells']}; max |error| {pct(s['max_abs_error_ok'])}, "
         f"mean |error| {pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
-        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
+        f"{pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}, and "
+        f"{s['tight']} `tight` (the range straddles the limit: not judged)"
         f"{_edge_note(s)}. "
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
-    if s["other_workload_ok_cells"]:
-        lines[-1:-1] = [
-            f"Left out of these figures: {s['other_workload_ok_cells']} `ok` CPU cells of other workloads than "
-            f"`{CALIBRATION_WORKLOAD}`, on which the CPU constants are fitted (an extrapolation): max |error| "
-            f"{pct(s['other_workload_max_abs_error'])}.",
-        ]
     return "\n".join(lines)
 
 
@@ -174,10 +173,25 @@ def validation_line(rows: list[Row]) -> str:
     pct = lambda v: "—" if v is None else f"{v:.1%}"  # noqa: E731
     gpu = any(r.hardware not in ("cpu", "cpu-budget", "cpu-budget-4g") for r in rows)
     return (
-        f"Current validation on measured cells: {s['ok_cells']} `ok` cells with a measured model memory (GPU; CPU "
-        f"workload `{CALIBRATION_WORKLOAD}`): max |error| "
+        f"Current validation on measured cells: {s['ok_cells']} `ok` cells with a measured model memory: max |error| "
         f"{pct(s['max_abs_error_ok'])}, mean {pct(s['mean_abs_error_ok'])}; worst over every measured figure "
-        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}"
+        f"{pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']} "
+        f"(+ {s['tight']} tight)"
         f"{_edge_note(s)}. "
         + ("" if gpu else "No GPU measurement exists yet: the GPU constants are priors (docs/estimator.md).")
     )
+
+
+def current_spreads(rows: list[Row]):
+    """The ranges' spreads from these rows and the published GPU figures (bench/estimate/uncertainty.py)."""
+    from bench.estimate import published, uncertainty
+
+    errors = errors_by_kind(rows) | published.errors_by_kind(published.published_rows())
+    return uncertainty.Spreads(estimator_version=VERSION, kinds=uncertainty.spreads_of(errors))
+
+
+def write_current_spreads(rows: list[Row]) -> Path:
+    from bench.estimate import uncertainty
+
+    uncertainty.write_spreads(current_spreads(rows))
+    return uncertainty.SPREAD_FILE

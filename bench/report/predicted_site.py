@@ -21,7 +21,7 @@ VALIDATION_PREFIX = "Current validation"
 """The line of PREDICTED.md that carries the estimator's validation error (bench/estimate/report.py)."""
 PREDICTED_CSS = (
     ".predicted-matrix a,.predicted-matrix span.cell{border:1px dashed #999}"
-    ".p-fits{background:#eef7ef}.p-predicted_oom{background:#fbeee8;color:#844}"
+    ".p-fits{background:#eef7ef}.p-tight{background:#fdf6dd;color:#775}.p-predicted_oom{background:#fbeee8;color:#844}"
     ".p-not_applicable{background:#eee;color:#666}.p-unknown{background:#e4ebf5;color:#555}"
     ".predicted-banner{font-weight:600;color:#844}"
 )
@@ -39,6 +39,9 @@ class PredictedRow(BaseModel):
     margin_mib: float | None
     total_mib: float | None
     usable_mib: float | None
+    range_low_mib: float | None = None
+    range_high_mib: float | None = None
+    """Where the measured total is expected (bench/estimate/uncertainty.py); absent in older files."""
 
 
 class PredictedMatrix(BaseModel):
@@ -76,6 +79,8 @@ def read_predicted(folder: Path) -> PredictedMatrix:
             margin_mib=_number(line["margin_mib"]),
             total_mib=_number(line["total_mib"]),
             usable_mib=_number(line["usable_mib"]),
+            range_low_mib=_number(line.get("range_low_mib", "")),
+            range_high_mib=_number(line.get("range_high_mib", "")),
         )
         for line in lines
     ]
@@ -112,13 +117,19 @@ def _gb(mib: float | None) -> str:
 def cell_html(row: PredictedRow) -> str:
     if row.status == "not_applicable":
         return '<span class="cell p-not_applicable">N/A</span>'
-    mark = {"fits": "✅", "predicted_oom": "🔮"}.get(row.verdict, "?")
+    mark = {"fits": "✅", "tight": "⚠️", "predicted_oom": "🔮"}.get(row.verdict, "?")
+    span = (
+        ""
+        if row.range_low_mib is None or row.range_high_mib is None
+        else f"{_gb(row.range_low_mib)} – {_gb(row.range_high_mib)}"
+    )
     title = (
-        f"PREDICTED {row.verdict}: {_gb(row.total_mib)} of {_gb(row.usable_mib)} usable (margin {_gb(row.margin_mib)})"
+        f"PREDICTED {row.verdict}: {_gb(row.total_mib)} (range {span or '—'}) of {_gb(row.usable_mib)} usable "
+        f"(margin {_gb(row.margin_mib)})"
     )
     return (
         f'<span class="cell p-{escape(row.verdict)}" title="{escape(title)}" data-cell="{escape(row.cell_id)}">'
-        f"{mark} {escape(_gb(row.total_mib))}</span>"
+        f"{mark} {escape(_gb(row.total_mib))}{'<br><small>' + escape(span) + '</small>' if span else ''}</span>"
     )
 
 
@@ -135,14 +146,16 @@ def predicted_section(matrices: list[PredictedMatrix]) -> str:
     profiles = "".join(
         f'<section class="profile predicted" id="predicted-{escape(m.hardware)}"><h3>{escape(m.hardware)} '
         f'<span class="predicted-banner">PREDICTED, not measured</span></h3><p class="meta">workload '
-        f"{escape(m.workload)} · estimator {escape(m.estimator_version)} · per-device total (train peak + context + "
-        f"allocator slack) against usable memory; hover a cell for its margin</p>"
+        f"{escape(m.workload)} · estimator {escape(m.estimator_version)} · per-device total (the nvidia-smi figure: "
+        f"allocated + allocator overhead + CUDA context + NCCL) and its range against usable memory; hover a cell for "
+        f"its margin</p>"
         f'<p class="meta">{escape(m.validation)}</p>{predicted_table(m)}</section>'
         for m in matrices
     )
     return (
         f"<style>{PREDICTED_CSS}</style><h2>Predicted matrices (memory estimator, no GPU run)</h2>"
-        '<p class="meta">From model configs only (docs/estimator.md): ✅ predicted to fit, 🔮 predicted_oom. '
+        '<p class="meta">From model configs only (docs/estimator.md): ✅ fits (the whole range), ⚠️ tight (the range '
+        "straddles the device's memory), 🔮 predicted_oom (the whole range above it). "
         f'Regenerate with <code>make predicted</code>.</p><div class="matrices">{profiles}</div>'
     )
 
@@ -155,14 +168,15 @@ def predicted_index(matrices: list[PredictedMatrix]) -> list[str]:
         "",
         "## Predicted (memory estimator; not measured)",
         "",
-        "| hardware | predicted matrix | workload | estimator | fits | predicted_oom |",
-        "|---|---|---|---|---|---|",
+        "| hardware | predicted matrix | workload | estimator | fits | tight | predicted_oom |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m in matrices:
         fits = sum(r.verdict == "fits" for r in m.rows if r.status != "not_applicable")
+        tight = sum(r.verdict == "tight" for r in m.rows if r.status != "not_applicable")
         ooms = sum(r.verdict == "predicted_oom" for r in m.rows if r.status != "not_applicable")
         lines.append(
             f"| {m.hardware} | [{PREDICTED_MD}]({m.hardware}/{PREDICTED_MD}) | {m.workload} | {m.estimator_version} "
-            f"| {fits} | {ooms} |"
+            f"| {fits} | {tight} | {ooms} |"
         )
     return lines

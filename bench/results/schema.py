@@ -72,12 +72,13 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
         "kernel at its memory budget (the message names the rank, the budget and the cgroup peak)",
     ),
     Status.PREDICTED_OOM: StatusMeaning(
-        "not run: the memory estimator predicts it needs more than the device has by a clear margin (a "
-        "prediction, not a measurement; --run-predicted-oom runs it)",
-        "not run: the memory estimator predicts more than the device's memory by over 20 % "
+        "not run: the memory estimator predicts it needs more than the device has, over the whole range of its "
+        "error (a prediction, not a measurement; --run-predicted-oom runs it)",
+        "not run: the memory estimator's verdict is `predicted_oom`: even the low end of the prediction's range (the "
+        "spread of the validation errors of its kind of cell) is above the device's memory "
         "(`bench/estimate/gate.py`); recorded with its prediction, never shown as a measured OOM. "
-        "`--run-predicted-oom` (`make bench RUN_PREDICTED_OOM=1`) runs such cells; cells closer to the edge always "
-        "run. Every other record carries its prediction too (`prediction`)",
+        "`--run-predicted-oom` (`make bench RUN_PREDICTED_OOM=1`) runs such cells; a `tight` cell (its range "
+        "straddles the limit) always runs. Every other record carries its prediction too (`prediction`)",
     ),
     Status.ERROR: StatusMeaning(
         "error (class in brackets)",
@@ -157,11 +158,14 @@ class PredictionSummary(BaseModel):
     train_bytes: float | None
     """Per device training peak: what metrics.model_memory_bytes (CPU) or CUDA max allocated (GPU) measures."""
     total_bytes: float | None
-    """train + context / library baseline + allocator slack: what is held against usable_bytes."""
+    """What is held against usable_bytes: train + library baseline (CPU), the nvidia-smi figure (GPU)."""
     usable_bytes: float | None
     verdict: str
-    """fits, predicted_oom or unknown (no memory limit known)."""
+    """fits, tight (the range straddles usable memory), predicted_oom or unknown (no memory limit known)."""
     margin_bytes: float | None
+    range_low_bytes: float | None = None
+    range_high_bytes: float | None = None
+    """Where total is expected, from the validation errors of this kind of cell (bench/estimate/uncertainty.py)."""
     terms: dict[str, float] = {}
 
 

@@ -27,7 +27,8 @@ def test_reads_back_what_predict_wrote(predicted_dir):
     assert matrix.validation == "Current validation on measured cells: a line for the test."
     row = next(r for r in matrix.rows if r.cell_id == "two_models-none-ddp")
     assert (row.init, row.quant, row.backend) == ("two_models", "none", "ddp")
-    assert row.verdict in ("fits", "predicted_oom") and row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
+    assert row.verdict in ("fits", "tight", "predicted_oom") and row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
+    assert row.range_low_mib <= row.total_mib <= row.range_high_mib
 
 
 def test_section_is_labelled_and_marks_every_predicted_oom(predicted_dir):
@@ -35,7 +36,9 @@ def test_section_is_labelled_and_marks_every_predicted_oom(predicted_dir):
     html = predicted_section([matrix])
     assert "PREDICTED, not measured" in html and 'id="predicted-2xA10"' in html
     ooms = sum(r.verdict == "predicted_oom" for r in matrix.rows if r.status != "not_applicable")
+    tight = sum(r.verdict == "tight" for r in matrix.rows if r.status != "not_applicable")
     assert ooms > 0 and html.count("🔮") == ooms + 1  # + the legend's
+    assert tight > 0 and html.count("⚠️") == tight + 1
     site = render_site([], "now", html)
     assert site.index("<h2>Matrices</h2>") < site.index("Predicted matrices")
 

@@ -116,14 +116,17 @@ def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_prof
 def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path, cpu_profile):
     from bench.results.schema import PredictionSummary
 
-    def summary(total: float) -> PredictionSummary:
+    def summary(total: float, low: float) -> PredictionSummary:
+        """A prediction whose range (bench/estimate/uncertainty.py) reaches down to `low`."""
         return PredictionSummary(
             estimator_version="t",
             train_bytes=total,
             total_bytes=total,
             usable_bytes=100.0,
-            verdict="predicted_oom" if total > 100 else "fits",
+            verdict="predicted_oom" if low > 100 else "tight" if total > 100 else "fits",
             margin_bytes=100.0 - total,
+            range_low_bytes=low,
+            range_high_bytes=total * 1.1,
         )
 
     ddp_ran = Engagement(
@@ -131,13 +134,13 @@ def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path
     )
     executor = FakeExecutor(ddp_ran)
     ctx = context(tmp_path, cpu_profile, executor)
-    ctx.predict = lambda cell: summary(130.0)  # 30 % over: a clear margin
+    ctx.predict = lambda cell: summary(130.0, 110.0)  # even the range's low end is over: predicted_oom
     (record,) = execute(ctx, [DDP], out=io.StringIO())
     assert record.status == Status.PREDICTED_OOM and executor.plans == [] and record.prediction.total_bytes == 130
     ctx.run_predicted_oom = True
     (record,) = execute(ctx, [DDP], out=io.StringIO())
     assert record.status == Status.OK and len(executor.plans) == 1 and record.prediction.total_bytes == 130
     ctx.run_predicted_oom = False
-    ctx.predict = lambda cell: summary(110.0)  # near the edge: it runs
+    ctx.predict = lambda cell: summary(110.0, 95.0)  # the range straddles the limit (tight): it runs
     (record,) = execute(ctx, [DDP], force=True, out=io.StringIO())
     assert record.status == Status.OK and len(executor.plans) == 2
