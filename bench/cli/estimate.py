@@ -11,12 +11,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from bench.matrix.profiles import load_profile
 
     if args.write:
+        from bench.estimate.published import published_rows
         from bench.estimate.report import write_predicted
         from bench.estimate.validate import validate, validation_line, write_current_spreads
 
         rows, _ = validate(Path(args.results))
-        print(f"written: {write_current_spreads(rows)}")
-        for path in write_predicted(args.hw, Path(args.results), validation_line(rows)):
+        published = published_rows()
+        print(f"written: {write_current_spreads(rows, published)}")
+        for path in write_predicted(args.hw, Path(args.results), validation_line(rows, published)):
             print(f"written: {path}")
         return 0
     predictions = predict_matrix(args.hw, args.workload, args.filter)

@@ -84,7 +84,8 @@ class Prediction(BaseModel):
     overhead_bytes: float | None = None
     """total - train: the library baseline (CPU); allocator, context, NCCL and paged state (GPU)."""
     total_bytes: float | None = None
-    """What is held against usable memory: train + baseline (CPU), the nvidia-smi figure (GPU)."""
+    """What is held against usable memory: train + baseline (CPU); on a GPU the nvidia-smi figure less the paged
+    optimizer state, which CUDA evicts to the host rather than fail an allocation."""
     range_low_bytes: float | None = None
     range_high_bytes: float | None = None
     """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
@@ -163,8 +164,8 @@ def predict_cell(
         reserved = train + gpu_terms.allocator_overhead(
             _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
         )
-        smi = reserved + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, world) + paged
-        total = smi
+        total = reserved + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        smi = total + paged  # managed memory yields: CUDA pages it out to the host before an allocation fails
     else:
         kind = "device"
         total = train + const.context_bytes + const.allocator_slack * train

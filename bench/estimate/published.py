@@ -43,6 +43,9 @@ class RowSetup(BaseModel):
     batch_size: int | None = None
     knobs: dict[str, Any] = {}
     reason: str | None = None
+    comparable: bool = True
+    """False where the source leaves the setup behind a figure unknown (its README's "report the row as not
+    comparable with the reason"): the row is shown, with its reason, and kept out of the ranges and the count."""
 
 
 class Setup(RowSetup):
@@ -73,7 +76,7 @@ class PublishedRow(BaseModel):
     against the card."""
     figure: str
     reason: str | None = None
-    note: str = ""
+    comparable: bool = True
 
 
 def load_entries(folder: Path = PUBLISHED_DIR) -> list[dict[str, Any]]:
@@ -211,7 +214,8 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> Publish
             memory_error=error,
             figure=FIGURE_OF_KIND[kind].removesuffix("_bytes"),
         )
-    if abs(row.error or 0.0) > LIMIT:
+    row.comparable = setup.comparable
+    if abs(row.error or 0.0) > LIMIT or not setup.comparable:
         row.reason = setup.reason
     return row
 
@@ -226,16 +230,22 @@ def to_markdown(rows: list[PublishedRow]) -> str:
         predicted = "—" if r.predicted is None else unit(r.predicted)
         err = "—" if r.error is None else f"{r.error:+.1%}"
         beyond = r.error is not None and abs(r.error) > LIMIT
-        reason = (r.reason or "**no reason recorded**") if beyond else ""
+        reason = (r.reason or "**no reason recorded**") if beyond or not r.comparable else ""
+        reason = reason if r.comparable else f"not comparable: {reason}"
         lines.append(
             f"| {r.source_id} | {r.label} | {r.kind} ({r.figure}) | {unit(r.published)} | {predicted} | {err} "
             f"| {reason} |"
         )
-    within = [r for r in rows if r.error is not None and abs(r.error) <= LIMIT]
-    lines += ["", f"{len(within)} of {len(rows)} published figures within {LIMIT:.0%}."]
+    comparable = [r for r in rows if r.comparable]
+    within = [r for r in comparable if r.error is not None and abs(r.error) <= LIMIT]
+    lines += [
+        "",
+        f"{len(within)} of {len(comparable)} comparable published figures within {LIMIT:.0%}"
+        f" ({len(rows) - len(comparable)} not comparable).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def errors_by_kind(rows: list[PublishedRow]) -> dict[str, list[float]]:
     """The published rows' memory errors, for every CUDA prediction's range (kind `cuda`)."""
-    return {"cuda": [r.memory_error for r in rows if r.memory_error is not None]}
+    return {"cuda": [r.memory_error for r in rows if r.memory_error is not None and r.comparable]}

@@ -50,6 +50,7 @@ def test_optimizers_on_a_full_fine_tune():
     paged = full["paged_adamw_8bit"]
     assert paged.paged_bytes > 0 and paged.terms.get("optimizer", 0) < full["adamw_8bit"].terms["optimizer"]
     assert paged.nvidia_smi_bytes - paged.reserved_bytes > paged.paged_bytes  # managed memory: nvidia-smi only
+    assert paged.total_bytes == paged.nvidia_smi_bytes - paged.paged_bytes  # and it yields before an OOM
     factored = gpu(Init.TWO_MODELS, optimizer="adafactor")
     assert factored.terms["optimizer"] < full["adamw_8bit"].terms["optimizer"]
 

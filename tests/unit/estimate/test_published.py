@@ -35,6 +35,14 @@ def test_every_row_beyond_15_percent_has_its_reason(rows):
     assert "no reason recorded" not in published.to_markdown(rows)
 
 
+def test_a_row_that_is_not_comparable_is_shown_apart_and_left_out_of_the_ranges(rows):
+    apart = [r for r in rows if not r.comparable]
+    assert apart and all(r.reason for r in apart)
+    table = published.to_markdown(rows)
+    assert table.count("not comparable:") == len(apart) and f"({len(apart)} not comparable)" in table
+    assert len(published.errors_by_kind(rows)["cuda"]) == len(rows) - len(apart)
+
+
 def test_a_missing_reason_is_shown(tmp_path, rows):
     for name in ("memory.yaml",):
         shutil.copy(published.PUBLISHED_DIR / name, tmp_path / name)
