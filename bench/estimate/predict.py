@@ -178,7 +178,7 @@ def predict_cell(
         kind = "device"
         total = train + const.context_bytes + const.allocator_slack * train
     usable = usable_bytes(profile)
-    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend))
+    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend), method_of(cell, knobs).name)
     spread = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
     if profile.device == "cpu":
         bounds = uncertainty.measured_range(train, spread)

@@ -27,10 +27,13 @@ class Spreads(BaseModel):
     kinds: dict[str, Spread]
 
 
-def cell_kind(device: str, memory_kind: str, backend: str) -> str:
-    """The kind of a cell whose errors bound its prediction: device, measured figure, backend family."""
+def cell_kind(device: str, memory_kind: str, backend: str, method: str = "dpo") -> str:
+    """The kind of a cell whose errors bound its prediction: device, measured figure, backend family; a training
+    method other than DPO first, so that its errors make its own ranges and leave DPO's alone (kto:cpu:rss:single
+    falls back to kto:cpu:rss, kto:cpu, kto)."""
     family = "zero" if backend.startswith("zero") else "multi" if backend in ("ddp", "fsdp") else backend
-    return f"{device}:{memory_kind}:{family}"
+    kind = f"{device}:{memory_kind}:{family}"
+    return kind if method == "dpo" else f"{method}:{kind}"
 
 
 def fallbacks(kind: str) -> list[str]:

@@ -9,6 +9,9 @@ from bench.estimate.uncertainty import Spread, Spreads
 def test_kinds_fall_back_to_coarser_ones():
     assert uncertainty.cell_kind("cpu", "cgroup", "zero3_offload") == "cpu:cgroup:zero"
     assert uncertainty.cell_kind("cpu", "rss", "fsdp") == "cpu:rss:multi"
+    # another method's errors make its own ranges: they never widen DPO's
+    assert uncertainty.cell_kind("cpu", "rss", "single", "kto") == "kto:cpu:rss:single"
+    assert uncertainty.fallbacks("kto:cpu:rss:single")[-1] == "kto"
     assert uncertainty.fallbacks("cpu:cgroup:zero") == ["cpu:cgroup:zero", "cpu:cgroup", "cpu"]
     spreads = Spreads(estimator_version="x", kinds={"cpu": Spread(low=-0.2, high=0.1, rows=3)})
     assert uncertainty.spread_for("cpu:rss:single", spreads).low == -0.2
