@@ -12,8 +12,13 @@ WHEELS         ?= /opt/wheels
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
-LOCK     := docker/$(FLAVOR)/requirements.lock
-STAMP    := $(VENV)/.installed-$(FLAVOR)
+# What .venv holds: the cuda lock where the NVIDIA driver lists a GPU (`nvidia-smi -L`), else the cpu lock (CI).
+# FLAVOR names an image only (make images).
+GPUS     := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+VENV_FLAVOR ?= $(if $(filter-out 0,$(GPUS)),cuda,cpu)
+LOCK     := docker/$(VENV_FLAVOR)/requirements.lock
+STAMP    := $(VENV)/.installed-$(VENV_FLAVOR)
+OTHER_STAMPS = $(filter-out $(STAMP),$(wildcard $(VENV)/.installed-*))
 
 BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
@@ -22,16 +27,19 @@ BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--f
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 	@echo "  variables: HW=$(HW) METHOD=dpo|sft|reward|kto|orpo|simpo|all FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local|slurm SLURM_CONFIG=<file>"
+	@echo "  .venv: VENV_FLAVOR=$(VENV_FLAVOR) (cuda where nvidia-smi lists a GPU, else cpu)"
 
-setup: $(STAMP) ## create .venv from the lock file (idempotent)
+setup: $(STAMP) ## create .venv from the lock file: the cuda one where nvidia-smi lists a GPU, else the cpu one (idempotent)
 
 $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	@# the other flavor's torch==2.13.0+cpu satisfies the cuda lock's torch==2.13.0: pip would keep it
+	$(if $(OTHER_STAMPS),$(PY) -m pip uninstall --quiet -y torch && rm -f $(OTHER_STAMPS))
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r $(LOCK)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	@# DeepSpeed JIT-builds its CPU ops on first use (1-2 min each): build them once here, not inside a timed cell.
-	$(if $(filter cpu,$(FLAVOR)),TORCH_EXTENSIONS_DIR=$(abspath $(VENV))/torch_extensions $(PY) docker/cpu/prebuild_deepspeed_ops.py)
+	@# DeepSpeed JIT-builds its host ops on first use (1-2 min each): build them once here, not inside a timed cell.
+	TORCH_EXTENSIONS_DIR=$(abspath $(VENV))/torch_extensions $(PY) docker/cpu/prebuild_deepspeed_ops.py
 	@touch $@
 
 bench: setup ## run the matrix for HW (default cpu), print the table, write results/HW/
@@ -42,7 +50,7 @@ pipeline: setup ## SFT -> merge -> DPO -> merge -> generate, a process per stage
 
 images: ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
 	@# Any set-up venv runs the build; FLAVOR names the image, never what goes into .venv.
-	@$(if $(wildcard $(VENV)/.installed-*),:,$(MAKE) --no-print-directory setup FLAVOR=cpu)
+	@$(if $(wildcard $(VENV)/.installed-*),:,$(MAKE) --no-print-directory setup)
 	$(PY) -m bench images --flavor $(FLAVOR) $(if $(OFFLINE_BASE),--offline-base) \
 		$(if $(EXTRA_CA_CERTS),--extra-ca-certs '$(EXTRA_CA_CERTS)') --wheels '$(WHEELS)'
 

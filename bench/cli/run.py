@@ -15,6 +15,7 @@ from bench.paths import PROJECT_ROOT
 if TYPE_CHECKING:
     from bench.assets.prepare import PreparedAssets
     from bench.executors.base import Executor
+    from bench.run.preflight import Where
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -78,13 +79,8 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
 
         require_commands()
     # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
-    # with the docker executor the cells run in the cuda image: the driver's GPUs count even if this venv's torch is a
-    # CPU build (make setup installs the cpu lock)
-    machine = (
-        Preflight()
-        if args.executor == "slurm"
-        else preflight(profile, args.emulate, driver_ok=args.executor == "docker")
-    )
+    where = cells_run_in(args.executor, profile)
+    machine = Preflight() if where is None else preflight(profile, args.emulate, where=where)
     if machine.emulated_from:
         print(
             f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
@@ -104,6 +100,9 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, run_id: str, run_di
         executor = slurm_executor(args, profile, run_dir)
     else:
         executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
+        if where == "image" and executor.name == "local" and not machine.untested_reason:
+            # auto fell back to this venv (no image could be built): its own torch must see the devices
+            machine = preflight(profile, args.emulate, where="local")
     env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
     if executor.name == "docker":
         # the versions the cells really run with: the image's, not this interpreter's
@@ -155,6 +154,24 @@ def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | N
     if "dpo" not in runs:  # one line naming what is missing, as before methods were an axis
         latest_complete_run(hardware_dir, [c.id for c in cells if c.method == "dpo"], added)
     return write_matrix(runs["dpo"], [c.id for c in cells], runs)
+
+
+def cells_run_in(choice: str, profile: HardwareProfile) -> "Where | None":
+    """Where the cells of `profile` will run with the `--executor` choice: in the flavor's image (docker, or auto
+    where an engine answers), in this venv, or on a Slurm cluster's nodes (None: nothing to check here). `auto`
+    may still fall back to this venv when the image cannot be built; cmd_run checks the machine again then."""
+    if choice == "slurm":
+        return None
+    if choice == "docker":
+        return "image"
+    in_image = (
+        choice == "auto"
+        and profile.device != "cpu"  # a CPU profile runs anywhere: nothing to check, no engine to ask
+        and profile.memory_budget_gb is None
+        and profile.image_flavor in images.FLAVORS
+        and images.engine_available()
+    )
+    return "image" if in_image else "local"
 
 
 def _asset_mounts(assets: "PreparedAssets") -> list[Path]:

@@ -20,6 +20,8 @@ class LaunchPlan:
     launcher: str | None = None
     inputs: LaunchInputs | None = None
     """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
+    devices: int = 0
+    """GPUs the cell gets on each node (0: none); `env` names them in CUDA_VISIBLE_DEVICES where the run chose them."""
 
     @property
     def config_files(self) -> list[Path]:

@@ -6,7 +6,8 @@ PYTHONPATH set to it: every absolute path in a launch plan and worker spec stays
 Multi-rank cells run their launcher (torchrun, accelerate, deepspeed, mpirun) inside that one container.
 The container runs as the invoking user (results stay theirs), without network, with CPU/memory/shm
 limits from the hardware profile, and never privileged. On timeout or Ctrl-C it is killed and removed.
-A cuda cell gets exactly its devices (`--gpus "device=<host ids>"`), renumbered 0..n-1 inside the container.
+A cuda cell gets exactly its devices (`--gpus "device=<host ids>"`, as many as its launch plan says), renumbered
+0..n-1 inside the container.
 """
 
 import contextlib
@@ -22,7 +23,7 @@ from pathlib import Path
 from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.docker_images import DOCKER
 from bench.executors.local import read_tail
-from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.matrix.profiles import HardwareProfile
 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 HOME_IN_IMAGE = "/tmp/home"
@@ -56,8 +57,6 @@ class ContainerSpec:
     cpus: float | None = None
     memory_gb: float | None = None
     shm_size_gb: float | None = None
-    gpus: int = 0
-    """GPUs one cell uses (cuda profiles: the profile's devices per node); 0: no `--gpus`."""
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
 
@@ -79,7 +78,6 @@ def container_spec(
         cpus=profile.container_cpus,
         memory_gb=profile.container_memory_gb,
         shm_size_gb=profile.shm_size_gb or (GPU_SHM_GB if cuda else None),
-        gpus=needed_devices(profile) if cuda else 0,
     )
 
 
@@ -92,9 +90,9 @@ def container_name(labels: dict[str, str]) -> str:
 
 def gpu_request(count: int, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """Pure: the `--gpus` value for a cell's `count` GPUs and the CUDA_VISIBLE_DEVICES it sees inside.
-    The host ids are the first `count` of the launch environment's CUDA_VISIBLE_DEVICES (set by the preflight
-    when the machine has more GPUs than the profile, or by the user), else 0..count-1. Inside the container the
-    NVIDIA runtime numbers the granted devices from 0, so the host ids would name the wrong (or no) devices."""
+    The host ids are the first `count` of the launch environment's CUDA_VISIBLE_DEVICES (the cell's own devices,
+    bench/run/launch.py), else 0..count-1. Inside the container the NVIDIA runtime numbers the granted devices from
+    0, so the host ids would name the wrong (or no) devices."""
     given = [d.strip() for d in env.get(VISIBLE_ENV, "").split(",") if d.strip()]
     host = given[:count] if given else [str(i) for i in range(count)]
     # docker parses the value as CSV: the quotes keep "device=0,1" one field
@@ -121,8 +119,8 @@ def docker_run_argv(spec: ContainerSpec, plan: LaunchPlan, name: str, labels: di
     if spec.shm_size_gb:
         argv += ["--shm-size", _gigabytes(spec.shm_size_gb)]
     visible: dict[str, str] = {}
-    if spec.gpus:
-        request, visible = gpu_request(spec.gpus, plan.env)
+    if plan.devices:
+        request, visible = gpu_request(plan.devices, plan.env)
         argv += ["--gpus", request]
     for mount in spec.mounts:
         argv += ["--mount", mount.arg()]

@@ -9,6 +9,7 @@ certificates) and docker/wheelhouse/*.whl (local wheels).
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,22 @@ def tag_for(flavor: str, lock: bytes, dockerfile: bytes) -> str:
 def lock_file(flavor: str, root: Path = PROJECT_ROOT) -> Path | None:
     """The exact pins of an image flavour; None for a flavour without an image."""
     return docker_dir(flavor, root) / "requirements.lock" if flavor in FLAVORS else None
+
+
+_CUDA_TOOLKIT_PIN = re.compile(r"^cuda-toolkit==(\d+)\.(\d+)", re.MULTILINE)
+
+
+def lock_cuda_build(lock_text: str) -> str | None:
+    """Pure: the CUDA release a lock's torch is built for, read from its `cuda-toolkit` pin ("13.0"); None: a lock
+    without CUDA (the cpu flavor)."""
+    found = _CUDA_TOOLKIT_PIN.search(lock_text)
+    return f"{found[1]}.{found[2]}" if found else None
+
+
+def image_cuda_build(flavor: str = "cuda", root: Path = PROJECT_ROOT) -> str | None:
+    """The CUDA release the cells of `flavor`'s image run with (from its lock file)."""
+    lock = lock_file(flavor, root)
+    return lock_cuda_build(lock.read_text(encoding="utf-8")) if lock is not None else None
 
 
 def image_tag(flavor: str, root: Path = PROJECT_ROOT) -> str:

@@ -40,8 +40,11 @@ def _p(regex: str, status: Status, error_class: ErrorClass | None = None) -> Pat
 # First match wins: the most specific evidence comes first.
 PATTERNS: tuple[Pattern, ...] = (
     _p(r"RecipeVersionError", Status.ERROR, ErrorClass.VERSION),
+    # cuBLAS/cuSOLVER/cuSPARSE/cuDNN report a failed device allocation as <LIB>_STATUS_ALLOC_FAILED (cuFFT:
+    # CUFFT_ALLOC_FAILED), typically when the caching allocator has taken the memory a handle needs
     _p(
-        r"CUDA out of memory|OutOfMemoryError|out of memory|\bMemoryError\b|Cannot allocate memory|HIP out of memory",
+        r"CUDA out of memory|OutOfMemoryError|out of memory|\bMemoryError\b|Cannot allocate memory|HIP out of memory"
+        r"|\b[A-Z]+(?:_STATUS)?_ALLOC_FAILED\b",
         Status.OOM,
     ),
     _p(r"Expected all tensors to be on the same device", Status.ERROR, ErrorClass.DEVICE_MISMATCH),
@@ -74,7 +77,10 @@ PATTERNS: tuple[Pattern, ...] = (
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
 _FATAL_LINE = re.compile(r"terminate called[^\n]*|Fatal Python error:[^\n]*|Segmentation fault[^\n]*")
-_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|RuntimeError|AssertionError)\b.*$")
+# torch prefixes every stderr line of a rank in a process group with "[rank<N>]: "
+_ERROR_LINE = re.compile(
+    r"^\s*(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt)|RuntimeError|AssertionError)\b.*$"
+)
 
 
 def signal_name(number: int) -> str:
@@ -143,10 +149,15 @@ def _causal_rank(verdict: Verdict) -> int:
 
 
 def _verdict_of(text: str) -> Verdict:
-    for pattern in PATTERNS:
-        if pattern.regex.search(text):
-            return Verdict(pattern.status, pattern.error_class, first_error_line(text))
-    return Verdict(Status.ERROR, ErrorClass.OTHER, first_error_line(text))
+    """The exception line decides when a pattern matches it; only then the whole text (traceback, log). A traceback
+    names every file it passed through: a TypeError raised under torch.distributed's distributed_c10d.py is a
+    configuration error, not a communication one."""
+    line = first_error_line(text)
+    for evidence in (line, text):
+        for pattern in PATTERNS:
+            if pattern.regex.search(evidence):
+                return Verdict(pattern.status, pattern.error_class, line)
+    return Verdict(Status.ERROR, ErrorClass.OTHER, line)
 
 
 def killed_rank(log: str) -> Verdict | None:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.matrix.axes import Option
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
@@ -132,17 +131,18 @@ def model_shape(model_ref: str) -> ModelShape | None:
 
 
 def inputs_for(
-    profile: HardwareProfile, workload: Workload, model_ref: str, cell: Cell, world: int
+    profile: HardwareProfile, workload: Workload, model_ref: str, cell: Cell, world: int, precomputed_ref: bool
 ) -> MfuInputs | None:
     """What the MFU of `cell` needs, or None when the profile has no peak_tflops or the model's config.json is
-    not on this machine (a hub id: the runner does not download)."""
+    not on this machine (a hub id: the runner does not download). `precomputed_ref`: the cell's DPOConfig
+    precompute_ref_log_probs (asked by the option or the recipe; bench/worker/trainer_args.py)."""
     if profile.peak_tflops is None:
         return None
     shape = model_shape(model_ref)
     if shape is None:
         return None
     devices = backend_spec(cell.backend).devices_per_cell(world, profile.device_count)
-    precomputed = Option.PRECOMPUTE_REF in cell.options
+    precomputed = precomputed_ref
     spec = method_spec(cell.method)
     return MfuInputs(
         shape,

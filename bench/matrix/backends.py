@@ -271,6 +271,8 @@ class LaunchInputs:
     worker: tuple[str, ...]
     """`-m bench.worker SPEC.json`"""
     accelerate_config: str | None = None
+    gpus: bool = False
+    """The ranks run on the GPUs the launch environment's CUDA_VISIBLE_DEVICES names (cuda profiles)."""
 
 
 @dataclass(frozen=True)
@@ -312,9 +314,12 @@ def _accelerate_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> 
 
 def _deepspeed_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
     module, *rest = inputs.worker[1:]  # `-m bench.worker SPEC` -> `--module bench.worker SPEC`
+    # On GPUs no --num_gpus: with it the launcher drops CUDA_VISIBLE_DEVICES and takes GPUs 0..n-1; without it, it
+    # turns the variable into `--include localhost:<ids>` itself (deepspeed/launcher/runner.py, main()).
+    processes = [] if inputs.gpus else [f"--num_gpus={inputs.processes}"]
     return [
         program,
-        f"--num_gpus={inputs.processes}",
+        *processes,
         f"--master_port={inputs.port}",
         "--no_local_rank",
         "--module",

@@ -29,8 +29,10 @@ RECIPES_FILE = SCENARIOS_DIR / "recipes.yaml"
 class Settings(Strict):
     """Every setting a recipe can make; None: not set (the library's default)."""
 
-    device_map: Literal["local_rank", "auto", "none"] | None = None
-    """from_pretrained's device_map: `local_rank` = {"": this process's local rank}, `none` = no device_map."""
+    device_map: Literal["local_rank", "auto", "balanced_io_first", "none"] | None = None
+    """from_pretrained's device_map: `local_rank` = {"": this process's local rank}, `balanced_io_first` = layers
+    balanced over the devices with the input embedding and the LM head on the first (bench/worker/models.py),
+    `none` = no device_map."""
     bnb_4bit_quant_storage: Literal["compute_dtype"] | None = None
     """BitsAndBytesConfig's storage dtype of the 4-bit weights (default uint8)."""
     zero3_init_flag: bool | None = None

@@ -13,7 +13,7 @@ from bench.report.pipeline import pipeline_section
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.layout import ENV_FILE, RESULTS_FILE
-from bench.results.runs import latest_complete_run
+from bench.results.runs import later_records, latest_complete_run
 from bench.results.store import load_results
 
 
@@ -29,6 +29,15 @@ def context_lines(run_name: str, env: EnvFingerprint) -> list[str]:
         f"environment: [`{run_name}/{ENV_FILE}`]({run_name}/{ENV_FILE}). Regenerate: "
         f"`python -m bench matrix --hw {env.hardware_profile}`.",
     ]
+
+
+def later_rows_line(later: Path, cells: int) -> str:
+    """The context line of the rows a later run measured (they joined the matrix after the run above)."""
+    return (
+        f"{cells} rows that joined the matrix after this run: from run `{later.name}` "
+        f"([`{later.name}/{RESULTS_FILE}`]({later.name}/{RESULTS_FILE}), [`{later.name}/{ENV_FILE}`]"
+        f"({later.name}/{ENV_FILE}))."
+    )
 
 
 def method_runs(
@@ -57,14 +66,17 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
     for method, other in others.items():
         records += [r for r in load_results(other).records if r.cell_id in order and r.method == method]
         method_context[method] = context_lines(other.name, read_env(other) or EnvFingerprint())[:1]
+    present = {r.cell_id for r in records}
+    context = context_lines(run_dir.name, read_env(run_dir) or EnvFingerprint())
+    dpo_missing = [c for c in cell_ids if c not in present and c.split("-")[0] not in others]
+    for later, found in later_records(run_dir, dpo_missing).items():
+        records += found
+        context += ["", later_rows_line(later, len({r.cell_id for r in found}))]
     records.sort(key=lambda r: order[r.cell_id])
     hardware = records[0].hardware if records else run_dir.parent.name
-    env = read_env(run_dir) or EnvFingerprint()
     present = {r.cell_id for r in records}
     pending = [c for c in cell_ids if c not in present and "+" in c]
-    text = render(
-        records, f"DPO compatibility matrix — {hardware}", context_lines(run_dir.name, env), pending, method_context
-    )
+    text = render(records, f"DPO compatibility matrix — {hardware}", context, pending, method_context)
     if pipelines := pipeline_section(run_dir.parent):
         text += "\n" + pipelines
     out = run_dir.parent / "MATRIX.md"

@@ -1,7 +1,7 @@
 """Which run of a hardware folder (results/<HW>/) a report shows, and which matrix rows a run is held to."""
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -54,3 +54,19 @@ def latest_complete_run(
         if run_is_complete(load_results(run_dir).latest_by_cell(), required):
             return run_dir
     raise BenchError(f"no complete run under {hardware_dir}; run `make bench` without FILTER first")
+
+
+def later_records(run_dir: Path, cell_ids: Sequence[str]) -> dict[Path, list[ResultRecord]]:
+    """Rows `run_dir` has no record of (they joined the matrix after it started), measured by a later run of the same
+    hardware folder: each cell's trials from the newest run that has it, grouped by that run."""
+    started = run_started(run_dir) or _UNKNOWN_START
+    wanted, found = set(cell_ids), {}
+    for later in run_dirs(run_dir.parent):
+        if later == run_dir or (run_started(later) or _UNKNOWN_START) < started or not wanted:
+            continue
+        by_cell = load_results(later).records
+        here = {r.cell_id for r in by_cell} & wanted
+        if here:
+            found[later] = [r for r in by_cell if r.cell_id in here]
+            wanted -= here
+    return found

@@ -25,6 +25,7 @@ from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
 from bench.worker.report import read_rank_reports
 from bench.worker.spec import WorkerSpec
+from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
@@ -136,8 +137,9 @@ def run_cell(
     spec = WorkerSpec(
         cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
     )
-    plan = plan_launch(spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0)
-    plan.env |= ctx.launch_env
+    plan = plan_launch(
+        spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0, run_env=ctx.launch_env
+    )
     write_files(plan)
     world = world_size(cell, ctx.profile)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
@@ -151,12 +153,13 @@ def run_cell(
     shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
     train = ctx.workload.train
+    precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
     expect = Expectation(
         world_size=world,
         warmup_steps=train.warmup_steps,
         steps=train.steps,
         pairs_per_step=train.per_device_train_batch_size * world,
-        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world),
+        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed),
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),

@@ -10,6 +10,7 @@ Trainer integration. How each launcher builds its argv and tells ranks who they 
 import json
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -20,12 +21,14 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.recipes import Settings, resolve
 from bench.matrix.scenario import world_size
+from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
 
 WORKER_MODULE = "bench.worker"
 SPEC_FILE = "spec.json"
 DEEPSPEED_FILE = "deepspeed.json"
 ACCELERATE_FILE = "accelerate.yaml"
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 def free_port() -> int:
@@ -123,11 +126,26 @@ def program_path(python: str, name: str | None) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def cell_visible_devices(run_devices: str, count: int) -> str:
+    """Pure: the first `count` of the run's devices (CUDA_VISIBLE_DEVICES ids, host numbering)."""
+    ids = [item.strip() for item in run_devices.split(",") if item.strip()]
+    if len(ids) < count:
+        raise ValueError(f"the cell needs {count} GPUs; the run has {run_devices!r}")
+    return ",".join(ids[:count])
+
+
 def plan_launch(
-    spec: WorkerSpec, config_dir: Path, port: int, python: str = sys.executable, as_root: bool = False
+    spec: WorkerSpec,
+    config_dir: Path,
+    port: int,
+    python: str = sys.executable,
+    as_root: bool = False,
+    run_env: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
-    written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root."""
+    written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root, `run_env`
+    what the run adds to every cell (bench/run/preflight.py: the run's GPUs, the --emulate cap), of which a cell on
+    GPUs takes its own devices (bench/worker/placement.py cell_devices)."""
     cell, profile = spec.cell, spec.profile
     backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
     spec_path = config_dir / SPEC_FILE
@@ -145,14 +163,18 @@ def plan_launch(
         files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, spec.recipe.settings))
     files[spec_path] = spec.model_dump_json(indent=2)
 
+    devices = cell_devices(spec)
     inputs = LaunchInputs(
         python=python,
         processes=world_size(cell, profile),
         port=port,
         worker=("-m", WORKER_MODULE, str(spec_path)),
         accelerate_config=str(accelerate_file) if accelerate_file else None,
+        gpus=devices > 0,
     )
-    env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {})
+    env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {}) | dict(run_env or {})
+    if devices and env.get(VISIBLE_ENV):
+        env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(
         argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)),
         env=env,
@@ -160,6 +182,7 @@ def plan_launch(
         ranks=world_size(cell, profile),
         launcher=str(cell.launcher),
         inputs=inputs,
+        devices=devices,
     )
 
 
@@ -171,7 +194,7 @@ def write_files(plan: LaunchPlan) -> None:
 
 def _base_env(profile: HardwareProfile, port: int) -> dict[str, str]:
     threads = str(profile.threads_per_process)
-    return {
+    env = {
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": threads,
@@ -180,3 +203,7 @@ def _base_env(profile: HardwareProfile, port: int) -> dict[str, str]:
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    if profile.device == "cuda":
+        # CUDA numbers GPUs fastest first by default; nvidia-smi, NVML, docker --gpus and the preflight by PCI bus
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env

@@ -5,9 +5,11 @@ import importlib.util
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from bench.errors import BenchError
+from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
 from bench.matrix.profiles import HardwareProfile, needed_devices
 from bench.units import MiB
@@ -20,6 +22,15 @@ that report 22-24 GB to CUDA."""
 MEMORY_CEILING = 1.15
 """Without --emulate a device bigger than this would give memory answers that do not hold on the profile."""
 
+Where = Literal["local", "image"]
+"""Where the cells run: in this venv (local executor) or in the flavor's docker image."""
+
+MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+"""Oldest NVIDIA Linux driver that runs a CUDA build of each major release, for every minor release of it (minor
+version compatibility: https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html; 13.0's
+own driver is 580.65.06). An older driver fails every CUDA call, so every cell would end `error [other]`."""
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
 
 @dataclass(frozen=True)
 class Detected:
@@ -30,6 +41,10 @@ class Detected:
     hpu_stack: bool = False
     visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES as found, so emulation narrows the user's own selection."""
+    driver_version: str | None = None
+    """The NVIDIA driver's version (nvidia-smi); None when no driver tool answers."""
+    cuda_build: str | None = None
+    """The CUDA release of the torch build the cells run with ("13.0"); None: a CPU build of torch."""
 
 
 @dataclass(frozen=True)
@@ -44,36 +59,62 @@ def hpu_stack_available() -> bool:
     return importlib.util.find_spec("habana_frameworks") is not None
 
 
+def selected(rows: list[list[str]], visible: str | None) -> list[list[str]]:
+    """Pure: the nvidia-smi rows (index, uuid, ...) that CUDA_VISIBLE_DEVICES selects, in its order; every row
+    without a selection. nvidia-smi lists every GPU of the machine whatever the variable says."""
+    if not visible:
+        return rows
+    wanted = [item.strip() for item in visible.split(",") if item.strip()]
+    return [row for item in wanted for row in rows if item in (row[0], row[1])]
+
+
+def _mib(text: str) -> int:
+    """nvidia-smi's memory.total in MiB; 0 where it prints none ("[N/A]" on some MIG setups)."""
+    try:
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
 def driver_gpus() -> Detected | None:
-    """CUDA devices as the NVIDIA driver lists them (nvidia-smi), whatever build of torch this venv has."""
+    """CUDA devices as the NVIDIA driver lists them (nvidia-smi), whatever build of torch this venv has, within the
+    user's CUDA_VISIBLE_DEVICES."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            [smi, "--query-gpu=index,uuid,name,memory.total,driver_version", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=30,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    rows = [line.rsplit(",", 1) for line in out.splitlines() if "," in line]
+    visible = os.environ.get(VISIBLE_ENV)
+    listed = [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.count(",") == 4]
+    rows = selected(listed, visible)
     if not rows:
         return None
     return Detected(
         device="cuda",
         count=len(rows),
-        names=tuple(name.strip() for name, _ in rows),
-        memory_bytes=tuple(int(float(mib)) * MiB for _, mib in rows),
-        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        names=tuple(row[2] for row in rows),
+        memory_bytes=tuple(_mib(row[3]) * MiB for row in rows),
+        visible_devices=visible,
+        driver_version=rows[0][4],
     )
 
 
-def detect(driver_ok: bool = False) -> Detected:
-    """CUDA devices through torch.cuda, else Gaudi through habana_frameworks, else cpu. `driver_ok`: the cells run in
-    the cuda image (docker executor), so GPUs the driver lists count even when this venv's torch is a CPU build."""
+def detect(where: Where = "local") -> Detected:
+    """The devices the cells can use. `where="image"`: the cells run in the cuda image, so the GPUs the driver lists
+    count whatever this venv's torch is, and the image's CUDA build is the one held against the driver. `"local"`:
+    CUDA devices through this venv's torch, else Gaudi through habana_frameworks, else the driver's GPUs with this
+    torch's build (a CPU build cannot use them: check_profile says so), else cpu."""
     hpu_stack = hpu_stack_available()
+    driver = driver_gpus()
+    if where == "image":
+        return replace(driver, cuda_build=image_cuda_build()) if driver else Detected(device="cpu", hpu_stack=hpu_stack)
     import torch
 
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
@@ -84,7 +125,9 @@ def detect(driver_ok: bool = False) -> Detected:
             names=tuple(p.name for p in props),
             memory_bytes=tuple(int(p.total_memory) for p in props),
             hpu_stack=hpu_stack,
-            visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            visible_devices=os.environ.get(VISIBLE_ENV),
+            driver_version=driver.driver_version if driver else None,
+            cuda_build=torch.version.cuda,
         )
     if hpu_stack:
         import habana_frameworks.torch.hpu as hthpu  # type: ignore[import-not-found]
@@ -94,8 +137,26 @@ def detect(driver_ok: bool = False) -> Detected:
             names = tuple(str(hthpu.get_device_name(i)) for i in range(count))
             memory = tuple(int(hthpu.get_device_properties(i).total_memory) for i in range(count))
             return Detected(device="hpu", count=count, names=names, memory_bytes=memory, hpu_stack=True)
-    found = driver_gpus() if driver_ok else None
-    return found or Detected(device="cpu", hpu_stack=hpu_stack)
+    if driver:  # GPUs this torch does not use: a CPU build, or a CUDA build the driver is too old for
+        return replace(driver, hpu_stack=hpu_stack, cuda_build=torch.version.cuda)
+    return Detected(device="cpu", hpu_stack=hpu_stack)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def driver_problem(driver: str | None, cuda_build: str | None) -> str | None:
+    """Pure: why this driver cannot run this CUDA build, or None (also when either is unknown)."""
+    if not driver or not cuda_build:
+        return None
+    minimum = MINIMUM_DRIVER.get(_version(cuda_build)[0])
+    if minimum is None or _version(driver) >= _version(minimum):
+        return None
+    return (
+        f"NVIDIA driver {driver} is older than {minimum}, the oldest that runs CUDA {cuda_build} (the cells' torch "
+        "build): update the driver (docs/hardware.md)"
+    )
 
 
 def untested_reason(profile: HardwareProfile, hpu_stack: bool | None = None) -> str | None:
@@ -137,6 +198,14 @@ def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -
     have = f"this machine has {_describe(detected)}"
     if detected.device != profile.device or detected.count < needed:
         return BenchError(f"{need}; {have}")
+    if profile.device == "cuda" and detected.cuda_build is None:
+        return BenchError(
+            f"{have}, but this venv's torch is a CPU build: run `make setup` again (where nvidia-smi lists a GPU it "
+            "installs docker/cuda/requirements.lock) or run the cells in the cuda image (--executor docker)"
+        )
+    problem = driver_problem(detected.driver_version, detected.cuda_build)
+    if problem:
+        return BenchError(f"{need}; {problem}")
     if wanted is None:
         return None
     used = detected.memory_bytes[:needed]
@@ -159,13 +228,14 @@ def memory_fraction(profile: HardwareProfile, detected: Detected) -> float:
 
 
 def visible_env(profile: HardwareProfile, detected: Detected) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES naming the profile's first devices (within the user's own selection, if any)."""
+    """CUDA_VISIBLE_DEVICES naming the profile's first devices (within the user's own selection, if any): the run's
+    devices, from which each cell takes its own (bench/run/launch.py)."""
     needed = needed_devices(profile)
     if detected.visible_devices:
         visible = [d.strip() for d in detected.visible_devices.split(",") if d.strip()][:needed]
     else:
         visible = [str(i) for i in range(needed)]
-    return {"CUDA_VISIBLE_DEVICES": ",".join(visible)}
+    return {VISIBLE_ENV: ",".join(visible)}
 
 
 def emulation_env(profile: HardwareProfile, detected: Detected) -> dict[str, str]:
@@ -174,13 +244,13 @@ def emulation_env(profile: HardwareProfile, detected: Detected) -> dict[str, str
 
 
 def preflight(
-    profile: HardwareProfile, emulate: bool, detected: Detected | None = None, driver_ok: bool = False
+    profile: HardwareProfile, emulate: bool, detected: Detected | None = None, where: Where = "local"
 ) -> Preflight:
     """Check the machine against `profile` before anything is built; raises BenchError on a mismatch.
-    `driver_ok`: see detect()."""
+    `where`: see detect()."""
     if profile.device == "cpu" and not emulate:
         return Preflight()  # exactly as before: CPU profiles run anywhere, nothing detected
-    found = detected or detect(driver_ok)
+    found = detected or detect(where)
     error = check_profile(profile, found, emulate)
     if error is not None:
         raise error
@@ -190,6 +260,6 @@ def preflight(
     if emulate:
         real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
         return Preflight(launch_env=emulation_env(profile, found), emulated_from=real)
-    if found.device == "cuda" and found.count > needed_devices(profile):
-        return Preflight(launch_env=visible_env(profile, found))  # device_map would spread over every GPU
+    if found.device == "cuda":
+        return Preflight(launch_env=visible_env(profile, found))
     return Preflight()

@@ -1,4 +1,7 @@
-"""Entry point of one cell's worker process: `python -m bench.worker SPEC.json` (under any launcher)."""
+"""Entry point of one cell's worker process: `python -m bench.worker SPEC.json` (under any launcher).
+
+Nothing imported before main() has told the process its rank in torch's variables imports torch (the fault module,
+which does, is imported after)."""
 
 if __name__ == "__main__":
     # Before the imports below (seconds on a busy machine): this rank dies with its launcher, and with the runner
@@ -15,13 +18,19 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from bench.isolation.shm_segments import remove_group_segments
-from bench.matrix.backends import rank_from_env
+from bench.matrix.backends import launcher_spec, rank_from_env
 from bench.secrets import redact
-from bench.worker import faults
 from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from bench.worker import faults
+
+TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 def launcher_rank(spec: WorkerSpec) -> int:
@@ -29,15 +38,31 @@ def launcher_rank(spec: WorkerSpec) -> int:
     return rank_from_env(spec.cell.launcher, dict(os.environ))[0]
 
 
-def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> None:
+def torch_rank_env(launcher: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """RANK, LOCAL_RANK and WORLD_SIZE from a launcher that tells ranks who they are in its own variables (mpirun's
+    OMPI_COMM_WORLD_*), where they are not set already. Pure.
+
+    On GPUs accelerate forms a process group only when LOCAL_RANK is set (accelerate/state.py, PartialState and
+    `_prepare_backend`); it reads OMPI_COMM_WORLD_* on its CPU path only (get_cpu_distributed_information), so
+    mpirun's ranks would each train alone."""
+    names = launcher_spec(launcher).rank_env
+    if names is None or names == TORCH_RANK_ENV or any(name in environ for name in TORCH_RANK_ENV):
+        return {}
+    if not all(name in environ for name in names):
+        return {}
+    return dict(zip(TORCH_RANK_ENV, (str(v) for v in rank_from_env(launcher, dict(environ))), strict=True))
+
+
+def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
     from bench.isolation import cgroups
-    from bench.worker import memory
+    from bench.worker import faults, memory
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder, record_losses
-    from bench.worker.nvml import NvmlSampler
+    from bench.worker.nvml import NvmlSampler, nvml_ids
+    from bench.worker.placement import process_devices, splits_layers
     from bench.worker.stages import stage_for
 
     torch.set_num_threads(spec.profile.threads_per_process)
@@ -45,8 +70,13 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     import_libraries(spec)
     report.baseline_rss_bytes = memory.current_rss_bytes()
     report.baseline_cgroup_bytes = cgroups.own_usage_bytes() if os.environ.get(cgroups.CELL_ENV) else None
-    nvml_sampler = NvmlSampler.start_if_available() if torch.cuda.is_available() else None
-    recorder = StepRecorder()
+    devices = None
+    nvml_sampler = None
+    if torch.cuda.is_available():
+        local_rank = rank_from_env(spec.cell.launcher, dict(os.environ))[1]
+        devices = process_devices(splits_layers(spec), torch.cuda.device_count(), local_rank)
+        nvml_sampler = NvmlSampler.start_if_available(nvml_ids(os.environ.get("CUDA_VISIBLE_DEVICES"), devices))
+    recorder = StepRecorder(devices)
     callbacks = [recorder]
     if fault:
         callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
@@ -61,9 +91,16 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
 
     on_cuda = memory.cuda_used()
     report.memory_kind = "cuda_allocated" if on_cuda else "rss"
-    report.load_peak_bytes = memory.cuda_peaks()[0] if on_cuda else memory.peak_rss_bytes()
     if on_cuda:
-        memory.reset_cuda_peaks()
+        # DeepSpeed and FSDP move the model onto the GPUs in trainer.train() (accelerator.prepare), after the build:
+        # the GPU load peak is read when training begins, then reset
+        def end_of_load() -> None:
+            report.load_peak_bytes = memory.cuda_peaks(devices)[0]
+            memory.reset_cuda_peaks(devices)
+
+        recorder.on_train_start = end_of_load
+    else:
+        report.load_peak_bytes = memory.peak_rss_bytes()
     memory.reset_peak_rss()
 
     trainer.train()
@@ -75,7 +112,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: faults.Fault | None) -> Non
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:
-        report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks()
+        report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks(devices)
     else:
         report.train_peak_bytes = report.host_peak_rss_bytes
     evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
@@ -101,8 +138,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
     spec = WorkerSpec.read(argv[1])
+    os.environ.update(torch_rank_env(spec.cell.launcher, os.environ))
     # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
+    from bench.worker import faults
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
     report = RankReport(rank=launcher_rank(spec), pid=os.getpid(), hostname=socket.gethostname())

@@ -7,7 +7,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.methods import method_spec
 from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
-from bench.worker.models import device_map_setting
+from bench.worker.placement import splits_layers
 from bench.worker.spec import WorkerSpec
 from bench.worker.stages import stage_for
 
@@ -35,8 +35,8 @@ def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
             raise ValueError(f"the Gaudi path builds optimum-habana's GaudiDPOTrainer only, not {spec.cell.method}")
         return build_gaudi_trainer(spec, callbacks)
     # --emulate: cap this process's CUDA memory at the profile's before anything is allocated, on every device a
-    # split model ("balanced", or a newcomer's "auto") spreads over
-    apply_memory_cap(all_devices=device_map_setting(spec) in ("balanced", "auto"), launcher=spec.cell.launcher)
+    # split model spreads over
+    apply_memory_cap(all_devices=splits_layers(spec), launcher=spec.cell.launcher)
     return trl_trainer(spec, callbacks)
 
 

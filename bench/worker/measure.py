@@ -39,12 +39,17 @@ def batch_tokens(inputs: dict[str, Any]) -> Any:
 class StepRecorder(TrainerCallback):
     """Step-end timestamps (CUDA-synchronised), cumulative global tokens and memory per step.
 
-    `trainer` and `on_first_step` are attached after construction, once the trainer exists: TRL keeps its
-    rank-gathered token count on the trainer.
+    `trainer`, `on_train_start` and `on_first_step` are attached after construction, once the trainer exists: TRL
+    keeps its rank-gathered token count on the trainer. `devices`: the CUDA devices this process runs on, each
+    synchronised before a timestamp (a split model runs on several; torch.cuda.synchronize() waits for the current
+    one only); None: the current device.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, devices: list[int] | None = None) -> None:
         self.trainer: Any = None
+        self.devices = devices
+        self.on_train_start: Callable[[], None] | None = None
+        """Called when training begins, after the trainer has placed the model (accelerator.prepare)."""
         self.on_first_step: Callable[[], None] | None = None
         self.train_start: float | None = None
         self.step_ends: list[float] = []
@@ -60,6 +65,8 @@ class StepRecorder(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._sync()
+        if self.on_train_start is not None:
+            self.on_train_start()
         self.train_start = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -67,7 +74,7 @@ class StepRecorder(TrainerCallback):
         self.step_ends.append(time.perf_counter())
         self.cpu_times.append(time.process_time())
         self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", self.counted_tokens)))
-        now = memory.cuda_allocated_now() if memory.cuda_used() else memory.current_rss_bytes()
+        now = memory.cuda_allocated_now(self.devices) if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
         self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
         if len(self.step_ends) == 1 and self.on_first_step is not None:
@@ -75,7 +82,8 @@ class StepRecorder(TrainerCallback):
 
     def _sync(self) -> None:
         if self._synchronize and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
+            for device in self.devices or [None]:
+                torch.cuda.synchronize(device)
 
 
 def record_losses(trainer: Any, recorder: StepRecorder) -> None:

@@ -43,19 +43,23 @@ def cuda_used() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
-def cuda_peaks() -> tuple[int, int]:
-    """(max allocated, max reserved) over this process's visible devices."""
+def _devices(devices: list[int] | None) -> list[int]:
+    return list(range(torch.cuda.device_count())) if devices is None else devices
+
+
+def cuda_peaks(devices: list[int] | None = None) -> tuple[int, int]:
+    """(max allocated, max reserved) over `devices` (default: every visible one)."""
     allocated = reserved = 0
-    for index in range(torch.cuda.device_count()):
+    for index in _devices(devices):
         allocated = max(allocated, torch.cuda.max_memory_allocated(index))
         reserved = max(reserved, torch.cuda.max_memory_reserved(index))
     return allocated, reserved
 
 
-def reset_cuda_peaks() -> None:
-    for index in range(torch.cuda.device_count()):
+def reset_cuda_peaks(devices: list[int] | None = None) -> None:
+    for index in _devices(devices):
         torch.cuda.reset_peak_memory_stats(index)
 
 
-def cuda_allocated_now() -> int:
-    return max((torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count())), default=0)
+def cuda_allocated_now(devices: list[int] | None = None) -> int:
+    return max((torch.cuda.memory_allocated(i) for i in _devices(devices)), default=0)

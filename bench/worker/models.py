@@ -10,10 +10,10 @@ from typing import Any
 import torch
 
 from bench.matrix.axes import Quant
-from bench.matrix.backends import backend_spec
 from bench.matrix.inits import init_spec
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
+from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
 
@@ -52,12 +52,46 @@ def quantization_config(quant: Quant, compute_dtype: torch.dtype, settings: Sett
     return None if kwargs is None else BitsAndBytesConfig(**kwargs)
 
 
-def device_map_setting(spec: WorkerSpec) -> str | None:
-    """`balanced` for a backend that splits layers, else the recipe's placement (None: no device_map). Pure."""
-    if backend_spec(spec.cell.backend).splits_layers:
-        return "balanced"
-    chosen = spec.recipe.settings.device_map
-    return None if chosen in (None, "none") else chosen
+def io_first(device_map: dict[str, int | str], first: int | str, io_modules: list[str]) -> dict[str, int | str]:
+    """`device_map` with the input embedding and the LM head (`io_modules`) on the `first` device. Pure.
+
+    TRL 1.16 replaces `model.forward` with its fused LM head (trl/trainer/utils.py, `add_fused_lm_head`), which runs
+    the backbone and moves its output to the LM head's device: the hook accelerate puts on the whole model to return
+    outputs on the input's device (`AlignDevicesHook(io_same_device=True)`, accelerate/big_modeling.py) no longer
+    runs. With the head on the last GPU, the log-probs meet the batch's masks on the first GPU and the step fails
+    ("Expected all tensors to be on the same device", dpo_trainer.py `per_token_entropy * mask`). With the head on
+    the device the batch lives on, every output is there."""
+    pinned = dict(device_map)
+    for name in io_modules:
+        parents = [key for key in device_map if key and name.startswith(key + ".")]
+        if parents:  # a module group holds it: the group moves (only the top-level model would be that coarse)
+            raise ValueError(f"device_map places {name} as part of {parents[0]}; cannot move it alone")
+        pinned[name] = first
+    return pinned
+
+
+def io_module_names(model: Any) -> list[str]:
+    """Module names of the input embedding and the LM head (tied or not)."""
+    wanted = {id(model.get_input_embeddings()), id(model.get_output_embeddings())}
+    return [name for name, module in model.named_modules() if id(module) in wanted]
+
+
+def balanced_io_first_map(model_ref: str, dtype: torch.dtype, max_memory: dict[int | str, int] | None = None) -> dict:
+    """accelerate's balanced split of the model over the visible GPUs (what device_map="balanced" computes), with
+    the input embedding and the LM head on the first GPU (io_first). Built on the meta device: no weights, no
+    GPU memory; `max_memory` defaults to each visible GPU's free memory."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from accelerate.utils import get_balanced_memory
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_ref)
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    no_split = list(model._no_split_modules or [])
+    memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split, dtype=dtype)
+    split = infer_auto_device_map(model, max_memory=memory, no_split_module_classes=no_split, dtype=dtype)
+    first = min(device for device in split.values() if isinstance(device, int))
+    return io_first(split, first, io_module_names(model))
 
 
 def device_map(spec: WorkerSpec) -> Any:
@@ -67,7 +101,21 @@ def device_map(spec: WorkerSpec) -> Any:
         from accelerate import PartialState
 
         return {"": PartialState().local_process_index}
+    if chosen == "balanced_io_first":
+        return balanced_io_first_map(spec.assets.model, DTYPES[spec.profile.precision])
     return chosen
+
+
+DTYPE_KEYWORD_SINCE = "4.56.0"
+"""transformers renamed from_pretrained's `torch_dtype` to `dtype` in 4.56.0 (PR #39782); older releases (the ones
+optimum-habana pins for Gaudi) take `dtype=` as a config attribute and load float32."""
+
+
+def dtype_keyword(transformers_version: str) -> str:
+    """The keyword from_pretrained takes the load dtype by, in this transformers release. Pure."""
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers_version) >= Version(DTYPE_KEYWORD_SINCE) else "torch_dtype"
 
 
 def load_pretrained(spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", **kwargs: Any) -> Any:
@@ -77,10 +125,10 @@ def load_pretrained(spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", 
     dtype = DTYPES[spec.profile.precision]
     return getattr(transformers, auto_class).from_pretrained(
         spec.assets.model,
-        dtype=dtype,
         quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),
         device_map=device_map(spec),
         trust_remote_code=False,
+        **{dtype_keyword(transformers.__version__): dtype},
         **kwargs,
     )
 

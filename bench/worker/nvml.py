@@ -1,14 +1,19 @@
 """NVML per-process GPU memory, sampled in a background thread: what `nvidia-smi` shows for this process
 (allocator reserve + CUDA context + non-torch allocations), which torch's own counters miss.
 
-Uses the `pynvml` module (package nvidia-ml-py) when importable; without it, or without a GPU, the sampler is
-not started and the field stays None. Inside a container with its own PID namespace NVML reports host PIDs,
-which never match: the peak is then None rather than wrong.
+Uses the `pynvml` module (package nvidia-ml-py, in the cuda lock) when importable; without it, or without a GPU, the
+sampler is not started and the field stays None. Only this process's own devices are read (its rank's, or every
+visible one for a split model), mapped from CUDA's numbering to NVML's through CUDA_VISIBLE_DEVICES (the launch sets
+CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order). Inside a container with its own PID namespace NVML reports host PIDs,
+which never match this one: when the only process NVML lists on the cell's device is not in this PID namespace, the
+device is the cell's alone (the launch gives every cell its own GPUs) and that process is this one, so its memory is
+taken (or the device's used memory where NVML withholds the process's). Otherwise the sample is skipped.
 """
 
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 INTERVAL_S = 0.05
@@ -22,21 +27,56 @@ def load_pynvml() -> Any | None:
     return pynvml
 
 
-def process_used_bytes(nvml: Any, handles: list[Any], pid: int) -> int | None:
-    """Max over devices of this pid's used memory; None when the pid is on no device."""
+def nvml_ids(visible: str | None, ordinals: list[int]) -> list[str]:
+    """Pure: the NVML ids (index or GPU-UUID) of these CUDA ordinals under CUDA_VISIBLE_DEVICES=`visible`."""
+    named = [item.strip() for item in (visible or "").split(",") if item.strip()]
+    return [named[i] if named else str(i) for i in ordinals if not named or i < len(named)]
+
+
+def handle_of(nvml: Any, device_id: str) -> Any | None:
+    """The NVML handle of a CUDA_VISIBLE_DEVICES entry; None for what NVML cannot name alone (a MIG instance)."""
+    if device_id.startswith("GPU-"):
+        return nvml.nvmlDeviceGetHandleByUUID(device_id)
+    return nvml.nvmlDeviceGetHandleByIndex(int(device_id)) if device_id.isdigit() else None
+
+
+def in_this_namespace(pid: int) -> bool:
+    """Whether `pid` names a process this process can see (its PID namespace)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def device_used_by(nvml: Any, handle: Any, pid: int, visible: Callable[[int], bool] = in_this_namespace) -> int | None:
+    """This pid's used memory on one device: its own entry; else, when the device's only process is outside this
+    PID namespace (this process, seen by its host PID from a container), that one's; else None."""
+    processes = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    mine = [p for p in processes if p.pid == pid and getattr(p, "usedGpuMemory", None) is not None]
+    if mine:
+        return max(int(p.usedGpuMemory) for p in mine)
+    if len(processes) != 1 or visible(processes[0].pid):
+        return None
+    used = getattr(processes[0], "usedGpuMemory", None)
+    return int(used) if used is not None else int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+
+def process_used_bytes(
+    nvml: Any, handles: list[Any], pid: int, visible: Callable[[int], bool] = in_this_namespace
+) -> int | None:
+    """Max over this process's devices of its used memory; None when it is seen on none of them."""
     found = None
     for handle in handles:
-        for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            used = getattr(proc, "usedGpuMemory", None)
-            if proc.pid == pid and used is not None:
-                found = max(found or 0, int(used))
+        used = device_used_by(nvml, handle, pid, visible)
+        if used is not None:
+            found = max(found or 0, used)
     return found
 
 
 class NvmlSampler:
-    """Samples every `interval_s` until stop(); stop() returns the peak in bytes (None if never seen)."""
+    """Samples every `interval_s` until stop(); stop() returns the peak in bytes (None if never seen). `devices`:
+    NVML ids of this process's devices (nvml_ids); None: every device NVML lists."""
 
-    def __init__(self, nvml: Any, pid: int | None = None, interval_s: float = INTERVAL_S) -> None:
+    def __init__(
+        self, nvml: Any, pid: int | None = None, interval_s: float = INTERVAL_S, devices: list[str] | None = None
+    ) -> None:
         self.nvml = nvml
         self.pid = os.getpid() if pid is None else pid
         self.interval_s = interval_s
@@ -44,15 +84,17 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
         nvml.nvmlInit()
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        if devices is None:
+            devices = [str(i) for i in range(nvml.nvmlDeviceGetCount())]
+        self.handles = [h for h in (handle_of(nvml, d) for d in devices) if h is not None]
 
     @classmethod
-    def start_if_available(cls) -> "NvmlSampler | None":
+    def start_if_available(cls, devices: list[str] | None = None) -> "NvmlSampler | None":
         nvml = load_pynvml()
         if nvml is None:
             return None
         try:
-            sampler = cls(nvml)
+            sampler = cls(nvml, devices=devices)
         except Exception:  # no driver / no GPU: NVMLError subclasses differ between versions
             return None
         sampler._thread.start()

@@ -2,8 +2,9 @@
 # Build the cuda image and check it on a machine without a GPU (`make check-cuda-image`). Run it before every
 # change to docker/cuda/requirements.lock or docker/cuda/Dockerfile (it is not part of CI: docs/docker.md).
 #   1. make images FLAVOR=cuda (and FLAVOR=cpu, the reference for step 3), passing OFFLINE_BASE / EXTRA_CA_CERTS
-#   2. docker/cuda/check_image.py in the image: lock, torch CUDA build, bitsandbytes, nvcc, DeepSpeed's builders
-#      and a real nvcc build of its FusedAdam op for CUDA_ARCH (default 8.6, the A10 of HW=2xA10), NVML
+#   2. docker/cuda/check_image.py in the image: lock, torch CUDA build, bitsandbytes, nvcc, DeepSpeed's builders,
+#      the prebuilt DeepSpeedCPUAdam, a real nvcc build of its FusedAdam op for CUDA_ARCH (default 8.6, the A10 of
+#      HW=2xA10), NVML
 #   3. a CPU cell in the cuda image vs the cpu image: same status and token count (tests/integration)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

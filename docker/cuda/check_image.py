@@ -120,6 +120,23 @@ def ds_report() -> str:
     return f"ds_report (DS_ACCELERATOR=cuda) exit 0, nvcc {versions['nvcc']} = torch's CUDA"
 
 
+def prebuilt_cpu_adam() -> str:
+    """DeepSpeedCPUAdam (zero3_offload) was built into the image as the cuda accelerator loads it: loading it now,
+    with DS_ACCELERATOR=cuda as on a GPU, finds it instead of compiling it again (which takes minutes)."""
+    folder = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    built = sorted(folder.glob("*/cpu_adam/cpu_adam.so"))
+    assert built, f"no cpu_adam.so under {folder}"
+    before = built[0].stat().st_mtime_ns
+    code = "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('CPUAdamBuilder').load()"
+    started = time.monotonic()
+    env = os.environ | {"DS_ACCELERATOR": "cuda"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr.strip()[-300:]
+    assert built[0].stat().st_mtime_ns == before, f"the load rebuilt {built[0].name} ({took:.0f} s)"
+    return f"{built[0].relative_to(folder)} loads as the cuda accelerator's in {took:.0f} s, no rebuild"
+
+
 def build_fused_adam(arch: str) -> str:
     """What DeepSpeed's jit_load does, minus its switch to a CPU-only build when torch sees no GPU."""
     from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
@@ -177,6 +194,7 @@ def main() -> int:
     check("nvcc", nvcc)
     check("deepspeed op builders", deepspeed_builders)
     check("ds_report", ds_report)
+    check("deepspeed cpu_adam prebuilt", prebuilt_cpu_adam)
     if args.build_op:
         check("deepspeed cuda op build", lambda: build_fused_adam(args.build_op))
     check("nvml", nvml)

@@ -133,8 +133,8 @@ def sbatch_options(
     memory = node_memory_gb(profile)
     if memory is not None:
         lines.append(f"--mem={max(1, round(memory * 1024))}M")
-    if profile.device == "cuda":  # one device per rank; a single process (device_map) takes every device of its node
-        lines.append(f"--gpus-per-node={profile.device_count if plan.ranks == 1 else layout.per_node}")
+    if plan.devices:  # the cell's GPUs on each node (bench/worker/placement.py cell_devices)
+        lines.append(f"--gpus-per-node={plan.devices}")
     for name, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos)):
         if value:
             lines.append(f"--{name}={value}")

@@ -74,23 +74,26 @@ def _env(argv: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in _option(argv, "--env"))
 
 
-def test_cuda_cell_gets_the_profiles_devices_renumbered_inside(limited):
-    argv = _argv(_cuda(limited, device_count=2, processes=2))
+def test_cuda_cell_gets_its_planned_devices_renumbered_inside(limited):
+    argv = _argv(_cuda(limited, device_count=2, processes=2), LaunchPlan(argv=["python"], devices=2))
     assert _option(argv, "--gpus") == ['"device=0,1"']
     assert _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
 def test_cuda_cell_takes_the_visible_devices_of_its_launch_env(limited):
-    """The preflight (or the user) narrowed the host's GPUs to 3,5: those are granted, seen as 0,1 inside."""
-    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "3, 5,7"})
+    """The launch plan named the cell's host GPUs 3,5: those are granted, seen as 0,1 inside."""
+    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "3, 5,7"}, devices=2)
     argv = _argv(_cuda(limited, device_count=1, processes=2), plan)
     assert _option(argv, "--gpus") == ['"device=3,5"']
     assert _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
-def test_single_gpu_profile_gets_one_device(limited):
-    argv = _argv(_cuda(limited, device_count=1, processes=1))
-    assert _option(argv, "--gpus") == ['"device=0"']
+def test_a_one_device_cell_of_a_two_gpu_profile_gets_one_device(limited):
+    """Not the profile's device count: a single-process cell that saw two GPUs would be refused by TRL
+    (nn.DataParallel), so its plan asks for one."""
+    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "1"}, devices=1)
+    argv = _argv(_cuda(limited, device_count=2, processes=2), plan)
+    assert _option(argv, "--gpus") == ['"device=1"'] and _env(argv)["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 def test_gpu_cell_gets_a_big_shm_unless_the_profile_sets_one(cpu_profile, limited):
@@ -99,7 +102,7 @@ def test_gpu_cell_gets_a_big_shm_unless_the_profile_sets_one(cpu_profile, limite
 
 
 def test_shipped_gpu_profile_passes_devices_and_shm():
-    argv = _argv(load_profile("2xA10"))
+    argv = _argv(load_profile("2xA10"), LaunchPlan(argv=["python"], devices=2))
     assert _option(argv, "--gpus") == ['"device=0,1"']
     assert _option(argv, "--shm-size") and "--network" in argv
 
@@ -216,3 +219,31 @@ def test_container_spec_is_frozen(limited):
     assert isinstance(spec, ContainerSpec)
     with pytest.raises(AttributeError):
         spec.image = "other"  # type: ignore[misc]
+
+
+def test_the_prebuild_builds_each_host_op_the_accelerator_hands_out(monkeypatch, capsys):
+    """docker/cpu/prebuild_deepspeed_ops.py (make setup, both images): on the cuda accelerator only
+    DeepSpeedCPUAdam exists (DeepSpeed gives CUDA no shared-memory comm op); on CPU both are built."""
+    import runpy
+    import sys
+    import types
+
+    from bench.paths import PROJECT_ROOT
+
+    loaded: list[str] = []
+
+    def accelerator(name: str, ops: set[str]) -> types.SimpleNamespace:
+        def create(op: str) -> object | None:
+            return types.SimpleNamespace(load=lambda: loaded.append(op)) if op in ops else None
+
+        return types.SimpleNamespace(create_op_builder=create, device_name=lambda: name)
+
+    script = str(PROJECT_ROOT / "docker" / "cpu" / "prebuild_deepspeed_ops.py")
+    for name, ops in (("cuda", {"CPUAdamBuilder"}), ("cpu", {"CPUAdamBuilder", "ShareMemCommBuilder"})):
+        fake = types.ModuleType("deepspeed.accelerator")
+        fake.get_accelerator = lambda name=name, ops=ops: accelerator(name, ops)
+        monkeypatch.setitem(sys.modules, "deepspeed.accelerator", fake)
+        loaded.clear()
+        runpy.run_path(script)
+        assert sorted(loaded) == sorted(ops), name
+    assert "ShareMemCommBuilder: not used on cuda" in capsys.readouterr().out

@@ -221,3 +221,43 @@ def test_a_rank_that_reported_its_error_is_judged_without_the_launchers_log():
     assert verdict.error_class == ErrorClass.COMM
     from_log = classify(exit_code=1, timed_out=False, error_texts=[], log_tail="ValueError: bad config")
     assert (from_log.error_class, from_log.message) == (ErrorClass.CONFIG, "ValueError: bad config")
+
+
+def test_the_exception_line_decides_before_the_files_a_traceback_passed_through():
+    """A real TypeError raised inside torch.distributed (distributed_c10d.py, c10d_logger.py): the traceback names
+    c10d on every frame, the error is a wrong argument, not a lost connection. Both what the worker records (its
+    exception and traceback) and the rank's stderr (each line prefixed `[rank0]: ` by torch) say so."""
+    done = _run(
+        "import socket, traceback, torch, torch.distributed as dist\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+        "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=0, world_size=1)\n"
+        "try:\n"
+        "    dist.all_reduce([torch.ones(1)])\n"
+        "except Exception as exc:\n"  # what bench/worker/__main__.py stores in the rank's report
+        "    print(f'{type(exc).__name__}: {exc}'.strip() + '\\n' + ''.join(traceback.format_exception(exc)))\n"
+        "    raise\n"
+    )
+    assert "distributed_c10d.py" in done.stdout and "[rank0]: TypeError" in done.stderr
+    for evidence in ({"error_texts": [done.stdout], "log_tail": ""}, {"error_texts": [], "log_tail": done.stderr}):
+        verdict = classify(exit_code=done.returncode, timed_out=False, **evidence)
+        assert (verdict.status, verdict.error_class) == (Status.ERROR, ErrorClass.CONFIG)
+        assert "TypeError: Invalid function argument" in verdict.message
+    # a communication failure's own line still says so
+    nccl = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited"
+    assert classify(exit_code=1, timed_out=False, error_texts=[nccl], log_tail="").error_class == ErrorClass.COMM
+
+
+def test_cuda_libraries_alloc_failures_are_oom():
+    # verbatim forms of torch's CUDA library errors (cuBLAS handle creation, cuSOLVER, cuDNN, cuFFT)
+    for message in (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "RuntimeError: cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED",
+    ):
+        verdict = classify(exit_code=1, timed_out=False, error_texts=[message], log_tail="")
+        assert verdict.status == Status.OOM, message
+    other = classify(
+        exit_code=1, timed_out=False, error_texts=["RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"], log_tail=""
+    )
+    assert other.status == Status.ERROR

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from bench.judge.learning import DECREASE_MARGIN, FIRST_LOSS_TOLERANCE, LN2, check, mean_per_step
+from bench.judge.learning import DECREASE_MARGIN, FIRST_LOSS_TOLERANCE, LN2, check, decrease_margin, mean_per_step
 
 FALLING = [LN2, 0.65, 0.6, 0.5]
 
@@ -146,3 +146,17 @@ def test_the_wrong_reference_message():
     assert check([[0.7, 0.5, 0.4]], [1.0], "fp32").failures == [
         "first-step loss 0.7000 is not ln 2 = 0.6931 (±0.001): the reference is not the initial policy"
     ]
+
+
+def test_in_bf16_the_numerics_alone_cannot_pass_for_learning():
+    """A bf16 policy that does not learn: every loss is ln 2 up to the first-loss tolerance (here +0.019 at step
+    1, -0.019 after), a fall of 0.038 that beats fp32's margin by arithmetic alone. The bf16 margin, twice the
+    tolerance, refuses it; a real fall beyond it passes."""
+    tolerance = FIRST_LOSS_TOLERANCE["bf16"]
+    assert decrease_margin("bf16") == decrease_margin("fp16") == pytest.approx(2 * tolerance) == pytest.approx(0.04)
+    assert decrease_margin("fp32") == DECREASE_MARGIN
+    noise_only = [LN2 + 0.019] + [LN2 - 0.019] * 19
+    assert (LN2 + 0.019) - (LN2 - 0.019) > DECREASE_MARGIN
+    assert check([noise_only], [0.5], "bf16").failures[0].startswith("loss did not fall")
+    learned = [LN2 + 0.019] + [LN2 - 0.07] * 19
+    assert check([learned], [1.0], "bf16").failures == []

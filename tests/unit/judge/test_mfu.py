@@ -95,7 +95,7 @@ def test_a_reward_model_has_its_scalar_head_instead_of_the_lm_head():
 
     cell = Cell(method="reward", init="one_adapter", quant="none", backend="single", launcher="python")
     inputs = inputs_for(
-        load_profile("1xH100"), load_workload("tiny"), str(SCENARIOS_DIR / "workloads" / "tiny"), cell, 1
+        load_profile("1xH100"), load_workload("tiny"), str(SCENARIOS_DIR / "workloads" / "tiny"), cell, 1, False
     )
     assert inputs.head_params == 512 * 64 - 64 and inputs.no_grad_forwards == 0
     out = with_mfu(metrics(1.0), inputs)
@@ -127,15 +127,15 @@ def cell(backend: Backend, options: tuple = ()) -> Cell:
 def test_inputs_for_uses_profile_peak_devices_and_max_length():
     profile, workload = load_profile("2xA10"), load_workload("phi-2")
     model = str(SCENARIOS_DIR / "workloads" / "phi-2")
-    ddp = inputs_for(profile, workload, model, cell(Backend.DDP), world=2)
+    ddp = inputs_for(profile, workload, model, cell(Backend.DDP), world=2, precomputed_ref=False)
     assert (ddp.peak_tflops, ddp.devices, ddp.seq_len, ddp.precomputed_ref) == (125, 2, 1024, False)
-    assert inputs_for(profile, workload, model, cell(Backend.DEVICE_MAP), world=1).devices == 2
-    single = inputs_for(profile, workload, model, cell(Backend.SINGLE, (Option.PRECOMPUTE_REF,)), world=1)
+    assert inputs_for(profile, workload, model, cell(Backend.DEVICE_MAP), 1, False).devices == 2
+    single = inputs_for(profile, workload, model, cell(Backend.SINGLE, (Option.PRECOMPUTE_REF,)), 1, True)
     assert single.precomputed_ref and single.devices == 1
 
 
 def test_no_mfu_without_peak_or_local_config():
     cpu, tiny = load_profile("cpu"), load_workload("tiny")
-    assert inputs_for(cpu, tiny, str(SCENARIOS_DIR / "workloads" / "tiny"), cell(Backend.SINGLE), 1) is None
+    assert inputs_for(cpu, tiny, str(SCENARIOS_DIR / "workloads" / "tiny"), cell(Backend.SINGLE), 1, False) is None
     h100 = load_profile("1xH100")
-    assert inputs_for(h100, tiny, "meta-llama/Llama-3.2-1B", cell(Backend.SINGLE), 1) is None
+    assert inputs_for(h100, tiny, "meta-llama/Llama-3.2-1B", cell(Backend.SINGLE), 1, False) is None

@@ -52,6 +52,8 @@ NEWCOMER_IDS = {
     "one_adapter-nf4-zero3+newcomer",
     "one_adapter-nf4-fsdp+newcomer",
     "two_models-none-zero2+newcomer",
+    "two_models-none-device_map+newcomer",
+    "one_adapter-none-device_map+newcomer",
 }
 
 
@@ -189,7 +191,9 @@ def test_every_generated_config_of_every_cell_follows_its_recipe(tmp_path, hw):
         expected_storage = dtype if settings.bnb_4bit_quant_storage == "compute_dtype" else None
         assert bnb.get("bnb_4bit_quant_storage") == expected_storage
         if backend_spec(c.backend).splits_layers:
-            assert device_map_setting(spec) == "balanced"
+            # the recipe puts the LM head on the first GPU, the newcomer's device_map="auto" does not
+            assert device_map_setting(spec) == settings.device_map
+            assert settings.device_map == ("auto" if c.setup == Setup.NEWCOMER else "balanced_io_first")
         else:
             assert device_map_setting(spec) == (None if settings.device_map in (None, "none") else settings.device_map)
         precompute = Option.PRECOMPUTE_REF in c.options or settings.reference == "precomputed"

@@ -150,6 +150,30 @@ def test_write_matrix_lists_rows_the_run_predates_as_not_run_yet(tmp_path):
     assert "| one_adapter-nf4-zero3+newcomer |  |  |  | not run yet: the row joined the matrix after this run |" in text
 
 
+def test_rows_added_after_a_run_show_from_the_later_run_that_measured_them(tmp_path):
+    def run(name, started, cell_ids):
+        run_dir = tmp_path / "cpu" / name
+        run_dir.mkdir(parents=True)
+        for cell_id in cell_ids:
+            append_result(run_dir, record(cell_id).model_copy(update={"run_id": name}))
+        env = {"workload": "tiny", "hardware_profile": "cpu", "created_at": started}
+        (run_dir / "env.json").write_text(json.dumps(env))
+        return run_dir
+
+    added = "two_models-none-zero2_offload+1rank"
+    full = run("20260102-000000", "2026-01-02T00:00:00+00:00", ["one_adapter-none-single"])
+    run("20260101-000000", "2026-01-01T00:00:00+00:00", [added])  # older than the full run: not its source
+    run("20260103-000000", "2026-01-03T00:00:00+00:00", [added, "one_adapter-none-single"])
+    text = write_matrix(full, ["one_adapter-none-single", added, "one_adapter-nf4-zero3+newcomer"]).read_text()
+    assert "1 rows that joined the matrix after this run: from run `20260103-000000`" in text
+    [row] = [line for line in text.splitlines() if line.startswith(f"| {added} |")]
+    assert row.endswith("| ✅ 1,000 tok/s · 0 MiB |")
+    assert "| one_adapter-nf4-zero3+newcomer |  |  |  | not run yet" in text  # no run has it
+    assert (
+        sum("✅" in line for line in text.splitlines() if line.startswith("|")) == 2
+    )  # the later run's copy of a cell the full run has is not shown twice
+
+
 def test_learning_failed_renders_on_the_console_with_its_note():
     failed = record("one_adapter-none-single", Status.LEARNING_FAILED).model_copy(
         update={"message": "first-step loss 0.7412 is not ln 2 (0.6931): the reference is not the initial policy"}

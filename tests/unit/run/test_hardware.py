@@ -23,9 +23,11 @@ from bench.run.preflight import (
     Detected,
     check_profile,
     detect,
+    driver_problem,
     emulation_env,
     memory_fraction,
     preflight,
+    selected,
     untested_reason,
 )
 from bench.run.runner import execute
@@ -34,13 +36,22 @@ from bench.worker import emulate, nvml
 CPU = Detected(device="cpu")
 
 
-def gpus(count: int, gb: float, name: str = "NVIDIA H100 80GB HBM3", visible: str | None = None) -> Detected:
+def gpus(
+    count: int,
+    gb: float,
+    name: str = "NVIDIA H100 80GB HBM3",
+    visible: str | None = None,
+    driver: str | None = "580.95.05",
+    cuda_build: str | None = "13.0",
+) -> Detected:
     return Detected(
         device="cuda",
         count=count,
         names=(name,) * count,
         memory_bytes=(int(gb * GB),) * count,
         visible_devices=visible,
+        driver_version=driver,
+        cuda_build=cuda_build,
     )
 
 
@@ -122,6 +133,50 @@ def test_extra_devices_are_hidden_without_emulate():
     assert checked.launch_env == {"CUDA_VISIBLE_DEVICES": "0,1"} and checked.emulated_from is None
 
 
+def test_the_run_always_names_its_gpus_so_each_cell_can_take_its_own():
+    """Cells take their devices from the run's (bench/run/launch.py): also where the machine has exactly the
+    profile's GPUs, and within the user's own selection."""
+    exact = preflight(load_profile("2xA10"), emulate=False, detected=gpus(2, 23.7, "NVIDIA A10"))
+    assert exact.launch_env == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    chosen = preflight(load_profile("2xA10"), emulate=False, detected=gpus(2, 23.7, "NVIDIA A10", visible="2,3"))
+    assert chosen.launch_env == {"CUDA_VISIBLE_DEVICES": "2,3"}
+
+
+def test_a_cpu_build_of_torch_beside_the_drivers_gpus_is_one_line():
+    error = check_profile(load_profile("2xA10"), gpus(2, 23.7, "NVIDIA A10", cuda_build=None), emulate=False)
+    assert error is not None and "\n" not in str(error)
+    assert str(error).startswith("this machine has 2 cuda devices (NVIDIA A10, 24 GB), but this venv's torch is a CPU")
+    assert "make setup" in str(error) and "--executor docker" in str(error)
+
+
+def test_a_driver_older_than_the_cuda_build_stops_the_run_with_one_line():
+    old = gpus(2, 23.7, "NVIDIA A10", driver="535.183.01", cuda_build="13.0")
+    error = check_profile(load_profile("2xA10"), old, emulate=False)
+    assert str(error) == (
+        "profile 2xA10 needs 2 cuda devices with >= 24 GB; NVIDIA driver 535.183.01 is older than 580.65.06, the "
+        "oldest that runs CUDA 13.0 (the cells' torch build): update the driver (docs/hardware.md)"
+    )
+    with pytest.raises(BenchError, match=r"older than 580\.65\.06"):
+        preflight(load_profile("2xA10"), emulate=False, detected=old)
+    assert check_profile(load_profile("2xA10"), gpus(2, 23.7, driver="580.65.06"), emulate=False) is None
+    assert check_profile(load_profile("2xA10"), gpus(2, 23.7, driver="535.183.01", cuda_build="12.8"), False) is None
+
+
+def test_driver_minimum_by_cuda_major_release():
+    assert driver_problem("580.65.06", "13.0") is None and driver_problem("590.1", "13.1") is None
+    assert "older than 580.65.06" in driver_problem("575.57.08", "13.0")
+    assert "older than 525.60.13" in driver_problem("520.61.05", "12.1")
+    assert driver_problem(None, "13.0") is None and driver_problem("400.1", None) is None  # unknown: not judged
+
+
+def test_nvidia_smi_rows_follow_the_users_selection():
+    rows = [["0", "GPU-a", "A10"], ["1", "GPU-b", "A10"], ["2", "GPU-c", "L4"], ["3", "GPU-d", "L4"]]
+    assert selected(rows, None) == rows
+    assert [r[0] for r in selected(rows, "3, 2")] == ["3", "2"]
+    assert [r[0] for r in selected(rows, "GPU-b")] == ["1"]
+    assert selected(rows, "7") == []
+
+
 class FakeCuda:
     def __init__(self, count: int) -> None:
         self.count = count
@@ -159,14 +214,17 @@ def test_worker_without_emulation_touches_nothing():
         emulate.fraction_from_env({emulate.MEMORY_FRACTION_ENV: "1.5"})
 
 
-def fake_pynvml(usage: list[list[tuple[int, int]]]) -> types.ModuleType:
-    """A pynvml stand-in: usage[device] = [(pid, used bytes), ...], advancing one reading per call."""
+def fake_pynvml(usage: list[list[tuple[int, int | None]]], device_used: int = 0) -> types.ModuleType:
+    """A pynvml stand-in: usage[device] = [(pid, used bytes or None), ...], advancing one reading per call; device
+    i's UUID is GPU-i; every device's used memory is `device_used`."""
     module = types.ModuleType("pynvml")
     calls = {"n": 0, "shutdown": False}
     module.nvmlInit = lambda: None
     module.nvmlShutdown = lambda: calls.__setitem__("shutdown", True)
     module.nvmlDeviceGetCount = lambda: len(usage)
     module.nvmlDeviceGetHandleByIndex = lambda i: i
+    module.nvmlDeviceGetHandleByUUID = lambda uuid: int(uuid.removeprefix("GPU-"))
+    module.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(used=device_used)
 
     def running(handle: int) -> list[types.SimpleNamespace]:
         calls["n"] += 1
@@ -183,7 +241,34 @@ def test_nvml_peak_is_max_over_devices_and_samples_of_own_pid():
     sampler.sample()
     assert sampler.peak == 9 * 2**30
     assert sampler.stop() == 9 * 2**30 and module.calls["shutdown"]
-    assert nvml.process_used_bytes(module, [0, 1], pid=99) is None
+    assert nvml.process_used_bytes(module, [0, 1], pid=99, visible=lambda pid: True) is None
+
+
+def test_nvml_in_a_container_takes_the_only_process_on_the_cells_device():
+    """Inside a container NVML lists host PIDs: 4242 is no process of this PID namespace, and it is alone on the
+    cell's device, so it is this process; a device shared with another process, or a foreign process this
+    namespace can see, is never counted."""
+    host_pid = [[(4242, 7 * 2**30)], [(4242, 3 * 2**30), (5151, 2**30)]]
+    foreign = lambda pid: False  # noqa: E731
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [0], pid=12, visible=foreign) == 7 * 2**30
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [1], pid=12, visible=foreign) is None
+    assert nvml.process_used_bytes(fake_pynvml(host_pid), [0], pid=12, visible=lambda pid: True) is None
+    # NVML may withhold a foreign namespace's per-process figure: the device's used memory, the GPU being the cell's
+    withheld = fake_pynvml([[(4242, None)]], device_used=6 * 2**30)
+    assert nvml.process_used_bytes(withheld, [0], pid=12, visible=foreign) == 6 * 2**30
+    # what the worker really asks: /proc of this machine knows this process, and no PID past pid_max
+    assert nvml.in_this_namespace(__import__("os").getpid()) and not nvml.in_this_namespace(2**22 + 1)
+
+
+def test_nvml_reads_only_the_processs_own_devices_in_nvmls_numbering():
+    # CUDA ordinal 0 of a rank that sees CUDA_VISIBLE_DEVICES=2,3 is NVML's device 2 (PCI order on both sides)
+    assert nvml.nvml_ids("2,3", [0]) == ["2"] and nvml.nvml_ids("2,3", [0, 1]) == ["2", "3"]
+    assert nvml.nvml_ids(None, [1]) == ["1"] and nvml.nvml_ids("GPU-3", [0]) == ["GPU-3"]
+    module = fake_pynvml([[(42, 2**30)], [(7, 2**30)], [(42, 5 * 2**30)], [(42, 9 * 2**30)]])
+    sampler = nvml.NvmlSampler(module, pid=42, devices=nvml.nvml_ids("2,GPU-3", [0]))
+    sampler.sample()
+    assert sampler.handles == [2] and sampler.peak == 5 * 2**30  # device 3 (another rank's) is not read
+    assert nvml.handle_of(module, "MIG-1/2/0") is None
 
 
 def test_nvml_sampler_thread_and_absent_module(monkeypatch):
@@ -271,16 +356,39 @@ def test_matrix_marks_untested_and_emulated_runs():
     assert "✅ 9,100 tok/s on NVIDIA H100 80GB HBM3 (emulated) · 1,024 MiB" in emulated
 
 
-def test_the_docker_executor_counts_the_drivers_gpus_with_a_cpu_build_of_torch(tmp_path, monkeypatch):
-    # A real executable named nvidia-smi, answering the query as the driver's tool does (this machine has none).
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nprintf 'NVIDIA A10, 23028\\nNVIDIA A10, 23028\\n'\n")
+def fake_nvidia_smi(folder: Path, monkeypatch: pytest.MonkeyPatch, driver: str = "580.95.05") -> None:
+    """A real executable named nvidia-smi on PATH, answering the query as the driver's tool does (this machine has
+    none)."""
+    smi = folder / "nvidia-smi"
+    rows = "".join(f"{i}, GPU-{i}aaa, NVIDIA A10, 23028, {driver}\\n" for i in range(4))
+    smi.write_text(f"#!/bin/sh\nprintf '{rows}'\n")
     smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    found = detect(driver_ok=True)
+    monkeypatch.setenv("PATH", f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin")
+
+
+def test_the_docker_executor_counts_the_drivers_gpus_with_a_cpu_build_of_torch(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    found = detect(where="image")
     assert (found.device, found.count, found.names) == ("cuda", 2, ("NVIDIA A10", "NVIDIA A10"))
     assert found.memory_bytes == (23028 * 2**20,) * 2
-    assert detect().device == "cpu"  # the local executor needs a torch that sees them
-    assert preflight(load_profile("2xA10"), emulate=False, driver_ok=True).untested_reason is None
-    with pytest.raises(BenchError, match="0 cuda devices"):
+    assert (found.driver_version, found.cuda_build) == ("580.95.05", "13.0")  # the cuda lock's build
+    checked = preflight(load_profile("2xA10"), emulate=False, where="image")
+    assert checked.untested_reason is None and checked.launch_env == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    # the local executor needs a torch that sees them: this venv's is a CPU build, and the run stops saying so
+    local = detect()
+    assert (local.device, local.count, local.cuda_build) == ("cuda", 2, None)
+    with pytest.raises(BenchError, match="this venv's torch is a CPU build: run `make setup` again"):
         preflight(load_profile("2xA10"), emulate=False)
+
+
+def test_an_old_driver_stops_the_docker_run_before_any_cell(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, driver="570.133.20")
+    with pytest.raises(BenchError, match=r"NVIDIA driver 570\.133\.20 is older than 580\.65\.06"):
+        preflight(load_profile("2xA10"), emulate=False, where="image")
+
+
+def test_without_a_driver_the_gpu_profile_still_says_what_is_missing(monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    with pytest.raises(BenchError, match="this machine has 0 cuda devices"):
+        preflight(load_profile("2xA10"), emulate=False, where="image")

@@ -155,3 +155,26 @@ def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path
     ctx.predict = lambda cell: summary(110.0)  # near the edge: it runs
     (record,) = execute(ctx, [DDP], force=True, out=io.StringIO())
     assert record.status == Status.OK and len(executor.plans) == 2
+
+
+def test_mfu_counts_the_reference_forward_only_where_the_trainer_runs_one(tmp_path):
+    """two_models under ZeRO-2 runs with the recipe's precomputed reference (no option on the cell): its steady
+    state has no reference forward, so its flops per token are 6N + 12LHQT, not 8N + 16LHQT (1.33x)."""
+    from bench.judge.mfu import flops_per_token, model_shape
+    from bench.matrix.profiles import load_profile
+    from bench.paths import SCENARIOS_DIR
+
+    gpu = load_profile("2xA10")
+    ran = Engagement(world_size=2, distributed_type="DEEPSPEED", wrapper="DeepSpeedEngine", zero_stage=2)
+    ctx = context(tmp_path, gpu, FakeExecutor(ran))
+    model = str(SCENARIOS_DIR / "workloads" / "phi-2")  # a config.json: MFU is computed from its shape
+    ctx = RunContext(
+        ctx.run_id, tmp_path, gpu, load_workload("phi-2"), ctx.assets.model_copy(update={"model": model}), ctx.executor
+    )
+    recipe = Cell(init="two_models", quant="none", backend="zero2", launcher="deepspeed")
+    plain = Cell(init="two_models", quant="none", backend="ddp", launcher="torchrun")
+    zero2, ddp = execute(ctx, [recipe, plain], out=io.StringIO())
+    shape, length = model_shape(model), 1024
+    assert zero2.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=True)
+    assert ddp.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=False)
+    assert ddp.metrics.mfu / zero2.metrics.mfu > 1.3
