@@ -36,7 +36,7 @@ class CellAdvice(BaseModel):
     recipes: list[str]
     """The recipe entries (scenarios/recipes.yaml) the cell runs with; a newcomer row leaves their settings out."""
     devices: int
-    verdict: Literal["fits", "predicted_oom", "unknown"]
+    verdict: Literal["fits", "tight", "predicted_oom", "unknown"]
     total_bytes: float
     train_bytes: float
     load_bytes: float
@@ -46,7 +46,7 @@ class CellAdvice(BaseModel):
     terms: dict[str, float]
     notes: list[str]
     fix: FixAdvice | None
-    """predicted_oom only: the smallest change under which it is predicted to fit (null: none found)."""
+    """tight or predicted_oom only: the smallest change under which it is predicted to fit (null: none found)."""
 
 
 class RunPlan(BaseModel):
@@ -89,12 +89,16 @@ def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
     return backend_spec(prediction.backend).devices_per_cell(prediction.world_size, profile.device_count)
 
 
+VERDICT_ORDER = {"fits": 0, "tight": 1}
+"""Fitting cells first, then tight ones (their PREDICTED range straddles the device's memory), then the rest."""
+
+
 def _order(entry: CellAdvice) -> tuple:
     fits = entry.verdict == "fits"
     margin = entry.margin_bytes or 0.0
     offloads = entry.host_bytes > 0  # slower steps, and host memory the estimator does not check
     return (
-        not fits,
+        VERDICT_ORDER.get(entry.verdict, 2),
         entry.devices if fits else 0,
         offloads if fits else False,
         -margin,
@@ -114,7 +118,7 @@ def advise(
             continue
         cell = cells[p.cell_id]
         fix = None
-        if p.verdict == "predicted_oom":
+        if p.verdict in ("tight", "predicted_oom"):
             found = smallest_fix(cell, profile, workload, calibration)
             if found is not None:
                 fix = FixAdvice(

@@ -45,7 +45,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     shown = a.cells if limit is None else a.cells[:limit]
     for c in shown:
         setup = c.setup + (f" ({', '.join(c.recipes)})" if c.recipes else "")
-        verdict = {"fits": "fits", "predicted_oom": "OOM"}.get(c.verdict, c.verdict)
+        verdict = {"fits": "fits", "tight": "tight", "predicted_oom": "OOM"}.get(c.verdict, c.verdict)
         host = _gb(c.host_bytes) if c.host_bytes else "—"
         lines.append(
             f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)} "

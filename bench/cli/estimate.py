@@ -14,12 +14,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.write:
         if args.hw is None or args.model is not None:
             raise BenchError("--write takes --hw (a profile, or all) with its own workload, not --gpu or --model")
+        from bench.estimate.published import published_rows
         from bench.estimate.report import predicted_profiles, write_predicted
-        from bench.estimate.validate import validate, validation_line
+        from bench.estimate.validate import validate, validation_line, write_current_spreads
 
         rows, _ = validate(Path(args.results))
+        published = published_rows()
+        print(f"written: {write_current_spreads(rows, published)}")
+        line = validation_line(rows, published)
         for hardware in predicted_profiles() if args.hw == "all" else [args.hw]:
-            for path in write_predicted(hardware, Path(args.results), validation_line(rows)):
+            for path in write_predicted(hardware, Path(args.results), line):
                 print(f"written: {path}")
         return 0
     from bench.estimate.speed.matrix import speeds_for
@@ -41,6 +45,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_estimate(args: argparse.Namespace) -> int:
+    if args.published:
+        from bench.estimate import published
+
+        write_or_print(published.to_markdown(published.published_rows()), args.output)
+        return 0
     from bench.estimate.validate import to_markdown, validate
 
     rows, skipped = validate(Path(args.results))
@@ -79,7 +88,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
         "every method), "
-        "with the estimator's current validation error",
+        "with the estimator's current validation error, after bench/estimate/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 
@@ -88,6 +97,12 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="instead: predict every published GPU figure in scenarios/published/memory.yaml (memory, or the longest "
+        "context that fits) against its published value, with a reason for every row beyond 15 %%",
+    )
     p.set_defaults(func=cmd_validate_estimate)
 
     p = sub.add_parser(

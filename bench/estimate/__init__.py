@@ -4,4 +4,4 @@ shapes (parameter counts by role) -> terms (one pure function per memory term) -
 -> Prediction) ; calibrate (constants fitted on measured records) ; validate (prediction vs every measurement).
 """
 
-VERSION = "0.2.0"
+VERSION = "0.3.0"

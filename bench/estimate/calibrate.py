@@ -1,41 +1,29 @@
 """Fit the constants that cannot be derived, from measured records under results/, and write calibration.json.
 
-What is fitted (CPU, per rank; a median of residuals, never one constant per cell):
-- cpu.runtime_bytes       on single-process cells with quant none (measured model memory - modelled terms);
-- cpu.multi_process_bytes on multi-process non-DeepSpeed cells with quant none (residual - runtime);
-- cpu.deepspeed_bytes     on DeepSpeed adapter cells (residual - runtime - multi_process);
-fitted on the budgeted CPU profiles of the small workload (BUDGET_PROFILES: cpu-budget, and cpu-budget-4g whose 4 GiB
-budget lets the cells that are OOM-killed at 0.75 GiB run to their peak).
-- cpu.context_bytes / deepspeed_context_bytes: median cgroup baseline of budgeted records without / with DeepSpeed.
-Everything else (int8, nf4, FSDP fallbacks, two_models, every OOM verdict) is held out and only validated.
-GPU constants stay priors (CUDA context 0.5 GiB, 10 % caching-allocator slack) until GPU records exist; then
-cuda.allocator_slack is refitted as the median of (nvml peak - CUDA max allocated - context) / allocated.
+What is fitted: only the CPU library baseline, which lies outside the predicted model memory (peak - baseline) and
+enters the verdict against a budget: cpu.context_bytes / deepspeed_context_bytes, the median cgroup baseline of the
+budgeted records (BUDGET_PROFILES) without / with DeepSpeed. No model-memory term is fitted: the CPU process terms are
+measurements of bench/selfbench/memory_phases.py (bench/estimate/cpu_terms.py), every record is held out and only
+validated. CUDA needs no constant (bench/estimate/gpu_terms.py); HPU keeps priors (a 0.5 GiB context and 10 %
+allocator slack) until HPU records exist.
 """
 
-import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.estimate import VERSION
-from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, predict_cell, write_calibration
-from bench.matrix.backends import backend_spec
+from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, write_calibration
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord, Status
 from bench.units import GiB, MiB
 
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
-CALIBRATION_WORKLOAD = "small"
-"""The workload of the budgeted profiles: the CPU constants hold for it; other CPU workloads are extrapolations."""
 
 PRIORS = {
-    "cpu": DeviceConstants(head_tiles=4.0),
-    "cuda": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * GiB, allocator_slack=0.10),
-    "hpu": DeviceConstants(head_tiles=1.0, context_bytes=0.5 * GiB, allocator_slack=0.10),
+    "cpu": DeviceConstants(),
+    "hpu": DeviceConstants(context_bytes=0.5 * GiB, allocator_slack=0.10),
 }
-"""head_tiles: derived from TRL's chunked_logprob.py (GPU: the Triton kernel folds the tile in place, 1 tile; CPU:
-the torch fallback `_forward_tile` keeps ~4 tile-sized temporaries: tile.float()/transform, masked_fill copy,
-z - max, exp; a microbenchmark of the forward measured 4.4)."""
 
 
 @dataclass
@@ -90,19 +78,9 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
     return rows
 
 
-@functools.cache
-def _cells_by_id(hardware: str):
-    from bench.matrix.profiles import load_profile, load_workload
-    from bench.matrix.scenario import expand, load_matrix
-
-    profile = load_profile(hardware)
-    workload = load_workload(profile.workload)
-    return profile, workload, {c.id: c for c in expand(load_matrix())}
-
-
 def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
-    """The measured records the CPU constants are fitted on: the latest of every DPO cell of the budgeted profiles
-    (the other training methods are held out: nothing is fitted on them, docs/estimator.md)."""
+    """The measured records the CPU baselines are fitted on: the latest of every DPO cell of the budgeted profiles
+    (the other training methods are held out, docs/estimator.md)."""
     return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"]
 
 
@@ -113,43 +91,19 @@ def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
 def fit_records(records: list[Measured]) -> Calibration:
     """The calibration fitted on `records` (calibration_records or a subset of them: validate leaves cells out)."""
     devices = {k: v.model_copy(deep=True) for k, v in PRIORS.items()}
-    zero = Calibration(version=VERSION, devices={k: v.model_copy(deep=True) for k, v in PRIORS.items()})
-    fitted_on: list[str] = []
     cpu = devices["cpu"]
     base = {
         ds: [m.baseline for m in records if m.baseline is not None and ("zero" in m.record.backend) == ds]
         for ds in (False, True)
     }
-    for m in records:  # OOM records keep the surviving rank's baseline
+    for m in records:
         for rank in m.record.rank_memory:
             if rank.baseline_cgroup_bytes is not None and m.baseline is None:
                 base["zero" in m.record.backend].append(rank.baseline_cgroup_bytes)
-    cpu.context_bytes = _median(base[False], "context_bytes (a baseline outside DeepSpeed)")
-    cpu.deepspeed_context_bytes = statistics.median(base[True]) if base[True] else cpu.context_bytes
-    setups = {hardware: _cells_by_id(hardware) for hardware in {m.record.hardware for m in records}}
-
-    def residual(m: Measured) -> float:
-        profile, workload, cells = setups[m.record.hardware]
-        return m.model_memory - predict_cell(cells[m.record.cell_id], profile, workload, zero).train_bytes
-
-    # adapters only: every two_models figure is held out, and so are int8 and nf4
-    ok = [
-        m for m in records if m.model_memory is not None and m.record.quant == "none" and m.record.init != "two_models"
-    ]
-    # one process without a process group: a multi-process backend on one rank (`+1rank`) is not `single`
-    single = [m for m in ok if not backend_spec(m.record.backend).multi_process]
-    cpu.runtime_bytes = _median([residual(m) for m in single], "runtime_bytes (a single-process adapter cell)")
-    multi = [m for m in ok if m.record.world_size > 1 and "zero" not in m.record.backend]
-    cpu.multi_process_bytes = _median(
-        [residual(m) - cpu.runtime_bytes for m in multi], "multi_process_bytes (a multi-process adapter cell)"
-    )
-    ds = [m for m in ok if "zero" in m.record.backend]
-    cpu.deepspeed_bytes = _median(
-        [residual(m) - cpu.runtime_bytes - cpu.multi_process_bytes for m in ds], "deepspeed_bytes (a ZeRO adapter cell)"
-    )
-    fitted_on += [f"{m.source}:{m.record.cell_id}" for m in single + multi + ds]
-    cpu.fitted = ["runtime_bytes", "multi_process_bytes", "deepspeed_bytes", "context_bytes", "deepspeed_context_bytes"]
-    return Calibration(version=VERSION, devices=devices, fitted_on=fitted_on)
+    cpu.context_bytes = float(_median(base[False], "context_bytes (a baseline outside DeepSpeed)"))
+    cpu.deepspeed_context_bytes = float(statistics.median(base[True])) if base[True] else cpu.context_bytes
+    cpu.fitted = ["context_bytes", "deepspeed_context_bytes"]
+    return Calibration(version=VERSION, devices=devices)
 
 
 def _median(values: list[float], what: str) -> float:

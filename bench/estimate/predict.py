@@ -7,8 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bench.estimate import VERSION, terms
+from bench.assets.prepare import LARGE_MODEL_PARAMS
+from bench.estimate import VERSION, cpu_terms, gpu_terms, terms, uncertainty
+from bench.estimate.knobs import Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
+from bench.estimate.uncertainty import Verdict
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import Placement, backend_spec
 from bench.matrix.cell import Cell
@@ -23,23 +26,16 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
 
 class DeviceConstants(BaseModel):
-    """Per device kind; `fitted` names the constants calibrate.py fitted on measurements (the rest are priors)."""
+    """Per device kind, what is outside the modelled terms and cannot be derived; `fitted` names those calibrate.py
+    fitted on measurements (the rest are priors). CUDA devices need none: bench/estimate/gpu_terms.py derives their
+    context, workspaces, buffers and allocator overhead."""
 
-    head_tiles: float
-    """Logits tiles live in the LM head's backward (derived: 1 on GPU/Triton; CPU torch fallback: see docs)."""
-    runtime_bytes: float = 0.0
-    """Per rank, everything the training process holds beyond the modelled terms (CPU: data, tokenizer, autograd and
-    allocator retention; fitted)."""
-    multi_process_bytes: float = 0.0
-    """Extra per rank of a multi-process run (process group, sampler; fitted on CPU)."""
-    deepspeed_bytes: float = 0.0
-    """Extra per rank of a DeepSpeed engine (fitted on CPU)."""
     context_bytes: float = 0.0
-    """Outside the measured peak: CUDA context (~0.5 GiB), or the library baseline on CPU."""
+    """Outside the measured peak: the library baseline on CPU (fitted), the device runtime's context elsewhere."""
     deepspeed_context_bytes: float | None = None
     """The same for a DeepSpeed cell when it differs (CPU: deepspeed's imports)."""
     allocator_slack: float = 0.0
-    """Fraction on top of the measured peak that the allocator reserves (PyTorch caching allocator on GPU)."""
+    """Fraction on top of the peak that the device's allocator reserves (a prior where no mechanism is modelled)."""
     fitted: list[str] = []
 
 
@@ -71,21 +67,38 @@ class Prediction(BaseModel):
     world_size: int = 1
     load_bytes: float | None = None
     """Per device after loading and preparing, before the first step."""
+    memory_kind: Literal["cgroup", "rss", "cuda_allocated", "device"] | None = None
+    """What train_bytes predicts: a CPU rank's cgroup or RSS peak above its library baseline (bench/judge/metrics.py),
+    torch.cuda.max_memory_allocated, or the device's own figure (HPU)."""
     train_bytes: float | None = None
-    """Per device peak in training: what a record's model_memory_bytes (CPU) / CUDA max allocated (GPU) measures."""
+    """Per device peak in training, the figure `memory_kind` names."""
     terms: dict[str, float] = {}
     """Breakdown of train_bytes."""
     host_bytes: float = 0.0
     """Per rank in host memory, not on the device: the sum of host_terms on an accelerator; 0 on CPU, where the host
     is the device and the offloaded state is the `offloaded_to_host` term of train_bytes."""
     host_terms: dict[str, float] = {}
-    """What an offload backend keeps in host memory per rank (params, gradients, optimizer_states,
+    """What an offload backend keeps in host memory per rank (params, gradients, optimizer_states, offload_buffers,
     reference_model)."""
+    reserved_bytes: float | None = None
+    """GPU: torch.cuda.max_memory_reserved (allocated + the caching allocator's rounding and fragmentation)."""
+    nvidia_smi_bytes: float | None = None
+    """GPU: the process's device memory as nvidia-smi / NVML show it (reserved + CUDA context + NCCL buffers + paged
+    optimizer state)."""
+    paged_bytes: float = 0.0
+    """GPU: bitsandbytes' paged optimizer state (CUDA managed memory, evicted to the host under pressure)."""
     overhead_bytes: float | None = None
-    """Outside the measured peak: context / library baseline + allocator slack."""
+    """total - train: the library baseline (CPU); allocator, context, NCCL and paged state (GPU)."""
     total_bytes: float | None = None
+    """What is held against usable memory: train + baseline (CPU); on a GPU the nvidia-smi figure less the paged
+    optimizer state, which CUDA evicts to the host rather than fail an allocation."""
+    range_low_bytes: float | None = None
+    range_high_bytes: float | None = None
+    """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
+    error_kind: str | None = None
     usable_bytes: float | None = None
-    verdict: Literal["fits", "predicted_oom", "unknown"] | None = None
+    verdict: Verdict | None = None
+    """fits, tight (the range straddles usable memory), predicted_oom (all of the range above it), unknown."""
     margin_bytes: float | None = None
     """usable - total (negative: short by that much)."""
     notes: list[str] = []
@@ -103,8 +116,17 @@ def usable_bytes(profile: HardwareProfile) -> float | None:
     return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9
 
 
+PAGED = "paged_optimizer_state"
+"""A train_terms key outside the allocated figure: bitsandbytes' paged states live in CUDA managed memory."""
+
+
 def predict_cell(
-    cell: Cell, profile: HardwareProfile, workload: Workload, calibration: Calibration | None = None
+    cell: Cell,
+    profile: HardwareProfile,
+    workload: Workload,
+    calibration: Calibration | None = None,
+    knobs: Knobs | None = None,
+    spreads: uncertainty.Spreads | None = None,
 ) -> Prediction:
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
     base = {
@@ -120,41 +142,90 @@ def predict_cell(
     if reason is not None:
         return Prediction(**base, status="not_applicable", reason=reason)
     calibration = calibration or load_calibration()
-    const = calibration.devices[profile.device]
+    const = calibration.devices.get(str(profile.device), DeviceConstants())
     shapes = shapes_for(workload)
     backend, notes = _effective_backend(cell, profile)
     world = world_size(cell, profile)
-    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, const, world)
+    knobs = knobs or Knobs()
+    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs)
     host = sum(host_terms.values())
+    paged = terms_.pop(PAGED, 0.0)
+    gpu = gpu_terms.gpu_of(profile.name) if profile.device == "cuda" else None
+    if profile.device == "cuda" and gpu is None:
+        notes.append(f"GPU of profile {profile.name} not in bench/estimate/gpu_terms.GPUS: taken as an H100")
+        gpu = gpu_terms.GPUS["H100"]
+    if gpu is not None:
+        terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
     train = sum(terms_.values())
-    deepspeed = backend_spec(backend).deepspeed is not None
-    context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
-    context = const.context_bytes if context is None else context
-    overhead = context + const.allocator_slack * train
+    reserved = smi = None
     if profile.device == "cpu":
+        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+        deepspeed = backend_spec(backend).deepspeed is not None
+        context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
         train += host  # offloaded state is in the same (host) memory
         terms_["offloaded_to_host"] = host
         host = 0.0
-    total = train + overhead
+        total = train + (const.context_bytes if context is None else context)
+    elif gpu is not None:
+        kind = "cuda_allocated"
+        transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
+        reserved = train + gpu_terms.allocator_overhead(
+            _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
+        )
+        total = reserved + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        smi = total + paged  # managed memory yields: CUDA pages it out to the host before an allocation fails
+    else:
+        kind = "device"
+        total = train + const.context_bytes + const.allocator_slack * train
     usable = usable_bytes(profile)
-    verdict = None if usable is None else ("fits" if total <= usable else "predicted_oom")
+    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend), method_of(cell, knobs).name)
+    spread = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
+    if profile.device == "cpu":
+        bounds = uncertainty.measured_range(train, spread)
+        bounds = None if bounds is None else (bounds[0] + total - train, bounds[1] + total - train)
+    else:
+        bounds = uncertainty.measured_range(total, spread)
     return Prediction(
         **base,
         status="predicted",
         backend_run=str(backend),
         world_size=world,
         load_bytes=load,
+        memory_kind=kind,
         train_bytes=train,
         terms={k: v for k, v in terms_.items() if v},
         host_bytes=host,
         host_terms={k: v for k, v in host_terms.items() if v},
-        overhead_bytes=overhead,
+        reserved_bytes=reserved,
+        nvidia_smi_bytes=smi,
+        paged_bytes=paged,
+        overhead_bytes=total - train,
         total_bytes=total,
+        range_low_bytes=None if bounds is None else bounds[0],
+        range_high_bytes=None if bounds is None else bounds[1],
+        error_kind=error_kind,
         usable_bytes=usable,
-        verdict=verdict or "unknown",
+        verdict=uncertainty.verdict(total, usable, bounds),
         margin_bytes=None if usable is None else usable - total,
         notes=notes,
     )
+
+
+def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, knobs: Knobs) -> int:
+    """Resident tensors above the caching allocator's 10 MiB large-segment threshold: weight matrices (and the
+    reference's), with a full fine-tune also each one's gradient and two optimizer states."""
+    b = 4 if profile.precision == "fp32" else 2
+    matrices = [r * c for r, c in shapes.full_tensors() if c > 1]
+    large = sum(1 for n in matrices if n * b > 10 * 2**20)
+    init = init_spec(cell.init)
+    reference = init.reference == "separate_model" and method_of(cell, knobs).reference
+    copies = 1 + reference + 3 * (not init.adapters)
+    return large * copies
+
+
+def method_of(cell: Cell, knobs: Knobs) -> MethodSpec:
+    """The training method: the knob where set, else the cell's (bench/matrix/methods.py)."""
+    return method_spec(knobs.method or cell.method)
 
 
 def train_terms(
@@ -163,8 +234,8 @@ def train_terms(
     profile: HardwareProfile,
     workload: Workload,
     shapes: ModelShapes,
-    const: DeviceConstants,
     world: int,
+    knobs: Knobs,
 ) -> tuple[dict[str, float], float, dict[str, float]]:
     """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank."""
     spec = backend_spec(backend)
@@ -173,11 +244,24 @@ def train_terms(
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
-    offload_params = sharding.params == Placement.OFFLOADED
+    # Parameters on the host: the backend's own placement (zero3_offload_param, fsdp_offload) or the knob (ZeRO-3's
+    # offload_param, FSDP's CPUOffloadPolicy: parameters, gradients, optimizer state and a sharded reference).
+    fsdp_offload = spec.fsdp_version is not None and knobs.offload_params
+    offload_params = sharding.params == Placement.OFFLOADED or (knobs.offload_params and stage == 3) or fsdp_offload
+    params_at, optimizer_at, grads_at, reference_at = (
+        (Placement.OFFLOADED,) * 4
+        if fsdp_offload
+        else (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
+    )
     precompute = Option.PRECOMPUTE_REF in cell.options
-    checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+    checkpointing = (
+        workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
+        if knobs.gradient_checkpointing is None
+        else knobs.gradient_checkpointing
+    )
+    liger = Option.LIGER in cell.options if knobs.liger is None else knobs.liger
     quant = str(cell.quant)
-    method = method_spec(cell.method)
+    method = method_of(cell, knobs)
     linear = shapes.linear_weights
     # A reward model has a one-output score head where the causal LM has its LM head (an untied one is V x H).
     total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
@@ -187,9 +271,9 @@ def train_terms(
     # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
     quantized = quant_spec(cell.quant).quantized
     init = init_spec(cell.init)
-    keep = 4 if (quantized and init.reference == "ref_adapter") else b
+    keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else b
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
-    fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized
+    fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
     if fsdp_upcast:
         full = total * 4
     param_b = 4 if fsdp_upcast else b
@@ -197,17 +281,25 @@ def train_terms(
     # Trainable parameters and their dtype.
     if not init.adapters:
         trainable, train_b = total, param_b
+        tensors = shapes.full_tensors()
+        if method.output == "scalar":
+            tensors = [t for t in tensors if t != (shapes.vocab, shapes.lm_head // shapes.vocab)] + [(shapes.hidden, 1)]
         head_trainable = True
     else:
-        trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules)
+        tensors = shapes.lora_tensors(workload.lora.r, workload.lora.target_modules)
+        trainable = sum(r * c for r, c in tensors)
         head_trainable = False
-        if quantized:
+        if not knobs.master_weights:
+            train_b = b  # pure 16-bit training: adapters in the compute dtype
+        elif quantized:
             train_b = 2  # TRL 1.16 casts the adapter of a quantized model to bf16 (QLoRA recipe)
         elif stage == 3:
             train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
         else:
             train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
-    adapters = trainable * train_b * init.adapter_copies
+    reference = method.reference
+    adapters = trainable * train_b * (init.adapter_copies if reference else min(init.adapter_copies, 1))
+    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, str(profile.device))
 
     out: dict[str, float] = {}
     host: dict[str, float] = {}
@@ -223,25 +315,38 @@ def train_terms(
             out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
         if offload:
             host["optimizer_states"] = terms.zero_offloaded_host(trainable, world)
+            if stage < 3:
+                # the largest tensor the optimizer steps: the embedding for a full fine-tune, a LoRA matrix else
+                largest = max(r * c for r, c in tensors)
+                host["offload_buffers"], out["offload_staging"] = terms.zero2_offload_buffers(
+                    trainable, train_b, world, largest
+                )
         elif stage < 3:
             out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
             zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
         else:
             out["grads_optimizer_master"] = 16 * trainable / world
     else:
-        out["weights"] = terms.placed(full, sharding.params, world, devices)
-        out["adapters"] = terms.placed(adapters, sharding.params, world, devices)
-        host["params"] = terms.offloaded(full + adapters, sharding.params, world)
-        adam = terms.adam_bytes(trainable, train_b)
-        out["optimizer"] = terms.placed(adam, sharding.optimizer, world, devices)
-        host["optimizer_states"] = terms.offloaded(adam, sharding.optimizer, world)
+        out["weights"] = terms.placed(full, params_at, world, devices)
+        out["adapters"] = terms.placed(adapters, params_at, world, devices)
+        host["params"] = terms.offloaded(full + adapters, params_at, world)
+        out["optimizer"] = terms.placed(optimizer.resident, optimizer_at, world, devices)
+        host["optimizer_states"] = terms.offloaded(optimizer.resident, optimizer_at, world)
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
     # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
-    if init.reference == "separate_model" and resolve(cell, profile.device).settings.reference != "precomputed":
-        reference = full if not fsdp_upcast else total * b
-        out["reference_model"] = terms.placed(reference, sharding.reference, world, devices)
-        host["reference_model"] = terms.offloaded(reference, sharding.reference, world)
+    if (
+        reference
+        and init.reference == "separate_model"
+        and resolve(cell, profile.device).settings.reference != "precomputed"
+    ):
+        reference_bytes = full if not fsdp_upcast else total * b
+        out["reference_model"] = terms.placed(reference_bytes, reference_at, world, devices)
+        host["reference_model"] = terms.offloaded(reference_bytes, reference_at, world)
+    if profile.device == "cpu":
+        _charge_mapped_weights(
+            out, cell, backend, profile, workload, shapes, world, linear * b * (not quantized) + other * keep
+        )
     load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
 
     # Communication buffers.
@@ -252,11 +357,13 @@ def train_terms(
     elif spec.fsdp_version:
         out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
 
-    # The step's peak: the LM head's backward (logits tiles + accumulators + saved activations) or the end of
-    # backward (every gradient), whichever is larger.
-    rows = method.rows_per_example * workload.train.per_device_train_batch_size
-    seq = workload.train.max_length
+    # The step's peak, the largest of its phases: the LM head's backward (the head's temporaries + accumulators +
+    # the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
+    # (every gradient) and the optimizer step (gradients + the step's temporaries).
+    rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
+    seq = knobs.max_length or workload.train.max_length
     tokens = rows * seq
+    attention = knobs.attention or "sdpa"
     per_layer = terms.layer_activations(
         tokens,
         rows,
@@ -266,85 +373,130 @@ def train_terms(
         shapes.intermediate,
         shapes.heads,
         b,
-        materialised_scores=profile.device == "cpu",
+        materialised_scores=attention == "eager" or (attention == "sdpa" and profile.device == "cpu"),
+        liger=liger,
     )
-    acts = terms.activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
+    saved = terms.saved_activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
     split = devices if spec.splits_layers else 1
-    head_name, head = output_head(method, rows, seq, tokens, shapes, b, const.head_tiles, head_trainable)
+    head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
+    if knobs.loss != "fused" and method.output == "fused_logprobs":
+        head = tokens * shapes.vocab * terms.logits_bytes_per_element(knobs.loss, b)
+        head += shapes.vocab * shapes.hidden * train_b * head_trainable  # the head's weight gradient
     grads_full = trainable * train_b
-    # ZeRO-3: gradients go through the reduce bucket into the partitions counted above.
-    grads = terms.placed(grads_full, sharding.grads, world, devices) if stage is None else 0.0
+    # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
+    grads = terms.placed(grads_full, grads_at, world, devices) if stage is None else 0.0
     if stage is None:
-        host["gradients"] = terms.offloaded(grads_full, sharding.grads, world)
-    phase_head = acts / split + head
-    phase_end = grads
+        host["gradients"] = terms.offloaded(grads_full, grads_at, world)
+    if knobs.optimizer_in_backward:
+        grads = min(grads, max(r * c for r, c in tensors) * train_b)
     bucket_at_head = 0.0
+    phase_end = grads
     if stage in (1, 2):
         # The reduce bucket is allocated at each backward's start (setup_buckets) and released at its end, before
         # the step; the gradient partitions live from the end of backward through the step. On the CPU only the
         # bucket's touched pages count, and none are touched yet while the LM head's backward runs.
         bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
         bucket_at_head = 0.0 if profile.device == "cpu" else bucket
-        phase_head += bucket_at_head
         # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
         phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
-    # KTO's KL batch: forwards without gradient before the step's own (bench/estimate/terms.no_grad_forward); its
-    # peak is below the head's backward whenever anything is checkpointed, and then it adds no term.
-    phase_kl = terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split if method.extra_forwards else 0.0
-    if phase_kl > max(phase_head, phase_end):
-        out["kl_batch_forward"] = phase_kl
-    elif phase_head >= phase_end:
-        out["activations"] = acts / split
-        out[head_name] = head
-        if bucket_at_head:
-            out["zero_buckets"] = bucket_at_head
-    elif stage in (1, 2):
-        out["zero2_end_of_backward"] = phase_end
-    else:
-        out["gradients"] = grads
+    phases = {
+        "head": {"activations": saved / split, head_name: head, "zero_buckets": bucket_at_head},
+        "recompute": {
+            "activations": saved / split,
+            "recomputed_layer": per_layer if checkpointing else 0.0,
+            "gradients": grads,
+            "zero_buckets": bucket_at_head,
+        },
+        "end": {"zero2_end_of_backward": phase_end} if stage in (1, 2) else {"gradients": grads},
+        "step": {"gradients": grads, "optimizer_step_temporaries": optimizer.step_temporaries},
+    }
+    if method.extra_forwards:
+        # KTO's KL batch: forwards without gradient before the step's own; below the head's backward whenever
+        # anything is checkpointed, and then it adds no term.
+        phases["kl_batch"] = {"kl_batch_forward": terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split}
+    peak = max(phases.values(), key=lambda phase: sum(phase.values()))
+    for name, value in peak.items():
+        out[name] = out.get(name, 0.0) + value
     if quantized:
         out["dequant_buffer"] = shapes.largest_linear * b
-    out["runtime"] = const.runtime_bytes
-    if spec.multi_process:
-        out["multi_process"] = const.multi_process_bytes
-    if stage is not None:
-        out["deepspeed_runtime"] = const.deepspeed_bytes
-    shm = terms.deepspeed_cpu_shm(profile.device, str(cell.launcher), world)
-    if shm:
-        out["deepspeed_shm_allreduce"] = shm
+    if profile.device == "cpu":
+        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+        out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage))
+        shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
+        if shm:
+            out["deepspeed_shm_allreduce"] = shm
+    if optimizer.paged:
+        out[PAGED] = optimizer.paged
     if precompute:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
 
 
-FULL_LOGITS_KEPT = {"orpo": 1.5, "simpo": 1.0}
-"""[R, L, V] logits-sized tensors alive when the backward of a full-logits loss starts, read from
-trl/experimental/orpo/orpo_trainer.py and cpo/cpo_trainer.py (concatenated_forward): both keep the model's logits
-(R = 2B rows: 1); ORPO's NLL on the chosen half keeps its log-softmax (B rows: +0.5) for the backward, CPO's with
-cpo_alpha=0 (SimPO) computes no NLL. The log-prob gather (selective_log_softmax) keeps only views and one value
-per token. The backward then builds the logits' gradient: one more [R, L, V] (output_head adds it)."""
+OUTPUT_TERMS = ("lm_head_backward", "full_logits", "scalar_head")
+"""output_head's term names: what reading the model's output holds at the step's peak."""
+
+FULL_LOGITS_UNITS = {"orpo": 5.0, "simpo": 4.0}
+"""[R, L, V] logits-sized tensors alive at the peak of a full-logits loss's backward, counted on the autograd graph of
+trl/experimental/orpo/orpo_trainer.py and cpo/cpo_trainer.py (concatenated_forward, get_batch_logps) with torch's
+log-softmax (`selective_log_softmax` without Triton): the model's logits (1, kept to the end); in the backward the
+gather's zero-filled gradient (1) and the per-row logsumexp gradients, stacked (1), then their sum (1). ORPO's NLL on
+the chosen half adds a gradient that waits, full-size after the `[:half]` slice's backward, to be summed into the
+logits' (1); its log-softmax output (0.5) is freed before the peak. SimPO (cpo_alpha=0) computes no NLL. First-pass
+RSS of the same code on the CPU (`python -m bench.selfbench.head_tiles`) rose by 6.1-7.1 (ORPO) and 5.1-6.4 (SimPO)
+units, allocator overhead included. With Triton (GPU) the log-softmax's backward builds one gradient instead of
+two: an upper bound there."""
 
 
 def output_head(
-    method: MethodSpec,
-    rows: int,
-    seq: int,
-    tokens: int,
-    shapes: ModelShapes,
-    compute_bytes: int,
-    tiles: float,
-    head_trainable: bool,
+    method: MethodSpec, rows: int, seq: int, shapes: ModelShapes, compute_bytes: int, device: str, head_trainable: bool
 ) -> tuple[str, float]:
-    """(term name, bytes) of what reading the model's output holds at the step's peak, per the method's
-    `output` (bench/matrix/methods.py)."""
+    """(term name, bytes) of what reading the model's output holds at the step's peak, per the method's `output`
+    (bench/matrix/methods.py): a scalar score head, full logits, or TRL's fused LM head (its CPU fallback or its
+    Triton kernel)."""
     if method.output == "scalar":
         return "scalar_head", terms.scalar_head(rows, seq, compute_bytes)
     if method.output == "full_logits":
-        kept = FULL_LOGITS_KEPT[method.name] + 1.0
-        return "full_logits", terms.full_logits(rows, seq, shapes.vocab, compute_bytes, kept)
-    return "lm_head_backward", terms.head_backward(
-        tokens, shapes.hidden, shapes.vocab, compute_bytes, tiles, head_trainable
-    )
+        units = FULL_LOGITS_UNITS[method.name]
+        return "full_logits", terms.full_logits(rows, seq, shapes.vocab, compute_bytes, units)
+    head_backward = terms.cpu_head_backward if device == "cpu" else terms.gpu_head_backward
+    return "lm_head_backward", head_backward(rows * seq, shapes.hidden, shapes.vocab, compute_bytes, head_trainable)
+
+
+def _charge_mapped_weights(
+    out: dict[str, float],
+    cell: Cell,
+    backend: Backend,
+    profile: HardwareProfile,
+    workload: Workload,
+    shapes: ModelShapes,
+    world: int,
+    mapped_bytes: float,
+) -> None:
+    """CPU: what of `weights` and `reference_model` the measured figure charges (cpu_terms.weights_charged). The
+    checkpoint is mapped where it is stored in the compute dtype. A full fine-tune writes its weights at every step;
+    on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine (`_broadcast_model`, also the stage-0
+    engine TRL makes of a reference) overwrite the weights with rank 0's. ZeRO-3 copies parameters into its own
+    partitions (nothing mapped)."""
+    if checkpoint_bytes(workload, shapes) != (4 if profile.precision == "fp32" else 2):
+        return
+    spec = backend_spec(backend)
+    kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+    broadcast = world > 1 and (backend == Backend.DDP or spec.zero_stage in (1, 2))
+    if spec.zero_stage != 3:
+        written = mapped_bytes if (broadcast or not init_spec(cell.init).adapters) else 0.0
+        out["weights"] = cpu_terms.weights_charged(out["weights"], mapped_bytes, written, kind)
+        if "reference_model" in out:
+            written = mapped_bytes if broadcast and spec.zero_stage in (1, 2) else 0.0
+            out["reference_model"] = cpu_terms.weights_charged(out["reference_model"], mapped_bytes, written, kind)
+
+
+def checkpoint_bytes(workload: Workload, shapes: ModelShapes) -> int:
+    """Bytes per element of the checkpoint's floating-point tensors: random weights are written in fp32 up to
+    LARGE_MODEL_PARAMS and in bf16 above (bench/assets/prepare.py); a pretrained checkpoint is taken as bf16 (the
+    published ones are)."""
+    if workload.model.weights == "random" and shapes.total <= LARGE_MODEL_PARAMS:
+        return 4
+    return 2
 
 
 def write_calibration(calibration: Calibration, path: Path = CALIBRATION_FILE) -> None:

@@ -73,9 +73,12 @@ def to_markdown(
         f"# PREDICTED memory — {first.hardware} · workload `{first.workload}` (estimator {VERSION})",
         "",
         "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
-        "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` = train + context/baseline + allocator "
-        "slack, against usable memory; `host` what an offload backend keeps in host memory per rank instead (on CPU "
-        "the host is the device: it is part of train). Regenerate: `make predicted` (every GPU profile) or "
+        "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` what is held against usable memory "
+        "(GPU: the nvidia-smi figure = reserved + CUDA context + NCCL buffers; CPU: train + library baseline), "
+        "`range` where the measured total is expected from the validation errors of this kind of cell; verdict "
+        "✅ fits (all of the range inside), ⚠️ tight (the range straddles the limit), 💥 predicted_oom (all of it "
+        "above); `host` what an offload backend keeps in host memory per rank instead (on CPU the host is the "
+        "device: it is part of train). Regenerate: `make predicted` (every GPU profile) or "
         "`python -m bench predict --hw " + first.hardware + " --write`. Method: docs/estimator.md.",
         "",
     ]
@@ -85,20 +88,20 @@ def to_markdown(
     if speeds is not None:
         lines += [SPEED_NOTE, ""]
     lines += [
-        f"| cell | verdict | margin | total | train | load | host | {speed_head}largest terms |",
-        f"|---|---|---|---|---|---|---|{speed_rule}---|",
+        f"| cell | verdict | margin | total | range | train | load | host | {speed_head}largest terms |",
+        f"|---|---|---|---|---|---|---|---|{speed_rule}---|",
     ]
     for p in predictions:
         speed = "" if speeds is None else _speed(speeds.get(p.cell_id)) + " | "
         if p.status == "not_applicable":
-            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
         terms = ", ".join(f"{k} {_gb(v, device)}" for k, v in top)
-        mark = {"fits": "✅ fits", "predicted_oom": "💥 predicted_oom"}.get(p.verdict or "", p.verdict or "—")
         lines.append(
-            f"| {p.cell_id} | {mark} | {_gb(p.margin_bytes, device)} | {_gb(p.total_bytes, device)} "
-            f"| {_gb(p.train_bytes, device)} | {_gb(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
+            f"| {p.cell_id} | {VERDICT_MARK.get(p.verdict or '', p.verdict or '—')} | {_gb(p.margin_bytes, device)} "
+            f"| {_gb(p.total_bytes, device)} | {_range(p, device)} | {_gb(p.train_bytes, device)} "
+            f"| {_gb(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
     if notes:
@@ -127,7 +130,16 @@ def _host(p: Prediction, device: str) -> str:
     return shown + "(" + ", ".join(f"{k} {_gb(v, device)}" for k, v in p.host_terms.items()) + ")"
 
 
-HOST_TERM_COLUMNS = ("params", "gradients", "optimizer_states", "reference_model")
+VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "predicted_oom": "💥 predicted_oom"}
+
+
+def _range(p: Prediction, device: str) -> str:
+    if p.range_low_bytes is None or p.range_high_bytes is None:
+        return "—"
+    return f"{_gb(p.range_low_bytes, device)} – {_gb(p.range_high_bytes, device)}"
+
+
+HOST_TERM_COLUMNS = ("params", "gradients", "optimizer_states", "offload_buffers", "reference_model")
 """What an offload backend keeps in host memory (Prediction.host_terms)."""
 TERM_COLUMNS = (
     "weights",
@@ -144,13 +156,20 @@ TERM_COLUMNS = (
     "full_logits",
     "scalar_head",
     "kl_batch_forward",
+    "recomputed_layer",
+    "optimizer_step_temporaries",
     "ddp_buckets",
     "zero_buckets",
     "fsdp_gather",
     "dequant_buffer",
-    "runtime",
-    "multi_process",
-    "deepspeed_runtime",
+    "cublas_workspaces",
+    "trainer_state",
+    "model_and_data_objects",
+    "heap_retention",
+    "library_pages",
+    "zero3_engine_state",
+    "deepspeed_shm_allreduce",
+    "offload_staging",
     "offloaded_to_host",
 )
 
@@ -177,6 +196,10 @@ def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | N
             "train_mib",
             "load_mib",
             "usable_mib",
+            "range_low_mib",
+            "range_high_mib",
+            "reserved_mib",
+            "nvidia_smi_mib",
             "overhead_mib",
             "host_mib",
             *(f"{t}_mib" for t in TERM_COLUMNS),
@@ -204,6 +227,10 @@ def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | N
                 mib(p.train_bytes),
                 mib(p.load_bytes),
                 mib(p.usable_bytes),
+                mib(p.range_low_bytes),
+                mib(p.range_high_bytes),
+                mib(p.reserved_bytes),
+                mib(p.nvidia_smi_bytes),
                 mib(p.overhead_bytes),
                 mib(p.host_bytes),
                 *(mib(p.terms.get(t)) for t in TERM_COLUMNS),
@@ -245,13 +272,15 @@ def predicted_profiles() -> list[str]:
 
 
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:
-    from bench.matrix.profiles import load_profile
+    from bench.estimate.speed.matrix import speeds_for
+    from bench.matrix.profiles import load_profile, load_workload
 
-    device = load_profile(hardware).device
+    profile = load_profile(hardware)
     predictions = predict_matrix(hardware)
+    speeds = speeds_for(profile, load_workload(profile.workload), [p.cell_id for p in predictions])
     folder = results / hardware
     folder.mkdir(parents=True, exist_ok=True)
     md, csv_path = folder / "PREDICTED.md", folder / "predicted.csv"
-    md.write_text(to_markdown(predictions, device, validation), encoding="utf-8")
-    csv_path.write_text(to_csv(predictions), encoding="utf-8")
+    md.write_text(to_markdown(predictions, profile.device, validation, speeds=speeds), encoding="utf-8")
+    csv_path.write_text(to_csv(predictions, speeds), encoding="utf-8")
     return md, csv_path

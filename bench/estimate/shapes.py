@@ -50,10 +50,21 @@ class ModelShapes:
 
     def lora_params(self, r: int, target_modules: list[str]) -> int:
         """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
+        return sum(rows * cols for rows, cols in self.lora_tensors(r, target_modules))
+
+    def lora_tensors(self, r: int, target_modules: list[str]) -> list[tuple[int, int]]:
+        """(rows, cols) of every LoRA A and B; `all-linear` (PEFT's shorthand) targets every decoder linear."""
         targets = set(target_modules)
-        return sum(
-            r * (lin.in_features + lin.out_features) for lin in self.linears if lin.name.split(".")[-1] in targets
-        )
+        chosen = [lin for lin in self.linears if "all-linear" in targets or lin.name.split(".")[-1] in targets]
+        return [shape for lin in chosen for shape in ((r, lin.in_features), (lin.out_features, r))]
+
+    def full_tensors(self) -> list[tuple[int, int]]:
+        """(rows, cols) of every parameter for a full fine-tune: the linears, the embedding and LM head as V x H,
+        the fused experts and every 1-D parameter as one vector each (their shapes matter only for thresholds)."""
+        tables = [(self.vocab, self.embeddings // self.vocab)] if self.embeddings else []
+        head = [(self.vocab, self.lm_head // self.vocab)] if self.lm_head else []
+        rest = [(n, 1) for n in (self.experts, self.other) if n]
+        return [(lin.out_features, lin.in_features) for lin in self.linears] + tables + head + rest
 
 
 def config_path(workload: Workload) -> Path:

@@ -5,6 +5,8 @@ dtype (4 fp32, 2 bf16/fp16), B examples per step and rank, L = max_length, R = r
 chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per step and rank, V vocabulary.
 """
 
+from dataclasses import dataclass
+
 from bench.units import MiB
 
 NF4_BLOCK = 64
@@ -15,8 +17,14 @@ ZERO_REDUCE_BUCKET = 500_000_000
 ZERO3_PREFETCH_BUCKET = 50_000_000
 TOKEN_TILE = 4096
 VOCAB_TILE = 32768
-"""TRL 1.16 fused LM head (trl/kernels/chunked_logprob.py): the [N, V] logits are never materialised; one
-[min(N, 4096), min(V, 32768)] tile at a time."""
+"""TRL 1.16 fused LM head (trl/kernels/chunked_logprob.py `TOKEN_CHUNK_SIZE`, trl/trainer/utils.py
+`_CHUNKED_LOGPROB_CHUNK_SIZE`): the [N, V] logits are never materialised; the projection runs into one buffer
+`torch.empty((min(N, 4096), 32768))`, whatever the vocabulary."""
+CPU_BACKWARD_FP32_TILES = 7
+"""Tile-sized fp32 temporaries alive at once in the torch fallback of the head's backward (`_backward_tile`, CPU):
+y = tile.float() * scale, z, log_p, p, grad = zeros_like(z), is_target.float(), is_target.float() - p; with the
+projection buffer and the bool is_target: 8.25 tiles in fp32, as torch.profiler's CPU memory events show (small:
+8 x 62 MiB + 15.5 MiB, docs/estimator.md)."""
 
 
 def nf4_bytes(params: int) -> float:
@@ -61,15 +69,64 @@ def offloaded(total: float, placement: str, ranks: int) -> float:
     return total / ranks if placement == "cpu_offloaded" else 0.0
 
 
-def adam_bytes(trainable: int, state_bytes: int) -> float:
-    """torch AdamW (transformers' default optimizer): exp_avg + exp_avg_sq, each zeros_like(param): 2 * T * s."""
-    return 2 * trainable * state_bytes
+BNB_MIN_8BIT_SIZE = 4096
+BNB_BLOCK = 256
+BNB_PAGED_MIN = 100_000
+"""bitsandbytes 0.50 optim/optimizer.py: tensors under `min_8bit_size` (4096 elements) keep 32-bit states; 8-bit
+states carry one fp32 absmax per 256 elements each (`blocksize = 256`); a paged optimizer puts the states of tensors
+of at least 1e5 elements in CUDA managed memory (`get_paged`: cudaMallocManaged), the rest in ordinary tensors."""
 
 
-def zero2_resident_states(trainable: int, ranks: int) -> float:
+@dataclass(frozen=True)
+class OptimizerState:
+    resident: float
+    """State on the device, in the caching allocator (what max_memory_allocated counts)."""
+    paged: float
+    """State in CUDA managed memory: outside torch's allocator, paged out to the host under pressure (0 on CPU,
+    where bitsandbytes falls back to ordinary tensors)."""
+    step_temporaries: float
+    """Alive only during optimizer.step()."""
+
+
+def optimizer_state(
+    optimizer: str, tensors: list[tuple[int, int]], state_bytes: int, device: str = "cuda"
+) -> OptimizerState:
+    """The optimizer's memory for trainable tensors given as (rows, cols) (cols = 1 for a vector), states in
+    `state_bytes` where the optimizer keeps them in the parameter's dtype:
+    - adamw_torch: exp_avg + exp_avg_sq (zeros_like(param)) 2*s per element; its foreach step allocates one more
+      copy of exp_avg_sq (`torch._foreach_sqrt`, torch/optim/adam.py `_multi_tensor_adam`);
+    - adamw_torch_fused: the same states, a fused kernel without temporaries;
+    - adamw_8bit / paged_adamw_8bit (bitsandbytes): 2 bytes + 2 fp32 absmax per 256 elements, 8 bytes (fp32) for
+      tensors under 4096 elements; paged: tensors of >= 1e5 elements in managed memory;
+    - paged_adamw_32bit: 8 bytes per element (fp32 states), paged likewise;
+    - adafactor (transformers.optimization.Adafactor, beta1=None): a factored second moment for each matrix,
+      (rows + cols) * s, a full one for vectors; its step squares the gradient and rebuilds the estimate in fp32,
+      two temporaries of the largest matrix (4 bytes each)."""
+    elements = sum(r * c for r, c in tensors)
+    if optimizer in ("adamw_torch", "adamw_torch_fused"):
+        temp = elements * state_bytes if optimizer == "adamw_torch" else 0
+        return OptimizerState(2 * elements * state_bytes, 0.0, temp)
+    if optimizer == "adafactor":
+        factored = sum((r + c if c > 1 else r) * state_bytes for r, c in tensors)
+        largest = max((r * c for r, c in tensors), default=0)
+        return OptimizerState(factored, 0.0, 2 * largest * 4)
+    paged_optimizer = optimizer.startswith("paged_") and device == "cuda"
+    resident = paged = 0.0
+    for r, c in tensors:
+        n = r * c
+        eight_bit = optimizer.endswith("8bit") and n >= BNB_MIN_8BIT_SIZE
+        size = 2 * n + 2 * 4 * -(-n // BNB_BLOCK) if eight_bit else 8 * n
+        if paged_optimizer and n >= BNB_PAGED_MIN:
+            paged += size
+        else:
+            resident += size
+    return OptimizerState(resident, paged, 0.0)
+
+
+def zero2_resident_states(trainable: int, ranks: int, state_bytes_per_element: float = 8) -> float:
     """What ZeRO-1/2 keeps between steps per device beyond the parameters: fp32 master partition 4 (a clone also
-    when the model is fp32) + Adam 8, i.e. 12 * T / N."""
-    return 12 * trainable / ranks
+    when the model is fp32) + the optimizer's state over it (Adam: 8), i.e. 12 * T / N."""
+    return (4 + state_bytes_per_element) * trainable / ranks
 
 
 def zero2_gradient_partitions(trainable: int, trainable_bytes: int, ranks: int) -> float:
@@ -121,6 +178,17 @@ def zero_offloaded_host(trainable: int, ranks: int) -> float:
     return 16 * trainable / ranks
 
 
+def zero2_offload_buffers(
+    trainable: int, trainable_bytes: int, ranks: int, largest_trainable: int
+) -> tuple[float, float]:
+    """(host, device) bytes ZeRO-1/2 adds when it offloads the optimizer (stage_1_and_2.py, cpu_offload): on the host
+    a copy of the rank's partition in the parameter dtype g (param_buffer_of_bit16_for_cpu_offload_groups, T*g/N)
+    and a gradient staging buffer the size of the largest trainable tensor (temp_grad_buffer_for_cpu_offload); on
+    the device its twin (temp_grad_buffer_for_gpu_offload)."""
+    staging = largest_trainable * trainable_bytes
+    return trainable * trainable_bytes / ranks + staging, staging
+
+
 def ddp_buckets(trainable: int, grad_bytes: int) -> float:
     """DDP's Reducer allocates flat buckets (each <= 25 MiB) covering every trainable gradient, kept for the run:
     T * g (gradient_as_bucket_view is off in the HF Trainer)."""
@@ -143,26 +211,38 @@ def fsdp_gather(largest_block: int, compute_bytes: int) -> float:
     return 2 * largest_block * compute_bytes
 
 
-def logits_tile(tokens: int, vocab: int, compute_bytes: int) -> int:
-    """One tile of TRL 1.16's fused LM head: min(t, 4096) * min(V, 32768) * b. Full-vocabulary logits (2B x L x V)
-    are never materialised."""
-    return min(tokens, TOKEN_TILE) * min(vocab, VOCAB_TILE) * compute_bytes
+def head_tile(tokens: int, vocab: int) -> int:
+    """Elements of one tile the head's arithmetic touches: min(t, 4096) * min(V, 32768)."""
+    return min(tokens, TOKEN_TILE) * min(vocab, VOCAB_TILE)
 
 
-def head_backward(
-    tokens: int, hidden: int, vocab: int, compute_bytes: int, tiles: float, head_trainable: bool
-) -> float:
-    """The LM head's backward (the peak of a DPO step): `tiles` logits tiles live (1 with the Triton kernel on GPU;
-    the torch fallback on CPU keeps more temporaries) + the fp32 hidden-gradient accumulator t*H*4 + the fp32
-    weight-gradient accumulator V*H*4 when the head is trained."""
-    tile = logits_tile(tokens, vocab, compute_bytes)
-    return tiles * tile + tokens * hidden * 4 + (vocab * hidden * 4 if head_trainable else 0)
+def head_accumulators(tokens: int, hidden: int, vocab: int, head_trainable: bool) -> float:
+    """The backward's fp32 gradient accumulators: hidden t*H*4, + the weight's V*H*4 when the head is trained."""
+    return tokens * hidden * 4 + (vocab * hidden * 4 if head_trainable else 0)
 
 
-def full_logits(rows: int, seq: int, vocab: int, compute_bytes: int, kept: float) -> float:
+def gpu_head_backward(tokens: int, hidden: int, vocab: int, compute_bytes: int, head_trainable: bool) -> float:
+    """The LM head's backward on a GPU (the peak of a DPO step): the Triton kernel turns the projection buffer into the
+    logits gradient in place, so one buffer min(t, 4096) * 32768 * b (allocated whole, even for V < 32768) + the
+    accumulators."""
+    return min(tokens, TOKEN_TILE) * VOCAB_TILE * compute_bytes + head_accumulators(
+        tokens, hidden, vocab, head_trainable
+    )
+
+
+def cpu_head_backward(tokens: int, hidden: int, vocab: int, compute_bytes: int, head_trainable: bool) -> float:
+    """The LM head's backward on a CPU: the projection buffer (only the touched min(V, 32768) columns are resident)
+    in b + 7 fp32 temporaries + the bool target mask, per touched tile element, + the accumulators."""
+    tile = head_tile(tokens, vocab)
+    return tile * (compute_bytes + 4 * CPU_BACKWARD_FP32_TILES + 1) + head_accumulators(
+        tokens, hidden, vocab, head_trainable
+    )
+
+
+def full_logits(rows: int, seq: int, vocab: int, compute_bytes: int, units: float) -> float:
     """Where the loss reads the model's full logits (the experimental ORPO and CPO/SimPO trainers call the model
-    without TRL's fused head): `kept` logits-sized [R, L, V] tensors of b bytes are alive in the backward. Pure."""
-    return kept * rows * seq * vocab * compute_bytes
+    without TRL's fused head): `units` logits-sized [R, L, V] tensors of b bytes alive at the backward's peak."""
+    return units * rows * seq * vocab * compute_bytes
 
 
 def scalar_head(rows: int, seq: int, compute_bytes: int) -> float:
@@ -172,8 +252,8 @@ def scalar_head(rows: int, seq: int, compute_bytes: int) -> float:
 
 def no_grad_forward(per_layer: float, tokens: int, vocab: int, compute_bytes: int) -> float:
     """A forward pass without gradient (KTO's KL batch) keeps nothing for a backward: its peak is one layer's
-    working set and one logits tile of the fused head."""
-    return per_layer + logits_tile(tokens, vocab, compute_bytes)
+    working set and one logits tile of the fused head, min(t, 4096) * min(V, 32768) * b."""
+    return per_layer + head_tile(tokens, vocab) * compute_bytes
 
 
 def layer_activations(
@@ -186,21 +266,42 @@ def layer_activations(
     heads: int,
     act_bytes: int,
     materialised_scores: bool,
+    liger: bool = False,
 ) -> float:
     """One decoder layer's saved activations for backward: t * b * (5H + 2*kv + 3I) (norm inputs, QKV, attention
     output, MLP input, gate/up/act; I summed over routed experts), + rows * heads * L^2 * 2b for attention scores and
-    probabilities where attention materialises them (eager / sdpa-math on CPU; flash / memory-efficient on GPU: 0)."""
-    dense = tokens * act_bytes * (5 * hidden + 2 * kv_dim + 3 * intermediate)
+    probabilities where attention materialises them (eager; sdpa's math path on CPU; flash / memory-efficient
+    kernels on GPU: 0). Liger's SwiGLU saves gate and up only and recomputes the activation in backward
+    (liger_kernel/ops/swiglu.py): 2I instead of 3I."""
+    dense = tokens * act_bytes * (5 * hidden + 2 * kv_dim + (2 if liger else 3) * intermediate)
     scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
     return dense + scores
 
 
-def activations(layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool) -> float:
-    """With gradient checkpointing: every layer's input t*H*b kept + one layer recomputed in full; without it: all
-    layers' activations."""
+def saved_activations(
+    layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool
+) -> float:
+    """Activations held while the LM head's backward runs, the first thing backward does: with gradient
+    checkpointing only each layer's input t*H*b (the layers are recomputed later, one at a time); without it every
+    layer's activations."""
     if checkpointing:
-        return layers * tokens * hidden * act_bytes + per_layer
+        return layers * tokens * hidden * act_bytes
     return layers * per_layer
+
+
+def logits_bytes_per_element(loss: str, compute_bytes: int) -> float:
+    """Bytes per logit (token x vocabulary entry) alive at the loss's peak where logits are materialised:
+    - full_fp32: the logits in b, their fp32 upcast, the shifted contiguous copy and log_softmax's fp32 output kept
+      for backward (transformers' LlamaForCausalLM up to 4.44: `logits.float()`, `shift_logits.contiguous()`):
+      b + 3 * 4;
+    - full: the same in the compute dtype (a model's own CrossEntropyLoss over bf16 logits, Qwen-7B's
+      modeling_qwen.py): 3 * b;
+    - chunked_fp32: every chunk's logits kept in b + each chunk's fp32 log_softmax kept for backward (torchtune's
+      CEWithChunkedOutputLoss): b + 4;
+    - chunked: every chunk's logits and log_softmax kept in b (LitGPT's chunked_cross_entropy): 2 * b."""
+    return {"full_fp32": compute_bytes + 12, "full": 3 * compute_bytes, "chunked_fp32": compute_bytes + 4}.get(
+        loss, 2 * compute_bytes
+    )
 
 
 DEEPSPEED_CPU_SHM_BYTES = 2 * MiB + 2 * 32 * MiB
@@ -210,5 +311,10 @@ is local by the launcher's LOCAL_SIZE, which only the `deepspeed` launcher sets:
 accelerate or mpirun does without it (measured: 67-69 MiB less on the largest rank, results/cpu-budget-4g)."""
 
 
-def deepspeed_cpu_shm(device: str, launcher: str, world: int) -> float:
-    return float(DEEPSPEED_CPU_SHM_BYTES) if device == "cpu" and launcher == "deepspeed" and world > 1 else 0.0
+def deepspeed_cpu_shm(device: str, launcher: str, world: int, whole: bool, allreduced_bytes: float) -> float:
+    """The buffer where it exists. shm.cpp seeds it with `write()` of the whole workspace: every tmpfs page is
+    allocated then and charged to the writer's cgroup (`whole`); RSS counts only the pages the process touches
+    through its mapping, those its allreduces pass through (at most the buffer)."""
+    if not (device == "cpu" and launcher == "deepspeed" and world > 1):
+        return 0.0
+    return float(DEEPSPEED_CPU_SHM_BYTES) if whole else min(allreduced_bytes, float(DEEPSPEED_CPU_SHM_BYTES))

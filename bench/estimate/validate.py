@@ -1,18 +1,19 @@
 """Prediction vs measurement for every measured cell under results/: train-peak error on model memory, and whether
 the fits / OOM verdict was right where the cell ran against a memory limit (a CPU budget, or a GPU's memory).
 
-Two predictions per row. `predicted`: by the committed calibration, in-sample on the records it was fitted on.
-`held_out`: by constants fitted without any record of the row's cell (leave-one-cell-out over the calibration
-records; one fold per cell id, so a cell measured under both budgets is left out of its own fit twice). A row whose
-cell is in no calibration record is predicted by the committed calibration: it is held out already. The headline
-figures are the held-out ones; the fitted-on figures are printed beside them, labelled in-sample.
+No model-memory term is fitted (estimator 0.3.0: bench/estimate/cpu_terms.py holds measured process terms), so the
+predicted model memory of every row is out of sample. Only the CPU library baseline is fitted (calibrate.py), and
+it enters the verdict against a budget: `held_out` predicts each row with baselines fitted without any record of
+its cell (leave-one-cell-out over the calibration records), and the verdicts judged are the held-out ones.
+Figures are given per workload (tiny, small: the goal is every `ok` cell within 15 % on both) and per training
+method.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.estimate import VERSION
-from bench.estimate.calibrate import CALIBRATION_WORKLOAD, calibration_records, fit_records, measured_records
+from bench.estimate.calibrate import calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.paths import PROJECT_ROOT
 from bench.units import MiB
@@ -29,9 +30,7 @@ class Row:
     verdict_measured: str | None
     verdict_predicted: str | None
     fitted: bool
-    calibrated: bool = True
-    """False for a CPU cell of another workload than the one the CPU constants are fitted on (an extrapolation:
-    the goal and the headline figures leave it out; the table shows it)."""
+    workload: str = ""
     measured_both_ways: bool = False
     """The cell was OOM-killed in one run and ran to the end in another under the same limit: it sits at the edge,
     and no single verdict is right for both runs (the latest run's outcome is the one judged)."""
@@ -42,8 +41,10 @@ class Row:
     verdict_held_out: str | None = None
     margin_held_out: float | None = None
     method: str = "dpo"
-    """The cell's training method: the headline figures are DPO's, on whose cells the constants are fitted; every
-    other method's rows are summed up apart (method_summary)."""
+    """The cell's training method: the headline figures are DPO's; every other method's rows are summed up apart
+    (method_summary)."""
+    kind: str | None = None
+    """The prediction's error kind (bench/estimate/uncertainty.cell_kind): rows of a kind make its range."""
 
     @property
     def error(self) -> float | None:
@@ -69,7 +70,9 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
 
 
 def _right(measured: str | None, predicted: str | None) -> bool | None:
-    if measured is None or predicted is None:
+    """None where there is nothing to judge, and for a `tight` prediction: its range straddles the limit, so either
+    outcome is within it (summary counts these apart)."""
+    if measured is None or predicted in (None, "tight"):
         return None
     return measured == predicted
 
@@ -123,11 +126,12 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 fitted=f"{m.source}:{record.cell_id}" in fitted,
                 measured_both_ways=limited and len(m.outcomes) == 2,
                 margin=_margin(p) if limited else None,
-                calibrated=profile.device != "cpu" or record.workload == CALIBRATION_WORKLOAD,
+                workload=record.workload,
                 held_out=None if h is None else h.train_bytes,
                 verdict_held_out=h.verdict if limited and h is not None else None,
                 margin_held_out=_margin(h) if limited and h is not None else None,
                 method=record.method,
+                kind=p.error_kind,
             )
         )
     return rows, skipped
@@ -155,11 +159,10 @@ def _fit_or_none(records) -> Calibration | None:
 
 
 def method_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]]:
-    """Per training method other than DPO: its `ok` rows of the calibrated scope, max and mean |error|, and its
-    right verdicts."""
+    """Per training method other than DPO: its `ok` rows, max and mean |error|, and its right verdicts."""
     found: dict[str, dict[str, float | int | None]] = {}
-    for method in dict.fromkeys(r.method for r in rows if r.method != "dpo" and r.calibrated):
-        mine = [r for r in rows if r.method == method and r.calibrated]
+    for method in dict.fromkeys(r.method for r in rows if r.method != "dpo"):
+        mine = [r for r in rows if r.method == method]
         errors = [r.error for r in mine if r.error is not None and r.status == "ok"]
         verdicts = [r.verdict_right for r in mine if r.verdict_right is not None]
         found[method] = {
@@ -172,23 +175,35 @@ def method_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]]:
     return found
 
 
+def workload_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]]:
+    """Per workload, every method's `ok` rows: how many and their max |error| (the goal: within 15 % on each)."""
+    found: dict[str, dict[str, float | int | None]] = {}
+    for workload in sorted({r.workload for r in rows}):
+        errors = [abs(r.error) for r in rows if r.workload == workload and r.error is not None and r.status == "ok"]
+        found[workload] = {"ok_cells": len(errors), "max_abs_error_ok": max(errors, default=None)}
+    return found
+
+
+def plus_one_rank_summary(rows: list[Row]) -> dict[str, float | int | None]:
+    """The offload backends' cells on one rank (`+1rank`): how many `ok` ones and their error range."""
+    errors = [r.error for r in rows if "+1rank" in r.cell_id and r.error is not None and r.status == "ok"]
+    return {
+        "ok_cells": len(errors),
+        "min_error_ok": min(errors, default=None),
+        "max_error_ok": max(errors, default=None),
+    }
+
+
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """Figures over the calibrated rows (GPU, and CPU cells of the calibration workload): held out (every row, each
-    predicted without its own cell's records) and fitted-on (the rows the constants were fitted on, in-sample);
-    plus the extrapolated CPU rows of other workloads on their own. DPO's rows only: the other methods' rows are
-    method_summary's."""
+    """Figures over DPO's rows (every workload; the other methods' rows are method_summary's): held out (each row's
+    baselines fitted without its own cell's records: the verdicts) and fitted-on (the rows the baselines were fitted
+    on, in-sample)."""
     rows = [r for r in rows if r.method == "dpo"]
-    outside = [
-        abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok" and not r.calibrated
-    ]
-    rows = [r for r in rows if r.calibrated]
     errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok"]
     all_errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None]
     fitted = [abs(r.error) for r in rows if r.fitted and r.error is not None and r.status == "ok"]
     verdicts = [r.held_out_verdict_right for r in rows if r.held_out_verdict_right is not None]
     return {
-        "other_workload_ok_cells": len(outside),
-        "other_workload_max_abs_error": max(outside) if outside else None,
         "ok_cells": len(errors),
         "max_abs_error_ok": max(errors) if errors else None,
         "mean_abs_error_ok": sum(errors) / len(errors) if errors else None,
@@ -198,6 +213,7 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
         "fitted_mean_abs_error": sum(fitted) / len(fitted) if fitted else None,
         "verdicts": len(verdicts),
         "verdicts_right": sum(verdicts),
+        "tight": sum(1 for r in rows if r.verdict_measured is not None and r.verdict_held_out == "tight"),
         "wrong_measured_both_ways": sum(1 for r in rows if r.held_out_verdict_right is False and r.measured_both_ways),
     }
 
@@ -237,34 +253,39 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         )
     lines += [
         "",
-        f"Held out: `ok` cells of the calibrated scope (GPU; CPU workload `{CALIBRATION_WORKLOAD}`) with a "
-        f"measured model memory: {s['ok_cells']}; max |error| {_pct(s['max_abs_error_ok'])}, "
-        f"mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row with a figure "
-        f"{_pct(s['max_abs_error_all'])}. Verdicts right: {s['verdicts_right']} of {s['verdicts']}"
-        f"{_edge_note(s)}.",
-        f"Fitted on (in-sample): {s['fitted_ok_cells']} `ok` cells; max |error| {_pct(s['fitted_max_abs_error'])}, "
-        f"mean |error| {_pct(s['fitted_mean_abs_error'])}.",
+        f"DPO, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; max |error| "
+        f"{_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row "
+        f"with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out): {s['verdicts_right']} of "
+        f"{s['verdicts']}, and {s['tight']} `tight` (the range straddles the limit: not judged){_edge_note(s)}.",
+        f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
+        f"{_pct(s['fitted_max_abs_error'])}, mean |error| {_pct(s['fitted_mean_abs_error'])}.",
+        "Per workload, every method's `ok` cells: "
+        + "; ".join(
+            f"{w} {m['ok_cells']} cells, max |error| {_pct(m['max_abs_error_ok'])}"
+            for w, m in workload_summary(rows).items()
+        )
+        + ".",
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
+    one_rank = plus_one_rank_summary(rows)
+    if one_rank["ok_cells"]:
+        lines[-1:-1] = [
+            f"Offload backends on one rank (`+1rank`): {one_rank['ok_cells']} `ok` cells, errors "
+            f"{_signed(one_rank['min_error_ok'])} .. {_signed(one_rank['max_error_ok'])}.",
+        ]
     by_method = method_summary(rows)
     if by_method:
         lines[-1:-1] = [
             "",
-            "Other training methods (their terms derived from their trainers' code, nothing fitted on them; the "
-            "CPU constants are DPO's), `ok` cells of the calibrated scope:",
+            "Other training methods (their terms derived from their trainers' code, nothing fitted on them), `ok` "
+            "cells:",
             "",
             *(
                 f"- {method}: {m['ok_cells']} cells, mean error {_pct(m['mean_error_ok'])}, max |error| "
                 f"{_pct(m['max_abs_error_ok'])}; verdicts right {m['verdicts_right']} of {m['verdicts']}"
                 for method, m in by_method.items()
             ),
-        ]
-    if s["other_workload_ok_cells"]:
-        lines[-1:-1] = [
-            f"Left out of these figures: {s['other_workload_ok_cells']} `ok` CPU cells of other workloads than "
-            f"`{CALIBRATION_WORKLOAD}`, on which the CPU constants are fitted (an extrapolation): max |error| "
-            f"{_pct(s['other_workload_max_abs_error'])}.",
         ]
     return "\n".join(lines)
 
@@ -274,16 +295,48 @@ def _edge_note(s: dict) -> str:
     return f" ({n} of the wrong ones on a cell measured both ways: OOM in one run, ran in another)" if n else ""
 
 
-def validation_line(rows: list[Row]) -> str:
-    """One line for the PREDICTED files: the estimator's current held-out error on measured cells."""
+def validation_line(rows: list[Row], published_rows: list | None = None) -> str:
+    """One line for the PREDICTED files: the estimator's current error on measured cells and, where given, on the
+    published GPU figures."""
     s = summary(rows)
-    gpu = any(r.hardware not in ("cpu", "cpu-budget", "cpu-budget-4g") for r in rows)
-    return (
-        f"Current validation on measured cells, held out (each predicted by constants fitted without its own cell): "
-        f"{s['ok_cells']} `ok` cells with a measured model memory (GPU; CPU workload `{CALIBRATION_WORKLOAD}`): "
-        f"max |error| {_pct(s['max_abs_error_ok'])}, mean {_pct(s['mean_abs_error_ok'])}; worst over every measured "
-        f"figure {_pct(s['max_abs_error_all'])}; fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']}"
-        f"{_edge_note(s)}. In-sample on the {s['fitted_ok_cells']} cells the constants were fitted on: max |error| "
-        f"{_pct(s['fitted_max_abs_error'])}. "
-        + ("" if gpu else "No GPU measurement exists yet: the GPU constants are priors (docs/estimator.md).")
+    line = (
+        f"Current validation on measured cells (no model-memory constant fitted): {s['ok_cells']} DPO `ok` cells "
+        f"with a measured model memory: max |error| {_pct(s['max_abs_error_ok'])}, mean "
+        f"{_pct(s['mean_abs_error_ok'])}; worst over every measured figure {_pct(s['max_abs_error_all'])}; "
+        f"fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']} (+ {s['tight']} tight){_edge_note(s)}."
     )
+    if published_rows is not None:
+        from bench.estimate.published import LIMIT
+
+        comparable = [r for r in published_rows if r.comparable]
+        within = sum(1 for r in comparable if abs(r.error) <= LIMIT)
+        line += (
+            f" No GPU run of this project yet: on published GPU figures (validate-estimate --published) {within} of "
+            f"{len(comparable)} within {LIMIT:.0%}, whose spread makes the GPU ranges (docs/estimator.md)."
+        )
+    return line
+
+
+def errors_by_kind(rows: list[Row]) -> dict[str, list[float]]:
+    """The relative errors of the `ok` rows, by error kind: what a prediction's range is made of."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.error is not None and r.status == "ok" and r.kind is not None:
+            out.setdefault(r.kind, []).append(r.error)
+    return out
+
+
+def current_spreads(rows: list[Row], published_rows: list | None = None):
+    """The ranges' spreads from these rows and the published GPU figures (bench/estimate/uncertainty.py)."""
+    from bench.estimate import published, uncertainty
+
+    published_rows = published.published_rows() if published_rows is None else published_rows
+    errors = errors_by_kind(rows) | published.errors_by_kind(published_rows)
+    return uncertainty.Spreads(estimator_version=VERSION, kinds=uncertainty.spreads_of(errors))
+
+
+def write_current_spreads(rows: list[Row], published_rows: list | None = None) -> Path:
+    from bench.estimate import uncertainty
+
+    uncertainty.write_spreads(current_spreads(rows, published_rows))
+    return uncertainty.SPREAD_FILE

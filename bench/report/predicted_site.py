@@ -38,6 +38,9 @@ class PredictedRow(BaseModel):
     margin_mib: float | None
     total_mib: float | None
     usable_mib: float | None
+    range_low_mib: float | None = None
+    range_high_mib: float | None = None
+    """Where the measured total is expected (bench/estimate/uncertainty.py); absent in older files."""
 
 
 class PredictedMatrix(BaseModel):
@@ -76,6 +79,8 @@ def read_predicted(folder: Path) -> PredictedMatrix:
             margin_mib=_number(line["margin_mib"]),
             total_mib=_number(line["total_mib"]),
             usable_mib=_number(line["usable_mib"]),
+            range_low_mib=_number(line.get("range_low_mib", "")),
+            range_high_mib=_number(line.get("range_high_mib", "")),
         )
         for line in lines
     ]
@@ -122,9 +127,15 @@ class PredictedCell:
 def predicted_cell(row: PredictedRow) -> PredictedCell:
     if row.status == "not_applicable":
         return PredictedCell(row.cell_id, None, "", "", "")
-    mark = {"fits": "✅", "predicted_oom": "🔮"}.get(row.verdict, "?")
+    mark = {"fits": "✅", "tight": "⚠️", "predicted_oom": "🔮"}.get(row.verdict, "?")
+    span = (
+        "—"
+        if row.range_low_mib is None or row.range_high_mib is None
+        else f"{_gb(row.range_low_mib)} – {_gb(row.range_high_mib)}"
+    )
     title = (
-        f"PREDICTED {row.verdict}: {_gb(row.total_mib)} of {_gb(row.usable_mib)} usable (margin {_gb(row.margin_mib)})"
+        f"PREDICTED {row.verdict}: {_gb(row.total_mib)} (range {span}) of {_gb(row.usable_mib)} usable "
+        f"(margin {_gb(row.margin_mib)})"
     )
     return PredictedCell(row.cell_id, row.verdict, mark, _gb(row.total_mib), title)
 
@@ -172,14 +183,15 @@ def predicted_index(matrices: list[PredictedMatrix]) -> list[str]:
         "",
         "## Predicted (memory estimator; not measured)",
         "",
-        "| hardware | predicted matrix | workload | estimator | fits | predicted_oom |",
-        "|---|---|---|---|---|---|",
+        "| hardware | predicted matrix | workload | estimator | fits | tight | predicted_oom |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m in matrices:
         fits = sum(r.verdict == "fits" for r in m.rows if r.status != "not_applicable")
+        tight = sum(r.verdict == "tight" for r in m.rows if r.status != "not_applicable")
         ooms = sum(r.verdict == "predicted_oom" for r in m.rows if r.status != "not_applicable")
         lines.append(
             f"| {m.hardware} | [{PREDICTED_MD}]({m.hardware}/{PREDICTED_MD}) | {m.workload} | {m.estimator_version} "
-            f"| {fits} | {ooms} |"
+            f"| {fits} | {tight} | {ooms} |"
         )
     return lines

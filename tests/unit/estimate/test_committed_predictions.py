@@ -35,7 +35,7 @@ GOLDEN_CELLS = (
 )
 CPU_GOLDEN = "cpu-budget"
 """The budgeted CPU profile's paths (materialised attention scores, touched bucket pages, DeepSpeed's shared-memory
-buffer, FSDP predicted as DDP) with its fitted constants: a refit rewrites these too."""
+buffer, FSDP predicted as DDP, the measured process terms) with its fitted baselines: a refit rewrites these too."""
 CPU_GOLDEN_CELLS = (
     (Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
     (Init.ONE_ADAPTER, Quant.NF4, Backend.FSDP),
@@ -52,6 +52,7 @@ PINNED = (
     "total_bytes",
     "usable_bytes",
     "host_bytes",
+    "host_terms",
     "terms",
 )
 
@@ -76,9 +77,10 @@ def golden_now() -> dict[str, dict[str, dict]]:
 @pytest.fixture(scope="module")
 def validation_line() -> str:
     # a module fixture, not functools.cache: see tests/unit/estimate/test_validate.py
+    from bench.estimate.published import published_rows
     from bench.estimate.validate import validate, validation_line
 
-    return validation_line(validate(RESULTS_DIR)[0])
+    return validation_line(validate(RESULTS_DIR)[0], published_rows())
 
 
 @pytest.mark.parametrize("hardware", predicted_profiles())
@@ -113,13 +115,20 @@ def test_every_gpu_profile_has_golden_cells_on_each_side_of_the_phase_choice():
     assert any("gradients" in p["terms"] for cells in golden.values() for p in cells.values())
 
 
-def test_gpu_overhead_is_the_cuda_context_plus_ten_percent_allocator_slack():
-    # priors (docs/estimator.md): 0.5 GiB of CUDA context and 10 % of the training peak for the caching allocator
+def test_gpu_total_is_the_nvidia_smi_figure_of_its_derived_terms():
+    # no GPU constant (bench/estimate/gpu_terms.py): reserved = allocated + the allocator's overhead, and the total held
+    # against the card adds the CUDA context and NCCL's buffers
+    from bench.estimate import gpu_terms
+
     p = predict_cell(
         _cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("1xH100"), load_workload("llama-3.2-1b")
     )
-    assert p.overhead_bytes == pytest.approx(0.5 * 2**30 + 0.10 * p.train_bytes)
-    assert p.total_bytes == pytest.approx(p.train_bytes + p.overhead_bytes)
+    gpu = gpu_terms.GPUS["H100"]
+    assert p.reserved_bytes > p.train_bytes and p.terms["cublas_workspaces"] == gpu_terms.cublas_workspaces(gpu)
+    assert p.total_bytes == pytest.approx(
+        p.reserved_bytes + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, 1)
+    )
+    assert p.overhead_bytes == pytest.approx(p.total_bytes - p.train_bytes)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ def test_placement():
     assert terms.placed(80, "split", 4, 2) == 40
 
 
-def test_adam_and_buckets():
-    assert terms.adam_bytes(1000, 4) == 8000
+def test_buckets():
     assert terms.ddp_buckets(1000, 2) == 2000
     assert terms.zero_buckets(1000, 2, 2, touched_only=True) == 2000
     assert terms.zero_buckets(1000, 2, 2, touched_only=False) == 500_000_000 * 2
@@ -39,15 +38,27 @@ def test_adam_and_buckets():
     assert terms.zero_buckets(0, 2, 3, touched_only=False) == 0
 
 
-def test_logits_tile_is_capped_by_the_fused_head():
-    assert terms.logits_tile(512, 32768, 4) == 512 * 32768 * 4
-    assert terms.logits_tile(8192, 128256, 2) == 4096 * 32768 * 2
+def test_head_tile_is_capped_by_the_fused_head():
+    assert terms.head_tile(512, 32768) == 512 * 32768
+    assert terms.head_tile(8192, 128256) == 4096 * 32768
 
 
-def test_head_backward():
-    tile = 512 * 1000 * 4
-    assert terms.head_backward(512, 64, 1000, 4, 2, head_trainable=False) == 2 * tile + 512 * 64 * 4
-    assert terms.head_backward(512, 64, 1000, 4, 1, head_trainable=True) == tile + 512 * 64 * 4 + 1000 * 64 * 4
+def test_head_backward_on_gpu_allocates_a_whole_chunk_wide_buffer():
+    # Triton folds the tile in place: one [min(t, 4096), 32768] buffer in b, even for a 1000-entry vocabulary
+    accumulators = 512 * 64 * 4
+    assert terms.gpu_head_backward(512, 64, 1000, 2, head_trainable=False) == 512 * 32768 * 2 + accumulators
+    assert terms.gpu_head_backward(512, 64, 1000, 2, head_trainable=True) == (
+        512 * 32768 * 2 + accumulators + 1000 * 64 * 4
+    )
+
+
+def test_head_backward_on_cpu_keeps_eight_fp32_tiles_and_a_mask():
+    # torch fallback: projection buffer (b) + 7 fp32 temporaries + the bool target mask, over the touched columns;
+    # measured 8.25 tiles in fp32 (docs/estimator.md)
+    tile = 512 * 1000
+    assert terms.cpu_head_backward(512, 64, 1000, 4, head_trainable=False) == tile * 33 + 512 * 64 * 4
+    tiles = (terms.cpu_head_backward(512, 64, 1000, 4, False) - terms.head_accumulators(512, 64, 1000, False)) / tile
+    assert tiles / 4 == 8.25
 
 
 def test_activations_with_and_without_checkpointing():
@@ -55,8 +66,33 @@ def test_activations_with_and_without_checkpointing():
     assert per_layer == 10 * 2 * (5 * 8 + 2 * 8 + 3 * 16)
     with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=True)
     assert with_scores - per_layer == 2 * 2 * 5 * 5 * 2 * 2
-    assert terms.activations(3, per_layer, 10, 8, 2, checkpointing=True) == 3 * 10 * 8 * 2 + per_layer
-    assert terms.activations(3, per_layer, 10, 8, 2, checkpointing=False) == 3 * per_layer
+    liger = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=False, liger=True)
+    assert per_layer - liger == 10 * 2 * 16  # SwiGLU recomputes its activation: one I fewer
+    # at the LM head's backward a checkpointed model holds only each layer's input
+    assert terms.saved_activations(3, per_layer, 10, 8, 2, checkpointing=True) == 3 * 10 * 8 * 2
+    assert terms.saved_activations(3, per_layer, 10, 8, 2, checkpointing=False) == 3 * per_layer
+
+
+def test_materialised_logits_by_loss():
+    assert terms.logits_bytes_per_element("full_fp32", 2) == 14
+    assert terms.logits_bytes_per_element("full", 2) == 6
+    assert terms.logits_bytes_per_element("chunked_fp32", 2) == 6
+    assert terms.logits_bytes_per_element("chunked", 2) == 4
+
+
+def test_optimizer_states_by_optimizer():
+    big, small = (1000, 1000), (10, 10)  # 1e6 elements (8-bit, paged), 100 (32-bit, resident)
+    adam = terms.optimizer_state("adamw_torch", [big, small], 4)
+    assert adam.resident == 2 * 1_000_100 * 4 and adam.step_temporaries == 1_000_100 * 4 and adam.paged == 0
+    assert terms.optimizer_state("adamw_torch_fused", [big], 2).step_temporaries == 0
+    eight = terms.optimizer_state("adamw_8bit", [big, small], 4)
+    assert eight.resident == 2 * 1_000_000 + 2 * 4 * 3907 + 8 * 100  # 256-element blocks, fp32 below 4096
+    paged = terms.optimizer_state("paged_adamw_8bit", [big, small], 4)
+    assert paged.paged == 2 * 1_000_000 + 2 * 4 * 3907 and paged.resident == 8 * 100
+    assert terms.optimizer_state("paged_adamw_8bit", [big], 4, device="cpu").paged == 0  # no managed memory on CPU
+    assert terms.optimizer_state("paged_adamw_32bit", [big], 4).paged == 8 * 1_000_000
+    factored = terms.optimizer_state("adafactor", [big, (50, 1)], 4)
+    assert factored.resident == (2000 + 50) * 4 and factored.step_temporaries == 2 * 1_000_000 * 4
 
 
 def test_fsdp_gather():
@@ -66,9 +102,13 @@ def test_fsdp_gather():
 def test_deepspeed_cpu_shm_buffer_only_with_the_deepspeed_launcher():
     from bench.estimate.terms import deepspeed_cpu_shm
 
-    assert deepspeed_cpu_shm("cpu", "deepspeed", 2) == 66 * 2**20  # 2 x 1 MiB + 2 x 32 MiB (shm.cpp)
-    assert deepspeed_cpu_shm("cpu", "accelerate", 2) == deepspeed_cpu_shm("cpu", "mpirun", 2) == 0
-    assert deepspeed_cpu_shm("cpu", "deepspeed", 1) == deepspeed_cpu_shm("cuda", "deepspeed", 2) == 0
+    assert deepspeed_cpu_shm("cpu", "deepspeed", 2, True, 10) == 66 * 2**20  # 2 x 1 MiB + 2 x 32 MiB (shm.cpp)
+    assert deepspeed_cpu_shm("cpu", "accelerate", 2, True, 10) == deepspeed_cpu_shm("cpu", "mpirun", 2, True, 10) == 0
+    assert (
+        deepspeed_cpu_shm("cpu", "deepspeed", 1, True, 10) == deepspeed_cpu_shm("cuda", "deepspeed", 2, True, 10) == 0
+    )
+    # RSS counts only the pages the allreduces touch; the cgroup was charged the whole write()
+    assert deepspeed_cpu_shm("cpu", "deepspeed", 2, False, 10) == 10
 
 
 def test_zero2_states_split_into_resident_and_gradient_partitions():

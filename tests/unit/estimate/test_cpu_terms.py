@@ -1,0 +1,69 @@
+"""How a CPU process's measured figure charges its weights and its own state (bench/estimate/cpu_terms.py)."""
+
+import pytest
+
+from bench.estimate import cpu_terms
+from bench.estimate.predict import predict_cell
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import load_profile, load_workload
+from bench.units import MiB
+
+
+def cell(init, quant, backend):
+    return Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+
+
+def test_memory_kind_follows_the_budget():
+    assert cpu_terms.memory_kind(None) == "rss"
+    assert cpu_terms.memory_kind(2**30) == "cgroup"
+
+
+def test_mapped_weights_cost_a_cgroup_nothing_until_written():
+    assert cpu_terms.weights_charged(100.0, 80.0, 0.0, "rss") == 100.0  # RSS counts touched file pages
+    assert cpu_terms.weights_charged(100.0, 80.0, 0.0, "cgroup") == 20.0  # only the anonymous part
+    assert cpu_terms.weights_charged(100.0, 80.0, 80.0, "cgroup") == 100.0  # written: private copies
+    assert cpu_terms.weights_charged(100.0, 80.0, 500.0, "cgroup") == 100.0  # never more than was mapped
+
+
+def test_process_terms_by_kind_and_engine():
+    plain = cpu_terms.process_terms("cgroup", deepspeed_imported_first=False, zero_stage=None)
+    assert "library_pages" not in plain and "zero3_engine_state" not in plain
+    rss = cpu_terms.process_terms("rss", deepspeed_imported_first=True, zero_stage=3)
+    assert rss["library_pages"] == cpu_terms.LIBRARY_PAGES
+    assert rss["zero3_engine_state"] == cpu_terms.ZERO3_ENGINE_STATE
+    assert plain["trainer_state"] - rss["trainer_state"] == cpu_terms.DEEPSPEED_IMPORT
+
+
+def test_small_adapter_cell_under_a_budget_charges_no_mapped_weights():
+    workload = load_workload("small")
+    single = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("cpu-budget"), workload)
+    assert single.memory_kind == "cgroup" and "weights" not in single.terms
+    # the same cell measured by RSS counts every mapped page
+    rss = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("cpu"), workload)
+    assert rss.memory_kind == "rss" and rss.terms["weights"] == pytest.approx(single_weights(workload))
+
+
+def single_weights(workload) -> float:
+    from bench.estimate.shapes import shapes_for
+
+    return shapes_for(workload).total * 4
+
+
+def test_ddp_broadcast_and_a_full_fine_tune_write_the_mapped_weights():
+    workload, budget = load_workload("small"), load_profile("cpu-budget")
+    ddp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), budget, workload)
+    assert ddp.terms["weights"] == pytest.approx(single_weights(workload))  # rank 1's copy of rank 0's weights
+    full = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE), load_profile("cpu-budget-4g"), workload)
+    assert full.terms["weights"] == pytest.approx(single_weights(workload))  # the optimizer writes them
+    assert "reference_model" not in full.terms  # a frozen mapping of the same file
+
+
+def test_the_deepspeed_shm_buffer_is_whole_in_a_cgroup_and_touched_pages_in_rss():
+    workload = load_workload("small")
+    zero = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.ZERO2)
+    cgroup = predict_cell(zero, load_profile("cpu-budget-4g"), workload)
+    rss = predict_cell(zero, load_profile("cpu"), workload)
+    assert cgroup.terms["deepspeed_shm_allreduce"] == 66 * MiB
+    assert rss.terms["deepspeed_shm_allreduce"] < 1 * MiB  # the adapters' gradients only

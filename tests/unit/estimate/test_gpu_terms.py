@@ -1,0 +1,56 @@
+"""GPU terms and the three figures of a GPU prediction (bench/estimate/gpu_terms.py)."""
+
+import pytest
+
+from bench.estimate import gpu_terms
+from bench.estimate.knobs import Knobs
+from bench.estimate.predict import predict_cell
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import load_profile, load_workload
+from bench.units import MiB
+
+
+def cell(init, quant, backend):
+    return Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+
+
+def test_gpus_of_the_profiles():
+    assert gpu_terms.gpu_of("2xA10").sms == 72
+    assert gpu_terms.gpu_of("2x8xA100-80G").name == "A100-80G"
+    assert gpu_terms.gpu_of("3xB300") is None
+    for name in ("1xH100", "1xL4", "2x4090", "2xA10", "8xA100-80G", "2x8xA100-80G"):
+        assert gpu_terms.gpu_of(name) is not None, name
+
+
+def test_context_workspaces_and_nccl():
+    h100, a10 = gpu_terms.GPUS["H100"], gpu_terms.GPUS["A10"]
+    assert gpu_terms.cuda_context(h100) == 132 * 3 * MiB
+    assert gpu_terms.cublas_workspaces(h100) == 2 * (32 * MiB + 1 * MiB)  # Hopper's 32 MiB default
+    assert gpu_terms.cublas_workspaces(a10) == 2 * (8.125 * MiB + 1 * MiB)  # :4096:2:16:8
+    assert gpu_terms.nccl_buffers(h100, 1) == 0
+    assert gpu_terms.nccl_buffers(h100, 8) == 24 * 2 * 10 * MiB
+    assert gpu_terms.nccl_buffers(a10, 2) == 2 * 2 * 10 * MiB
+
+
+def test_allocated_reserved_nvidia_smi_in_order():
+    profile, workload = load_profile("2xA10"), load_workload("phi-2")
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), profile, workload)
+    assert p.memory_kind == "cuda_allocated"
+    assert p.train_bytes < p.reserved_bytes < p.nvidia_smi_bytes == p.total_bytes + p.paged_bytes
+    gpu = gpu_terms.GPUS["A10"]
+    assert p.nvidia_smi_bytes - p.reserved_bytes == pytest.approx(
+        gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, 2)
+    )
+    assert p.terms["cublas_workspaces"] == gpu_terms.cublas_workspaces(gpu)
+    expandable = predict_cell(
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), profile, workload, knobs=Knobs(expandable_segments=True)
+    )
+    assert expandable.reserved_bytes < p.reserved_bytes and expandable.train_bytes == p.train_bytes
+
+
+def test_an_unknown_gpu_is_said_and_taken_as_an_h100():
+    profile = load_profile("1xH100").model_copy(update={"name": "1xB300"})
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, load_workload("llama-3.2-1b"))
+    assert any("B300" in n for n in p.notes)

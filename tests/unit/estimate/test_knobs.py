@@ -1,0 +1,94 @@
+"""Each knob moves the prediction the way its mechanism says (docs/estimator.md, "Knobs")."""
+
+import pytest
+
+from bench.estimate.knobs import Knobs
+from bench.estimate.predict import predict_cell
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import load_profile, load_workload
+
+
+def cell(init, quant=Quant.NONE, backend=Backend.SINGLE):
+    return Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+
+
+def gpu(init=Init.ONE_ADAPTER, backend=Backend.SINGLE, quant=Quant.NONE, **knobs):
+    return predict_cell(
+        cell(init, quant, backend), load_profile("1xH100"), load_workload("llama-3.2-1b"), knobs=Knobs(**knobs)
+    )
+
+
+def test_defaults_are_the_cells():
+    assert (
+        gpu().train_bytes
+        == predict_cell(cell(Init.ONE_ADAPTER), load_profile("1xH100"), load_workload("llama-3.2-1b")).train_bytes
+    )
+
+
+def test_gradient_checkpointing_off_holds_every_layer():
+    on, off = gpu(gradient_checkpointing=True), gpu(gradient_checkpointing=False)
+    assert off.terms["activations"] > 5 * on.terms["activations"]
+
+
+def test_eager_attention_materialises_scores_on_a_gpu():
+    assert (
+        gpu(attention="eager", gradient_checkpointing=False).train_bytes > gpu(gradient_checkpointing=False).train_bytes
+    )
+    assert gpu(attention="flash_attention_2").train_bytes == gpu(attention="sdpa").train_bytes
+
+
+def test_liger_saves_one_intermediate_per_layer():
+    assert gpu(liger=True, gradient_checkpointing=False).train_bytes < gpu(gradient_checkpointing=False).train_bytes
+
+
+def test_optimizers_on_a_full_fine_tune():
+    full = {k: gpu(Init.TWO_MODELS, optimizer=k) for k in ("adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit")}
+    # bf16 states (zeros_like(param)) 4 bytes per element against 8-bit states with their absmax: ~2
+    assert full["adamw_8bit"].terms["optimizer"] < 0.55 * full["adamw_torch_fused"].terms["optimizer"]
+    paged = full["paged_adamw_8bit"]
+    assert paged.paged_bytes > 0 and paged.terms.get("optimizer", 0) < full["adamw_8bit"].terms["optimizer"]
+    assert paged.nvidia_smi_bytes - paged.reserved_bytes > paged.paged_bytes  # managed memory: nvidia-smi only
+    assert paged.total_bytes == paged.nvidia_smi_bytes - paged.paged_bytes  # and it yields before an OOM
+    factored = gpu(Init.TWO_MODELS, optimizer="adafactor")
+    assert factored.terms["optimizer"] < full["adamw_8bit"].terms["optimizer"]
+
+
+def test_optimizer_in_backward_keeps_one_gradient():
+    plain = gpu(Init.TWO_MODELS, gradient_checkpointing=False, optimizer="adafactor")
+    fused = gpu(Init.TWO_MODELS, gradient_checkpointing=False, optimizer="adafactor", optimizer_in_backward=True)
+    assert fused.train_bytes <= plain.train_bytes
+
+
+def test_parameter_offload_moves_weights_to_the_host():
+    profile, workload = load_profile("8xA100-80G"), load_workload("llama-2-70b")
+    on_device = predict_cell(cell(Init.ONE_ADAPTER, backend=Backend.ZERO3), profile, workload)
+    offloaded = predict_cell(
+        cell(Init.ONE_ADAPTER, backend=Backend.ZERO3), profile, workload, knobs=Knobs(offload_params=True)
+    )
+    assert "weights" not in offloaded.terms and offloaded.host_bytes >= on_device.terms["weights"]
+    fsdp = predict_cell(
+        cell(Init.ONE_ADAPTER, backend=Backend.FSDP), profile, workload, knobs=Knobs(offload_params=True)
+    )
+    assert "weights" not in fsdp.terms and fsdp.host_bytes > 0
+
+
+def test_sft_has_no_reference_and_half_the_rows():
+    dpo, sft = gpu(Init.TWO_MODELS), gpu(Init.TWO_MODELS, method="sft")
+    assert "reference_model" in dpo.terms and "reference_model" not in sft.terms
+    assert sft.terms["activations"] == pytest.approx(dpo.terms["activations"] / 2)
+    assert "lm_head_backward" not in gpu(method="reward").terms
+
+
+def test_materialised_logits_cost_more_than_the_fused_head():
+    assert gpu(loss="full_fp32").train_bytes > gpu(loss="full").train_bytes > gpu().train_bytes
+
+
+def test_padding_free_does_not_move_the_worst_case():
+    assert gpu(padding_free=True).train_bytes == gpu().train_bytes
+
+
+def test_an_unknown_knob_is_refused():
+    with pytest.raises(ValueError):
+        Knobs(optimiser="adamw_torch")

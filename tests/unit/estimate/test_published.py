@@ -1,0 +1,73 @@
+"""validate-estimate --published: every published figure is predicted, each source is kept, a row beyond 15 % says
+why (a missing reason shows), and the max-context search finds the edge of the prediction itself."""
+
+import shutil
+
+import pytest
+import yaml
+
+from bench.estimate import published
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return published.published_rows()
+
+
+def test_every_published_figure_is_predicted(rows):
+    figures = sum(len(entry["figures"]) for entry in published.load_entries())
+    assert len(rows) == figures >= 20
+    assert all(r.predicted is not None and r.error is not None for r in rows)
+    assert {r.kind for r in rows} >= {"peak_allocated", "unspecified", "max_context"}
+
+
+def test_every_entry_names_its_source():
+    entries = published.load_entries()
+    ids = {e["id"] for e in entries}
+    shared = {"qwen7b-lora-a100", "unsloth-hf-fa2-llama31-8b-qlora-context", "torchtune-llama31-8b-single-device"}
+    assert shared < ids  # the shared file's entries, and further sources
+    assert all(e.get("source") and e.get("figures") for e in entries)
+
+
+def test_every_row_beyond_15_percent_has_its_reason(rows):
+    beyond = [r for r in rows if abs(r.error) > published.LIMIT]
+    assert [f"{r.source_id} {r.label}" for r in beyond if not r.reason] == []
+    assert "no reason recorded" not in published.to_markdown(rows)
+
+
+def test_a_row_that_is_not_comparable_is_shown_apart_and_left_out_of_the_ranges(rows):
+    apart = [r for r in rows if not r.comparable]
+    assert apart and all(r.reason for r in apart)
+    table = published.to_markdown(rows)
+    assert table.count("not comparable:") == len(apart) and f"({len(apart)} not comparable)" in table
+    assert len(published.errors_by_kind(rows)["cuda"]) == len(rows) - len(apart)
+
+
+def test_a_missing_reason_is_shown(tmp_path, rows):
+    for name in ("memory.yaml",):
+        shutil.copy(published.PUBLISHED_DIR / name, tmp_path / name)
+    setups = yaml.safe_load((published.PUBLISHED_DIR / "setups.yaml").read_text())
+    for setup in setups:
+        setup.pop("reason", None)
+        for row in setup.get("rows", []):
+            row.pop("reason", None)
+    (tmp_path / "setups.yaml").write_text(yaml.safe_dump(setups))
+    stripped = published.published_rows(tmp_path)
+    assert any(abs(r.error) > published.LIMIT for r in stripped)
+    assert "**no reason recorded**" in published.to_markdown(stripped)
+
+
+def test_longest_fitting_is_the_edge_of_the_prediction():
+    setup = published.load_setups()["unsloth-hf-fa2-llama31-8b-qlora-context"].for_row(0)
+    longest = published.longest_fitting(setup, 24.0)
+    limit = 24.0 * 2**30
+    assert published.predict_setup(setup, longest).nvidia_smi_bytes <= limit
+    assert published.predict_setup(setup, longest + 1).nvidia_smi_bytes > limit
+
+
+def test_rows_override_their_entry():
+    setup = published.load_setups()["torchtune-llama31-8b-single-device"]
+    full, lora = setup.for_row(0), setup.for_row(2)
+    assert (full.init, full.gpu, full.knobs["optimizer"]) == ("full", "4090", "paged_adamw_8bit")
+    assert (lora.init, lora.lora.r) == ("lora", 8)
+    assert full.knobs["loss"] == lora.knobs["loss"] == "chunked_fp32"  # the entry's knobs stay under the row's
