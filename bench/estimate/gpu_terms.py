@@ -5,37 +5,59 @@ device memory: + the CUDA context, NCCL's buffers and bitsandbytes' paged optimi
 verdict holds the nvidia-smi figure against the device's memory. No constant here is fitted to a measurement of this
 project or to a published row."""
 
-import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bench.units import MiB
+
+if TYPE_CHECKING:
+    from bench.matrix.profiles import HardwareProfile
 
 
 @dataclass(frozen=True)
 class Gpu:
     name: str
+    """The GPU catalog's name (scenarios/gpus.yaml)."""
     sms: int
-    """Streaming multiprocessors (NVIDIA's data sheets)."""
+    """Streaming multiprocessors (NVIDIA's architecture whitepapers and data sheets)."""
     major: int
     """Compute capability major version (9: Hopper)."""
     nvlink: bool
-    """GPUs of a node talk over NVLink (NCCL opens many channels) rather than PCIe."""
+    """GPUs of a node talk over NVLink (NCCL opens many channels) rather than PCIe: the catalog's interconnect."""
 
 
-GPUS = {
-    gpu.name: gpu
-    for gpu in (
-        Gpu("A10", 72, 8, False),
-        Gpu("L4", 58, 8, False),
-        Gpu("4090", 128, 8, False),
-        Gpu("A6000", 84, 8, False),
-        Gpu("A100", 108, 8, True),
-        Gpu("A100-80G", 108, 8, True),
-        Gpu("H100", 132, 9, True),
-        Gpu("H200", 132, 9, True),
-    )
+CUDA_FIGURES = {
+    "T4": (40, 7),
+    "L4": (58, 8),
+    "A10": (72, 8),
+    "A10G": (80, 8),
+    "RTX-3090": (82, 8),
+    "RTX-4090": (128, 8),
+    "RTX-5090": (170, 12),
+    "RTX-A6000": (84, 8),
+    "L40S": (142, 8),
+    "A100-40G": (108, 8),
+    "A100-80G": (108, 8),
+    "H100-PCIe": (114, 9),
+    "H100-SXM": (132, 9),
+    "H200": (132, 9),
+    "B200": (148, 10),
 }
-"""The GPUs of the shipped profiles and of the published rows (scenarios/published/memory.yaml)."""
+"""NVIDIA catalog entries -> (SMs, compute capability major): what the CUDA context and cuBLAS terms read."""
+
+
+def gpu_named(name: str) -> Gpu | None:
+    """The CUDA figures of a catalog entry, None for one that is not an NVIDIA GPU or not listed."""
+    from bench.matrix.gpus import gpu
+
+    if name not in CUDA_FIGURES:
+        return None
+    sms, major = CUDA_FIGURES[name]
+    return Gpu(name, sms, major, gpu(name).interconnect.kind == "nvlink")
+
+
+REFERENCE_GPU = "H100-SXM"
+"""What a CUDA profile whose GPU is not listed is predicted as (a note says so)."""
 
 CONTEXT_BYTES_PER_SM = 3.0 * MiB
 """A CUDA context's device memory grows with the SM count (per-SM local-memory and driver reservations): bare
@@ -72,10 +94,9 @@ kRoundLarge (2 MiB); 1-10 MiB requests share 20 MiB segments, smaller ones 2 MiB
 rounded to 512 bytes (what `allocated` counts). On average 1 MiB per resident large tensor lies reserved and unused."""
 
 
-def gpu_of(profile_name: str) -> Gpu | None:
-    """The GPU a profile names after its count (`2xA10`, `8xA100-80G`, `2x8xA100-80G`), None when unknown."""
-    name = re.sub(r"^(\d+x)+", "", profile_name)
-    return GPUS.get(name)
+def gpu_of(profile: "HardwareProfile") -> Gpu | None:
+    """The GPU of a profile: its catalog entry (`gpu:`), None when it names none or one not listed here."""
+    return None if profile.gpu is None else gpu_named(profile.gpu)
 
 
 def cuda_context(gpu: Gpu) -> float:

@@ -6,9 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Optimizer = Literal[
-    "adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor"
-]
+from bench.matrix.profiles import Optimizer
+
 Attention = Literal["eager", "sdpa", "flash_attention_2"]
 Method = Literal["dpo", "sft", "reward", "kto", "orpo", "simpo"]
 """bench/matrix/methods.py: each method's rows, reference and output head."""

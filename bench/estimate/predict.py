@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_terms, gpu_terms, terms, uncertainty
-from bench.estimate.knobs import Knobs
+from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import Verdict
 from bench.matrix.axes import Backend, Option
@@ -146,14 +146,16 @@ def predict_cell(
     shapes = shapes_for(workload)
     backend, notes = _effective_backend(cell, profile)
     world = world_size(cell, profile)
-    knobs = knobs or Knobs()
+    knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
     terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs)
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
-    gpu = gpu_terms.gpu_of(profile.name) if profile.device == "cuda" else None
+    gpu = gpu_terms.gpu_of(profile) if profile.device == "cuda" else None
     if profile.device == "cuda" and gpu is None:
-        notes.append(f"GPU of profile {profile.name} not in bench/estimate/gpu_terms.GPUS: taken as an H100")
-        gpu = gpu_terms.GPUS["H100"]
+        notes.append(
+            f"GPU of profile {profile.name} ({profile.gpu}) has no CUDA figures: taken as {gpu_terms.REFERENCE_GPU}"
+        )
+        gpu = gpu_terms.gpu_named(gpu_terms.REFERENCE_GPU)
     if gpu is not None:
         terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
     train = sum(terms_.values())

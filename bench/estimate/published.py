@@ -112,6 +112,7 @@ def _profile(setup: Setup, memory_gib: float | None) -> HardwareProfile:
     return HardwareProfile.model_validate(
         {
             "name": f"1x{setup.gpu}",
+            "gpu": setup.gpu,
             "device": "cuda",
             "device_count": 1,
             "processes": 1,

@@ -28,11 +28,6 @@ def predict_matrix(
     return predict_all(profile, load_workload(workload_name or profile.workload), pattern, methods)
 
 
-OPTIMIZERS_MODELLED = (None, "adamw_torch", "adamw_torch_fused")
-"""The workload's `optim` values whose optimizer state the terms model (AdamW: two fp32 moments per trainable
-parameter); any other is predicted as AdamW, with a note that says so."""
-
-
 def predict_all(
     profile: "HardwareProfile",
     workload: "Workload",
@@ -50,12 +45,7 @@ def predict_all(
     if methods is not None:
         cells = of_methods(cells, methods)
     cells = with_precomputed_reference(select(cells, pattern), workload)
-    predictions = [predict_cell(c, profile, workload, calibration) for c in cells]
-    optim = workload.train.optim
-    if optim in OPTIMIZERS_MODELLED:
-        return predictions
-    note = f"optim {optim}: optimizer state predicted as AdamW's (no term for {optim} yet): PREDICTED high"
-    return [p.model_copy(update={"notes": [*p.notes, note]}) if p.status == "predicted" else p for p in predictions]
+    return [predict_cell(c, profile, workload, calibration) for c in cells]
 
 
 def _gb(value: float | None, device: str) -> str:

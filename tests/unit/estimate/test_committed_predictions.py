@@ -123,7 +123,7 @@ def test_gpu_total_is_the_nvidia_smi_figure_of_its_derived_terms():
     p = predict_cell(
         _cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("1xH100"), load_workload("llama-3.2-1b")
     )
-    gpu = gpu_terms.GPUS["H100"]
+    gpu = gpu_terms.gpu_named("H100-SXM")
     assert p.reserved_bytes > p.train_bytes and p.terms["cublas_workspaces"] == gpu_terms.cublas_workspaces(gpu)
     assert p.total_bytes == pytest.approx(
         p.reserved_bytes + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, 1)

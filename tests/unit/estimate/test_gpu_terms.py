@@ -17,15 +17,18 @@ def cell(init, quant, backend):
 
 
 def test_gpus_of_the_profiles():
-    assert gpu_terms.gpu_of("2xA10").sms == 72
-    assert gpu_terms.gpu_of("2x8xA100-80G").name == "A100-80G"
-    assert gpu_terms.gpu_of("3xB300") is None
-    for name in ("1xH100", "1xL4", "2x4090", "2xA10", "8xA100-80G", "2x8xA100-80G"):
-        assert gpu_terms.gpu_of(name) is not None, name
+    a10 = gpu_terms.gpu_of(load_profile("2xA10"))
+    assert (a10.sms, a10.major, a10.nvlink) == (72, 8, False)
+    a100 = gpu_terms.gpu_of(load_profile("2x8xA100-80G"))
+    assert (a100.name, a100.nvlink) == ("A100-80G", True)  # the catalog's interconnect
+    assert gpu_terms.gpu_of(load_profile("1xT4")).major == 7
+    assert gpu_terms.gpu_of(load_profile("1xH100").model_copy(update={"gpu": "MI300X"})) is None
+    for name in ("1xH100", "1xL4", "2x4090", "1x4090", "1xA10", "8xA100-80G"):
+        assert gpu_terms.gpu_of(load_profile(name)) is not None, name
 
 
 def test_context_workspaces_and_nccl():
-    h100, a10 = gpu_terms.GPUS["H100"], gpu_terms.GPUS["A10"]
+    h100, a10 = gpu_terms.gpu_named("H100-SXM"), gpu_terms.gpu_named("A10")
     assert gpu_terms.cuda_context(h100) == 132 * 3 * MiB
     assert gpu_terms.cublas_workspaces(h100) == 2 * (32 * MiB + 1 * MiB)  # Hopper's 32 MiB default
     assert gpu_terms.cublas_workspaces(a10) == 2 * (8.125 * MiB + 1 * MiB)  # :4096:2:16:8
@@ -39,7 +42,7 @@ def test_allocated_reserved_nvidia_smi_in_order():
     p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), profile, workload)
     assert p.memory_kind == "cuda_allocated"
     assert p.train_bytes < p.reserved_bytes < p.nvidia_smi_bytes == p.total_bytes + p.paged_bytes
-    gpu = gpu_terms.GPUS["A10"]
+    gpu = gpu_terms.gpu_named("A10")
     assert p.nvidia_smi_bytes - p.reserved_bytes == pytest.approx(
         gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, 2)
     )
@@ -51,6 +54,9 @@ def test_allocated_reserved_nvidia_smi_in_order():
 
 
 def test_an_unknown_gpu_is_said_and_taken_as_an_h100():
-    profile = load_profile("1xH100").model_copy(update={"name": "1xB300"})
+    profile = load_profile("1xH100").model_copy(update={"name": "1xMI300X", "gpu": "MI300X"})
     p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, load_workload("llama-3.2-1b"))
-    assert any("B300" in n for n in p.notes)
+    assert any("(MI300X) has no CUDA figures: taken as H100-SXM" in n for n in p.notes)
+    workload = load_workload("llama-3.2-1b")
+    h100 = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("1xH100"), workload)
+    assert p.total_bytes == h100.total_bytes

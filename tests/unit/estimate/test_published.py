@@ -68,6 +68,6 @@ def test_longest_fitting_is_the_edge_of_the_prediction():
 def test_rows_override_their_entry():
     setup = published.load_setups()["torchtune-llama31-8b-single-device"]
     full, lora = setup.for_row(0), setup.for_row(2)
-    assert (full.init, full.gpu, full.knobs["optimizer"]) == ("full", "4090", "paged_adamw_8bit")
+    assert (full.init, full.gpu, full.knobs["optimizer"]) == ("full", "RTX-4090", "paged_adamw_8bit")
     assert (lora.init, lora.lora.r) == ("lora", 8)
     assert full.knobs["loss"] == lora.knobs["loss"] == "chunked_fp32"  # the entry's knobs stay under the row's
