@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from bench.advise.fixes import smallest_fix
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration
+from bench.estimate.speed.matrix import speeds_of
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -25,8 +26,9 @@ class FixAdvice(BaseModel):
 
 class CellAdvice(BaseModel):
     rank: int
-    """1 = the chosen cell. Fitting cells first: fewest devices, then those that keep everything on the device before
-    the offload backends, then the most headroom; then the rest, closest to fitting first."""
+    """1 = the chosen cell. Fitting cells first: fewest devices, then the fastest PREDICTED (tokens/s; the offload
+    backends' transfers make them slower), then the most headroom; then tight cells, then the rest, closest to
+    fitting first."""
     cell_id: str
     method: str
     init: str
@@ -38,6 +40,12 @@ class CellAdvice(BaseModel):
     devices: int
     verdict: Literal["fits", "tight", "predicted_oom", "unknown"]
     total_bytes: float
+    range_low_bytes: float | None
+    range_high_bytes: float | None
+    """The PREDICTED total's range, from the validation errors of its kind of cell (docs/estimator.md)."""
+    tokens_per_s: float | None
+    """PREDICTED training throughput over every rank (the speed model, docs/estimator.md "Speed"); null where the
+    device's figures are not published."""
     train_bytes: float
     load_bytes: float
     host_bytes: float
@@ -96,11 +104,11 @@ VERDICT_ORDER = {"fits": 0, "tight": 1}
 def _order(entry: CellAdvice) -> tuple:
     fits = entry.verdict == "fits"
     margin = entry.margin_bytes or 0.0
-    offloads = entry.host_bytes > 0  # slower steps, and host memory the estimator does not check
+    speed = entry.tokens_per_s or 0.0
     return (
         VERDICT_ORDER.get(entry.verdict, 2),
         entry.devices if fits else 0,
-        offloads if fits else False,
+        -speed if fits else 0.0,
         -margin,
         entry.setup != "recipe",
         entry.cell_id,
@@ -112,6 +120,7 @@ def advise(
 ) -> Advice:
     """`predictions` (predict_all's, of `cells` by id) ranked, each non-fitting cell with its smallest fix."""
     calibration = load_calibration()
+    speeds = speeds_of(profile, workload, [cells[p.cell_id] for p in predictions if p.status == "predicted"])
     entries = []
     for p in predictions:
         if p.status != "predicted":
@@ -141,6 +150,9 @@ def advise(
                 devices=devices_used(p, profile),
                 verdict=p.verdict or "unknown",
                 total_bytes=p.total_bytes or 0.0,
+                range_low_bytes=p.range_low_bytes,
+                range_high_bytes=p.range_high_bytes,
+                tokens_per_s=speeds[p.cell_id].tokens_per_s if p.cell_id in speeds else None,
                 train_bytes=p.train_bytes or 0.0,
                 load_bytes=p.load_bytes or 0.0,
                 host_bytes=p.host_bytes,

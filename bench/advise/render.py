@@ -12,6 +12,16 @@ def _gb(value: float | None) -> str:
     return "—" if value is None else f"{value / GB:,.1f} GB"
 
 
+def _range(entry: CellAdvice) -> str:
+    if entry.range_low_bytes is None or entry.range_high_bytes is None:
+        return ""
+    return f" ({entry.range_low_bytes / GB:,.1f}–{entry.range_high_bytes / GB:,.1f})"
+
+
+def _speed(tokens_per_s: float | None) -> str:
+    return "—" if tokens_per_s is None else f"{tokens_per_s:,.0f}"
+
+
 def _fix(entry: CellAdvice) -> str:
     if entry.verdict == "fits":
         return ""
@@ -36,11 +46,12 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
         "",
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
-        "Ranked: fitting cells first, fewest devices, on-device before CPU offload, then most headroom; for "
+        "Ranked: fitting cells first, fewest devices, the fastest PREDICTED, then most headroom; tight cells next; for "
         "each cell that does not fit, the smallest change predicted to make it fit.",
         "",
-        "| rank | cell | setup | devices | PREDICTED verdict | PREDICTED total | margin | host | smallest fix |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rank | cell | setup | devices | PREDICTED verdict | PREDICTED total (range) | margin | host "
+        "| PREDICTED tokens/s | smallest fix |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     shown = a.cells if limit is None else a.cells[:limit]
     for c in shown:
@@ -48,11 +59,11 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         verdict = {"fits": "fits", "tight": "tight", "predicted_oom": "OOM"}.get(c.verdict, c.verdict)
         host = _gb(c.host_bytes) if c.host_bytes else "—"
         lines.append(
-            f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)} "
-            f"| {_gb(c.margin_bytes)} | {host} | {_fix(c)} |"
+            f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
+            f"| {_gb(c.margin_bytes)} | {host} | {_speed(c.tokens_per_s)} | {_fix(c)} |"
         )
     if limit is not None and len(a.cells) > limit:
-        lines.append(f"| … | {len(a.cells) - limit} more (--top 0 shows every cell) | | | | | | | |")
+        lines.append(f"| … | {len(a.cells) - limit} more (--top 0 shows every cell) | | | | | | | | |")
     notes = sorted({n for c in a.cells for n in c.notes})
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
@@ -85,6 +96,9 @@ COLUMNS = (
     "devices",
     "verdict",
     "total_bytes",
+    "range_low_bytes",
+    "range_high_bytes",
+    "tokens_per_s",
     "train_bytes",
     "load_bytes",
     "host_bytes",
@@ -117,6 +131,9 @@ def to_csv(advice: Advice) -> str:
                 c.devices,
                 c.verdict,
                 f"{c.total_bytes:.0f}",
+                "" if c.range_low_bytes is None else f"{c.range_low_bytes:.0f}",
+                "" if c.range_high_bytes is None else f"{c.range_high_bytes:.0f}",
+                "" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}",
                 f"{c.train_bytes:.0f}",
                 f"{c.load_bytes:.0f}",
                 f"{c.host_bytes:.0f}",

@@ -1,18 +1,31 @@
-"""PREDICTED speed of the cells a memory prediction lists (the `predict` command's tokens/s column)."""
+"""PREDICTED speed of the cells a memory prediction lists (the `predict` command's tokens/s column, `advise`'s
+ranking among the setups that fit)."""
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from bench.errors import BenchError
 from bench.estimate.speed.calibration import load_speed_calibration
 from bench.estimate.speed.model import SpeedPrediction, predict_speed
 
 if TYPE_CHECKING:
+    from bench.matrix.cell import Cell
     from bench.matrix.profiles import HardwareProfile, Workload
 
 
+def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable["Cell"]) -> dict[str, SpeedPrediction]:
+    """Cell id -> its PREDICTED speed on `profile` with `workload`, full-length sequences; empty where the device's
+    figures are not published (the catalog leaves them null): no speed is predicted then, memory still is."""
+    calibration = load_speed_calibration()
+    try:
+        return {c.id: predict_speed(c, profile, workload, calibration) for c in cells}
+    except BenchError:
+        return {}
+
+
 def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[str]) -> dict[str, SpeedPrediction]:
-    """Cell id -> its PREDICTED speed on `profile` with `workload`, full-length sequences."""
+    """speeds_of the matrix's cells named in `cell_ids`."""
     from bench.matrix.scenario import expand, load_matrix
 
-    calibration = load_speed_calibration()
-    cells = {c.id: c for c in expand(load_matrix())}
-    return {i: predict_speed(cells[i], profile, workload, calibration) for i in cell_ids if i in cells}
+    wanted = set(cell_ids)
+    return speeds_of(profile, workload, [c for c in expand(load_matrix()) if c.id in wanted])
