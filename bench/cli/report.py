@@ -45,14 +45,19 @@ def cmd_compare_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from bench.report.decide_grid import DECIDE_FILE, load_grid
+    from bench.report.decide_page import PAGE
     from bench.report.publish import publish
 
     results = Path(args.results)
     site = Path(args.out) if args.out else results / "site"
     scenarios = Path(args.scenarios)
     others = {m.value: cell_ids(scenarios, (m,)) for m in Method if m != Method.DPO}
-    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others)
+    decision = load_grid(scenarios / DECIDE_FILE)
+    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others, decision)
     print(f"index written to {readme}\nsite written to {index}")
+    if decision is not None:
+        print(f"decision page written to {index.parent / PAGE} ({decision.size()} points, PREDICTED)")
     return 0
 
 

@@ -666,10 +666,12 @@ def profile_page(view: ProfileView) -> ProfilePage:
     )
 
 
-def render_site(views: list[ProfileView], generated_at: str, predicted: str = "") -> str:
-    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones."""
+def render_site(views: list[ProfileView], generated_at: str, predicted: str = "", decide: bool = False) -> str:
+    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones;
+    `decide`: link the decision page (decide.html)."""
     return render(
         "page.html",
+        decide=decide,
         profiles=[profile_page(v) for v in views],
         generated_at=generated_at,
         legend=LEGEND,

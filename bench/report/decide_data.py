@@ -1,0 +1,171 @@
+"""The decision page's data: every point of the grid predicted by `advise`'s own path (bench/cli/advise.py
+`predicted`), encoded compactly for the page's script.
+
+`predict_grid` computes (the slow part); `encode` is pure. The encoding: names tables (models, GPUs, verdicts, term
+names, not-applicable reasons, cells with their `run` command), and per point (the grid's order, batch size
+fastest) `[flags, usable MB, sizes, marks, reasons]`, each of the last three an index into a table of distinct
+values, since most repeat across points:
+- sizes: per cell null or `[total MB, breakdown, host MB]`, `breakdown` an index into `breakdowns`
+  (`[term, MB, term, MB, ...]`, term an index into `terms`);
+- marks: a string, one character per cell: a verdict's letter (VERDICT_CODES), `x` not applicable, `-` absent;
+- reasons: per cell null or the index of its not-applicable reason.
+MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
+"""
+
+import argparse
+import functools
+import shlex
+from dataclasses import dataclass
+
+from bench.estimate import VERSION
+from bench.estimate.predict import Prediction
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile
+from bench.report.decide_grid import DecisionGrid, advise_argv
+from bench.report.grid import build_grid, row_label
+
+MB = 1e6
+VERDICT_CODES = "abcdefghij"
+"""A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
+VERDICT_ABSENT = "-"
+VERDICT_NOT_APPLICABLE = "x"
+FLAGS = "@FLAGS@"
+"""Stands for a point's flags in each cell's command template (shlex leaves it unquoted)."""
+
+
+@dataclass(frozen=True)
+class PointResult:
+    flags: str
+    """The point's hardware, model and settings flags, shell-quoted: what `advise` puts in the commands it prints."""
+    usable_bytes: float | None
+    predictions: list[Prediction]
+    cells: dict[str, Cell]
+
+
+@functools.cache
+def _parser() -> "argparse.ArgumentParser":
+    from bench.cli import parser
+
+    return parser()
+
+
+def predict_point(argv: list[str], matrix: list[Cell] | None = None) -> tuple[HardwareProfile, PointResult]:
+    """One point, through `advise`'s parser and `predicted`: what `python -m bench advise ARGV` ranks."""
+    from bench.cli.advise import predicted
+    from bench.cli.target import target_flags
+
+    args = _parser().parse_args(["advise", *argv])
+    profile, _, by_id, predictions = predicted(args, matrix)
+    usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
+    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id)
+
+
+def predict_grid(grid: DecisionGrid) -> tuple[list[PointResult], dict[str, str]]:
+    """Every point, in `grid.points()` order, and each cell's command template."""
+    from bench.matrix.scenario import expand, load_matrix
+
+    matrix = expand(load_matrix())
+    points, commands = [], {}
+    for point in grid.points():
+        profile, result = predict_point(advise_argv(*point), matrix)
+        points.append(result)
+        commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})
+    return points, commands
+
+
+def command_template(cell: Cell, profile: HardwareProfile) -> str:
+    """The command `advise` prints for `cell` (bench/advise/command.py), the point's flags as FLAGS."""
+    from bench.advise.command import run_plan
+
+    return run_plan(cell, profile, [FLAGS], None, []).command
+
+
+def command_of(template: str, flags: str) -> str:
+    """What the page shows: the template with the point's flags in."""
+    return template.replace(FLAGS, flags)
+
+
+def mb(value: float | None) -> int | None:
+    return None if value is None else round(value / MB)
+
+
+class _Table:
+    """Values numbered in first-seen order."""
+
+    def __init__(self) -> None:
+        self.index: dict[object, int] = {}
+
+    def __call__(self, value: object) -> int:
+        return self.index.setdefault(value, len(self.index))
+
+    def values(self) -> list:
+        return list(self.index)
+
+
+def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, str]) -> dict:
+    """The page's data. `points` in `grid.points()` order; `commands`: cell id -> its command template."""
+    verdicts, terms, reasons, breakdowns = _Table(), _Table(), _Table(), _Table()
+    sizes, marks, not_applicable, cell_ids = _Table(), _Table(), _Table(), _Table()
+    cells: dict[str, Prediction] = {}
+    for point in points:
+        for p in point.predictions:
+            cell_ids(p.cell_id)
+            cells.setdefault(p.cell_id, p)
+    setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
+    encoded = []
+    for point in points:
+        size: list[tuple | None] = [None] * len(cell_ids.index)
+        mark = [VERDICT_ABSENT] * len(cell_ids.index)
+        why: list[int | None] = [None] * len(cell_ids.index)
+        for p in point.predictions:
+            at = cell_ids(p.cell_id)
+            if p.status != "predicted":
+                mark[at] = VERDICT_NOT_APPLICABLE
+                why[at] = reasons(p.reason)
+                continue
+            breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), mb(value)))
+            size[at] = (mb(p.total_bytes), breakdowns(breakdown), mb(p.host_bytes))
+            mark[at] = VERDICT_CODES[verdicts(p.verdict or "unknown")]
+        encoded.append(
+            [point.flags, mb(point.usable_bytes), sizes(tuple(size)), marks("".join(mark)), not_applicable(tuple(why))]
+        )
+    layout = build_grid(cells[c] for c in cell_ids.values())
+    position = {c: i for i, c in enumerate(cell_ids.values())}
+    return {
+        "predicted": "PREDICTED",
+        "estimator_version": VERSION,
+        "models": [{"name": m.name, "flag": m.flag} for m in grid.models],
+        "gpus": list(grid.gpus),
+        "counts": list(grid.counts),
+        "max_lengths": list(grid.max_lengths),
+        "batch_sizes": list(grid.batch_sizes),
+        "verdicts": verdicts.values(),
+        "terms": terms.values(),
+        "reasons": reasons.values(),
+        "cells": [
+            {
+                "id": c,
+                "init": cells[c].init,
+                "quant": cells[c].quant,
+                "backend": cells[c].backend,
+                "setup": setups.get(c, ""),
+                "command": commands[c],
+            }
+            for c in cell_ids.values()
+        ],
+        "backends": layout.backends,
+        "rows": [
+            [row_label(init, quant), [_at(position, layout.cell(init, quant, b)) for b in layout.backends]]
+            for init, quant in layout.rows
+        ],
+        "variants": [position[c] for c in layout.variants],
+        "breakdowns": [list(b) for b in breakdowns.values()],
+        "sizes": [[None if s is None else list(s) for s in row] for row in sizes.values()],
+        "marks": marks.values(),
+        "not_applicable": [list(row) for row in not_applicable.values()],
+        "points": encoded,
+    }
+
+
+def _at(position: dict[str, int], cell_id: str | None) -> int | None:
+    return None if cell_id is None else position[cell_id]

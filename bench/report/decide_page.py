@@ -1,0 +1,79 @@
+"""The decision page (results/site/decide.html) and its data file: pure, grid and encoded data in, text out.
+Computing the data: bench/report/decide_data.py; writing the files: publish.py."""
+
+import json
+
+from markupsafe import Markup
+
+from bench.report.decide_data import FLAGS, VERDICT_CODES
+from bench.report.decide_grid import DecisionGrid
+from bench.report.templating import render
+
+PAGE = "decide.html"
+DATA_FILE = "decide-data.js"
+LOW_MARGIN = 0.10
+"""A fitting cell whose margin is under this share of the device's memory is shaded as tight."""
+LABELS = {
+    "fits": "FITS",
+    "tight": "TIGHT",
+    "predicted_oom": "OOM",
+    "unknown": "?",
+    "not_applicable": "N/A",
+}
+"""The badge text of each verdict: plain text on a coloured background (no emoji: no font needed)."""
+MEANINGS = {
+    "fits": "predicted to fit",
+    "tight": "predicted to fit with little room (the estimator's verdict)",
+    "predicted_oom": "predicted out of memory",
+    "unknown": "no memory figure",
+    "not_applicable": "cannot run on this hardware",
+}
+DEFAULTS = {"model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
+"""What the page shows first (issue 24's question: Qwen2.5-7B on two A10s, 2,048 tokens), where the grid has it."""
+
+
+def _json(value: object) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+
+
+def data_script(data: dict) -> str:
+    return "window.DECIDE=" + _json(data) + ";\n"
+
+
+def tight_note(verdicts: list[str]) -> str:
+    share = f"{LOW_MARGIN:.0%}"
+    if "tight" in verdicts:
+        return f"TIGHT is the estimator's verdict; a FITS cell with a margin under {share} of the memory is shaded too."
+    return (
+        f"The estimator has no tight verdict yet: a FITS cell whose margin is under {share} of the device's memory is "
+        "shaded amber (the page's shading, not a verdict)."
+    )
+
+
+def render_page(grid: DecisionGrid, data: dict) -> str:
+    present = [*data["verdicts"], "not_applicable"]
+    legend = [(v, LABELS.get(v, v), MEANINGS.get(v, v)) for v in present]
+    if "fits" in present:
+        legend.insert(present.index("fits") + 1, ("fits low-margin", LABELS["fits"], f"margin under {LOW_MARGIN:.0%}"))
+    config = {
+        "codes": VERDICT_CODES,
+        "labels": LABELS,
+        "flags": FLAGS,
+        "low_margin": LOW_MARGIN,
+        "defaults": DEFAULTS,
+    }
+    return render(
+        PAGE,
+        config=Markup(_json(config)),
+        data_file=DATA_FILE,
+        estimator_version=data["estimator_version"],
+        models=len(grid.models),
+        gpus=len(grid.gpus),
+        counts=", ".join(map(str, grid.counts)),
+        lengths=", ".join(map(str, grid.max_lengths)),
+        batches=", ".join(map(str, grid.batch_sizes)),
+        points=grid.size(),
+        legend=legend,
+        tight_note=tight_note(data["verdicts"]),
+    )
