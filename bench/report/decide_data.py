@@ -169,3 +169,42 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
 
 def _at(position: dict[str, int], cell_id: str | None) -> int | None:
     return None if cell_id is None else position[cell_id]
+
+
+def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, batch_size: int) -> int:
+    """Where a point is in `data["points"]` (what the page's script computes from its selection)."""
+    at = 0
+    for values, chosen in (
+        ([m["name"] for m in data["models"]], model),
+        (data["gpus"], gpu),
+        (data["counts"], count),
+        (data["max_lengths"], max_length),
+        (data["batch_sizes"], batch_size),
+    ):
+        at = at * len(values) + values.index(chosen)
+    return at
+
+
+def read_point(data: dict, at: int) -> dict[str, dict]:
+    """Cell id -> {verdict, total_mb, margin_mb, host_mb, terms_mb} (or {verdict: not_applicable, reason}) at point
+    `at`: the encoding read back, as the page's script reads it."""
+    flags, usable, sizes, marks, why = data["points"][at]
+    cells = {}
+    for i, mark in enumerate(data["marks"][marks]):
+        cell_id = data["cells"][i]["id"]
+        if mark == VERDICT_ABSENT:
+            continue
+        if mark == VERDICT_NOT_APPLICABLE:
+            cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
+            continue
+        total, breakdown, host = data["sizes"][sizes][i]
+        pairs = data["breakdowns"][breakdown]
+        cells[cell_id] = {
+            "verdict": data["verdicts"][VERDICT_CODES.index(mark)],
+            "total_mb": total,
+            "margin_mb": None if usable is None else usable - total,
+            "host_mb": host,
+            "terms_mb": {data["terms"][pairs[k]]: pairs[k + 1] for k in range(0, len(pairs), 2)},
+            "command": command_of(data["cells"][i]["command"], flags),
+        }
+    return cells

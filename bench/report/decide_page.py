@@ -5,6 +5,7 @@ import json
 
 from markupsafe import Markup
 
+from bench.report.cells import VERDICT_BADGES
 from bench.report.decide_data import FLAGS, VERDICT_CODES
 from bench.report.decide_grid import DecisionGrid
 from bench.report.templating import render
@@ -13,14 +14,6 @@ PAGE = "decide.html"
 DATA_FILE = "decide-data.js"
 LOW_MARGIN = 0.10
 """A fitting cell whose margin is under this share of the device's memory is shaded as tight."""
-LABELS = {
-    "fits": "FITS",
-    "tight": "TIGHT",
-    "predicted_oom": "OOM",
-    "unknown": "?",
-    "not_applicable": "N/A",
-}
-"""The badge text of each verdict: plain text on a coloured background (no emoji: no font needed)."""
 MEANINGS = {
     "fits": "predicted to fit",
     "tight": "predicted to fit with little room (the estimator's verdict)",
@@ -53,12 +46,13 @@ def tight_note(verdicts: list[str]) -> str:
 
 def render_page(grid: DecisionGrid, data: dict) -> str:
     present = [*data["verdicts"], "not_applicable"]
-    legend = [(v, LABELS.get(v, v), MEANINGS.get(v, v)) for v in present]
+    legend = [(v, VERDICT_BADGES.get(v, v), MEANINGS.get(v, v)) for v in present]
     if "fits" in present:
-        legend.insert(present.index("fits") + 1, ("fits low-margin", LABELS["fits"], f"margin under {LOW_MARGIN:.0%}"))
+        shaded = ("fits low-margin", VERDICT_BADGES["fits"], f"margin under {LOW_MARGIN:.0%}")
+        legend.insert(present.index("fits") + 1, shaded)
     config = {
         "codes": VERDICT_CODES,
-        "labels": LABELS,
+        "labels": VERDICT_BADGES,
         "flags": FLAGS,
         "low_margin": LOW_MARGIN,
         "defaults": DEFAULTS,

@@ -141,7 +141,7 @@
       var select = document.getElementById(a[0]);
       D[a[1]].forEach(function(value, i){
         var option = el('option', {value: key(a[0], value)}, label(a[0], value));
-        if (chosen[a[0]] === key(a[0], value) || (chosen[a[0]] === undefined && key(a[0], value) === CFG.defaults[a[0]])) option.selected = true;
+        if (chosen[a[0]] === key(a[0], value) || (chosen[a[0]] === undefined && key(a[0], value) === CFG.defaults[a[0]])) option.defaultSelected = option.selected = true;
         select.appendChild(option);
       });
       select.addEventListener('change', render);
