@@ -3,10 +3,11 @@ Thin: parse, call, write, exit code."""
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from bench.cli.common import cell_ids, pairs, resolve_run, rows_added_in, threshold, write_or_print
+from bench.cli.common import cell_ids, pairs, positive, resolve_run, rows_added_in, threshold, write_or_print
 from bench.matrix.axes import Method
 from bench.secrets import redact
 
@@ -54,7 +55,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     scenarios = Path(args.scenarios)
     others = {m.value: cell_ids(scenarios, (m,)) for m in Method if m != Method.DPO}
     decision = load_grid(scenarios / DECIDE_FILE)
-    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others, decision)
+    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others, decision, args.jobs)
     print(f"index written to {readme}\nsite written to {index}")
     if decision is not None:
         print(f"decision page written to {index.parent / PAGE} ({decision.size()} points, PREDICTED)")
@@ -111,4 +112,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
     p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
     p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
+    p.add_argument(
+        "--jobs",
+        type=positive,
+        default=os.cpu_count() or 1,
+        help="processes predicting the decision page's grid (default: the CPUs, %(default)s)",
+    )
     p.set_defaults(func=cmd_publish)

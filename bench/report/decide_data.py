@@ -60,13 +60,31 @@ def predict_point(argv: list[str], matrix: list[Cell] | None = None) -> tuple[Ha
     return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id)
 
 
-def predict_grid(grid: DecisionGrid) -> tuple[list[PointResult], dict[str, str]]:
-    """Every point, in `grid.points()` order, and each cell's command template."""
+def predict_grid(grid: DecisionGrid, jobs: int = 1) -> tuple[list[PointResult], dict[str, str]]:
+    """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
+    time each (the points are independent; the order is kept)."""
+    if jobs <= 1 or len(grid.models) == 1:
+        parts = [_predict_model(grid, i) for i in range(len(grid.models))]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(grid.models))) as pool:
+            parts = list(pool.map(_predict_model, [grid] * len(grid.models), range(len(grid.models))))
+    points, commands = [], {}
+    for part_points, part_commands in parts:
+        points += part_points
+        commands.update({k: v for k, v in part_commands.items() if k not in commands})
+    return points, commands
+
+
+def _predict_model(grid: DecisionGrid, model: int) -> tuple[list[PointResult], dict[str, str]]:
     from bench.matrix.scenario import expand, load_matrix
 
     matrix = expand(load_matrix())
     points, commands = [], {}
     for point in grid.points():
+        if point[0] != grid.models[model]:
+            continue
         profile, result = predict_point(advise_argv(*point), matrix)
         points.append(result)
         commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})

@@ -208,9 +208,11 @@ def publish(
     added: Mapping[str, dt.datetime] | None = None,
     method_cells: Mapping[str, list[str]] | None = None,
     decision: DecisionGrid | None = None,
+    jobs: int = 1,
 ) -> tuple[Path, Path]:
     """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
-    `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid (none: no page)."""
+    `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid (none: no
+    page), predicted by `jobs` processes."""
     runs = discover(results_dir, cell_ids, added, method_cells)
     readme = results_dir / "README.md"
     _write(readme, redact(render_index(runs, results_dir, site_dir)))
@@ -218,16 +220,16 @@ def publish(
     views = [profile_view(r, r.run_dir, every) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
     if decision is not None:
-        write_decision(site_dir, decision)
+        write_decision(site_dir, decision, jobs)
     index = site_dir / "index.html"
     page = render_site(views, now_iso(), predicted_section(load_predicted(results_dir)), decision is not None)
     _write(index, redact(page))
     return readme, index
 
 
-def write_decision(site_dir: Path, grid: DecisionGrid) -> Path:
+def write_decision(site_dir: Path, grid: DecisionGrid, jobs: int = 1) -> Path:
     """site_dir/decide.html and its data file, every point of `grid` predicted; returns the page's path."""
-    points, commands = predict_grid(grid)
+    points, commands = predict_grid(grid, jobs)
     data = encode(grid, points, commands)
     _write(site_dir / DATA_FILE, data_script(data))
     page = site_dir / PAGE

@@ -95,3 +95,8 @@ def test_page_names_its_data_and_uses_no_emoji(data):
     assert "no tight verdict yet" in page
     script = data_script(data)
     assert script.startswith("window.DECIDE=") and "</" not in script
+
+
+def test_processes_give_the_same_data(data):
+    points, commands = predict_grid(GRID, jobs=2)
+    assert encode(GRID, points, commands) == data
