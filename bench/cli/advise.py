@@ -2,6 +2,7 @@
 runs the chosen one. Every figure is PREDICTED (the memory estimator's)."""
 
 import argparse
+import functools
 from typing import TYPE_CHECKING
 
 from bench.cli.common import add_method_argument, write_or_print
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from bench.estimate.predict import Prediction
     from bench.matrix.cell import Cell
     from bench.matrix.profiles import HardwareProfile, Workload
+    from bench.report.decide_data import PointResult
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
@@ -48,6 +50,25 @@ def predicted(
     every = expand(load_matrix()) if matrix is None else matrix
     cells = with_precomputed_reference(of_methods(every, parse_methods(args.method)), workload)
     return profile, workload, {c.id: c for c in cells}, predict_all(profile, workload, cells=cells)
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    from bench.cli import parser
+
+    return parser()
+
+
+def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfile, PointResult]":
+    """One point of the decision page: what `python -m bench advise ARGV` ranks, and the flags its commands carry."""
+    import shlex
+
+    from bench.report.decide_data import PointResult
+
+    args = _parser().parse_args(["advise", *argv])
+    profile, _, by_id, predictions = predicted(args, matrix)
+    usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
+    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id)
 
 
 def _fixed_cell(advice, cell_id: str, by_id: dict):

@@ -1,8 +1,9 @@
 """The decision page's data: every point of the grid predicted by `advise`'s own path (bench/cli/advise.py
 `predicted`), encoded compactly for the page's script.
 
-`predict_grid` computes (the slow part); `encode` is pure. The encoding: names tables (models, GPUs, verdicts, term
-names, not-applicable reasons, cells with their `run` command), and per point (the grid's order, batch size
+`predict_grid` computes (the slow part, through the `advise` path it is given); `encode` is pure. The encoding:
+names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run` command), and per
+point (the grid's order, batch size
 fastest) `[flags, usable MB, sizes, marks, reasons]`, each of the last three an index into a table of distinct
 values, since most repeat across points:
 - sizes: per cell null or `[total MB, breakdown, host MB]`, `breakdown` an index into `breakdowns`
@@ -12,9 +13,7 @@ values, since most repeat across points:
 MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
 """
 
-import argparse
-import functools
-import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.estimate import VERSION
@@ -42,34 +41,29 @@ class PointResult:
     cells: dict[str, Cell]
 
 
-@functools.cache
-def _parser() -> "argparse.ArgumentParser":
-    from bench.cli import parser
-
-    return parser()
+PointPredictor = Callable[[list[str], list[Cell]], tuple[HardwareProfile, PointResult]]
+"""`advise`'s own prediction of one point from its arguments (bench/cli/advise.py `advise_point`), given to publish
+by the command line: the report layer does not import it."""
 
 
-def predict_point(argv: list[str], matrix: list[Cell] | None = None) -> tuple[HardwareProfile, PointResult]:
-    """One point, through `advise`'s parser and `predicted`: what `python -m bench advise ARGV` ranks."""
-    from bench.cli.advise import predicted
-    from bench.cli.target import target_flags
-
-    args = _parser().parse_args(["advise", *argv])
-    profile, _, by_id, predictions = predicted(args, matrix)
-    usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
-    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id)
+@dataclass(frozen=True)
+class Decision:
+    grid: DecisionGrid
+    predict: PointPredictor
+    jobs: int = 1
 
 
-def predict_grid(grid: DecisionGrid, jobs: int = 1) -> tuple[list[PointResult], dict[str, str]]:
+def predict_grid(decision: Decision) -> tuple[list[PointResult], dict[str, str]]:
     """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
     time each (the points are independent; the order is kept)."""
-    if jobs <= 1 or len(grid.models) == 1:
-        parts = [_predict_model(grid, i) for i in range(len(grid.models))]
+    grid, models = decision.grid, range(len(decision.grid.models))
+    if decision.jobs <= 1 or len(grid.models) == 1:
+        parts = [_predict_model(decision, i) for i in models]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(grid.models))) as pool:
-            parts = list(pool.map(_predict_model, [grid] * len(grid.models), range(len(grid.models))))
+        with ProcessPoolExecutor(max_workers=min(decision.jobs, len(grid.models))) as pool:
+            parts = list(pool.map(_predict_model, [decision] * len(grid.models), models))
     points, commands = [], {}
     for part_points, part_commands in parts:
         points += part_points
@@ -77,15 +71,15 @@ def predict_grid(grid: DecisionGrid, jobs: int = 1) -> tuple[list[PointResult], 
     return points, commands
 
 
-def _predict_model(grid: DecisionGrid, model: int) -> tuple[list[PointResult], dict[str, str]]:
+def _predict_model(decision: Decision, model: int) -> tuple[list[PointResult], dict[str, str]]:
     from bench.matrix.scenario import expand, load_matrix
 
-    matrix = expand(load_matrix())
+    grid, matrix = decision.grid, expand(load_matrix())
     points, commands = [], {}
     for point in grid.points():
         if point[0] != grid.models[model]:
             continue
-        profile, result = predict_point(advise_argv(*point), matrix)
+        profile, result = decision.predict(advise_argv(*point), matrix)
         points.append(result)
         commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})
     return points, commands

@@ -45,7 +45,8 @@ def tight_note(verdicts: list[str]) -> str:
 
 
 def render_page(grid: DecisionGrid, data: dict) -> str:
-    present = [*data["verdicts"], "not_applicable"]
+    known = [v for v in VERDICT_BADGES if v in data["verdicts"]]
+    present = [*known, *(v for v in data["verdicts"] if v not in known), "not_applicable"]
     legend = [(v, VERDICT_BADGES.get(v, v), MEANINGS.get(v, v)) for v in present]
     if "fits" in present:
         shaded = ("fits low-margin", VERDICT_BADGES["fits"], f"margin under {LOW_MARGIN:.0%}")

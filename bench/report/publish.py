@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.report.decide_data import encode, predict_grid
-from bench.report.decide_grid import DecisionGrid
+from bench.report.decide_data import Decision, encode, predict_grid
 from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
 from bench.report.pipeline import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
@@ -207,12 +206,11 @@ def publish(
     cell_ids: list[str],
     added: Mapping[str, dt.datetime] | None = None,
     method_cells: Mapping[str, list[str]] | None = None,
-    decision: DecisionGrid | None = None,
-    jobs: int = 1,
+    decision: Decision | None = None,
 ) -> tuple[Path, Path]:
     """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
-    `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid (none: no
-    page), predicted by `jobs` processes."""
+    `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid and how to
+    predict it (none: no page)."""
     runs = discover(results_dir, cell_ids, added, method_cells)
     readme = results_dir / "README.md"
     _write(readme, redact(render_index(runs, results_dir, site_dir)))
@@ -220,20 +218,20 @@ def publish(
     views = [profile_view(r, r.run_dir, every) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
     if decision is not None:
-        write_decision(site_dir, decision, jobs)
+        write_decision(site_dir, decision)
     index = site_dir / "index.html"
     page = render_site(views, now_iso(), predicted_section(load_predicted(results_dir)), decision is not None)
     _write(index, redact(page))
     return readme, index
 
 
-def write_decision(site_dir: Path, grid: DecisionGrid, jobs: int = 1) -> Path:
-    """site_dir/decide.html and its data file, every point of `grid` predicted; returns the page's path."""
-    points, commands = predict_grid(grid, jobs)
-    data = encode(grid, points, commands)
+def write_decision(site_dir: Path, decision: Decision) -> Path:
+    """site_dir/decide.html and its data file, every point of the grid predicted; returns the page's path."""
+    points, commands = predict_grid(decision)
+    data = encode(decision.grid, points, commands)
     _write(site_dir / DATA_FILE, data_script(data))
     page = site_dir / PAGE
-    _write(page, render_page(grid, data))
+    _write(page, render_page(decision.grid, data))
     return page
 
 
