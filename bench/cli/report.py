@@ -3,10 +3,11 @@ Thin: parse, call, write, exit code."""
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from bench.cli.common import cell_ids, pairs, resolve_run, rows_added_in, threshold, write_or_print
+from bench.cli.common import cell_ids, pairs, positive, resolve_run, rows_added_in, threshold, write_or_print
 from bench.matrix.axes import Method
 from bench.secrets import redact
 
@@ -45,14 +46,22 @@ def cmd_compare_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from bench.cli.advise import advise_point
+    from bench.report.decide_data import Decision
+    from bench.report.decide_grid import DECIDE_FILE, load_grid
+    from bench.report.decide_page import PAGE
     from bench.report.publish import publish
 
     results = Path(args.results)
     site = Path(args.out) if args.out else results / "site"
     scenarios = Path(args.scenarios)
     others = {m.value: cell_ids(scenarios, (m,)) for m in Method if m != Method.DPO}
-    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others)
+    grid = load_grid(scenarios / DECIDE_FILE)
+    decision = None if grid is None else Decision(grid, advise_point, args.jobs)
+    readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others, decision)
     print(f"index written to {readme}\nsite written to {index}")
+    if grid is not None:
+        print(f"decision page written to {index.parent / PAGE} ({grid.size()} points, PREDICTED)")
     return 0
 
 
@@ -106,4 +115,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
     p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
     p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
+    p.add_argument(
+        "--jobs",
+        type=positive,
+        default=os.cpu_count() or 1,
+        help="processes predicting the decision page's grid (default: the CPUs, %(default)s)",
+    )
     p.set_defaults(func=cmd_publish)

@@ -19,8 +19,35 @@ MARKS = {
     Status.UNTESTED: "❔ untested",
     Status.NOT_RUN: "⏭️ not run",
 }
-LEGEND = (
-    " · ".join(f"{MARKS[status]} = {STATUS_MEANING[status].short}" for status in Status) + ". "
+"""MATRIX.md's marks (Markdown viewers have emoji fonts)."""
+BADGES = {
+    Status.OK: "OK",
+    Status.SILENT_FALLBACK: "FALLBACK",
+    Status.LEARNING_FAILED: "LEARNING",
+    Status.OOM: "OOM",
+    Status.PREDICTED_OOM: "PREDICTED OOM",
+    Status.ERROR: "ERROR",
+    Status.TIMEOUT: "TIMEOUT",
+    Status.NOT_APPLICABLE: "N/A",
+    Status.UNTESTED: "UNTESTED",
+    Status.NOT_RUN: "NOT RUN",
+}
+"""The site's marks: plain text on the status's colour (a browser without an emoji font draws emoji as boxes)."""
+VERDICT_BADGES = {
+    "fits": "FITS",
+    "tight": "TIGHT",
+    "predicted_oom": "OOM",
+    "unknown": "?",
+    "not_applicable": "N/A",
+}
+"""The site's marks of the estimator's verdicts (PREDICTED matrices, the decision page)."""
+
+
+def legend(marks: dict[Status, str]) -> str:
+    return " · ".join(f"{marks[status]} = {STATUS_MEANING[status].short}" for status in Status) + ". " + LEGEND_TEXT
+
+
+LEGEND_TEXT = (
     "Throughput: steady-state tokens/s (chosen + rejected, all ranks). "
     "Memory: model = peak − library baseline (memory after the libraries are imported, before the model loads; "
     "0 on GPU), max over ranks: what the model, its training state and activations take; "
@@ -28,6 +55,7 @@ LEGEND = (
     "A single MiB figure (older records) is the peak per process during training, max over ranks "
     "(host RSS on CPU, CUDA allocated on GPU)."
 )
+LEGEND = legend(MARKS)
 
 
 def method_title(method: str) -> str:
@@ -75,7 +103,12 @@ def cell_label(summary: CellSummary) -> str:
     """`✅ 4,820 tok/s · model 812 MiB / peak 1,372 MiB`, `✅ 4,820 tok/s · 570 MiB` (older records), `❌ (comm)`,
     `⚠️ fallback 6,997 tok/s · 572 MiB`, `💥 OOM (rank 1 at 1.50 GiB, budget 1.50 GiB)`, and on an emulated run
     `✅ 9,100 tok/s on NVIDIA H100 80GB HBM3 (emulated) · 14.1 GiB`."""
-    text = MARKS[Status(summary.status)]
+    return MARKS[Status(summary.status)] + cell_detail(summary)
+
+
+def cell_detail(summary: CellSummary) -> str:
+    """What follows the mark in a cell's label (` 4,820 tok/s · 570 MiB`; empty for a bare status)."""
+    text = ""
     if summary.error_class:
         text += f" ({summary.error_class})"
     if summary.oom is not None and (oom := oom_text(summary.oom)):

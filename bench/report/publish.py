@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.report.decide_data import Decision, encode, predict_grid
+from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
 from bench.report.pipeline import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
 from bench.report.site import ConfigFile, ProfileView, render_site
@@ -204,18 +206,33 @@ def publish(
     cell_ids: list[str],
     added: Mapping[str, dt.datetime] | None = None,
     method_cells: Mapping[str, list[str]] | None = None,
+    decision: Decision | None = None,
 ) -> tuple[Path, Path]:
     """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
-    `method_cells`: every other method's (method -> cell ids)."""
+    `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid and how to
+    predict it (none: no page)."""
     runs = discover(results_dir, cell_ids, added, method_cells)
     readme = results_dir / "README.md"
     _write(readme, redact(render_index(runs, results_dir, site_dir)))
     every = [*cell_ids, *(c for ids in (method_cells or {}).values() for c in ids)]
     views = [profile_view(r, r.run_dir, every) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
+    if decision is not None:
+        write_decision(site_dir, decision)
     index = site_dir / "index.html"
-    _write(index, redact(render_site(views, now_iso(), predicted_section(load_predicted(results_dir)))))
+    page = render_site(views, now_iso(), predicted_section(load_predicted(results_dir)), decision is not None)
+    _write(index, redact(page))
     return readme, index
+
+
+def write_decision(site_dir: Path, decision: Decision) -> Path:
+    """site_dir/decide.html and its data file, every point of the grid predicted; returns the page's path."""
+    points, commands = predict_grid(decision)
+    data = encode(decision.grid, points, commands)
+    _write(site_dir / DATA_FILE, data_script(data))
+    page = site_dir / PAGE
+    _write(page, render_page(decision.grid, data))
+    return page
 
 
 def _write(path: Path, text: str) -> None:

@@ -13,7 +13,7 @@ from html import escape
 from markupsafe import Markup
 
 from bench.matrix.axes import Backend
-from bench.report.cells import LEGEND, MARKS, budget_line, cell_label, gib, is_link, method_title, mib
+from bench.report.cells import BADGES, budget_line, cell_detail, gib, is_link, legend, method_title, mib
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
 from bench.report.templating import call, render
@@ -65,7 +65,7 @@ def status_css() -> str:
 
 def status_badges() -> list[tuple[str, str]]:
     """(status, mark) in the enum's order."""
-    return [(status.value, MARKS[status]) for status in Status]
+    return [(status.value, BADGES[status]) for status in Status]
 
 
 def status_legend() -> str:
@@ -137,12 +137,14 @@ class CellLink:
     cell_id: str
     status: str
     panel_id: str
+    mark: str
     label: str
+    """What follows the mark: throughput, memory, error class."""
 
 
 def cell_links(view: ProfileView) -> dict[str, CellLink]:
     return {
-        cell_id: CellLink(cell_id, s.status, panel_id(view.hardware, cell_id), cell_label(s))
+        cell_id: CellLink(cell_id, s.status, panel_id(view.hardware, cell_id), BADGES[Status(s.status)], cell_detail(s))
         for cell_id, s in view.cells.items()
     }
 
@@ -178,13 +180,14 @@ def heading(view: ProfileView) -> Heading:
 
 
 def stage_html(record: StageRecord) -> str:
-    text = MARKS[Status(record.status)] + (f" ({record.error_class})" if record.error_class else "")
+    text = f" ({record.error_class})" if record.error_class else ""
     if record.wall_s is not None:
         text += f" {record.wall_s:,.1f} s"
     if record.peak_bytes is not None:
         text += f" · {mib(record.peak_bytes)}"
     title = record.message or ", ".join(f"{k} {v}" for k, v in record.checks.items() if k != "text")
-    return f'<span class="cell s-{escape(record.status)}" title="{escape(title)}">{escape(text)}</span>'
+    mark = f'<span class="mark">{escape(BADGES[Status(record.status)])}</span>'
+    return f'<span class="cell s-{escape(record.status)}" title="{escape(title)}">{mark}{escape(text)}</span>'
 
 
 def pipelines_html(runs: list[list[StageRecord]]) -> str:
@@ -387,7 +390,7 @@ def panel(view: ProfileView, cell_id: str) -> Panel:
         cell_id=cell_id,
         hardware=view.hardware,
         status=summary.status,
-        mark=MARKS[Status(summary.status)],
+        mark=BADGES[Status(summary.status)],
         status_text=status,
         facts=facts,
         message=summary.message,
@@ -666,13 +669,15 @@ def profile_page(view: ProfileView) -> ProfilePage:
     )
 
 
-def render_site(views: list[ProfileView], generated_at: str, predicted: str = "") -> str:
-    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones."""
+def render_site(views: list[ProfileView], generated_at: str, predicted: str = "", decide: bool = False) -> str:
+    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones;
+    `decide`: link the decision page (decide.html)."""
     return render(
         "page.html",
+        decide=decide,
         profiles=[profile_page(v) for v in views],
         generated_at=generated_at,
-        legend=LEGEND,
+        legend=legend(BADGES),
         statuses=status_badges(),
         status_css=Markup(status_css()),
         predicted=Markup(predicted),

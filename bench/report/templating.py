@@ -12,6 +12,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from jinja2.ext import Extension
 
+from bench.report.cells import VERDICT_BADGES
+
 _LINE_BREAK = re.compile(r"[ \t]*\n\s*")
 
 
@@ -27,6 +29,8 @@ ENV = Environment(
     keep_trailing_newline=True,
     extensions=[JoinLines],
 )
+ENV.globals["verdict_badges"] = VERDICT_BADGES
+"""The estimator's verdicts as text badges, for every template (bench/report/cells.py)."""
 
 
 def render(template: str, **data: Any) -> str:

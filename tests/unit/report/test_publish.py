@@ -9,6 +9,7 @@ import pytest
 
 from bench.cli import main
 from bench.matrix.axes import Backend
+from bench.report.cells import BADGES, MARKS
 from bench.report.matrix import render
 from bench.report.publish import discover, profile_view, read_config
 from bench.report.site import (
@@ -259,6 +260,18 @@ def test_a_run_without_env_json_is_indexed_with_dashes(tmp_path):
 # ---------------------------------------------------------------- one grid, one label for MATRIX.md and the site
 
 
+def untagged(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", text)
+
+
+def as_site(label: str) -> str:
+    """A MATRIX.md label with its emoji mark written as the site's text mark."""
+    for status in Status:
+        if label.startswith(MARKS[status]):
+            return BADGES[status] + label[len(MARKS[status]) :]
+    return label
+
+
 def cpu_view(tmp_path: Path):
     results, _ = build_results(tmp_path)
     (cpu,) = [r for r in discover(results, cell_ids()) if r.hardware == "cpu"]
@@ -279,14 +292,15 @@ def test_site_and_matrix_md_show_the_same_cells_in_the_same_places(tmp_path):
         [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)]
         for row in re.findall(r"<tr>(.*?)</tr>", table)
     ]
-    # MATRIX.md adds the footnote number; otherwise every label is the site's
-    assert [[re.sub(r" \[\d+\]$", "", c) for c in row] for row in md_rows] == site_rows
+    # MATRIX.md adds the footnote number and writes its marks as emoji, the site as text; otherwise every label is
+    # the site's
+    assert [[as_site(re.sub(r" \[\d+\]$", "", c)) for c in row] for row in md_rows] == site_rows
     assert site_rows[0] == ["init · quant", "single", "ddp", "zero2"]
     assert site_rows[1] == [
         "two_models · none",
-        "✅ 1,000 tok/s · 400 MiB",
-        "✅ 1,100 tok/s · 420 MiB",
-        "✅ 1,200 tok/s · 440 MiB",
+        "OK 1,000 tok/s · 400 MiB",
+        "OK 1,100 tok/s · 420 MiB",
+        "OK 1,200 tok/s · 440 MiB",
     ]
     assert "one_adapter-none-ddp+mpirun" in table and "## Variants" in markdown
 
@@ -322,14 +336,16 @@ def test_scatter_legend_of_every_backend_wraps_inside_the_plot(tmp_path):
 def test_newer_records_show_model_memory_the_budget_and_the_oom_figures(published):
     _, _, page = published
     text = html.unescape(page)
+    a10 = untagged(text)[untagged(text).index("init · quant") :]
+    assert "OK 3,000 tok/s · model 100 MiB / peak 400 MiB" in a10[: a10.index("cpu")]  # two_models-none-single, n=0
+    assert "OOM (rank 1 at 2.00 GiB, budget 2.00 GiB)" in a10
     a10 = text[text.index('<table class="matrix" data-hardware="2xA10"') :]
     a10 = a10[: a10.index("</table>")]
-    assert "✅ 3,000 tok/s · model 100 MiB / peak 400 MiB" in a10  # two_models-none-single, n = 0
-    assert "💥 OOM (rank 1 at 2.00 GiB, budget 2.00 GiB)" in a10
+    assert '<span class="mark">OOM</span> (rank 1 at 2.00 GiB, budget 2.00 GiB)' in a10
     assert "Per-rank memory budget: 2.00 GiB (kernel memory cgroup)." in text
     # the older cpu run keeps its single figure and has no budget line
     cpu = text[text.index('<table class="matrix" data-hardware="cpu"') :]
-    assert "✅ 1,000 tok/s · 400 MiB" in cpu[: cpu.index("</table>")]
+    assert '<span class="mark">OK</span> 1,000 tok/s · 400 MiB' in cpu[: cpu.index("</table>")]
     # in the 2xA10 heading only; each panel of a cell that ran says it among its facts
     assert text.count("Per-rank memory budget: 2.00 GiB (kernel memory cgroup).</p>") == 1
     assert text.count("<dt>memory budget</dt><dd>2.00 GiB per rank (kernel memory cgroup)</dd>") == 10
@@ -379,9 +395,9 @@ def test_learning_failed_cell_has_its_mark_colour_and_failures(tmp_path):
     view = dataclasses.replace(view, records=records, cells=summarize(records.values()))
     table = html.unescape(matrix_table(view))
     assert 'class="cell s-learning_failed"' in table
-    assert "📉 learning 1,000 tok/s · model 80 MiB / peak 625 MiB" in table
+    assert "LEARNING 1,000 tok/s · model 80 MiB / peak 625 MiB" in untagged(table)
     panel = html.unescape(cell_panel(view, record.cell_id))
-    assert '<span class="badge s-learning_failed">📉 learning learning_failed</span>' in panel
+    assert '<span class="badge s-learning_failed"><span class="mark">LEARNING</span> learning_failed</span>' in panel
     assert f'<pre class="message">{failure}</pre>' in panel
     assert f'<ul class="learning-failures"><li>{failure}</li></ul>' in panel
     assert "<th>steps with a finite loss</th><td>1 of 2</td>" in panel and "<td>0.6850</td>" in panel
@@ -397,7 +413,8 @@ def test_every_status_has_a_colour_and_a_legend_entry_in_enum_order():
     assert len({STATUS_COLORS[s] for s in Status}) == len(Status)
     legend = html.unescape(status_legend())
     assert re.findall(r'class="badge s-(\w+)"', legend) == [s.value for s in Status]
-    assert "📉 learning learning_failed" in legend
+    assert '<span class="mark">LEARNING</span> learning_failed' in legend
+    assert not re.search("[\u2600-\u27bf\U0001f000-\U0001faff]", legend), "the site's marks need no emoji font"
 
 
 def test_the_page_carries_the_status_colours_and_legend(published):

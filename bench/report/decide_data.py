@@ -1,0 +1,222 @@
+"""The decision page's data: every point of the grid predicted by `advise`'s own path (bench/cli/advise.py
+`predicted`), encoded compactly for the page's script.
+
+`predict_grid` computes (the slow part, through the `advise` path it is given); `encode` is pure. The encoding:
+names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run` command), and per
+point (the grid's order, batch size
+fastest) `[flags, usable MB, sizes, marks, reasons]`, each of the last three an index into a table of distinct
+values, since most repeat across points:
+- sizes: per cell null or `[total MB, breakdown, host MB]`, `breakdown` an index into `breakdowns`
+  (`[term, MB, term, MB, ...]`, term an index into `terms`);
+- marks: a string, one character per cell: a verdict's letter (VERDICT_CODES), `x` not applicable, `-` absent;
+- reasons: per cell null or the index of its not-applicable reason.
+MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.estimate import VERSION
+from bench.estimate.predict import Prediction
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile
+from bench.report.decide_grid import DecisionGrid, advise_argv
+from bench.report.grid import build_grid, row_label
+
+MB = 1e6
+VERDICT_CODES = "abcdefghij"
+"""A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
+VERDICT_ABSENT = "-"
+VERDICT_NOT_APPLICABLE = "x"
+FLAGS = "@FLAGS@"
+"""Stands for a point's flags in each cell's command template (shlex leaves it unquoted)."""
+
+
+@dataclass(frozen=True)
+class PointResult:
+    flags: str
+    """The point's hardware, model and settings flags, shell-quoted: what `advise` puts in the commands it prints."""
+    usable_bytes: float | None
+    predictions: list[Prediction]
+    cells: dict[str, Cell]
+
+
+PointPredictor = Callable[[list[str], list[Cell]], tuple[HardwareProfile, PointResult]]
+"""`advise`'s own prediction of one point from its arguments (bench/cli/advise.py `advise_point`), given to publish
+by the command line: the report layer does not import it."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    grid: DecisionGrid
+    predict: PointPredictor
+    jobs: int = 1
+
+
+def predict_grid(decision: Decision) -> tuple[list[PointResult], dict[str, str]]:
+    """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
+    time each (the points are independent; the order is kept)."""
+    grid, models = decision.grid, range(len(decision.grid.models))
+    if decision.jobs <= 1 or len(grid.models) == 1:
+        parts = [_predict_model(decision, i) for i in models]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(decision.jobs, len(grid.models))) as pool:
+            parts = list(pool.map(_predict_model, [decision] * len(grid.models), models))
+    points, commands = [], {}
+    for part_points, part_commands in parts:
+        points += part_points
+        commands.update({k: v for k, v in part_commands.items() if k not in commands})
+    return points, commands
+
+
+def _predict_model(decision: Decision, model: int) -> tuple[list[PointResult], dict[str, str]]:
+    from bench.matrix.scenario import expand, load_matrix
+
+    grid, matrix = decision.grid, expand(load_matrix())
+    points, commands = [], {}
+    for point in grid.points():
+        if point[0] != grid.models[model]:
+            continue
+        profile, result = decision.predict(advise_argv(*point), matrix)
+        points.append(result)
+        commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})
+    return points, commands
+
+
+def command_template(cell: Cell, profile: HardwareProfile) -> str:
+    """The command `advise` prints for `cell` (bench/advise/command.py), the point's flags as FLAGS."""
+    from bench.advise.command import run_plan
+
+    return run_plan(cell, profile, [FLAGS], None, []).command
+
+
+def command_of(template: str, flags: str) -> str:
+    """What the page shows: the template with the point's flags in."""
+    return template.replace(FLAGS, flags)
+
+
+def mb(value: float | None) -> int | None:
+    return None if value is None else round(value / MB)
+
+
+class _Table:
+    """Values numbered in first-seen order."""
+
+    def __init__(self) -> None:
+        self.index: dict[object, int] = {}
+
+    def __call__(self, value: object) -> int:
+        return self.index.setdefault(value, len(self.index))
+
+    def values(self) -> list:
+        return list(self.index)
+
+
+def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, str]) -> dict:
+    """The page's data. `points` in `grid.points()` order; `commands`: cell id -> its command template."""
+    verdicts, terms, reasons, breakdowns = _Table(), _Table(), _Table(), _Table()
+    sizes, marks, not_applicable, cell_ids = _Table(), _Table(), _Table(), _Table()
+    cells: dict[str, Prediction] = {}
+    for point in points:
+        for p in point.predictions:
+            cell_ids(p.cell_id)
+            cells.setdefault(p.cell_id, p)
+    setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
+    encoded = []
+    for point in points:
+        size: list[tuple | None] = [None] * len(cell_ids.index)
+        mark = [VERDICT_ABSENT] * len(cell_ids.index)
+        why: list[int | None] = [None] * len(cell_ids.index)
+        for p in point.predictions:
+            at = cell_ids(p.cell_id)
+            if p.status != "predicted":
+                mark[at] = VERDICT_NOT_APPLICABLE
+                why[at] = reasons(p.reason)
+                continue
+            breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), mb(value)))
+            size[at] = (mb(p.total_bytes), breakdowns(breakdown), mb(p.host_bytes))
+            mark[at] = VERDICT_CODES[verdicts(p.verdict or "unknown")]
+        encoded.append(
+            [point.flags, mb(point.usable_bytes), sizes(tuple(size)), marks("".join(mark)), not_applicable(tuple(why))]
+        )
+    layout = build_grid(cells[c] for c in cell_ids.values())
+    position = {c: i for i, c in enumerate(cell_ids.values())}
+    return {
+        "predicted": "PREDICTED",
+        "estimator_version": VERSION,
+        "models": [{"name": m.name, "flag": m.flag} for m in grid.models],
+        "gpus": list(grid.gpus),
+        "counts": list(grid.counts),
+        "max_lengths": list(grid.max_lengths),
+        "batch_sizes": list(grid.batch_sizes),
+        "verdicts": verdicts.values(),
+        "terms": terms.values(),
+        "reasons": reasons.values(),
+        "cells": [
+            {
+                "id": c,
+                "init": cells[c].init,
+                "quant": cells[c].quant,
+                "backend": cells[c].backend,
+                "setup": setups.get(c, ""),
+                "command": commands[c],
+            }
+            for c in cell_ids.values()
+        ],
+        "backends": layout.backends,
+        "rows": [
+            [row_label(init, quant), [_at(position, layout.cell(init, quant, b)) for b in layout.backends]]
+            for init, quant in layout.rows
+        ],
+        "variants": [position[c] for c in layout.variants],
+        "breakdowns": [list(b) for b in breakdowns.values()],
+        "sizes": [[None if s is None else list(s) for s in row] for row in sizes.values()],
+        "marks": marks.values(),
+        "not_applicable": [list(row) for row in not_applicable.values()],
+        "points": encoded,
+    }
+
+
+def _at(position: dict[str, int], cell_id: str | None) -> int | None:
+    return None if cell_id is None else position[cell_id]
+
+
+def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, batch_size: int) -> int:
+    """Where a point is in `data["points"]` (what the page's script computes from its selection)."""
+    at = 0
+    for values, chosen in (
+        ([m["name"] for m in data["models"]], model),
+        (data["gpus"], gpu),
+        (data["counts"], count),
+        (data["max_lengths"], max_length),
+        (data["batch_sizes"], batch_size),
+    ):
+        at = at * len(values) + values.index(chosen)
+    return at
+
+
+def read_point(data: dict, at: int) -> dict[str, dict]:
+    """Cell id -> {verdict, total_mb, margin_mb, host_mb, terms_mb} (or {verdict: not_applicable, reason}) at point
+    `at`: the encoding read back, as the page's script reads it."""
+    flags, usable, sizes, marks, why = data["points"][at]
+    cells = {}
+    for i, mark in enumerate(data["marks"][marks]):
+        cell_id = data["cells"][i]["id"]
+        if mark == VERDICT_ABSENT:
+            continue
+        if mark == VERDICT_NOT_APPLICABLE:
+            cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
+            continue
+        total, breakdown, host = data["sizes"][sizes][i]
+        pairs = data["breakdowns"][breakdown]
+        cells[cell_id] = {
+            "verdict": data["verdicts"][VERDICT_CODES.index(mark)],
+            "total_mb": total,
+            "margin_mb": None if usable is None else usable - total,
+            "host_mb": host,
+            "terms_mb": {data["terms"][pairs[k]]: pairs[k + 1] for k in range(0, len(pairs), 2)},
+            "command": command_of(data["cells"][i]["command"], flags),
+        }
+    return cells

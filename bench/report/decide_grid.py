@@ -1,0 +1,92 @@
+"""The decision page's grid (scenarios/decide.yaml): which models, GPUs, counts, lengths and batch sizes the page
+covers, and the `advise` arguments of each point."""
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from bench.assets.model_config import MODELS_DIR
+from bench.matrix.gpus import load_catalog
+from bench.matrix.profiles import available
+from bench.matrix.yaml_schema import Strict, load_yaml_model
+from bench.paths import SCENARIOS_DIR
+
+DECIDE_FILE = "decide.yaml"
+ALL = "all"
+
+
+class GridFile(Strict):
+    workloads: Literal["all"] | list[str]
+    models: Literal["all"] | list[str]
+    gpus: Literal["all"] | list[str]
+    counts: list[int] = Field(min_length=1)
+    max_lengths: list[int] = Field(min_length=1)
+    batch_sizes: list[int] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    name: str
+    flag: Literal["--workload", "--model"]
+    """A shipped workload (its own settings) or a shipped model config (advise's default settings)."""
+
+
+@dataclass(frozen=True)
+class DecisionGrid:
+    models: tuple[ModelChoice, ...]
+    gpus: tuple[str, ...]
+    counts: tuple[int, ...]
+    max_lengths: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+
+    def points(self) -> Iterator[tuple[ModelChoice, str, int, int, int]]:
+        """(model, gpu, count, max length, batch size), the last axis fastest: the page's data order."""
+        return itertools.product(self.models, self.gpus, self.counts, self.max_lengths, self.batch_sizes)
+
+    def size(self) -> int:
+        return len(self.models) * len(self.gpus) * len(self.counts) * len(self.max_lengths) * len(self.batch_sizes)
+
+
+def advise_argv(model: ModelChoice, gpu: str, count: int, max_length: int, batch_size: int) -> list[str]:
+    """The arguments of `python -m bench advise` for one point."""
+    return [
+        "--gpu",
+        f"{gpu}:{count}",
+        model.flag,
+        model.name,
+        "--max-length",
+        str(max_length),
+        "--batch-size",
+        str(batch_size),
+    ]
+
+
+def _shipped_models() -> list[str]:
+    return sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
+
+
+def grid_of(data: GridFile, scenarios: Path = SCENARIOS_DIR) -> DecisionGrid:
+    workloads = available(scenarios / "workloads") if data.workloads == ALL else data.workloads
+    models = _shipped_models() if data.models == ALL else data.models
+    gpus = [g.name for g in load_catalog().gpus] if data.gpus == ALL else data.gpus
+    return DecisionGrid(
+        models=(
+            *(ModelChoice(w, "--workload") for w in workloads),
+            *(ModelChoice(m, "--model") for m in models),
+        ),
+        gpus=tuple(gpus),
+        counts=tuple(data.counts),
+        max_lengths=tuple(data.max_lengths),
+        batch_sizes=tuple(data.batch_sizes),
+    )
+
+
+def load_grid(path: Path) -> DecisionGrid | None:
+    """The grid `path` states; None when there is no such file (no decision page)."""
+    if not path.is_file():
+        return None
+    return grid_of(load_yaml_model(path, GridFile))

@@ -1,0 +1,57 @@
+"""The decision page (results/site/decide.html) and its data file: pure, grid and encoded data in, text out.
+Computing the data: bench/report/decide_data.py; writing the files: publish.py."""
+
+import json
+
+from markupsafe import Markup
+
+from bench.report.cells import VERDICT_BADGES
+from bench.report.decide_data import FLAGS, VERDICT_CODES
+from bench.report.decide_grid import DecisionGrid
+from bench.report.templating import render
+
+PAGE = "decide.html"
+DATA_FILE = "decide-data.js"
+MEANINGS = {
+    "fits": "predicted to fit",
+    "tight": "the PREDICTED range straddles the device's memory (the estimator's verdict)",
+    "predicted_oom": "predicted out of memory",
+    "unknown": "no memory figure",
+    "not_applicable": "cannot run on this hardware",
+}
+DEFAULTS = {"model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
+"""What the page shows first (issue 24's question: Qwen2.5-7B on two A10s, 2,048 tokens), where the grid has it."""
+
+
+def _json(value: object) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+
+
+def data_script(data: dict) -> str:
+    return "window.DECIDE=" + _json(data) + ";\n"
+
+
+def render_page(grid: DecisionGrid, data: dict) -> str:
+    known = [v for v in VERDICT_BADGES if v in data["verdicts"]]
+    present = [*known, *(v for v in data["verdicts"] if v not in known), "not_applicable"]
+    legend = [(v, VERDICT_BADGES.get(v, v), MEANINGS.get(v, v)) for v in present]
+    config = {
+        "codes": VERDICT_CODES,
+        "labels": VERDICT_BADGES,
+        "flags": FLAGS,
+        "defaults": DEFAULTS,
+    }
+    return render(
+        PAGE,
+        config=Markup(_json(config)),
+        data_file=DATA_FILE,
+        estimator_version=data["estimator_version"],
+        models=len(grid.models),
+        gpus=len(grid.gpus),
+        counts=", ".join(map(str, grid.counts)),
+        lengths=", ".join(map(str, grid.max_lengths)),
+        batches=", ".join(map(str, grid.batch_sizes)),
+        points=grid.size(),
+        legend=legend,
+    )

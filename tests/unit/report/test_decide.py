@@ -1,0 +1,103 @@
+"""The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms and
+commands read back equal what `python -m bench advise --format json` prints."""
+
+import json
+import re
+
+import pytest
+
+from bench.cli import main
+from bench.cli.advise import advise_point
+from bench.matrix.gpus import load_catalog
+from bench.paths import SCENARIOS_DIR
+from bench.report.decide_data import Decision, encode, point_index, predict_grid, read_point
+from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_argv, load_grid
+from bench.report.decide_page import DATA_FILE, data_script, render_page
+
+GRID = DecisionGrid(
+    models=(ModelChoice("tiny", "--workload"), ModelChoice("qwen2.5-7b", "--model")),
+    gpus=("T4", "A10"),
+    counts=(1, 2),
+    max_lengths=(1024, 2048),
+    batch_sizes=(1, 4),
+)
+POINTS = [
+    (GRID.models[1], "A10", 2, 2048, 1),
+    (GRID.models[1], "T4", 1, 1024, 4),
+    (GRID.models[0], "A10", 1, 2048, 4),
+]
+EMOJI = re.compile("[\u2600-\u27bf\U0001f000-\U0001faff\ufe0f]")
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    points, commands = predict_grid(Decision(GRID, advise_point))
+    return encode(GRID, points, commands)
+
+
+def _advise(capsys, tmp_path, argv: list[str]) -> dict:
+    out = tmp_path / "advice.json"
+    assert main(["advise", *argv, "--format", "json", "--output", str(out)]) == 0
+    capsys.readouterr()
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
+def test_page_data_equals_advise(data, point, capsys, tmp_path):
+    model, gpu, count, length, batch = point
+    advice = _advise(capsys, tmp_path, advise_argv(*point))
+    page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
+    advised = {c["cell_id"]: c for c in advice["cells"]}
+    shown = {cid: c for cid, c in page.items() if c["verdict"] != "not_applicable"}
+    assert set(shown) == set(advised)
+    assert sum(c["verdict"] == "not_applicable" for c in page.values()) == advice["not_applicable"]
+    for cell_id, cell in advised.items():
+        on_page = shown[cell_id]
+        assert on_page["verdict"] == cell["verdict"], cell_id
+        assert on_page["total_mb"] == pytest.approx(cell["total_bytes"] / 1e6, abs=0.5), cell_id
+        assert on_page["margin_mb"] == pytest.approx(cell["margin_bytes"] / 1e6, abs=1.0), cell_id
+        assert on_page["host_mb"] == pytest.approx(cell["host_bytes"] / 1e6, abs=0.5), cell_id
+        assert on_page["terms_mb"] == {k: round(v / 1e6) for k, v in cell["terms"].items()}, cell_id
+    run = advice["run"]
+    if advice["chosen"] is not None:
+        assert page[advice["chosen"]]["command"] == run["command"]
+
+
+def test_every_point_is_where_the_page_looks_for_it(data):
+    for at, point in enumerate(GRID.points()):
+        model, gpu, count, length, batch = point
+        assert point_index(data, model.name, gpu, count, length, batch) == at
+        assert data["points"][at][0] == " ".join(advise_argv(*point))
+
+
+def test_a_point_that_runs_out_of_memory_is_shown_so(data):
+    """Qwen2.5-7B with two full models on one T4 cannot fit: the page must not say it does."""
+    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))
+    assert page["two_models-none-single"]["verdict"] == "predicted_oom"
+    assert page["two_models-none-single"]["margin_mb"] < 0
+    assert page["one_adapter-none-ddp"]["verdict"] == "not_applicable"
+
+
+def test_shipped_grid_covers_every_workload_model_and_catalog_gpu():
+    grid = load_grid(SCENARIOS_DIR / DECIDE_FILE)
+    assert grid is not None
+    workloads = {p.stem for p in (SCENARIOS_DIR / "workloads").glob("*.yaml")}
+    models = {p.parent.name for p in (SCENARIOS_DIR / "models").glob("*/config.json")}
+    assert {m.name for m in grid.models if m.flag == "--workload"} == workloads
+    assert {m.name for m in grid.models if m.flag == "--model"} == models
+    assert set(grid.gpus) == {g.name for g in load_catalog().gpus}
+    assert grid.counts == (1, 2, 4, 8)
+
+
+def test_page_names_its_data_and_uses_no_emoji(data):
+    page = render_page(GRID, data)
+    assert f'src="{DATA_FILE}"' in page and "PREDICTED" in page
+    assert not EMOJI.search(page)
+    assert "low-margin" not in page  # the estimator's own tight verdict, no shading of the page's
+    script = data_script(data)
+    assert script.startswith("window.DECIDE=") and "</" not in script
+
+
+def test_processes_give_the_same_data(data):
+    points, commands = predict_grid(Decision(GRID, advise_point, jobs=2))
+    assert encode(GRID, points, commands) == data
