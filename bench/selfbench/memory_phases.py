@@ -302,7 +302,6 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
     """bench/worker/stages/dpo.py's trainer, one piece at a time, with a snapshot after each piece."""
     from datasets import load_from_disk
     from transformers import AutoTokenizer
-    from trl import DPOTrainer
 
     from bench.worker.models import build_models
     from bench.worker.stages import dpo
@@ -315,15 +314,7 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
     snapshots["dataset"] = snapshot(usage)
     built = build_models(spec)
     snapshots["models"] = snapshot(usage)
-    return DPOTrainer(
-        model=built.model,
-        ref_model=built.ref_model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
-    )
+    return dpo.assemble(args, built, tokenizer, dataset, callbacks)
 
 
 def _spec(args: argparse.Namespace) -> Any:

@@ -15,11 +15,15 @@ def config(spec: WorkerSpec) -> Any:
 
 
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
-    from trl import DPOTrainer
-
     args = config(spec)
     tokenizer, dataset = inputs(spec)
-    built = build_models(spec)
+    return assemble(args, build_models(spec), tokenizer, dataset, callbacks)
+
+
+def assemble(args: Any, built: Any, tokenizer: Any, dataset: Any, callbacks: list[Any]) -> Any:
+    """TRL's DPOTrainer over what the cell built (also bench/selfbench/memory_phases.py, which measures each part)."""
+    from trl import DPOTrainer
+
     return DPOTrainer(
         model=built.model,
         ref_model=built.ref_model,
