@@ -21,7 +21,9 @@ from bench.estimate.validate import (
 
 GOAL = 0.15
 """Issue 26: every `ok` cell of tiny and small within 15 %, no constant fitted per workload."""
-SHIFTED_RUN = "results/cpu/20261124-001037"
+OUTLIER = ("results/cpu/20261124-033417", "two_adapters-none-zero2_offload")
+"""The one DPO cell over the goal (docs/estimator.md, Validation): 66 MiB where its six zero2_offload siblings of
+the same run measure 79-84 MiB."""
 """The one run where the goal is not met (tiny, RSS; up to +20.6 %): its library baseline is 92 MiB higher than the
 earlier runs' and its model memory 7-11 MiB lower for the same program (two_models-none-fsdp, which runs as DDP:
 baseline 489.2 MiB, model memory 89.5 MiB in results/cpu/20261123-141125; as two_models-none-fsdp_offload, also DDP,
@@ -56,17 +58,17 @@ def test_validate_committed_results(committed):
     dpo = [r for r in rows if r.method == "dpo" and r.status == "ok" and r.error is not None]
     assert {r.workload for r in dpo} == {"tiny", "small"}
     assert {r.hardware for r in dpo} >= {"cpu", "cpu-budget", "cpu-budget-4g"}
-    shifted = [r for r in dpo if r.source == SHIFTED_RUN]
-    assert shifted and max(abs(r.error) for r in dpo if r not in shifted) <= GOAL
-    # not met there (docs/estimator.md): bounded by what it is today, so that a change making it worse fails
-    assert max(abs(r.error) for r in shifted) <= 0.21
+    over = [(r.source, r.cell_id) for r in dpo if abs(r.error) > GOAL]
+    assert over == [OUTLIER]
+    # bounded by what it is today, so that a change making it worse fails
+    assert max(abs(r.error) for r in dpo) <= 0.21
     assert summary(rows)["max_abs_error_ok"] == max(abs(r.error) for r in dpo)
 
 
 def test_the_offload_backends_on_one_rank_are_validated(committed):
     rows, _ = committed
     one_rank = [r for r in rows if "+1rank" in r.cell_id and r.status == "ok" and r.error is not None]
-    # results/cpu/20261124-001037 (tiny) and results/cpu-budget-4g/20261124-014241 (small)
+    # results/cpu/20261124-033417 (tiny) and results/cpu-budget-4g/20261124-014241 (small)
     assert {r.hardware for r in one_rank} == {"cpu", "cpu-budget-4g"}
     assert {b for r in one_rank for b in ("zero2_offload", "zero3_offload_param") if b in r.cell_id} == {
         "zero2_offload",
@@ -74,8 +76,8 @@ def test_the_offload_backends_on_one_rank_are_validated(committed):
     }
     s = plus_one_rank_summary(rows)
     assert s["ok_cells"] == len(one_rank) and s["min_error_ok"] == min(r.error for r in one_rank)
-    assert max(abs(r.error) for r in one_rank if r.source != SHIFTED_RUN) <= GOAL
-    assert max(abs(s["min_error_ok"]), abs(s["max_error_ok"])) <= 0.18
+    assert max(abs(r.error) for r in one_rank) <= GOAL
+    assert max(abs(s["min_error_ok"]), abs(s["max_error_ok"])) <= 0.11
 
 
 def test_no_model_memory_constant_is_fitted():
