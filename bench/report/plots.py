@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import Formatter
 
 STYLE = {
     "svg.fonttype": "none",  # text stays <text> (selectable, searchable, drawn in the browser), not glyph outlines
@@ -95,8 +95,22 @@ def message(axes: Axes, text: str) -> None:
     axes.text(0.5, 0.5, text, ha="center", va="center", color="#555", transform=axes.transAxes)
 
 
+class Thousands(Formatter):
+    """`1,234`, with the decimals the step between two ticks needs (`646.2`, `646.4` on a narrow axis)."""
+
+    ticks: tuple[float, ...] = ()
+
+    def set_locs(self, locs: list[float]) -> None:
+        self.ticks = tuple(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        step = min((b - a for a, b in zip(self.ticks, self.ticks[1:], strict=False)), default=1.0)
+        places = next((p for p in range(7) if abs(round(step, p) - step) <= 1e-9 * max(1.0, abs(step))), 6)
+        return f"{x:,.{places}f}"
+
+
 def thousands(axes: Axes, which: str) -> None:
-    getattr(axes, f"{which}axis").set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    getattr(axes, f"{which}axis").set_major_formatter(Thousands())
 
 
 def draw_scatter(axes: Axes, dots: list[Dot], legend: list[tuple[str, str]]) -> None:

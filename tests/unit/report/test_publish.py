@@ -388,6 +388,18 @@ def test_scatter_has_a_dot_per_ok_cell_in_its_backends_colour_and_every_backend_
     ElementTree.fromstring(svg)  # well-formed
 
 
+def test_scatter_ticks_keep_the_decimals_a_narrow_axis_needs(tmp_path):
+    view = cpu_view(tmp_path)
+    records = {
+        c: rec(c, tokens=1000.0 + 500 * n, peak_mib=646.1 + n * 0.8)
+        for n, c in enumerate(("one_adapter-none-single", "one_adapter-none-ddp"))
+    }
+    svg = scatter_svg(dataclasses.replace(view, records=records, cells=summarize(records.values())))
+    ticks = [t for t in texts(svg) if t and t[0].isdigit()]
+    assert len(ticks) == len(set(ticks)), ticks  # 646.1, 646.2, ... not 646 five times
+    assert any("." in t for t in ticks) and any("," in t for t in ticks)  # MiB with decimals, tokens/s in thousands
+
+
 def test_plots_without_an_ok_cell_say_so(tmp_path):
     view = cpu_view(tmp_path)
     records = {c: rec(c, Status.ERROR, error_class=ErrorClass.CONFIG, message="x") for c in view.records}
