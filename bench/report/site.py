@@ -1,18 +1,19 @@
 """The static results site: one self-contained index.html (inline CSS, JS and SVG, nothing fetched).
 
 Pure: `ProfileView`s in, HTML text out. This module builds what each part of the page shows (the view data); the
-HTML is in the Jinja templates of bench/report/templates/ (page.html and the macros it imports). Reading files is
-publish.py's job.
+HTML is in the Jinja templates of bench/report/templates/ (page.html and the macros it imports), the plots' SVG comes
+from plots.py (matplotlib). Reading files is publish.py's job.
 """
 
 import json
-import math
+import re
 from dataclasses import dataclass, field
 from html import escape
 
 from markupsafe import Markup
 
 from bench.matrix.axes import Backend
+from bench.report import plots
 from bench.report.cells import BADGES, budget_line, cell_detail, gib, is_link, legend, method_title, mib
 from bench.report.grid import Grid, build_grid, in_axis_order, row_label
 from bench.report.summary import CellSummary
@@ -411,158 +412,29 @@ def cell_panel(view: ProfileView, cell_id: str) -> str:
     return call("panel.html", "cell_panel", panel(view, cell_id))
 
 
-# ---------------------------------------------------------------- plots
+# ---------------------------------------------------------------- plots (drawn by bench/report/plots.py)
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high] (1/2/5 x 10^k steps)."""
-    if high <= low:
-        high = low + (abs(low) or 1.0)
-    raw = (high - low) / count
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value < high + step * 0.999:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
-
-
-LEGEND_LINE = 14
-
-
-def legend_layout(backends: list[str], left: float, right: float) -> list[tuple[str, float, int]]:
-    """(backend, x, line) per legend entry: entries flow left to right and wrap before `right`."""
-    placed: list[tuple[str, float, int]] = []
-    x, line = left, 0
-    for backend in backends:
-        entry = 14 + 7 * len(backend) + 10  # swatch, label at ~7 px per character, gap
-        if x + entry > right and x > left:
-            x, line = left, line + 1
-        placed.append((backend, x, line))
-        x += entry
-    return placed
-
-
-@dataclass(frozen=True)
-class Tick:
-    at: str
-    """Where the grid line stands on its axis."""
-    label_at: str
-    label: str
-
-
-@dataclass(frozen=True)
-class Point:
-    cell_id: str
-    x: str
-    y: str
-    color: str
-    title: str
-
-
-@dataclass(frozen=True)
-class LegendEntry:
-    backend: str
-    color: str
-    x: str
-    swatch_y: str
-    label_x: str
-    label_y: str
-
-
-@dataclass(frozen=True)
-class Scatter:
-    """Every coordinate as the SVG writes it."""
-
-    width: int
-    height: int
-    title: str
-    centre_x: str
-    middle_y: str
-    left: int
-    right: int
-    top: int
-    bottom: int
-    y_tick_label_x: int
-    x_tick_label_y: int
-    x_label_x: str
-    x_label_y: int
-    y_label_y: str
-    y_ticks: list[Tick]
-    x_ticks: list[Tick]
-    points: list[Point]
-    """Empty: no ok cell, and the plot says so."""
-    legend: list[LegendEntry]
-
-
-def scatter(view: ProfileView, width: int = 460, height: int = 300) -> Scatter:
-    """tokens/s (y) against peak training memory (x) for every ok cell, coloured by backend."""
-    points = []
+def scatter_dots(view: ProfileView) -> list[plots.Dot]:
+    """A dot per ok cell with both headline figures; its id names the cell (`point-<hardware>-<cell>`, as the cell's
+    panel is `cell-<hardware>-<cell>`)."""
+    dots = []
     for cell_id, s in view.cells.items():
         tokens, memory = s.headline_tokens_per_s, s.headline_train_peak_bytes
         if s.status == Status.OK and tokens is not None and memory is not None:
-            points.append((cell_id, view.records[cell_id].backend, memory / MiB, tokens))
-    left, right, top, bottom = 64, 14, 28, 58
-    legend = legend_layout(in_axis_order((p[1] for p in points), Backend), left, width - right)
-    extra = LEGEND_LINE * max((line for _, _, line in legend), default=0)
-    height, bottom = height + extra, bottom + extra
-    y_ticks: list[Tick] = []
-    x_ticks: list[Tick] = []
-    dots: list[Point] = []
-    if points:
-        xt = nice_ticks(min(p[2] for p in points), max(p[2] for p in points))
-        yt = nice_ticks(min(0.0, min(p[3] for p in points)), max(p[3] for p in points))
-
-        def sx(v: float) -> float:
-            return left + (v - xt[0]) / (xt[-1] - xt[0]) * (width - left - right)
-
-        def sy(v: float) -> float:
-            return height - bottom - (v - yt[0]) / (yt[-1] - yt[0]) * (height - top - bottom)
-
-        y_ticks = [Tick(f"{sy(t):.1f}", f"{sy(t) + 4:.1f}", f"{t:,.0f}") for t in yt]
-        x_ticks = [Tick(f"{sx(t):.1f}", f"{sx(t):.1f}", f"{t:,.0f}") for t in xt]
-        dots = [
-            Point(c, f"{sx(x):.1f}", f"{sy(y):.1f}", backend_color(b), f"{c}: {y:,.0f} tok/s, {x:,.1f} MiB")
-            for c, b, x, y in points
-        ]
-    legend_y = height - bottom + 50
-    return Scatter(
-        width=width,
-        height=height,
-        title=f"{view.label}: tokens/s vs peak memory",
-        centre_x=f"{width / 2:.0f}",
-        middle_y=f"{height / 2:.0f}",
-        left=left,
-        right=width - right,
-        top=top,
-        bottom=height - bottom,
-        y_tick_label_x=left - 4,
-        x_tick_label_y=height - bottom + 14,
-        x_label_x=f"{(left + width - right) / 2:.0f}",
-        x_label_y=height - bottom + 30,
-        y_label_y=f"{(top + height - bottom) / 2:.0f}",
-        y_ticks=y_ticks,
-        x_ticks=x_ticks,
-        points=dots,
-        legend=[
-            LegendEntry(
-                b,
-                backend_color(b),
-                f"{x:.0f}",
-                f"{legend_y + line * LEGEND_LINE - 9:.0f}",
-                f"{x + 14:.0f}",
-                f"{legend_y + line * LEGEND_LINE:.0f}",
+            backend = view.records[cell_id].backend
+            dots.append(
+                plots.Dot(f"point-{view.hardware}-{cell_id}", backend, backend_color(backend), memory / MiB, tokens)
             )
-            for b, x, line in legend
-        ],
-    )
+    return dots
 
 
-def scatter_svg(view: ProfileView, width: int = 460, height: int = 300) -> str:
-    return call("plots.html", "scatter", scatter(view, width, height))
+def scatter_svg(view: ProfileView) -> str:
+    """tokens/s against peak training memory, one dot per ok cell, coloured by backend; every backend present in the
+    legend, in axis order."""
+    dots = scatter_dots(view)
+    legend = [(b, backend_color(b)) for b in in_axis_order((d.backend for d in dots), Backend)]
+    return plots.scatter(f"{view.label}: tokens/s vs peak memory", f"scatter-{view.anchor}", dots, legend)
 
 
 def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
@@ -583,54 +455,23 @@ def winners(view: ProfileView) -> list[tuple[str, str | None, float | None]]:
     return rows
 
 
-@dataclass(frozen=True)
-class Bar:
-    key: str
-    backend: str | None
-    """None: no working backend in the row."""
-    tokens: str
-    color: str
-    text_y: int
-    bar_y: int
-    width: str
+def winner_bars(view: ProfileView) -> list[plots.Bar]:
+    """A bar per init · quant row; its id names the row (`winner-<hardware>-<method>-<init>-<quant>`)."""
+    return [
+        plots.Bar(
+            f"winner-{view.hardware}-{view.method}-{re.sub(r'[^A-Za-z0-9_.]+', '-', key)}",
+            key,
+            backend,
+            tokens,
+            backend_color(backend) if backend is not None else UNKNOWN_COLOR,
+        )
+        for key, backend, tokens in winners(view)
+    ]
 
 
-@dataclass(frozen=True)
-class Winners:
-    width: int
-    height: int
-    title: str
-    centre_x: str
-    key_x: int
-    bar_x: int
-    on_bar_x: int
-    bar_height: int
-    rows: list[Bar]
-
-
-def winners_plot(view: ProfileView, width: int = 460) -> Winners:
-    rows = winners(view)
-    row_h, top, label_w = 24, 28, 150
-    best = max((t for _, _, t in rows if t is not None), default=1.0)
-    bars = []
-    for n, (key, backend, tokens) in enumerate(rows):
-        y = top + n * row_h
-        if backend is None or tokens is None:
-            bars.append(Bar(key, None, "", "", y + 15, y + 3, ""))
-            continue
-        bar = max(2.0, tokens / best * (width - label_w - 10))
-        bars.append(Bar(key, backend, f"{tokens:,.0f}", backend_color(backend), y + 15, y + 3, f"{bar:.1f}"))
-    return Winners(
-        width=width,
-        height=top + row_h * max(len(rows), 1) + 10,
-        title=f"{view.label}: fastest working backend per init · quant",
-        centre_x=f"{width / 2:.0f}",
-        key_x=label_w - 6,
-        bar_x=label_w,
-        on_bar_x=label_w + 4,
-        bar_height=row_h - 6,
-        rows=bars,
-    )
+def winners_svg(view: ProfileView) -> str:
+    title = f"{view.label}: fastest working backend per init · quant"
+    return plots.winners(title, f"winners-{view.anchor}", winner_bars(view))
 
 
 # ---------------------------------------------------------------- page
@@ -647,8 +488,8 @@ class ProfilePage:
     heading: Heading
     grid: GridView
     links: dict[str, CellLink]
-    scatter: Scatter
-    winners: Winners
+    scatter: Markup
+    winners: Markup
     panels: list[Panel]
     pipeline: Markup
     """The pipeline's row of stages (DPO's view only), empty without a pipeline run."""
@@ -662,8 +503,8 @@ def profile_page(view: ProfileView) -> ProfilePage:
         heading=heading(view),
         grid=grid_view(build_grid(view.records.values())),
         links=cell_links(view),
-        scatter=scatter(view),
-        winners=winners_plot(view),
+        scatter=Markup(scatter_svg(view)),
+        winners=Markup(winners_svg(view)),
         panels=[panel(view, cell_id) for cell_id in view.records],
         pipeline=Markup(pipelines_html(view.pipelines)),
     )

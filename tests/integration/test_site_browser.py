@@ -99,7 +99,9 @@ def test_dom_after_load_has_matrices_cells_and_plots(site, tmp_path):
         assert panels == set(cell_ids())
     assert len(page.find("svg", **{"class": "plot scatter"})) == 2
     assert len(page.find("svg", **{"class": "plot winners"})) == 2
-    assert len(page.find("circle", **{"class": "point"})) == 16
+    points = [a["id"] for t, a in page.tags if t == "g" and (a.get("id") or "").startswith("point-")]
+    assert len(points) == len(set(points)) == 16  # a dot per ok cell, 8 per profile
+    assert all(p.removeprefix("point-").split("-", 1)[1] in cell_ids() for p in points)
     assert not page.find("details", **{"class": "panel", "open": ""}), "no panel is open without a fragment"
 
 

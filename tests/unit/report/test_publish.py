@@ -2,8 +2,12 @@
 
 import dataclasses
 import html
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -17,13 +21,12 @@ from bench.report.site import (
     STATUS_COLORS,
     backend_color,
     cell_panel,
-    legend_layout,
     matrix_table,
-    nice_ticks,
     scatter_svg,
     status_css,
     status_legend,
     winners,
+    winners_svg,
 )
 from bench.report.summary import summarize
 from bench.results.env_schema import EnvFingerprint
@@ -166,13 +169,63 @@ def test_site_panel_shows_the_real_error_known_issue_and_inlined_configs(publish
     assert "Log tail" in body
 
 
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def plots_in(page: str) -> dict[tuple[str, str], str]:
+    """(kind, hardware) -> the `<svg>` of that plot, from the page's `profile-plots` blocks."""
+    found = {}
+    for block in re.finditer(r'<div class="profile-plots" data-hardware="([^"]+)">(.*?)</div>', page):
+        for svg in re.finditer(r'<svg class="plot (\w+)".*?</svg>', block.group(2)):
+            found[(svg.group(1), block.group(1))] = svg.group(0)
+    return found
+
+
+def artists(svg: str, prefix: str) -> dict[str, str]:
+    """id -> fill colour of every artist whose id (matplotlib's gid, its group's id) starts with `prefix`."""
+    colours = {}
+    for group in ElementTree.fromstring(svg).iter(f"{SVG}g"):
+        if group.get("id", "").startswith(prefix):
+            style = next(e.get("style") for e in group.iter() if "fill:" in (e.get("style") or ""))
+            colours[group.get("id")] = re.search(r"fill: (#[0-9a-f]{6})", style).group(1)
+    return colours
+
+
+def texts(svg: str) -> list[str]:
+    return [t.text for t in ElementTree.fromstring(svg).iter(f"{SVG}text")]
+
+
 def test_site_is_self_contained_with_svg_plots(published):
     _, _, page = published
     assert page.count("<svg") == 4  # scatter + winners per profile
-    assert '<svg class="plot scatter"' in page and '<svg class="plot winners"' in page
-    assert "<link" not in page and " src=" not in page and "url(" not in page and "@import" not in page
-    # 13 cells - 3 not applicable - 1 error - 1 oom = 8 ok cells per profile, one dot each
-    assert page.count('<circle class="point"') == 2 * 8
+    assert "<link" not in page and " src=" not in page and "@import" not in page
+    assert not re.search(r"url\((?!#)", page), "only the plots' own clip paths, in the page"
+    plots = plots_in(page)
+    assert sorted(plots) == [(k, h) for k in ("scatter", "winners") for h in ("2xA10", "cpu")]
+    for hardware in ("2xA10", "cpu"):
+        ok = set(re.findall(rf'<a class="cell s-ok" href="#cell-{hardware}-[^"]+" data-cell="([^"]+)"', page))
+        assert len(ok) == 8  # 13 cells - 3 not applicable - 1 error - 1 oom
+        # a dot per ok cell, named after it
+        assert set(artists(plots[("scatter", hardware)], "point-")) == {f"point-{hardware}-{c}" for c in ok}
+        assert "no ok cell" not in texts(plots[("scatter", hardware)])
+    ids = re.findall(r' id="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "no id twice on the page"
+
+
+def test_plots_are_the_same_bytes_in_another_process(tmp_path):
+    """Publishing twice gives the same page: no date, ids from a fixed salt, nothing that depends on the process."""
+    view = cpu_view(tmp_path)
+    code = (
+        "import sys; from pathlib import Path; from tests.unit.report.test_publish import cpu_view;"
+        "from bench.report.site import scatter_svg, winners_svg; v = cpu_view(Path(sys.argv[1]));"
+        "sys.stdout.write(scatter_svg(v) + '\\n' + winners_svg(v))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    other = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "other")], capture_output=True, text=True, env=env, check=True
+    )
+    assert other.stdout == scatter_svg(view) + "\n" + winners_svg(view)
+    assert scatter_svg(view) == scatter_svg(view)
 
 
 def test_winning_backend_per_init_and_quant(tmp_path):
@@ -188,6 +241,18 @@ def test_winning_backend_per_init_and_quant(tmp_path):
         ("one_adapter · none", "ddp", 1700.0),
         ("one_adapter · int8", "zero2", 2100.0),
     ]
+    svg = winners_svg(view)
+    # a bar per row with a working backend, in the winner's colour; the row without one says so
+    assert artists(svg, "winner-") == {
+        "winner-cpu-dpo-two_models-none": backend_color("zero2"),
+        "winner-cpu-dpo-one_adapter-none": backend_color("ddp"),
+        "winner-cpu-dpo-one_adapter-int8": backend_color("zero2"),
+    }
+    shown = texts(svg)
+    assert {"zero2 · 1,200", "no working backend", "ddp · 1,700", "zero2 · 2,100"} <= set(shown)
+    rows = [row for row, _, _ in winners(view)]
+    assert [t for t in shown if t in rows] == rows  # the y axis, first row on top
+    assert "cpu: fastest working backend per init · quant" in shown
 
 
 def test_secrets_never_reach_the_site(tmp_path, monkeypatch):
@@ -225,12 +290,6 @@ def test_config_paths_outside_the_run_dir_are_not_published(tmp_path):
     assert read_config(run_dir, "../secret.txt").text is None
     (run_dir / "a.yaml").write_text("x: 1")
     assert read_config(run_dir, "a.yaml").text == "x: 1"
-
-
-def test_nice_ticks_cover_the_range_with_round_steps():
-    assert nice_ticks(553.0, 694.0) == [550, 600, 650, 700]
-    assert nice_ticks(0.0, 8481.0) == [0, 2000, 4000, 6000, 8000, 10000]
-    assert nice_ticks(5.0, 5.0) == [5, 6, 7, 8, 9, 10]
 
 
 def test_env_json_is_read_for_the_index(tmp_path):
@@ -316,18 +375,40 @@ def test_every_backend_has_its_own_colour_from_the_palette_by_axis_position():
     assert backend_color("not_a_backend") == "#999"
 
 
-def test_scatter_legend_of_every_backend_wraps_inside_the_plot(tmp_path):
-    entries = legend_layout([b.value for b in Backend], 64, 446)
-    assert [b for b, _, _ in entries] == [b.value for b in Backend]
-    assert all(x + 14 + 7 * len(b) <= 446 for b, x, _ in entries)
-    assert max(line for _, _, line in entries) >= 1
+def test_scatter_has_a_dot_per_ok_cell_in_its_backends_colour_and_every_backend_in_the_legend(tmp_path):
     view = cpu_view(tmp_path)
     records = {f"one_adapter-none-{b}": rec(f"one_adapter-none-{b}") for b in Backend}
     svg = scatter_svg(dataclasses.replace(view, records=records, cells=summarize(records.values())))
-    assert svg.count('<circle class="point"') == len(Backend)
-    assert 'height="328"' in svg  # ten backends: three legend lines below the plot
-    for backend in Backend:
-        assert f'fill="{backend_color(backend)}"' in svg and f">{backend.value}</text>" in svg
+    assert svg.startswith('<svg class="plot scatter" role="img" aria-label="cpu: tokens/s vs peak memory" ')
+    assert "\n" not in svg
+    assert artists(svg, "point-") == {f"point-cpu-one_adapter-none-{b}": backend_color(b) for b in Backend}
+    shown = texts(svg)
+    assert shown[-len(Backend) :] == [b.value for b in Backend]  # the legend, last, in axis order
+    assert {"cpu: tokens/s vs peak memory", "peak training memory (MiB)", "tokens/s", "backend"} <= set(shown)
+    ElementTree.fromstring(svg)  # well-formed
+
+
+def test_scatter_ticks_keep_the_decimals_a_narrow_axis_needs(tmp_path):
+    view = cpu_view(tmp_path)
+    records = {
+        c: rec(c, tokens=1000.0 + 500 * n, peak_mib=646.1 + n * 0.8)
+        for n, c in enumerate(("one_adapter-none-single", "one_adapter-none-ddp"))
+    }
+    svg = scatter_svg(dataclasses.replace(view, records=records, cells=summarize(records.values())))
+    ticks = [t for t in texts(svg) if t and t[0].isdigit()]
+    assert len(ticks) == len(set(ticks)), ticks  # 646.1, 646.2, ... not 646 five times
+    assert any("." in t for t in ticks) and any("," in t for t in ticks)  # MiB with decimals, tokens/s in thousands
+
+
+def test_plots_without_an_ok_cell_say_so(tmp_path):
+    view = cpu_view(tmp_path)
+    records = {c: rec(c, Status.ERROR, error_class=ErrorClass.CONFIG, message="x") for c in view.records}
+    failed = dataclasses.replace(view, records=records, cells=summarize(records.values()))
+    scatter = scatter_svg(failed)
+    assert "no ok cell" in texts(scatter) and not artists(scatter, "point-")
+    winners_plot = winners_svg(failed)
+    assert texts(winners_plot).count("no working backend") == len(winners(failed)) == 4
+    assert not artists(winners_plot, "winner-")
 
 
 # ---------------------------------------------------------------- model memory, budget, learning and status colours

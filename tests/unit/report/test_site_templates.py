@@ -74,7 +74,8 @@ def test_every_part_of_the_page_for_the_fixture(page):
             (link,) = parsed.find("a", href=f"#cell-{hardware}-{cell_id}")
             assert link["data-cell"] == cell_id and (link["class"] or "").startswith("cell s-")
         assert parsed.find("div", **{"class": "profile-plots", "data-hardware": hardware})
-    assert len(parsed.find("svg")) == 4 and len(parsed.find("circle")) == 16
+    assert [a["class"] for a in parsed.find("svg")] == ["plot scatter", "plot winners"] * 2
+    assert len([a for t, a in parsed.tags if t == "g" and (a.get("id") or "").startswith("point-")]) == 16
     badges = [a.get("class") for a in parsed.find("span") if (a.get("class") or "").startswith("badge")]
     assert badges[: len(Status)] == [f"badge s-{s.value}" for s in Status]
     predicted = parsed.find("section", id="predicted-2xA10")
