@@ -92,3 +92,42 @@ def test_padding_free_does_not_move_the_worst_case():
 def test_an_unknown_knob_is_refused():
     with pytest.raises(ValueError):
         Knobs(optimiser="adamw_torch")
+
+
+def cpu(init=Init.ONE_ADAPTER, options=(), **knobs):
+    c = cell(init).model_copy(update={"options": options})
+    return predict_cell(c, load_profile("cpu"), load_workload("small"), knobs=Knobs(**knobs))
+
+
+def test_the_cells_liger_option_is_the_default():
+    from bench.matrix.axes import Option
+
+    with_option = cpu(options=(Option.LIGER,), gradient_checkpointing=False)
+    assert with_option.terms["activations"] < cpu(gradient_checkpointing=False).terms["activations"]
+    assert with_option.terms["activations"] == cpu(liger=True, gradient_checkpointing=False).terms["activations"]
+
+
+def test_a_full_fine_tune_of_a_reward_model_steps_its_score_head_not_the_lm_head():
+    # small: an untied 32768 x 256 LM head; a reward model has a 256 x 1 score head in its place, and AdamW's two
+    # fp32 states cover every other parameter
+    from bench.estimate.shapes import shapes_for
+
+    total = shapes_for(load_workload("small")).total
+    reward = cpu(Init.TWO_MODELS, method="reward")
+    assert reward.terms["optimizer"] == 2 * 4 * (total - 32768 * 256 + 256)
+    # llama-3.2-1b ties its LM head to the embedding, which stays trained: bf16 states over every parameter + 2048 x 1
+    tied = gpu(Init.TWO_MODELS, method="reward")
+    assert tied.terms["optimizer"] == 2 * 2 * (shapes_for(load_workload("llama-3.2-1b")).total + 2048)
+
+
+def test_a_method_without_a_reference_keeps_one_adapter():
+    # two_adapters' frozen `ref` copy exists only for a method with a reference
+    assert cpu(Init.TWO_ADAPTERS, method="sft").terms["adapters"] == cpu(method="sft").terms["adapters"]
+    assert cpu(Init.TWO_ADAPTERS).terms["adapters"] == 2 * cpu().terms["adapters"]
+
+
+def test_a_paged_optimizer_on_the_cpu_keeps_ordinary_tensors():
+    # bitsandbytes falls back to ordinary tensors without CUDA managed memory
+    paged = cpu(Init.TWO_MODELS, optimizer="paged_adamw_8bit")
+    assert paged.paged_bytes == 0 and "paged_optimizer_state" not in paged.terms
+    assert paged.terms["optimizer"] == cpu(Init.TWO_MODELS, optimizer="adamw_8bit").terms["optimizer"]
