@@ -54,3 +54,25 @@ def test_an_unknown_gpu_is_said_and_taken_as_an_h100():
     profile = load_profile("1xH100").model_copy(update={"name": "1xB300"})
     p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, load_workload("llama-3.2-1b"))
     assert any("B300" in n for n in p.notes)
+
+
+def test_allocator_overhead_half_a_rounding_step_per_large_tensor_and_one_freed_transient():
+    # c10/cuda/CUDACachingAllocator.cpp: large segments are rounded to 2 MiB, 1 MiB lost on average per tensor
+    assert gpu_terms.allocator_overhead(10, 100.0 * MiB, expandable_segments=False) == 10 * MiB + 100 * MiB
+    # expandable segments: a freed range serves any later request, no cached block of the transient
+    assert gpu_terms.allocator_overhead(10, 100.0 * MiB, expandable_segments=True) == 10 * MiB
+    assert gpu_terms.allocator_overhead(0, 0.0, expandable_segments=False) == 0
+
+
+def test_the_gpus_of_the_data_sheets():
+    # NVIDIA data sheets: SM counts, Hopper is compute capability 9, NVLink on the SXM A100/H100/H200 nodes
+    assert {name: (g.sms, g.major, g.nvlink) for name, g in gpu_terms.GPUS.items()} == {
+        "A10": (72, 8, False),
+        "L4": (58, 8, False),
+        "4090": (128, 8, False),
+        "A6000": (84, 8, False),
+        "A100": (108, 8, True),
+        "A100-80G": (108, 8, True),
+        "H100": (132, 9, True),
+        "H200": (132, 9, True),
+    }

@@ -124,3 +124,13 @@ def test_zero3_states_with_the_optimizer_offloaded_stay_off_the_device():
     assert terms.zero3_model_states(2000, 1000, 2, 10, 2, offload=True) == 1000 + 40
     assert terms.zero3_model_states(2000, 1000, 2, 10, 2) == 1000 + 40 + 16 * 1000 / 2
     assert terms.zero_offloaded_host(1000, 2) == 16 * 1000 / 2  # fp32 grads 4 + master 4 + Adam 8, per rank
+
+
+def test_zero3_with_parameters_offloaded_keeps_only_the_gathered_layer():
+    # DeepSpeed's estimate_zero3_model_states_mem_needs with offload_param: 4 * LL per GPU (bf16 params + grads)
+    assert terms.zero3_model_states(2000, 1000, 2, 10, 2, offload=True, offload_params=True) == 40
+
+
+def test_a_forward_without_gradient_holds_one_layer_and_one_head_tile():
+    # 512 tokens of a 1000-entry vocabulary in bf16: one [512, 1000] logits tile beside the layer's working set
+    assert terms.no_grad_forward(300.0, 512, 1000, 2) == 300 + 512 * 1000 * 2
