@@ -131,3 +131,36 @@ def test_a_paged_optimizer_on_the_cpu_keeps_ordinary_tensors():
     paged = cpu(Init.TWO_MODELS, optimizer="paged_adamw_8bit")
     assert paged.paged_bytes == 0 and "paged_optimizer_state" not in paged.terms
     assert paged.terms["optimizer"] == cpu(Init.TWO_MODELS, optimizer="adamw_8bit").terms["optimizer"]
+
+
+def test_materialised_logits_of_a_full_fine_tune_add_the_heads_weight_gradient():
+    # one 4096-token row pair of llama-3.2-1b (128256 x 2048 head, bf16), the loss in the compute dtype: 3 * 2 bytes
+    # per logit; a full fine-tune also accumulates the head's weight gradient in bf16, an adapter does not
+    long = {"loss": "full", "batch_size": 1, "max_length": 4096}
+    logits = 2 * 4096 * 128256 * 3 * 2
+    assert gpu(**long).terms["lm_head_backward"] == logits
+    assert gpu(Init.TWO_MODELS, **long).terms["lm_head_backward"] == logits + 128256 * 2048 * 2
+
+
+def test_the_defaults_are_what_the_suite_runs():
+    # knobs.py has no code for mutmut to mutate: its defaults are pinned here. transformers 5 with torch >= 2.8
+    # defaults to the fused AdamW (training_args.py `default_optim`); the suite sets no other memory setting.
+    assert Knobs().model_dump() == {
+        "optimizer": "adamw_torch_fused",
+        "gradient_checkpointing": None,
+        "attention": None,
+        "padding_free": False,
+        "liger": None,
+        "offload_params": False,
+        "method": None,
+        "max_length": None,
+        "batch_size": None,
+        "loss": "fused",
+        "optimizer_in_backward": False,
+        "expandable_segments": False,
+        "master_weights": True,
+    }
+    with pytest.raises(ValueError):
+        Knobs(max_length=7)  # the knob takes at least 8 tokens per row
+    with pytest.raises(ValueError):
+        Knobs(batch_size=0)
