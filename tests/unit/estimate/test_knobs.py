@@ -164,3 +164,32 @@ def test_the_defaults_are_what_the_suite_runs():
         Knobs(max_length=7)  # the knob takes at least 8 tokens per row
     with pytest.raises(ValueError):
         Knobs(batch_size=0)
+
+
+def test_optimizer_in_backward_holds_at_most_the_largest_gradient():
+    # one 8-token row: a recomputed layer's backward sets the peak, beside one gradient, the largest LoRA matrix's
+    # (r 16 x 2048, fp32 adapters) instead of every adapter's
+    fused = gpu(optimizer_in_backward=True, max_length=8, batch_size=1)
+    assert fused.terms["gradients"] == 16 * 2048 * 4
+
+
+def test_the_foreach_adamw_step_can_set_the_peak():
+    # adamw_torch's step allocates one more copy of exp_avg_sq: a full fine-tune then peaks in the optimizer step,
+    # every bf16 gradient + that copy (llama-3.2-1b, 1,235,814,400 parameters)
+    step = gpu(Init.TWO_MODELS, optimizer="adamw_torch")
+    assert step.terms["gradients"] == step.terms["optimizer_step_temporaries"] == 1_235_814_400 * 2
+    assert "lm_head_backward" not in step.terms and "recomputed_layer" not in step.terms
+
+
+def test_without_checkpointing_no_layer_is_recomputed():
+    # a full fine-tune holding every layer's activations and every gradient at the end of its backward
+    p = gpu(Init.TWO_MODELS, gradient_checkpointing=False)
+    assert "gradients" in p.terms and "recomputed_layer" not in p.terms
+
+
+def test_ktos_kl_batch_stays_below_the_steps_own_peak_on_split_layers():
+    # device_map splits the layers over 2 GPUs: the KL batch's forward holds one layer's working set and one logits
+    # tile on one GPU, under the head's backward (every saved input, half on each GPU, and the head's buffers)
+    kto = cell(Init.ONE_ADAPTER, backend=Backend.DEVICE_MAP).model_copy(update={"method": "kto"})
+    p = predict_cell(kto, load_profile("2xA10"), load_workload("phi-2"))
+    assert p.status == "predicted" and "kl_batch_forward" not in p.terms

@@ -314,3 +314,22 @@ def test_a_dequantized_weight_can_be_the_largest_freed_block():
     expandable = predict_cell(nf4, profile, workload, knobs=Knobs(expandable_segments=True, **short))
     assert cached.terms["dequant_buffer"] == 8192 * 2048 * 2
     assert cached.reserved_bytes - expandable.reserved_bytes == 8192 * 2048 * 2
+
+
+def test_given_spreads_make_the_range_and_no_spread_leaves_none():
+    from bench.estimate.uncertainty import Spread, Spreads
+
+    one_adapter = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
+    budget, small = load_profile("cpu-budget"), load_workload("small")
+    none = predict_cell(one_adapter, budget, small, spreads=Spreads(estimator_version="x", kinds={}))
+    assert (none.range_low_bytes, none.range_high_bytes) == (None, None) and none.error_kind == "cpu:cgroup:single"
+    # on the CPU the range is of the model memory: errors -50 % .. 0 double its upper end, the baseline added back
+    wide = Spreads(estimator_version="x", kinds={"cpu": Spread(low=-0.5, high=0.0, rows=1)})
+    p = predict_cell(one_adapter, budget, small, spreads=wide)
+    assert p.range_low_bytes == pytest.approx(p.total_bytes)
+    assert p.range_high_bytes == pytest.approx(p.total_bytes + p.train_bytes)
+
+
+def test_an_hpu_prediction_is_of_the_devices_own_figure():
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("8xGaudi2"), load_workload("phi-2"))
+    assert p.memory_kind == "device" and p.error_kind == "hpu:device:single"
