@@ -247,7 +247,10 @@ def test_large_tensors_are_those_above_the_caching_allocators_10_mib():
     )
     bf16 = load_profile("1xH100")
     fp32 = bf16.model_copy(update={"precision": "fp32"})
-    adapter, full = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE)
+    adapter, full = (
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
+        cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE),
+    )
     assert _large_tensors(adapter, shapes, bf16, Knobs()) == 2
     assert _large_tensors(adapter, shapes, fp32, Knobs()) == 3
     # a full fine-tune with a reference model: the weights, the reference's, each one's gradient and two Adam states
@@ -331,5 +334,7 @@ def test_given_spreads_make_the_range_and_no_spread_leaves_none():
 
 
 def test_an_hpu_prediction_is_of_the_devices_own_figure():
-    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("8xGaudi2"), load_workload("phi-2"))
+    p = predict_cell(
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("8xGaudi2"), load_workload("phi-2")
+    )
     assert p.memory_kind == "device" and p.error_kind == "hpu:device:single"
