@@ -285,7 +285,10 @@ def train_terms(
         trainable, train_b = total, param_b
         tensors = shapes.full_tensors()
         if method.output == "scalar":
-            tensors = [t for t in tensors if t != (shapes.vocab, shapes.lm_head // shapes.vocab)] + [(shapes.hidden, 1)]
+            # the score head in place of the LM head; an untied LM head has the embedding's shape: drop one of the two
+            if shapes.lm_head:
+                tensors.remove((shapes.vocab, shapes.lm_head // shapes.vocab))
+            tensors.append((shapes.hidden, 1))
         head_trainable = True
     else:
         tensors = shapes.lora_tensors(workload.lora.r, workload.lora.target_modules)

@@ -2,12 +2,12 @@
 fault it is for.
 
 mutmut (pinned in the lock; scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in
-the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict and
-terms) and runs their unit tests against each change. A mutant that no test kills is either a missing test, or an
-equivalent mutant: a change that cannot alter any result (a `>` for a `>=` on a tie that gives the same value either
-way). Each equivalent one is listed, with its reason, in equivalent_mutants.yaml beside this file; this module reads
-it, prints every other survivor with its diff, and exits 1 if there is one, or if an entry no longer matches a
-survivor (the code moved: the entry must go or be updated).
+the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict,
+terms, cpu_terms, gpu_terms, knobs and uncertainty) and runs their unit tests against each change. A mutant that no
+test kills is either a missing test, or an equivalent mutant: a change that cannot alter any result (a `>` for a `>=`
+on a tie that gives the same value either way). Each equivalent one is listed, with its reason, in
+equivalent_mutants.yaml beside this file; this module reads it, prints every other survivor with its diff, and exits 1
+if there is one, or if an entry no longer matches a survivor (the code moved: the entry must go or be updated).
 
 mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
 are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
@@ -15,9 +15,9 @@ are pinned by tests from both sides with literal values instead (tests/unit/judg
     python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate]
 
 --only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
-judges and compare's verdict, `estimate` the estimator's gate, predict and terms), for a change to that part alone;
-may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor reported
-stale.
+judges and compare's verdict, `estimate` every configured module under bench/estimate/), for a change to that part
+alone; may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor
+reported stale.
 
 Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
 writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and

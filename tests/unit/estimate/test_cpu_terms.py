@@ -67,3 +67,19 @@ def test_the_deepspeed_shm_buffer_is_whole_in_a_cgroup_and_touched_pages_in_rss(
     rss = predict_cell(zero, load_profile("cpu"), workload)
     assert cgroup.terms["deepspeed_shm_allreduce"] == 66 * MiB
     assert rss.terms["deepspeed_shm_allreduce"] < 1 * MiB  # the adapters' gradients only
+
+
+def test_process_terms_are_the_measured_figures():
+    # bench/selfbench/memory_phases.py on tiny and small (docs/estimator.md, "CPU process terms")
+    assert cpu_terms.process_terms("cgroup", deepspeed_imported_first=False, zero_stage=2) == {
+        "trainer_state": 25.3 * MiB,
+        "model_and_data_objects": 3.8 * MiB,
+        "heap_retention": 20 * MiB,
+    }
+    assert cpu_terms.process_terms("rss", deepspeed_imported_first=True, zero_stage=3) == {
+        "trainer_state": pytest.approx((25.3 - 11.8) * MiB),
+        "model_and_data_objects": 3.8 * MiB,
+        "heap_retention": 20 * MiB,
+        "zero3_engine_state": 9 * MiB,
+        "library_pages": 24 * MiB,
+    }

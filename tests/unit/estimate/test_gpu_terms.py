@@ -60,3 +60,35 @@ def test_an_unknown_gpu_is_said_and_taken_as_an_h100():
     workload = load_workload("llama-3.2-1b")
     h100 = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("1xH100"), workload)
     assert p.total_bytes == h100.total_bytes
+
+
+def test_allocator_overhead_half_a_rounding_step_per_large_tensor_and_one_freed_transient():
+    # c10/cuda/CUDACachingAllocator.cpp: large segments are rounded to 2 MiB, 1 MiB lost on average per tensor
+    assert gpu_terms.allocator_overhead(10, 100.0 * MiB, expandable_segments=False) == 10 * MiB + 100 * MiB
+    # expandable segments: a freed range serves any later request, no cached block of the transient
+    assert gpu_terms.allocator_overhead(10, 100.0 * MiB, expandable_segments=True) == 10 * MiB
+    assert gpu_terms.allocator_overhead(0, 0.0, expandable_segments=False) == 0
+
+
+def test_the_gpus_of_the_data_sheets():
+    # NVIDIA data sheets and whitepapers: SM counts, compute capability majors (Turing 7, Ampere/Ada 8, Hopper 9,
+    # Blackwell 10 and 12); NVLink where the catalog's interconnect is NVLink
+    assert {
+        name: (g.sms, g.major, g.nvlink) for name in gpu_terms.CUDA_FIGURES if (g := gpu_terms.gpu_named(name))
+    } == {
+        "T4": (40, 7, False),
+        "L4": (58, 8, False),
+        "A10": (72, 8, False),
+        "A10G": (80, 8, False),
+        "RTX-3090": (82, 8, True),
+        "RTX-4090": (128, 8, False),
+        "RTX-5090": (170, 12, False),
+        "RTX-A6000": (84, 8, True),
+        "L40S": (142, 8, False),
+        "A100-40G": (108, 8, True),
+        "A100-80G": (108, 8, True),
+        "H100-PCIe": (114, 9, False),
+        "H100-SXM": (132, 9, True),
+        "H200": (132, 9, True),
+        "B200": (148, 10, True),
+    }

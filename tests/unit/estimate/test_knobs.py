@@ -92,3 +92,104 @@ def test_padding_free_does_not_move_the_worst_case():
 def test_an_unknown_knob_is_refused():
     with pytest.raises(ValueError):
         Knobs(optimiser="adamw_torch")
+
+
+def cpu(init=Init.ONE_ADAPTER, options=(), **knobs):
+    c = cell(init).model_copy(update={"options": options})
+    return predict_cell(c, load_profile("cpu"), load_workload("small"), knobs=Knobs(**knobs))
+
+
+def test_the_cells_liger_option_is_the_default():
+    from bench.matrix.axes import Option
+
+    with_option = cpu(options=(Option.LIGER,), gradient_checkpointing=False)
+    assert with_option.terms["activations"] < cpu(gradient_checkpointing=False).terms["activations"]
+    assert with_option.terms["activations"] == cpu(liger=True, gradient_checkpointing=False).terms["activations"]
+
+
+def test_a_full_fine_tune_of_a_reward_model_steps_its_score_head_not_the_lm_head():
+    # small: an untied 32768 x 256 LM head; a reward model has a 256 x 1 score head in its place, and AdamW's two
+    # fp32 states cover every other parameter
+    from bench.estimate.shapes import shapes_for
+
+    total = shapes_for(load_workload("small")).total
+    reward = cpu(Init.TWO_MODELS, method="reward")
+    assert reward.terms["optimizer"] == 2 * 4 * (total - 32768 * 256 + 256)
+    # llama-3.2-1b ties its LM head to the embedding, which stays trained: bf16 states over every parameter + 2048 x 1
+    tied = gpu(Init.TWO_MODELS, method="reward")
+    assert tied.terms["optimizer"] == 2 * 2 * (shapes_for(load_workload("llama-3.2-1b")).total + 2048)
+
+
+def test_a_method_without_a_reference_keeps_one_adapter():
+    # two_adapters' frozen `ref` copy exists only for a method with a reference
+    assert cpu(Init.TWO_ADAPTERS, method="sft").terms["adapters"] == cpu(method="sft").terms["adapters"]
+    assert cpu(Init.TWO_ADAPTERS).terms["adapters"] == 2 * cpu().terms["adapters"]
+
+
+def test_a_paged_optimizer_on_the_cpu_keeps_ordinary_tensors():
+    # bitsandbytes falls back to ordinary tensors without CUDA managed memory
+    paged = cpu(Init.TWO_MODELS, optimizer="paged_adamw_8bit")
+    assert paged.paged_bytes == 0 and "paged_optimizer_state" not in paged.terms
+    assert paged.terms["optimizer"] == cpu(Init.TWO_MODELS, optimizer="adamw_8bit").terms["optimizer"]
+
+
+def test_materialised_logits_of_a_full_fine_tune_add_the_heads_weight_gradient():
+    # one 4096-token row pair of llama-3.2-1b (128256 x 2048 head, bf16), the loss in the compute dtype: 3 * 2 bytes
+    # per logit; a full fine-tune also accumulates the head's weight gradient in bf16, an adapter does not
+    long = {"loss": "full", "batch_size": 1, "max_length": 4096}
+    logits = 2 * 4096 * 128256 * 3 * 2
+    assert gpu(**long).terms["lm_head_backward"] == logits
+    assert gpu(Init.TWO_MODELS, **long).terms["lm_head_backward"] == logits + 128256 * 2048 * 2
+
+
+def test_the_defaults_are_what_the_suite_runs():
+    # knobs.py has no code for mutmut to mutate: its defaults are pinned here. transformers 5 with torch >= 2.8
+    # defaults to the fused AdamW (training_args.py `default_optim`); the suite sets no other memory setting.
+    assert Knobs().model_dump() == {
+        "optimizer": "adamw_torch_fused",
+        "gradient_checkpointing": None,
+        "attention": None,
+        "padding_free": False,
+        "liger": None,
+        "offload_params": False,
+        "method": None,
+        "max_length": None,
+        "batch_size": None,
+        "loss": "fused",
+        "optimizer_in_backward": False,
+        "expandable_segments": False,
+        "master_weights": True,
+    }
+    with pytest.raises(ValueError):
+        Knobs(max_length=7)  # the knob takes at least 8 tokens per row
+    with pytest.raises(ValueError):
+        Knobs(batch_size=0)
+
+
+def test_optimizer_in_backward_holds_at_most_the_largest_gradient():
+    # one 8-token row: a recomputed layer's backward sets the peak, beside one gradient, the largest LoRA matrix's
+    # (r 16 x 2048, fp32 adapters) instead of every adapter's
+    fused = gpu(optimizer_in_backward=True, max_length=8, batch_size=1)
+    assert fused.terms["gradients"] == 16 * 2048 * 4
+
+
+def test_the_foreach_adamw_step_can_set_the_peak():
+    # adamw_torch's step allocates one more copy of exp_avg_sq: a full fine-tune then peaks in the optimizer step,
+    # every bf16 gradient + that copy (llama-3.2-1b, 1,235,814,400 parameters)
+    step = gpu(Init.TWO_MODELS, optimizer="adamw_torch")
+    assert step.terms["gradients"] == step.terms["optimizer_step_temporaries"] == 1_235_814_400 * 2
+    assert "lm_head_backward" not in step.terms and "recomputed_layer" not in step.terms
+
+
+def test_without_checkpointing_no_layer_is_recomputed():
+    # a full fine-tune holding every layer's activations and every gradient at the end of its backward
+    p = gpu(Init.TWO_MODELS, gradient_checkpointing=False)
+    assert "gradients" in p.terms and "recomputed_layer" not in p.terms
+
+
+def test_ktos_kl_batch_stays_below_the_steps_own_peak_on_split_layers():
+    # device_map splits the layers over 2 GPUs: the KL batch's forward holds one layer's working set and one logits
+    # tile on one GPU, under the head's backward (every saved input, half on each GPU, and the head's buffers)
+    kto = cell(Init.ONE_ADAPTER, backend=Backend.DEVICE_MAP).model_copy(update={"method": "kto"})
+    p = predict_cell(kto, load_profile("2xA10"), load_workload("phi-2"))
+    assert p.status == "predicted" and "kl_batch_forward" not in p.terms

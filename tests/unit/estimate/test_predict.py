@@ -203,3 +203,138 @@ def test_zero2_end_of_backward_is_the_bucket_plus_the_gradient_partition_when_th
     p = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.ZERO2), profile, short)
     total = shapes_from_config(str(SCENARIOS_DIR / "workloads/small/config.json")).total
     assert p.terms["zero2_end_of_backward"] == pytest.approx(min(500_000_000, total) * 4 + total * 4 / 2)
+
+
+def made_up_shapes(*linears: tuple[int, int], other: int = 0):
+    """A decoder of nothing but the given (in_features, out_features) linears and `other` 1-D parameters."""
+    from bench.estimate.shapes import Linear, ModelShapes
+
+    weights = sum(i * o for i, o in linears)
+    return ModelShapes(
+        total=weights + other,
+        embeddings=0,
+        lm_head=0,
+        linear_weights=weights,
+        linear_rows=sum(o for _, o in linears),
+        experts=0,
+        other=other,
+        largest_layer=0,
+        largest_linear=0,
+        largest_block=0,
+        linears=tuple(Linear(f"layers.0.l{n}", i, o, False) for n, (i, o) in enumerate(linears)),
+        hidden=1,
+        intermediate=1,
+        layers=1,
+        heads=1,
+        kv_heads=1,
+        head_dim=1,
+        vocab=1,
+    )
+
+
+def test_large_tensors_are_those_above_the_caching_allocators_10_mib():
+    # c10/cuda/CUDACachingAllocator.cpp: a request of at least kMinLargeAlloc (10 MiB) gets its own segment rounded up
+    # to 2 MiB; 10 MiB exactly is a whole number of 2 MiB steps and loses nothing, so only tensors above it count
+    from bench.estimate.knobs import Knobs
+    from bench.estimate.predict import _large_tensors
+
+    shapes = made_up_shapes(
+        (2048, 2560),  # 5,242,880 elements: 10 MiB exactly in bf16, 20 MiB in fp32
+        (2048, 2561),  # just above 10 MiB in bf16
+        (2, 4_000_000),  # a matrix however narrow: 16 MB in bf16
+        (2048, 1200),  # 2,457,600 elements: 4.7 MiB in bf16, 9.4 MiB in fp32
+        other=10_000_000,  # 1-D norms and biases: many small tensors summed into one count, never one large tensor
+    )
+    bf16 = load_profile("1xH100")
+    fp32 = bf16.model_copy(update={"precision": "fp32"})
+    adapter, full = (
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
+        cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE),
+    )
+    assert _large_tensors(adapter, shapes, bf16, Knobs()) == 2
+    assert _large_tensors(adapter, shapes, fp32, Knobs()) == 3
+    # a full fine-tune with a reference model: the weights, the reference's, each one's gradient and two Adam states
+    assert _large_tensors(full, shapes, bf16, Knobs()) == 2 * 5
+
+
+def test_checkpoint_dtype_follows_prepare():
+    # bench/assets/prepare.py writes random weights in fp32 up to 100M parameters and in bf16 above; a pretrained
+    # checkpoint is taken as bf16 whatever its size
+    from dataclasses import replace
+
+    from bench.estimate.predict import checkpoint_bytes
+    from bench.estimate.shapes import shapes_for
+
+    workload = load_workload("small")
+    shapes = shapes_for(workload)
+    assert checkpoint_bytes(workload, shapes) == 4
+    assert checkpoint_bytes(workload, replace(shapes, total=100_000_000)) == 4
+    assert checkpoint_bytes(workload, replace(shapes, total=100_000_001)) == 2
+    pretrained = workload.model_copy(update={"model": workload.model.model_copy(update={"weights": "pretrained"})})
+    assert checkpoint_bytes(pretrained, shapes) == 2
+
+
+def test_a_bf16_cpu_cell_maps_only_a_bf16_checkpoint():
+    # a checkpoint stored in the compute dtype is mapped, and a cgroup charges an adapter cell nothing for it;
+    # small's fp32 checkpoint is converted on load into private bf16 memory, charged whole
+    from bench.estimate.shapes import shapes_for
+
+    budget = load_profile("cpu-budget").model_copy(update={"precision": "bf16"})
+    adapter = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
+    small = load_workload("small")
+    bf16_checkpoint = small.model_copy(update={"model": small.model.model_copy(update={"weights": "pretrained"})})
+    assert "weights" not in predict_cell(adapter, budget, bf16_checkpoint).terms
+    assert predict_cell(adapter, budget, small).terms["weights"] == pytest.approx(shapes_for(small).total * 2)
+
+
+def test_a_device_the_calibration_does_not_name_has_no_constants():
+    from bench.estimate.predict import Calibration
+
+    p = predict_cell(
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
+        load_profile("cpu-budget"),
+        load_workload("small"),
+        calibration=Calibration(version="x", devices={}),
+    )
+    assert p.total_bytes == p.train_bytes and p.overhead_bytes == 0
+
+
+def test_the_device_not_the_profile_name_makes_a_gpu_prediction():
+    profile = load_profile("cpu-budget").model_copy(update={"name": "2xA10"})
+    p = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), profile, load_workload("small"))
+    assert p.memory_kind == "cgroup" and "cublas_workspaces" not in p.terms and p.reserved_bytes is None
+
+
+def test_a_dequantized_weight_can_be_the_largest_freed_block():
+    # one 8-token row: the LM head's buffers are small, and bitsandbytes' dequantized 8192 x 2048 MLP weight (bf16)
+    # is the largest transient, the block the caching allocator keeps without expandable segments
+    from bench.estimate.knobs import Knobs
+
+    nf4 = cell(Init.ONE_ADAPTER, Quant.NF4, Backend.SINGLE)
+    profile, workload = load_profile("1xH100"), load_workload("llama-3.2-1b")
+    short = {"max_length": 8, "batch_size": 1}
+    cached = predict_cell(nf4, profile, workload, knobs=Knobs(**short))
+    expandable = predict_cell(nf4, profile, workload, knobs=Knobs(expandable_segments=True, **short))
+    assert cached.terms["dequant_buffer"] == 8192 * 2048 * 2
+    assert cached.reserved_bytes - expandable.reserved_bytes == 8192 * 2048 * 2
+
+
+def test_given_spreads_make_the_range_and_no_spread_leaves_none():
+    from bench.estimate.uncertainty import Spread, Spreads
+
+    one_adapter = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
+    budget, small = load_profile("cpu-budget"), load_workload("small")
+    none = predict_cell(one_adapter, budget, small, spreads=Spreads(estimator_version="x", kinds={}))
+    assert (none.range_low_bytes, none.range_high_bytes) == (None, None) and none.error_kind == "cpu:cgroup:single"
+    # on the CPU the range is of the model memory: errors -50 % .. 0 double its upper end, the baseline added back
+    wide = Spreads(estimator_version="x", kinds={"cpu": Spread(low=-0.5, high=0.0, rows=1)})
+    p = predict_cell(one_adapter, budget, small, spreads=wide)
+    assert p.range_low_bytes == pytest.approx(p.total_bytes)
+    assert p.range_high_bytes == pytest.approx(p.total_bytes + p.train_bytes)
+
+
+def test_an_hpu_prediction_is_of_the_devices_own_figure():
+    p = predict_cell(
+        cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("8xGaudi2"), load_workload("phi-2")
+    )
+    assert p.memory_kind == "device" and p.error_kind == "hpu:device:single"

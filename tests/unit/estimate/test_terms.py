@@ -124,3 +124,28 @@ def test_zero3_states_with_the_optimizer_offloaded_stay_off_the_device():
     assert terms.zero3_model_states(2000, 1000, 2, 10, 2, offload=True) == 1000 + 40
     assert terms.zero3_model_states(2000, 1000, 2, 10, 2) == 1000 + 40 + 16 * 1000 / 2
     assert terms.zero_offloaded_host(1000, 2) == 16 * 1000 / 2  # fp32 grads 4 + master 4 + Adam 8, per rank
+
+
+def test_zero3_with_parameters_offloaded_keeps_only_the_gathered_layer():
+    # DeepSpeed's estimate_zero3_model_states_mem_needs with offload_param: 4 * LL per GPU (bf16 params + grads)
+    assert terms.zero3_model_states(2000, 1000, 2, 10, 2, offload=True, offload_params=True) == 40
+
+
+def test_a_forward_without_gradient_holds_one_layer_and_one_head_tile():
+    # 512 tokens of a 1000-entry vocabulary in bf16: one [512, 1000] logits tile beside the layer's working set
+    assert terms.no_grad_forward(300.0, 512, 1000, 2) == 300 + 512 * 1000 * 2
+
+
+def test_bitsandbytes_thresholds_are_inclusive():
+    # bitsandbytes 0.50 optim/optimizer.py: 32-bit states only when numel < min_8bit_size (4096), ordinary tensors
+    # only when numel < 1e5 (get_state_buffer): 4096 elements take 8-bit states, 1e5 elements go to managed memory
+    at_4096 = terms.optimizer_state("adamw_8bit", [(64, 64)], 4)
+    assert at_4096 == terms.OptimizerState(2 * 4096 + 2 * 4 * 16, 0.0, 0.0)
+    two_paged = terms.optimizer_state("paged_adamw_32bit", [(1000, 100), (1000, 100)], 4)
+    assert two_paged == terms.OptimizerState(0.0, 2 * 8 * 100_000, 0.0)
+
+
+def test_adafactor_factors_every_matrix_and_has_no_paged_state():
+    # a 10 x 2 matrix is factored into 10 + 2 statistics; nothing trainable: no state, no step temporaries
+    assert terms.optimizer_state("adafactor", [(10, 2)], 4) == terms.OptimizerState(12 * 4, 0.0, 2 * 20 * 4)
+    assert terms.optimizer_state("adafactor", [], 4) == terms.OptimizerState(0, 0.0, 0)

@@ -47,3 +47,48 @@ def test_the_committed_spreads_are_the_current_validation():
 
     rows, _ = validate()
     assert uncertainty.load_spreads() == current_spreads(rows)
+
+
+def test_a_range_that_touches_the_limit():
+    # the whole range at or under the usable memory fits; a range whose low end is exactly the limit may still fit
+    assert uncertainty.verdict(90, 100, (80, 100)) == "fits"
+    assert uncertainty.verdict(100, 100, (100, 120)) == "tight"
+    assert uncertainty.verdict(100, 100, None) == "fits"
+
+
+def test_measured_range_of_a_kind_that_only_over_or_only_under_predicted():
+    # errors +5 % .. +10 %: the measurement is expected between 100 / 1.1 and the prediction itself
+    assert uncertainty.measured_range(100.0, Spread(low=0.05, high=0.1, rows=2)) == pytest.approx((100 / 1.1, 100.0))
+    # errors -20 % .. -10 %: between the prediction and 100 / 0.8
+    assert uncertainty.measured_range(100.0, Spread(low=-0.2, high=-0.1, rows=2)) == pytest.approx((100.0, 125.0))
+    assert uncertainty.measured_range(100.0, None) is None
+
+
+def test_kinds_of_every_backend_family():
+    assert uncertainty.cell_kind("cuda", "cuda_allocated", "ddp") == "cuda:cuda_allocated:multi"
+    assert uncertainty.cell_kind("cpu", "cgroup", "single") == "cpu:cgroup:single"
+    assert uncertainty.cell_kind("cpu", "cgroup", "zero2", "dpo") == "cpu:cgroup:zero"
+    assert uncertainty.fallbacks("cpu") == ["cpu"]
+
+
+def test_spreads_of_a_kind_and_the_kinds_it_falls_back_to():
+    s = uncertainty.spreads_of({"cpu:rss:single": [0.2, -0.05, 0.1]})
+    assert set(s) == {"cpu:rss:single", "cpu:rss", "cpu"}
+    assert s["cpu:rss"] == Spread(low=-0.05, high=0.2, rows=3)
+    spreads = Spreads(
+        estimator_version="x",
+        kinds={"cpu": Spread(low=-0.2, high=0.1, rows=3), "cpu:rss": Spread(low=-0.1, high=0.05, rows=2)},
+    )
+    # the finest kind that has rows
+    assert uncertainty.spread_for("cpu:rss:single", spreads).rows == 2
+    assert uncertainty.spread_for("cpu:rss:single", None) is None
+
+
+def test_spreads_file_round_trip(tmp_path):
+    # rewriting the committed file changes nothing, byte for byte; a missing file is no spreads
+    committed = uncertainty.load_spreads()
+    assert committed is not None and committed.estimator_version
+    uncertainty.write_spreads(committed, tmp_path / "spread.json")
+    assert (tmp_path / "spread.json").read_bytes() == uncertainty.SPREAD_FILE.read_bytes()
+    assert uncertainty.load_spreads(tmp_path / "spread.json") == committed
+    assert uncertainty.load_spreads(tmp_path / "missing.json") is None
