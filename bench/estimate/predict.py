@@ -150,7 +150,7 @@ def predict_cell(
     terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs)
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
-    gpu = gpu_terms.gpu_of(profile) if profile.device == "cuda" else None
+    gpu = gpu_terms.gpu_of(profile)  # None off CUDA: only NVIDIA catalog entries have CUDA figures
     if profile.device == "cuda" and gpu is None:
         notes.append(
             f"GPU of profile {profile.name} ({profile.gpu}) has no CUDA figures: taken as {gpu_terms.REFERENCE_GPU}"
