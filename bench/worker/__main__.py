@@ -53,6 +53,13 @@ def torch_rank_env(launcher: str, environ: Mapping[str, str]) -> dict[str, str]:
     return dict(zip(TORCH_RANK_ENV, (str(v) for v in rank_from_env(launcher, dict(environ))), strict=True))
 
 
+def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """torch_rank_env on accelerators only. On the CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself
+    (get_cpu_distributed_information), the path every CPU run has taken; with torch's variables set as well, one
+    mpirun cell in the docker CI stage hung in the gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
+    return {} if spec.profile.device == "cpu" else torch_rank_env(spec.cell.launcher, environ)
+
+
 def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
@@ -138,7 +145,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker SPEC.json", file=sys.stderr)
         return 2
     spec = WorkerSpec.read(argv[1])
-    os.environ.update(torch_rank_env(spec.cell.launcher, os.environ))
+    os.environ.update(rank_env_for(spec, os.environ))
     # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
     from bench.worker import faults

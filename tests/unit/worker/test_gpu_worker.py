@@ -47,6 +47,17 @@ def test_mpirun_ranks_get_torchs_rank_variables_and_others_are_left_alone():
     assert torch_rank_env("python", OMPI_RANK_1) == {}
 
 
+def test_the_rank_variables_are_set_on_accelerators_only():
+    from bench.worker.__main__ import rank_env_for
+
+    gpu = spec("one_adapter", "none", "ddp").model_copy(
+        update={"cell": Cell(init="one_adapter", quant="none", backend="ddp", launcher="mpirun")}
+    )
+    assert rank_env_for(gpu, OMPI_RANK_1) == {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    cpu = gpu.model_copy(update={"profile": load_profile("cpu")})
+    assert rank_env_for(cpu, OMPI_RANK_1) == {}  # accelerate's own CPU path reads OMPI_COMM_WORLD_*
+
+
 def test_on_gpus_accelerate_forms_a_group_only_from_torchs_variables(monkeypatch):
     """accelerate's own decision (PartialState._prepare_backend), with CUDA faked available: mpirun's variables
     alone give no distributed type, so every rank would train alone; mapped, they give MULTI_GPU."""
