@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from bench.executors.base import LaunchPlan, Outcome
+from bench.files import write_whole
 from bench.isolation import lifeline
 from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
@@ -160,9 +161,7 @@ class LiveCell(BaseModel):
 
 
 def _write_live(path: Path, live: LiveCell) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(live.model_dump_json())
-    tmp.replace(path)
+    write_whole(path, live.model_dump_json())
 
 
 def _group_members(pgid: int) -> list[int]:

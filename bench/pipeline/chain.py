@@ -1,7 +1,6 @@
 """The pipeline's stages and the run of the chain (bench/pipeline/__init__.py)."""
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +8,7 @@ from typing import Literal, TextIO
 
 from bench.assets.prepare import PreparedAssets
 from bench.executors.base import Executor, LaunchPlan
+from bench.files import write_whole
 from bench.judge.stage import not_run_stage, step_stage, training_stage
 from bench.matrix.axes import Backend, Init, Launcher, Method, Quant
 from bench.matrix.cell import Cell
@@ -95,9 +95,7 @@ def write_stage(run_dir: Path, record: StageRecord) -> None:
     """One stage's record, written whole (tmp + rename) the moment it ends: a crash loses no finished stage."""
     path = stage_file(run_dir, record)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(record.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_whole(path, record.model_dump_json(indent=1) + "\n")
 
 
 def load_stages(run_dir: Path) -> list[StageRecord]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import write_whole
 from bench.report.decide_data import Decision, encode, predict_grid
 from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
 from bench.report.pipeline import latest_pipelines
@@ -213,7 +214,7 @@ def publish(
     predict it (none: no page)."""
     runs = discover(results_dir, cell_ids, added, method_cells)
     readme = results_dir / "README.md"
-    _write(readme, redact(render_index(runs, results_dir, site_dir)))
+    write_whole(readme, redact(render_index(runs, results_dir, site_dir)))
     every = [*cell_ids, *(c for ids in (method_cells or {}).values() for c in ids)]
     views = [profile_view(r, r.run_dir, every) for r in runs if r.run_dir is not None]
     site_dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +222,7 @@ def publish(
         write_decision(site_dir, decision)
     index = site_dir / "index.html"
     page = render_site(views, now_iso(), predicted_section(load_predicted(results_dir)), decision is not None)
-    _write(index, redact(page))
+    write_whole(index, redact(page))
     return readme, index
 
 
@@ -229,13 +230,7 @@ def write_decision(site_dir: Path, decision: Decision) -> Path:
     """site_dir/decide.html and its data file, every point of the grid predicted; returns the page's path."""
     points, commands = predict_grid(decision)
     data = encode(decision.grid, points, commands)
-    _write(site_dir / DATA_FILE, data_script(data))
+    write_whole(site_dir / DATA_FILE, data_script(data))
     page = site_dir / PAGE
-    _write(page, render_page(decision.grid, data))
+    write_whole(page, render_page(decision.grid, data))
     return page
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

@@ -17,6 +17,7 @@ from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
 from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
 from bench.results.store import now_iso
 from bench.secrets import redact
+from bench.files import write_whole
 
 
 def lock_file_hash(lock: Path) -> str | None:
@@ -124,6 +125,4 @@ def write_env(run_dir: Path, env: EnvFingerprint) -> None:
                 f"{path}: this run was measured with other package versions; start a new run instead of resuming"
             )
         return
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(redact(env.model_dump_json(indent=2)))
-    tmp.replace(path)
+    write_whole(path, redact(env.model_dump_json(indent=2)))

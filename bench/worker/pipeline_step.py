@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from bench.files import write_whole
 from bench.secrets import redact
 
 MERGE_TOLERANCE = {"fp32": 1e-3, "bf16": 0.125, "fp16": 0.0625}
@@ -53,9 +54,7 @@ class StepReport(BaseModel):
     traceback_tail: str | None = None
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(f".tmp{self.pid}")
-        tmp.write_text(self.model_dump_json())
-        tmp.replace(path)
+        write_whole(path, self.model_dump_json())
 
 
 def _dtype(precision: str) -> Any:

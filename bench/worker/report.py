@@ -4,6 +4,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from bench.files import write_whole
 from bench.results.schema import Engagement
 
 
@@ -41,9 +42,7 @@ class RankReport(BaseModel):
     traceback_tail: str | None = None
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(f".tmp{self.pid}")
-        tmp.write_text(self.model_dump_json())
-        tmp.replace(path)
+        write_whole(path, self.model_dump_json())
 
 
 def read_rank_reports(folder: Path) -> tuple[list[RankReport], list[str]]:

@@ -6,7 +6,6 @@ to as each job ends. Every call is a real Slurm command; nothing here knows what
 """
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import write_whole
 
 ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"})
 """States of a job that still holds (or waits for) resources."""
@@ -189,9 +189,7 @@ class JobRegistry:
     def put(self, key: str, job_id: str) -> None:
         with self._lock:
             self._jobs[key] = job_id
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._jobs, indent=2, sort_keys=True))
-            os.replace(tmp, self.path)
+            write_whole(self.path, json.dumps(self._jobs, indent=2, sort_keys=True))
 
     def job_ids(self) -> list[str]:
         with self._lock:

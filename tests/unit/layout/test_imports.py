@@ -12,7 +12,7 @@ from bench.paths import PROJECT_ROOT
 BENCH = PROJECT_ROOT / "bench"
 
 LAYERS = (
-    ("errors", "paths", "secrets", "units"),
+    ("errors", "files", "paths", "secrets", "units"),
     ("matrix",),
     ("assets", "isolation", "results"),
     ("worker",),
