@@ -15,6 +15,12 @@ def base_cell_id(init: str, quant: str, backend: str, method: str = Method.DPO) 
     return f"{prefix}{init}-{quant}-{backend}"
 
 
+def method_of_id(cell_id: str) -> Method:
+    """The training method a cell id names: its prefix where that is a method (base_cell_id), else DPO."""
+    head = cell_id.split("-", 1)[0]
+    return Method(head) if head in set(Method) else Method.DPO
+
+
 def is_variant_id(cell_id: str, init: str, quant: str, backend: str, method: str = Method.DPO) -> bool:
     """A row with another launcher, world size, options or the newcomer setup: its id carries a `+` suffix beyond
     [method-]init-quant-backend."""

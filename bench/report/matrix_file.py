@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.matrix.axes import Method
-from bench.matrix.cell import Cell
+from bench.matrix.cell import Cell, method_of_id
 from bench.report.matrix import csv_frame, render
 from bench.report.pipeline import pipeline_section
 from bench.results.env import read_env
@@ -68,7 +68,7 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
         method_context[method] = context_lines(other.name, read_env(other) or EnvFingerprint())[:1]
     present = {r.cell_id for r in records}
     context = context_lines(run_dir.name, read_env(run_dir) or EnvFingerprint())
-    dpo_missing = [c for c in cell_ids if c not in present and c.split("-")[0] not in others]
+    dpo_missing = [c for c in cell_ids if c not in present and method_of_id(c) not in others]
     for later, found in later_records(run_dir, dpo_missing).items():
         records += found
         context += ["", later_rows_line(later, len({r.cell_id for r in found}))]

@@ -88,3 +88,12 @@ def test_method_option_picks_cells():
         parse_methods("ppo")
     cells = expand(load_matrix())
     assert {c.method for c in of_methods(cells, parse_methods("orpo"))} == {Method.ORPO}
+
+
+def test_a_cell_id_names_its_method_by_its_prefix_and_dpo_by_none():
+    from bench.matrix.cell import method_of_id
+    from bench.matrix.scenario import expand, load_matrix
+
+    cells = expand(load_matrix())
+    assert {c.method for c in cells} == set(Method)  # every method's ids are covered below
+    assert all(method_of_id(c.id) == c.method for c in cells)
