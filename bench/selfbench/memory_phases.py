@@ -302,7 +302,9 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
     """bench/worker/stages/dpo.py's trainer, one piece at a time, with a snapshot after each piece."""
     from datasets import load_from_disk
     from transformers import AutoTokenizer
+    from trl import DPOTrainer
 
+    from bench.worker import stages
     from bench.worker.models import build_models
     from bench.worker.stages import dpo
 
@@ -314,7 +316,7 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
     snapshots["dataset"] = snapshot(usage)
     built = build_models(spec)
     snapshots["models"] = snapshot(usage)
-    return dpo.assemble(args, built, tokenizer, dataset, callbacks)
+    return stages.assemble(DPOTrainer, args, built, tokenizer, dataset, callbacks, reference=True)
 
 
 def _spec(args: argparse.Namespace) -> Any:

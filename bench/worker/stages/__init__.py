@@ -20,3 +20,20 @@ def inputs(spec: WorkerSpec) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(spec.assets.tokenizer), load_from_disk(spec.assets.dataset)
+
+
+def assemble(
+    trainer_class: Any, args: Any, built: Any, tokenizer: Any, dataset: Any, callbacks: list[Any], reference: bool
+) -> Any:
+    """`trainer_class` over what the cell built: TRL's trainers take the same keywords. `reference`: the trainer
+    takes the reference model the init mode built (DPO, KTO); the reference-free ones take no `ref_model`."""
+    extra = {"ref_model": built.ref_model} if reference else {}
+    return trainer_class(
+        model=built.model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=built.peft_config,
+        callbacks=callbacks,
+        **extra,
+    )

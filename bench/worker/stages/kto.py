@@ -6,7 +6,7 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import inputs
+from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments, precompute_ref_log_probs
 
 
@@ -19,13 +19,4 @@ def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
         precompute_ref_log_probs=precompute_ref_log_probs(spec),
     )
     tokenizer, dataset = inputs(spec)
-    built = build_models(spec)
-    return KTOTrainer(
-        model=built.model,
-        ref_model=built.ref_model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
-    )
+    return assemble(KTOTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=True)

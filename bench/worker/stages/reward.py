@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.worker.models import build_models, load_pretrained
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import inputs
+from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 EVAL_PAIRS = 128
@@ -39,15 +39,16 @@ def load_reward_model(spec: WorkerSpec) -> Any:
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl import RewardConfig, RewardTrainer
 
+    args = RewardConfig(**common_arguments(spec))
     tokenizer, dataset = inputs(spec)
-    built = build_models(spec, load=load_reward_model, task="SEQ_CLS")
-    return RewardTrainer(
-        model=built.model,
-        args=RewardConfig(**common_arguments(spec)),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
+    return assemble(
+        RewardTrainer,
+        args,
+        build_models(spec, load=load_reward_model, task="SEQ_CLS"),
+        tokenizer,
+        dataset,
+        callbacks,
+        reference=False,
     )
 
 

@@ -5,20 +5,13 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import inputs
+from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl import SFTConfig, SFTTrainer
 
+    args = SFTConfig(**common_arguments(spec))
     tokenizer, dataset = inputs(spec)
-    built = build_models(spec)
-    return SFTTrainer(
-        model=built.model,
-        args=SFTConfig(**common_arguments(spec)),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
-    )
+    return assemble(SFTTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=False)

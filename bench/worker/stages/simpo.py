@@ -5,7 +5,7 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import inputs
+from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 BETA = 2.0
@@ -18,12 +18,4 @@ def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
 
     args = CPOConfig(**common_arguments(spec), loss_type="simpo", cpo_alpha=0.0, beta=BETA)
     tokenizer, dataset = inputs(spec)
-    built = build_models(spec)
-    return CPOTrainer(
-        model=built.model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=built.peft_config,
-        callbacks=callbacks,
-    )
+    return assemble(CPOTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=False)
