@@ -18,18 +18,39 @@ GPUS     := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 VENV_FLAVOR ?= $(if $(filter-out 0,$(GPUS)),cuda,cpu)
 LOCK     := docker/$(VENV_FLAVOR)/requirements.lock
 STAMP    := $(VENV)/.installed-$(VENV_FLAVOR)
-OTHER_STAMPS = $(filter-out $(STAMP),$(wildcard $(VENV)/.installed-*))
+OTHER_STAMPS = $(filter-out $(STAMP) $(OFFLINE_STAMP),$(wildcard $(VENV)/.installed-*))
+# Offline: `make setup WHEELHOUSE=<dir>` installs over this machine's own Python from a wheelhouse that
+# `make wheelhouse` collected on a connected one (docker/offline/, docs/hardware.md "A GPU box without internet").
+WHEELHOUSE ?=
+OFFLINE_STAMP := $(VENV)/.installed-offline
+WHEEL_FLAVOR ?= cuda
+WHEEL_PYTHON ?= 3.12
+WHEEL_CUDA   ?= 130
 
 BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
 
-.PHONY: mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: wheelhouse first-contact mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 	@echo "  variables: HW=$(HW) METHOD=dpo|sft|reward|kto|orpo|simpo|all FILTER='glob,glob' RUN=<run-id> FORCE=1 EXECUTOR=auto|docker|local|slurm SLURM_CONFIG=<file>"
 	@echo "  .venv: VENV_FLAVOR=$(VENV_FLAVOR) (cuda where nvidia-smi lists a GPU, else cpu)"
 
-setup: $(STAMP) ## create .venv from the lock file: the cuda one where nvidia-smi lists a GPU, else the cpu one (idempotent)
+setup: ## create .venv from the lock file: the cuda one where nvidia-smi lists a GPU, else the cpu one (idempotent); WHEELHOUSE=<dir>: offline, over this machine's own torch
+ifneq ($(if $(filter wheelhouse,$(MAKECMDGOALS)),,$(WHEELHOUSE)),)
+	$(PYTHON) docker/offline/install.py --wheelhouse '$(WHEELHOUSE)' --venv $(VENV) --flavor $(VENV_FLAVOR)
+else ifneq ($(wildcard $(OFFLINE_STAMP)),)
+	@echo "$(VENV) was installed offline over $$(sed -n 's/.*"base_python": "\(.*\)",/\1/p' $(OFFLINE_STAMP)) (make setup WHEELHOUSE=<dir> again to update it)"
+else
+	@$(MAKE) --no-print-directory $(STAMP)
+endif
+
+wheelhouse: setup ## on a connected machine: the wheels an offline GPU box needs, WHEELHOUSE=<dir> [WHEEL_FLAVOR=cuda] [WHEEL_PYTHON=3.12] [WHEEL_CUDA=130]
+	@test -n '$(WHEELHOUSE)' || { echo "error: make wheelhouse needs WHEELHOUSE=<dir>" >&2; exit 2; }
+	$(PY) docker/offline/wheelhouse.py --out '$(WHEELHOUSE)' --flavor $(WHEEL_FLAVOR) --python $(WHEEL_PYTHON) --cuda $(WHEEL_CUDA)
+
+first-contact: setup ## on a GPU box: the time-boxed one-GPU matrix + phi-2 on an emulated A10, one archive [OUT=<dir>] [MINUTES=7]
+	$(PY) -m bench first-contact $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
 
 $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)

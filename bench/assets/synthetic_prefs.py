@@ -1,9 +1,19 @@
-"""Synthetic preference pairs with realistic, long-tailed lengths for the real-architecture workloads.
+"""Synthetic preference pairs with realistic, long-tailed lengths and a learnable preference, for the
+real-architecture workloads.
 
 Text is drawn from a seeded lexicon of pseudo-words with a Zipf frequency law, so a byte-level BPE trained on it
 with a large vocabulary behaves like a real one (frequent words = one token, rare words split). Prompt and answer
 lengths are log-normal (median + spread from the workload), capped so prompt + answer fits max_length.
-Only throughput and memory depend on these rows; their meaning does not matter.
+
+The preference: the lexicon is dealt into two registers of the same size and the same Zipf shape (alternate words
+by frequency rank). Chosen answers are written in the preferred register, rejected ones in the other; prompts use
+both. A policy that learns raises the preferred register's words and lowers the other's, which DPO's loss rewards
+at once, so a cell that trains correctly shows a falling loss from random weights (bench/judge/learning.py). With
+chosen and rejected drawn from one distribution no preference exists, the loss stays at ln 2 up to noise, and every
+GPU cell would read `learning_failed`.
+
+Lengths are drawn from their own seeded stream, apart from the words: the length distributions do not depend on
+the registers.
 """
 
 import itertools
@@ -17,6 +27,7 @@ LEXICON_SIZE = 20_000
 ONSETS = ["", "b", "br", "d", "f", "g", "k", "l", "m", "n", "p", "pl", "r", "s", "st", "t", "tr", "v", "z"]
 VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
 CODAS = ["", "", "n", "r", "s", "t", "l", "m"]
+ZIPF_EXPONENT = 1.1
 
 
 def lexicon(size: int = LEXICON_SIZE, seed: int = 0) -> list[str]:
@@ -28,9 +39,31 @@ def lexicon(size: int = LEXICON_SIZE, seed: int = 0) -> list[str]:
     return sorted(words)
 
 
+def registers(words: list[str]) -> tuple[list[str], list[str]]:
+    """(preferred, dispreferred): alternate words by frequency rank, so both follow the same Zipf law."""
+    return words[0::2], words[1::2]
+
+
+def zipf_weights(count: int) -> list[float]:
+    return list(itertools.accumulate(1.0 / (rank + 1) ** ZIPF_EXPONENT for rank in range(count)))
+
+
 def length_in_words(rng: random.Random, median_tokens: int, sigma: float, cap_tokens: int) -> int:
     tokens = min(cap_tokens, max(1, round(rng.lognormvariate(0.0, sigma) * median_tokens)))
     return max(1, int(tokens / TOKENS_PER_WORD))
+
+
+def row_lengths(spec: SyntheticPrefs, max_length: int) -> list[tuple[int, int, int]]:
+    """(prompt, chosen, rejected) words of each row, from the lengths' own seeded stream."""
+    rng = random.Random(spec.seed)
+    lengths = []
+    for _ in range(spec.rows):
+        prompt = length_in_words(rng, spec.prompt_median_tokens, spec.sigma, max_length // 2)
+        room = max(1, max_length - int(prompt * TOKENS_PER_WORD))
+        chosen = length_in_words(rng, spec.answer_median_tokens, spec.sigma, room)
+        rejected = length_in_words(rng, spec.answer_median_tokens, spec.sigma, room)
+        lengths.append((prompt, chosen, rejected))
+    return lengths
 
 
 def _text(rng: random.Random, words: list[str], cum_weights: list[float], count: int) -> str:
@@ -46,20 +79,17 @@ def _text(rng: random.Random, words: list[str], cum_weights: list[float], count:
 
 def generate(spec: SyntheticPrefs, max_length: int) -> list[dict[str, str]]:
     """`spec.rows` prompt/chosen/rejected rows; prompt + either answer stays within ~max_length tokens."""
-    rng = random.Random(spec.seed)
+    rng = random.Random(spec.seed + 1)  # the words' stream; the lengths have their own (row_lengths)
     words = lexicon(seed=spec.seed)
-    cum_weights = list(itertools.accumulate(1.0 / (rank + 1) ** 1.1 for rank in range(len(words))))
+    preferred, dispreferred = registers(words)
+    every, half = zipf_weights(len(words)), zipf_weights(len(preferred))
     rows = []
-    for _ in range(spec.rows):
-        prompt_words = length_in_words(rng, spec.prompt_median_tokens, spec.sigma, max_length // 2)
-        room = max(1, max_length - int(prompt_words * TOKENS_PER_WORD))
-        chosen_words = length_in_words(rng, spec.answer_median_tokens, spec.sigma, room)
-        rejected_words = length_in_words(rng, spec.answer_median_tokens, spec.sigma, room)
+    for prompt, chosen, rejected in row_lengths(spec, max_length):
         rows.append(
             {
-                "prompt": _text(rng, words, cum_weights, prompt_words),
-                "chosen": " " + _text(rng, words, cum_weights, chosen_words),
-                "rejected": " " + _text(rng, words, cum_weights, rejected_words),
+                "prompt": _text(rng, words, every, prompt),
+                "chosen": " " + _text(rng, preferred, half, chosen),
+                "rejected": " " + _text(rng, dispreferred, half, rejected),
             }
         )
     return rows

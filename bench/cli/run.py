@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_run_id, positive
+from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_run_id, positive, positive_float
 from bench.cli.target import add_target_arguments
 from bench.errors import BenchError
 from bench.executors import docker_images as images
@@ -16,6 +16,7 @@ from bench.paths import PROJECT_ROOT
 if TYPE_CHECKING:
     from bench.assets.prepare import PreparedAssets
     from bench.executors.base import Executor
+    from bench.run.budget import TimeBudget
     from bench.run.preflight import Where
 
 
@@ -39,7 +40,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
 
+    started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
     profile, workload = target(args)
+    if args.cell_timeout is not None:
+        profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
     run_dir = Path(args.results) / profile.name / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -49,12 +53,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         for line in clean_up_dead_runners(run_dir.parent, run_dir):
             print(f"cleaned up: {line}", flush=True)
-        return _run(args, profile, workload, run_id, run_dir)
+        return _run(args, profile, workload, run_id, run_dir, started)
     finally:
         lock.release()
 
 
-def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path) -> int:
+def _run(
+    args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path, started: float
+) -> int:
     from bench.assets.prepare import PreparedAssets, prepare
     from bench.estimate.gate import predictor
     from bench.matrix.known_issues import known_issues
@@ -84,6 +90,16 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload,
         print(
             f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
             "memory answers hold for the profile, speed is the real GPU's (docs/hardware.md)",
+            flush=True,
+        )
+    if machine.card is not None:
+        peak = machine.peak_tflops(profile)
+        against = f"{peak:g} TFLOP/s {profile.precision}" if peak else f"no published {profile.precision} peak: no MFU"
+        print(f"card: the GPU catalog's {machine.card.name} (MFU against {against})", flush=True)
+    elif profile.device != "cpu" and where is not None:
+        print(
+            f"notice: the card is not in the GPU catalog (scenarios/gpus.yaml): MFU against {profile.name}'s peak "
+            f"({profile.peak_tflops} TFLOP/s), not the card's",
             flush=True,
         )
     if machine.untested_reason:
@@ -119,11 +135,21 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload,
         machine.emulated_from,
         untested=machine.untested_reason,
         versions=env.packages,
-        predict=predictor(profile, workload),
+        predict=predictor(machine.memory_profile(profile), workload),
         run_predicted_oom=args.run_predicted_oom,
+        peak_tflops=machine.peak_tflops(profile),
     )
+    if executor.name == "local" and not machine.untested_reason:
+        from bench.executors.local import extensions_dir
+        from bench.run.host_ops import ensure_built, needs_host_ops
+
+        if needs_host_ops(c for c in cells if not_applicable_reason(c, profile) is None):
+            print(ensure_built(executor.python, extensions_dir(), run_dir / "host-ops.log"), flush=True)
+    budget = None
+    if args.time_budget is not None:
+        budget = time_budget(args.time_budget * 60, profile, workload, cells, started)
     try:
-        records = execute(ctx, cells, force=args.force, repeats=args.repeats)
+        records = execute(ctx, cells, force=args.force, repeats=args.repeats, budget=budget)
     except KeyboardInterrupt:
         return INTERRUPTED  # the runner has stopped the cell and said how to resume
     selected = {c.id for c in cells}
@@ -137,6 +163,33 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload,
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
     return 0
+
+
+def minimum_timeout(value: str) -> int:
+    """--cell-timeout: whole seconds, at least 10 (the profile schema's own floor)."""
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole seconds, got {value!r}") from None
+    if seconds < 10:
+        raise argparse.ArgumentTypeError(f"must be >= 10 s, got {seconds}")
+    return seconds
+
+
+def time_budget(
+    seconds: float, profile: HardwareProfile, workload: Workload, cells: list, started: float
+) -> "TimeBudget":
+    """The run's TimeBudget: the speed model's slow end per step for each cell (bench/estimate/speed)."""
+    from bench.estimate.speed.matrix import speeds_of
+    from bench.run.budget import TimeBudget
+
+    speeds = speeds_of(profile, workload, cells)
+
+    def step_seconds(cell) -> float | None:
+        speed = speeds.get(cell.id)
+        return speed.s_per_step_high if speed is not None else None
+
+    return TimeBudget(seconds, workload.train.steps, step_seconds, profile.start_up_s, started=started)
 
 
 def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | None = None) -> Path:
@@ -231,6 +284,17 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
     return DockerExecutor(spec, image_id)
 
 
+def cmd_first_contact(args: argparse.Namespace) -> int:
+    from bench.results.store import new_run_id
+    from bench.run.first_contact import first_contact
+
+    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    out = Path(args.out) if args.out else Path(args.results) / "first-contact" / run_id
+    path = first_contact(args.minutes, out, Path(args.results), run_id)
+    print(f"first-contact: archive {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
 def cmd_images(args: argparse.Namespace) -> int:
     if not images.engine_available():
         raise BenchError(f"no docker engine answers `{images.DOCKER} info`; start dockerd first")
@@ -275,6 +339,22 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="trials per cell; compare gives throughput/memory verdicts from 4 trials per side on",
     )
     p.add_argument(
+        "--time-budget",
+        type=positive_float,
+        default=None,
+        metavar="MINUTES",
+        help="stop starting cells that would end after MINUTES (counted from the command's start); cells run in "
+        "coverage order, every backend, init mode, quantization, method and launcher once before anything repeats; "
+        "the rest are reported as not run and a later run with --run-id resumes them",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=minimum_timeout,
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock limit of one cell (default: the profile's timeout_s)",
+    )
+    p.add_argument(
         "--run-predicted-oom",
         action="store_true",
         help="run the cells the memory estimator predicts to run out of memory by a clear margin (by default they "
@@ -298,6 +378,16 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
     add_slurm_arguments(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "first-contact",
+        help="on a GPU box: pick the card's profile, prepare, run the time-boxed one-GPU matrix and phi-2 on an "
+        "emulated 24 GB card, archive the runs (docs/hardware.md, 'A GPU box without internet')",
+    )
+    p.add_argument("--minutes", type=positive_float, default=7.0, help="the cells' deadline (default: %(default)s)")
+    p.add_argument("--out", default=None, help="folder of the archive (default: results/first-contact/<run-id>)")
+    p.add_argument("--run-id", default=None)
+    p.set_defaults(func=cmd_first_contact)
 
     p = sub.add_parser(
         "matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run (of DPO and of each method)"

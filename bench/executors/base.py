@@ -22,6 +22,10 @@ class LaunchPlan:
     """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
     devices: int = 0
     """GPUs the cell gets on each node (0: none); `env` names them in CUDA_VISIBLE_DEVICES where the run chose them."""
+    progress_dir: Path | None = None
+    """Where each rank's worker marks its steps (bench/isolation/progress.py); None: no progress watchdog."""
+    stall_s: float | None = None
+    """A rank that made no step for this long ends the cell as a hang; None: no progress watchdog."""
 
     @property
     def config_files(self) -> list[Path]:
@@ -38,6 +42,8 @@ class Outcome:
     image: str | None = None
     rank_memory: list[RankMemory] = field(default_factory=list)
     """The kernel's figures per rank under a per-rank memory budget (local executor); empty without one."""
+    stalled: str | None = None
+    """The progress watchdog's reason for killing the cell (which rank made no step for how long); None otherwise."""
 
 
 class Executor(Protocol):

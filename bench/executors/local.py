@@ -22,13 +22,15 @@ from pydantic import BaseModel, ValidationError
 
 from bench.executors.base import LaunchPlan, Outcome
 from bench.files import write_whole
-from bench.isolation import lifeline
+from bench.isolation import lifeline, progress
 from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"
 GRACE_S = 5.0
 KILL_WAIT_S = 10.0
+WATCH_EVERY_S = 1.0
+"""How often the progress watchdog looks at the ranks' step files while the cell runs."""
 TAIL_BYTES = 6000
 LIVE_FILE = "running.json"
 
@@ -280,6 +282,7 @@ def run_local(
                     f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
                 ) from exc
             timed_out = interrupted = False
+            stalled = None
             try:
                 if live_file is not None:
                     live = LiveCell(
@@ -295,7 +298,7 @@ def run_local(
                     )
                     _write_live(live_file, live)
                 with sigint.allow():
-                    process.wait(timeout=timeout_s)
+                    stalled = wait_watching(process, timeout_s, plan)
             except subprocess.TimeoutExpired:
                 timed_out = True
             except KeyboardInterrupt:
@@ -318,4 +321,25 @@ def run_local(
         log_tail=read_tail(log_path),
         oom_killed=any(rank.oom_kills > 0 for rank in rank_memory),
         rank_memory=rank_memory,
+        stalled=stalled,
     )
+
+
+def wait_watching(process: subprocess.Popen, timeout_s: float, plan: LaunchPlan) -> str | None:
+    """Wait for the launcher to exit; TimeoutExpired at `timeout_s`. Returns the progress watchdog's reason when a
+    rank's steps stopped for longer than the plan's stall_s (the caller kills the cell), else None."""
+    if plan.progress_dir is None or plan.stall_s is None:
+        process.wait(timeout=timeout_s)
+        return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(plan.argv, timeout_s)
+        try:
+            process.wait(timeout=min(WATCH_EVERY_S, left))
+            return None
+        except subprocess.TimeoutExpired:
+            reason = progress.stalled(plan.progress_dir, plan.stall_s)
+            if reason is not None:
+                return reason

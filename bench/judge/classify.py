@@ -182,6 +182,7 @@ def classify(
     log_tail: str,
     oom_killed: bool = False,
     oom_detail: str | None = None,
+    stalled: str | None = None,
     cell: Cell | None = None,
     versions: Mapping[str, str | None] | None = None,
     known: Sequence[KnownIssue] | None = None,
@@ -190,7 +191,7 @@ def classify(
     launcher's account of dead ranks are candidates, and the most causal one wins. With the cell and the installed
     package versions (env.json's `packages`), the first known issue that explains the failure is attached; `known`
     replaces the shipped entries. `oom_detail` names the rank a kernel memory limit killed, and the limit."""
-    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed, oom_detail)
+    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed, oom_detail, stalled)
     issue = find_known_issue(
         "\n".join([*error_texts, log_tail]),
         cell,
@@ -209,9 +210,12 @@ def _status_of(
     log_tail: str,
     oom_killed: bool,
     oom_detail: str | None = None,
+    stalled: str | None = None,
 ) -> Verdict:
     if oom_killed:  # before the timeout: a peer of a killed rank may hang until the time limit
         return Verdict(Status.OOM, None, oom_detail or "killed by the memory limit (OOMKilled)")
+    if stalled and not error_texts:  # the watchdog killed it; a rank's own error is the cause where one exists
+        return Verdict(Status.HANG, None, stalled)
     if timed_out:
         return Verdict(Status.TIMEOUT, None, "cell exceeded its time limit and was killed")
     candidates = [_verdict_of(text) for text in error_texts]

@@ -92,6 +92,7 @@ def with_mfu(metrics: Metrics, inputs: MfuInputs | None) -> Metrics:
             "mfu": mfu(metrics.tokens_per_s, flops, inputs.devices, inputs.peak_tflops),
             "flops_per_token": flops,
             "mfu_convention": CONVENTION,
+            "peak_tflops": inputs.peak_tflops,
         }
     )
 
@@ -131,12 +132,20 @@ def model_shape(model_ref: str) -> ModelShape | None:
 
 
 def inputs_for(
-    profile: HardwareProfile, workload: Workload, model_ref: str, cell: Cell, world: int, precomputed_ref: bool
+    profile: HardwareProfile,
+    workload: Workload,
+    model_ref: str,
+    cell: Cell,
+    world: int,
+    precomputed_ref: bool,
+    peak_tflops: float | None = None,
 ) -> MfuInputs | None:
-    """What the MFU of `cell` needs, or None when the profile has no peak_tflops or the model's config.json is
-    not on this machine (a hub id: the runner does not download). `precomputed_ref`: the cell's DPOConfig
-    precompute_ref_log_probs (asked by the option or the recipe; bench/worker/trainer_args.py)."""
-    if profile.peak_tflops is None:
+    """What the MFU of `cell` needs, or None when no peak is known or the model's config.json is not on this machine
+    (a hub id: the runner does not download). `precomputed_ref`: the cell's DPOConfig precompute_ref_log_probs
+    (asked by the option or the recipe; bench/worker/trainer_args.py). `peak_tflops`: the card that ran
+    (bench/run/preflight.py Preflight.peak_tflops); default: the profile's."""
+    peak = peak_tflops if peak_tflops is not None else profile.peak_tflops
+    if peak is None:
         return None
     shape = model_shape(model_ref)
     if shape is None:
@@ -146,7 +155,7 @@ def inputs_for(
     spec = method_spec(cell.method)
     return MfuInputs(
         shape,
-        profile.peak_tflops,
+        peak,
         workload.train.max_length,
         devices,
         precomputed,

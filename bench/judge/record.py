@@ -128,7 +128,14 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
         }
     )
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
-    failed = outcome.timed_out or outcome.oom_killed or outcome.exit_code != 0 or errors or ran.report_problems
+    failed = (
+        outcome.timed_out
+        or outcome.stalled
+        or outcome.oom_killed
+        or outcome.exit_code != 0
+        or errors
+        or ran.report_problems
+    )
     if failed:
         message_suffix = ""
         if not errors and reports and all(len(r.step_ends) == expect.steps for r in reports):
@@ -136,6 +143,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
         verdict = classify(
             exit_code=outcome.exit_code,
             timed_out=outcome.timed_out,
+            stalled=outcome.stalled,
             error_texts=errors + ran.report_problems,
             log_tail=outcome.log_tail,
             oom_killed=outcome.oom_killed,

@@ -285,6 +285,8 @@ class LauncherSpec:
     """(global rank, local rank, world size) variables each rank finds; None: a single process, rank 0 of 1."""
     argv: Callable[["LauncherSpec", LaunchInputs, str], list[str]]
     """Built from the inputs and the resolved program path."""
+    module: str | None = None
+    """The Python module that executable runs (`python -m <module>` where no script is beside the interpreter)."""
     reads_accelerate_config: bool = False
     """Launched with a generated accelerate.yaml, which also carries the DeepSpeed config (otherwise the worker
     passes it to TrainingArguments(deepspeed=))."""
@@ -350,6 +352,7 @@ LAUNCHERS: dict[Launcher, LauncherSpec] = {
             name=Launcher.TORCHRUN,
             summary="torch.distributed.run, standalone rendezvous on this machine",
             program="torchrun",
+            module="torch.distributed.run",
             rank_env=_TORCH_RANK_ENV,
             argv=_torchrun_argv,
             rank_exit=_TORCHELASTIC_RANK_EXIT,
@@ -358,6 +361,7 @@ LAUNCHERS: dict[Launcher, LauncherSpec] = {
             name=Launcher.ACCELERATE,
             summary="`accelerate launch` with a generated accelerate.yaml (torchrun underneath)",
             program="accelerate",
+            module="accelerate.commands.accelerate_cli",
             rank_env=_TORCH_RANK_ENV,
             argv=_accelerate_argv,
             reads_accelerate_config=True,
@@ -367,6 +371,7 @@ LAUNCHERS: dict[Launcher, LauncherSpec] = {
             name=Launcher.DEEPSPEED,
             summary="the `deepspeed` launcher (pdsh-free, one node)",
             program="deepspeed",
+            module="deepspeed.launcher.runner",
             rank_env=_TORCH_RANK_ENV,
             argv=_deepspeed_argv,
         ),

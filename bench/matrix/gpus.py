@@ -27,6 +27,8 @@ class Interconnect(Strict):
 class Gpu(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
     card: str = Field(min_length=1, max_length=80)
+    driver_names: list[str] = Field(min_length=1)
+    """Regular expressions over the name the driver gives the device (nvidia-smi, torch, ROCm, Habana)."""
     device: Device
     precision: Literal["bf16", "fp16"]
     memory_gb: float = Field(gt=0)
@@ -50,6 +52,11 @@ class Gpu(Strict):
                 raise ValueError(f"{figure} has no source (sources.{figure} or sources.default)")
             if not link.startswith("https://"):
                 raise ValueError(f"sources: {link!r} is not an https:// link")
+        for pattern in self.driver_names:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"driver_names: {pattern!r} is not a regular expression ({exc})") from None
         if self.precision == "bf16" and self.bf16_tflops is None and self.fp16_tflops is not None:
             raise ValueError("precision bf16 with no bf16_tflops: a card without bf16 trains in fp16")
         return self
@@ -101,6 +108,20 @@ def gpu_by_card(card: str, catalog: Catalog | None = None) -> Gpu:
     if found is None:
         raise BenchError(f"no GPU catalog entry for card {card!r}; known: {', '.join(g.card for g in entries)}")
     return found
+
+
+def identify(driver_name: str, catalog: Catalog | None = None) -> Gpu | None:
+    """The entry whose `driver_names` match the name the driver gives a device ("NVIDIA H100 80GB HBM3" is the
+    H100-SXM, "NVIDIA H100 PCIe" the H100-PCIe); None for a device the catalog does not hold. A name two entries
+    match is an error in the catalog (tests/unit/matrix/test_gpus.py holds every entry to real driver names)."""
+    entries = (catalog or load_catalog()).gpus
+    name = driver_name.strip()
+    found = [g for g in entries if any(re.search(p, name, re.IGNORECASE) for p in g.driver_names)]
+    if len(found) > 1:
+        raise BenchError(
+            f"the driver's name {name!r} matches {' and '.join(g.name for g in found)} in {GPUS_FILE.name}"
+        )
+    return found[0] if found else None
 
 
 def parse_gpu_argument(text: str) -> tuple[str, int]:

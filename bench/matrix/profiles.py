@@ -50,6 +50,18 @@ class HardwareProfile(Strict):
     """The image built for the device: docker/<flavor>/ (no hpu image exists: such profiles run locally)."""
     workload: str
     timeout_s: int = Field(ge=10, description="wall-clock limit of one cell")
+    start_up_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="--time-budget: a cell's start-up (imports, load, set-up, teardown) until a cell of the run has "
+        "shown its own (bench/run/budget.py)",
+    )
+    stall_s: int = Field(
+        default=300,
+        ge=5,
+        description="progress watchdog: a cell whose rank makes no training step for this long ends as `hang` "
+        "(bench/isolation/progress.py); loading and a precomputed reference pass are not judged",
+    )
     threads_per_process: int = Field(default=1, ge=1)
     container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
     container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")

@@ -52,6 +52,7 @@ STATUS_COLORS = {
     Status.PREDICTED_OOM: "background:#fbeee8;color:#844;border:1px dashed #c96",
     Status.ERROR: "background:#fbe0e0",
     Status.TIMEOUT: "background:#fde9c8",
+    Status.HANG: "background:#f5e6c8;color:#6b4a00",
     Status.SILENT_FALLBACK: "background:#fff4bf",
     Status.NOT_APPLICABLE: "background:#eee;color:#666",
     Status.UNTESTED: "background:#e4ebf5;color:#555",

@@ -1,6 +1,7 @@
 """The environment fingerprint of a run (env.json): what it ran on and with which software, written once per run."""
 
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -76,6 +77,21 @@ def detect_hardware() -> HostHardware:
     )
 
 
+OFFLINE_STAMP = ".installed-offline"
+"""What docker/offline/install.py writes into the venv it made (JSON)."""
+
+
+def installation(prefix: Path | None = None) -> tuple[str, list[str]]:
+    """(installed_from, lock_differences) of the interpreter running this."""
+    stamp = Path(sys.prefix if prefix is None else prefix) / OFFLINE_STAMP
+    try:
+        record = json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "lock", []
+    where = f"wheelhouse {record.get('wheelhouse')} over {record.get('base_python')}"
+    return where, [str(line) for line in record.get("differences", [])]
+
+
 def _project_relative(path: Path) -> str:
     return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
@@ -84,6 +100,7 @@ def environment_fingerprint(
     hardware: str, workload: str, executor: str, lock: Path | None, image: str | None
 ) -> EnvFingerprint:
     """`lock`: the image flavour's lock file, None for a flavour without one (hpu)."""
+    installed_from, differences = installation()
     return EnvFingerprint(
         created_at=now_iso(),
         hardware_profile=hardware,
@@ -96,6 +113,8 @@ def environment_fingerprint(
         packages=installed_versions(),
         lock_file=_project_relative(lock) if lock else None,
         lock_hash=lock_file_hash(lock) if lock else None,
+        installed_from=installed_from if executor != "docker" else "lock",
+        lock_differences=differences if executor != "docker" else [],
         git_sha=git_sha(),
         git_dirty=git_dirty(),
         command=redact(" ".join(sys.argv)),

@@ -45,6 +45,7 @@ class Status(StrEnum):
     OOM = "oom"
     ERROR = "error"
     TIMEOUT = "timeout"
+    HANG = "hang"
     SILENT_FALLBACK = "silent_fallback"
     NOT_APPLICABLE = "not_applicable"
     UNTESTED = "untested"
@@ -103,6 +104,12 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
     Status.TIMEOUT: StatusMeaning(
         "exceeded the profile's time limit",
         "exceeded the profile's `timeout_s`; the cell's whole process group was killed",
+    ),
+    Status.HANG: StatusMeaning(
+        "its training steps stopped (hang: the rank that stalled)",
+        "its training steps stopped: a rank made no step for longer than the profile's `stall_s` (the progress "
+        "watchdog, bench/isolation/progress.py), and the cell's whole process group was killed; the message names "
+        "the stalled rank",
     ),
     Status.NOT_APPLICABLE: StatusMeaning(
         "impossible by rule",
@@ -222,6 +229,9 @@ class Metrics(BaseModel):
     mfu: float | None = None
     flops_per_token: float | None = None
     mfu_convention: str | None = None
+    peak_tflops: float | None = None
+    """The device peak (dense TFLOP/s at the cell's precision) the MFU divides by: the card that ran, as the driver
+    names it and the GPU catalog rates it; None in older records (the profile's peak then)."""
     nvml_peak_bytes: int | None = None
     baseline_bytes: int | None = None
     """Library baseline of the rank with the largest model memory (same kind as peak_bytes)."""

@@ -74,6 +74,9 @@ class RunContext:
     """The memory estimator's prediction of a cell (bench/estimate/gate.py); None: no predictions."""
     run_predicted_oom: bool = False
     """Run the cells predicted to run out of memory by a clear margin instead of recording `predicted_oom`."""
+    peak_tflops: float | None = None
+    """The peak the cells' MFU divides by: the card that runs them (bench/run/preflight.py Preflight.peak_tflops);
+    None: the profile's."""
     save_dir: Path | None = None
     """Where each cell's worker saves the trained model (a pipeline's training stage); None: nothing is saved."""
 
@@ -116,7 +119,12 @@ def plan_cells(
 
 
 def run_cell(
-    ctx: RunContext, cell: Cell, trial: int = 0, prediction: PredictionSummary | None = None, fresh: bool = True
+    ctx: RunContext,
+    cell: Cell,
+    trial: int = 0,
+    prediction: PredictionSummary | None = None,
+    fresh: bool = True,
+    timeout_s: float | None = None,
 ) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
     (a scheduler job an earlier run submitted is still writing into it). DiskFull when the results folder has too
@@ -146,7 +154,7 @@ def run_cell(
     log_path = folder.log(cell.id, trial)
     started = now_iso()
     try:
-        outcome = ctx.executor.run(plan, log_path, ctx.profile.timeout_s, labels)
+        outcome = ctx.executor.run(plan, log_path, timeout_s or ctx.profile.timeout_s, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
     free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
@@ -159,7 +167,7 @@ def run_cell(
         warmup_steps=train.warmup_steps,
         steps=train.steps,
         pairs_per_step=train.per_device_train_batch_size * world,
-        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed),
+        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),

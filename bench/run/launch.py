@@ -8,6 +8,7 @@ Trainer integration. How each launcher builds its argv and tells ranks who they 
 """
 
 import json
+import os
 import socket
 import sys
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from bench.executors.base import LaunchPlan
-from bench.matrix.backends import BackendSpec, LaunchInputs, backend_spec, launcher_spec
+from bench.matrix.backends import BackendSpec, LauncherSpec, LaunchInputs, backend_spec, launcher_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.recipes import Settings, resolve
@@ -126,6 +127,20 @@ def program_path(python: str, name: str | None) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def launch_argv(launcher: LauncherSpec, inputs: LaunchInputs, python: str) -> list[str]:
+    """The launcher's command line. Its script beside the interpreter where it is installed there; else the module
+    the script runs, through this interpreter (`python -m torch.distributed.run`): a venv over a box's system
+    packages (make setup WHEELHOUSE=) has no `accelerate` or `torchrun` script of its own, and the system's would run
+    the system's interpreter, without the packages the venv added; packages installed with `pip --target` have no
+    scripts at all. An interpreter that is not on this machine (a plan for another: a container, a test) keeps the
+    script's name."""
+    beside = Path(python).parent / launcher.program if launcher.program else None
+    if launcher.module is None or beside is None or beside.exists() or not Path(python).exists():
+        return launcher.argv(launcher, inputs, program_path(python, launcher.program))
+    _, *rest = launcher.argv(launcher, inputs, launcher.program or python)
+    return [python, "-m", launcher.module, *rest]
+
+
 def cell_visible_devices(run_devices: str, count: int) -> str:
     """Pure: the first `count` of the run's devices (CUDA_VISIBLE_DEVICES ids, host numbering)."""
     ids = [item.strip() for item in run_devices.split(",") if item.strip()]
@@ -172,17 +187,20 @@ def plan_launch(
         accelerate_config=str(accelerate_file) if accelerate_file else None,
         gpus=devices > 0,
     )
-    env = _base_env(profile, port) | (dict(launcher.root_env) if as_root else {}) | dict(run_env or {})
+    threads = host_threads(backend, profile, world_size(cell, profile), os.cpu_count() or 1)
+    env = _base_env(profile, port, threads) | (dict(launcher.root_env) if as_root else {}) | dict(run_env or {})
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(
-        argv=launcher.argv(launcher, inputs, program_path(python, launcher.program)),
+        argv=launch_argv(launcher, inputs, python),
         env=env,
         files=files,
         ranks=world_size(cell, profile),
         launcher=str(cell.launcher),
         inputs=inputs,
         devices=devices,
+        progress_dir=Path(spec.out_dir),
+        stall_s=profile.stall_s,
     )
 
 
@@ -192,9 +210,24 @@ def write_files(plan: LaunchPlan) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _base_env(profile: HardwareProfile, port: int) -> dict[str, str]:
-    threads = str(profile.threads_per_process)
-    env = {
+def host_threads(backend: BackendSpec, profile: HardwareProfile, ranks: int, cpus: int) -> int:
+    """Pure: CPU threads of each rank. An offload backend on an accelerator runs the optimizer step on the host
+    (DeepSpeedCPUAdam, FSDP2's CPU offload): its ranks share every core of the machine, not the profile's few per
+    process (on a 16-core GPU box: 16 threads for one rank, not 4). The CPU profiles keep theirs: there the ranks
+    are the whole machine's work already."""
+    if backend.offloads and profile.device != "cpu":
+        return max(profile.threads_per_process, cpus // max(1, ranks))
+    return profile.threads_per_process
+
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+"""A cell reads its model, tokenizer and data from local folders the run prepared; nothing reaches for the Hub
+while it is timed (an air-gapped box would wait on a connection), as in the images (docker/*/Dockerfile)."""
+
+
+def _base_env(profile: HardwareProfile, port: int, threads_per_rank: int | None = None) -> dict[str, str]:
+    threads = str(threads_per_rank or profile.threads_per_process)
+    env = OFFLINE_ENV | {
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": threads,

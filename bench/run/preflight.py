@@ -11,6 +11,7 @@ from typing import Literal
 from bench.errors import BenchError
 from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
+from bench.matrix.gpus import Gpu, identify
 from bench.matrix.profiles import HardwareProfile, needed_devices
 from bench.units import MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
@@ -53,6 +54,35 @@ class Preflight:
     emulated_from: str | None = None
     """--emulate: the real GPU(s) the smaller profile runs on (the driver's names), None otherwise."""
     untested_reason: str | None = None
+    card: Gpu | None = None
+    """The GPU catalog's entry for the device the cells run on, identified by the name its driver gives it; None on
+    the CPU and for a device the catalog does not hold."""
+    device_memory_bytes: int | None = None
+    """What that device really holds (the smallest of the profile's devices)."""
+
+    def peak_tflops(self, profile: HardwareProfile) -> float | None:
+        """The peak MFU divides by: the card that runs the cells at the profile's precision (under --emulate the big
+        card, not the emulated one; an H100 PCIe taken as `1xH100` its own 756, not the SXM's 989). None on the CPU
+        and on a device the catalog does not name (the run then says it falls back to the profile's)."""
+        return self.card.peak_tflops(profile.precision) if self.card is not None else None
+
+    def memory_profile(self, profile: HardwareProfile) -> HardwareProfile:
+        """The profile whose memory the estimator holds predictions against: the device's real memory, or under
+        --emulate the profile's own (the cap each process runs under)."""
+        if self.emulated_from or self.device_memory_bytes is None or profile.device == "cpu":
+            return profile
+        return profile.model_copy(update={"memory_per_device_gb": self.device_memory_bytes / GB})
+
+
+def identified(detected: "Detected", needed: int) -> tuple[Gpu | None, int | None]:
+    """The catalog's entry for the first of the `needed` devices, and the smallest memory among them."""
+    if detected.device == "cpu" or not detected.names:
+        return None, None
+    try:
+        card = identify(detected.names[0])
+    except BenchError:
+        card = None
+    return card, min(detected.memory_bytes[:needed]) if detected.memory_bytes else None
 
 
 def hpu_stack_available() -> bool:
@@ -212,9 +242,11 @@ def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -
     if min(used) < wanted * GB * MEMORY_FLOOR:
         return BenchError(f"{need}; {have}")
     if not emulate and max(used) > wanted * GB * MEMORY_CEILING:
+        card, _ = identified(detected, needed)
+        own = f", --gpu {card.name}:{needed} (this card's own profile)" if card is not None else ""
         return BenchError(
             f"{need}; {have}: bigger devices give memory answers that do not hold on {profile.name}; "
-            "add --emulate to cap each process at the profile's memory (memory answers valid, speed not)"
+            f"add --emulate to cap each process at the profile's memory (memory answers valid, speed not){own}"
         )
     return None
 
@@ -257,9 +289,10 @@ def preflight(
     reason = untested_reason(profile, found.hpu_stack)
     if reason:
         return Preflight(untested_reason=reason)
+    card, memory = identified(found, needed_devices(profile))
     if emulate:
         real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
-        return Preflight(launch_env=emulation_env(profile, found), emulated_from=real)
+        return Preflight(launch_env=emulation_env(profile, found), emulated_from=real, card=card)
     if found.device == "cuda":
-        return Preflight(launch_env=visible_env(profile, found))
-    return Preflight()
+        return Preflight(launch_env=visible_env(profile, found), card=card, device_memory_bytes=memory)
+    return Preflight(card=card, device_memory_bytes=memory)

@@ -2,16 +2,22 @@
 as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 """
 
+import json
 import sys
 import time
 from collections import Counter
 
+from bench.files import write_whole
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
 from bench.results.store import DISK_FULL_ERRNOS, DiskFull, append_result, load_results, mend_results, now_iso
+from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
+
+BUDGET_FILE = "budget.json"
+"""What a time-boxed run ran and did not run, with each prediction (run --time-budget)."""
 
 
 def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFull:
@@ -22,9 +28,15 @@ def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFul
 
 
 def execute(
-    ctx: RunContext, cells: list[Cell], force: bool = False, repeats: int = 1, out=sys.stdout
+    ctx: RunContext,
+    cells: list[Cell],
+    force: bool = False,
+    repeats: int = 1,
+    out=sys.stdout,
+    budget: TimeBudget | None = None,
 ) -> list[ResultRecord]:
-    """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends.
+    """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends. With a `budget`
+    the cells run in coverage order and none starts that would end after it (bench/run/budget.py).
     Returns this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
@@ -52,6 +64,8 @@ def execute(
         for r in existing.records
         if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
     }
+    if budget is not None:
+        runnable = coverage_order(runnable, budget.predicted_s)
     todo = [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
     resumed = len(runnable) * repeats - len(todo)
     trials = f" x {repeats} trials" if repeats > 1 else ""
@@ -69,17 +83,30 @@ def execute(
         run_in_flight(ctx, todo, predictions, done, out)
         return [done[c.id] for c in cells if c.id in done]
     started = time.monotonic()
+    over_budget: list[tuple[Cell, float]] = []
     for index, (cell, trial) in enumerate(todo, start=1):
         label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")
+        if budget is not None and not budget.fits(cell):
+            over_budget.append((cell, budget.predicted_s(cell)))
+            print(
+                f"[{index:>3}/{len(todo)}] {label:<40} not run: predicted {budget.predicted_s(cell):.0f} s, "
+                f"{max(0.0, budget.left()):.0f} s of the time budget left",
+                file=out,
+                flush=True,
+            )
+            continue
+        timeout = budget.cell_timeout(ctx.profile.timeout_s) if budget is not None else None
         before = lines
         # A Ctrl-C anywhere in here (the executor has stopped the cell's processes by the time it arrives) says
         # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
-            record = run_cell(ctx, cell, trial, predictions.get(cell.id))
+            record = run_cell(ctx, cell, trial, predictions.get(cell.id), timeout_s=timeout)
             append_result(ctx.run_dir, record)
             lines += 1
             done[cell.id] = record
+            if budget is not None:
+                budget.learn(cell, record)
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
         except KeyboardInterrupt:
             kept = len(load_results(ctx.run_dir).records) > before
@@ -93,4 +120,34 @@ def execute(
                 raise
             what = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
             raise stop_disk_full(ctx, label, what, lines) from None
+    if budget is not None:
+        report_budget(ctx, budget, [c for c, _ in todo], over_budget, out)
     return [done[c.id] for c in cells if c.id in done]
+
+
+def report_budget(
+    ctx: RunContext, budget: TimeBudget, planned: list[Cell], over: list[tuple[Cell, float]], out
+) -> None:
+    """Say which cells the time budget left out, and write BUDGET_FILE: the order, what ran, what did not."""
+    skipped = {cell.id: round(seconds, 1) for cell, seconds in over}
+    write_whole(
+        ctx.run_dir / BUDGET_FILE,
+        json.dumps(
+            {
+                "budget_s": budget.seconds,
+                "used_s": round(budget.seconds - budget.left(), 1),
+                "order": [cell.id for cell in planned],
+                "not_run": skipped,
+                "start_up_s": [round(s, 1) for s in budget.start_ups],
+                "slowdown": round(budget.slowdown, 3),
+            },
+            indent=2,
+        ),
+    )
+    if skipped:
+        print(
+            f"time budget: {len(skipped)} cell(s) not run ({', '.join(skipped)}); "
+            f"resume them with --run-id {ctx.run_id}",
+            file=out,
+            flush=True,
+        )

@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.isolation.shm_segments import remove_group_segments
@@ -63,7 +64,7 @@ def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]
 def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
-    from bench.isolation import cgroups
+    from bench.isolation import cgroups, progress
     from bench.worker import faults, memory
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
@@ -72,7 +73,8 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     from bench.worker.placement import process_devices, splits_layers
     from bench.worker.stages import stage_for
 
-    torch.set_num_threads(spec.profile.threads_per_process)
+    # the launch sets the threads (more for a host optimizer step: bench/run/launch.py host_threads)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or spec.profile.threads_per_process))
     started = time.perf_counter()
     import_libraries(spec)
     report.baseline_rss_bytes = memory.current_rss_bytes()
@@ -94,6 +96,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
     report.rank = trainer.accelerator.process_index
+    recorder.progress = (Path(spec.out_dir), report.rank)
     report.load_s = time.perf_counter() - started
 
     on_cuda = memory.cuda_used()
@@ -111,6 +114,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     memory.reset_peak_rss()
 
     trainer.train()
+    progress.end_steps(*recorder.progress)
 
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now

@@ -5,11 +5,13 @@ token count, memory, the training loss and the trainer's reward accuracy, with n
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
+from bench.isolation import progress
 from bench.worker import memory
 
 ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
@@ -61,6 +63,8 @@ class StepRecorder(TrainerCallback):
         self.reward_accuracies: list[float | None] = []
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
+        self.progress: tuple[Path, int] | None = None
+        """(folder, rank) where each step is marked for the runner's progress watchdog (bench/isolation/progress.py)."""
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -79,6 +83,8 @@ class StepRecorder(TrainerCallback):
         self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
+        if self.progress is not None:
+            progress.mark_step(*self.progress, len(self.step_ends))
 
     def _sync(self) -> None:
         if self._synchronize and torch.cuda.is_initialized():

@@ -72,6 +72,22 @@ def test_hung_rank_times_out_within_the_limit_and_the_group_is_gone(tmp_path, sc
     assert leftovers(str(tmp_path)) == []
 
 
+def test_a_stalled_rank_is_a_hang_named_by_the_watchdog_long_before_the_time_limit(tmp_path, scenario_copy):
+    """The progress watchdog (bench/isolation/progress.py): rank 1 stops at step 5, rank 0 blocks in the next
+    all-reduce; with stall_s 8 the cell ends as `hang` about 8 s later, not at its 120 s limit."""
+    profile = scenario_copy / "hardware" / "cpu.yaml"
+    profile.write_text(profile.read_text().replace("stall_s: 60", "stall_s: 8"))
+    (scenario_copy / "data").symlink_to(Path("scenarios/data").resolve())
+    done = bench_run(tmp_path, "one_adapter-none-ddp", {"BENCH_FAULT": "hang@rank1:step5"}, scenarios=scenario_copy)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = load_results(only_run(tmp_path)).records[0]
+    assert record.status == "hang", (record.status, record.message)
+    assert "made no training step for" in record.message and "after step 5" in record.message
+    assert "limit 8 s" in record.message
+    assert record.wall_s < 60
+    assert leftovers(str(tmp_path)) == []
+
+
 def test_host_oom_and_cuda_oom_are_oom_and_the_run_goes_on(tmp_path):
     env = {"BENCH_FAULT": "host_oom@rank0:step3", "BENCH_FAULT_CELL": "one_adapter-none-single"}
     done = bench_run(tmp_path, "one_adapter-none-single,two_models-none-single", env)

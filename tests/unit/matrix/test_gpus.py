@@ -92,3 +92,44 @@ def test_cli_unknown_gpu_exits_with_one_line(capsys):
     assert main(["predict", "--gpu", "Z80:2", "--model", "qwen2.5-7b"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown GPU 'Z80'; known:") and "\n" not in err
+
+
+# Names the drivers give these devices (nvidia-smi --query-gpu=name, torch.cuda.get_device_name, rocm-smi, hl-smi),
+# as printed on real machines; the H100 SXM and H200 rows were read on this project's lent GPU machines.
+DRIVER_NAMES = {
+    "T4": ["Tesla T4"],
+    "L4": ["NVIDIA L4"],
+    "A10": ["NVIDIA A10"],
+    "A10G": ["NVIDIA A10G"],
+    "RTX-3090": ["NVIDIA GeForce RTX 3090"],
+    "RTX-4090": ["NVIDIA GeForce RTX 4090"],
+    "RTX-5090": ["NVIDIA GeForce RTX 5090"],
+    "RTX-A6000": ["NVIDIA RTX A6000"],
+    "L40S": ["NVIDIA L40S"],
+    "A100-40G": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"],
+    "A100-80G": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"],
+    "H100-PCIe": ["NVIDIA H100 PCIe"],
+    "H100-SXM": ["NVIDIA H100 80GB HBM3"],
+    "H200": ["NVIDIA H200"],
+    "B200": ["NVIDIA B200"],
+    "MI300X": ["AMD Instinct MI300X"],
+    "Gaudi2": ["GAUDI2"],
+    "Gaudi3": ["GAUDI3"],
+}
+
+
+def test_every_catalog_entry_is_identified_by_its_driver_name() -> None:
+    from bench.matrix.gpus import identify, load_catalog
+
+    assert sorted(DRIVER_NAMES) == sorted(g.name for g in load_catalog().gpus)
+    for name, driver_names in DRIVER_NAMES.items():
+        for driver_name in driver_names:
+            found = identify(driver_name)
+            assert found is not None and found.name == name, (driver_name, found)
+
+
+def test_cards_outside_the_catalog_are_not_taken_for_a_neighbour() -> None:
+    from bench.matrix.gpus import identify
+
+    for other in ("NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A40", "cpu"):
+        assert identify(other) is None, other

@@ -30,7 +30,7 @@ def test_matrix_grid_marks_and_footnotes():
 def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypatch):
     ran: list[str] = []
 
-    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None) -> ResultRecord:
+    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None, **_) -> ResultRecord:
         ran.append(cell.id if trial == 0 else f"{cell.id}#{trial}")
         return record(cell.id).model_copy(update={"trial": trial})
 
@@ -55,7 +55,7 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
 def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, monkeypatch):
     ran: list[tuple[str, int]] = []
 
-    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None) -> ResultRecord:
+    def fake_run_cell(ctx, cell: Cell, trial: int = 0, prediction=None, **_) -> ResultRecord:
         ran.append((cell.id, trial))
         return record(cell.id).model_copy(update={"trial": trial})
 

@@ -1,0 +1,109 @@
+"""A time-boxed run (`run --time-budget MINUTES`): which cells run first, and which would not end in time.
+
+Order: a first pass in which every backend, init mode, quantization, method and launcher that the selection holds
+shows up once before any repeats (greedy: each next cell is the one that adds the most values not shown yet, the
+matrix order breaking ties), then the rest in the matrix order.
+
+Time: a cell is predicted to take the run's start-up cost (what the cells that ended took beyond their training
+steps, the largest so far; the profile's `start_up_s` until one has ended) plus its steps at the speed model's slow end,
+scaled by how much slower than that the cells of this run have trained (bench/estimate/speed). No cell starts that
+its prediction would end after the budget; those are reported as not run, and a later run with the same --run-id
+resumes them.
+"""
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bench.matrix.cell import Cell
+from bench.results.schema import ResultRecord
+
+AXES = ("backend", "init", "quant", "method", "launcher")
+UNKNOWN_STEPS_S = 60.0
+"""The training steps of a cell the speed model has no figure for (a device whose figures are not published)."""
+
+
+def coverage_order(cells: Sequence[Cell], cost: Callable[[Cell], float] | None = None) -> list[Cell]:
+    """Pure: `cells` reordered so that every axis value they hold appears once before anything repeats. Among cells
+    that add as many values, the cheapest by `cost` (predicted seconds), then the first in matrix order."""
+    left = list(cells)
+    seen: set[tuple[str, str]] = set()
+    ordered: list[Cell] = []
+    while left:
+        gains = [len(values(cell) - seen) for cell in left]
+        best = max(gains)
+        if best == 0:
+            break
+        tied = [i for i, gain in enumerate(gains) if gain == best]
+        chosen = left.pop(min(tied, key=lambda i: (cost(left[i]) if cost else 0.0, i)))
+        seen |= values(chosen)
+        ordered.append(chosen)
+    return ordered + left
+
+
+def first_pass(cells: Sequence[Cell], cost: Callable[[Cell], float] | None = None) -> list[Cell]:
+    """The cells of coverage_order's first pass: the fewest, in order, that show every axis value once."""
+    wanted = set().union(*(values(c) for c in cells))
+    seen: set[tuple[str, str]] = set()
+    taken = []
+    for cell in coverage_order(cells, cost):
+        if seen >= wanted:
+            break
+        taken.append(cell)
+        seen |= values(cell)
+    return taken
+
+
+def values(cell: Cell) -> set[tuple[str, str]]:
+    return {(axis, str(getattr(cell, axis))) for axis in AXES}
+
+
+@dataclass
+class TimeBudget:
+    """The deadline of a time-boxed run and what its cells have shown about their cost so far."""
+
+    seconds: float
+    steps: int
+    """Training steps of every cell (the workload's)."""
+    step_seconds: Callable[[Cell], float | None]
+    """The speed model's seconds per step of a cell at its slow end; None where it has no figure."""
+    start_up_guess_s: float = 60.0
+    """A cell's start-up until one of the run has shown its own (the profile's start_up_s)."""
+    started: float = field(default_factory=time.monotonic)
+    start_ups: list[float] = field(default_factory=list)
+    slowdowns: list[float] = field(default_factory=list)
+    """Measured over predicted training time of each cell that trained."""
+
+    def left(self, now: float | None = None) -> float:
+        return self.seconds - ((time.monotonic() if now is None else now) - self.started)
+
+    def predicted_s(self, cell: Cell) -> float:
+        per_step = self.step_seconds(cell)
+        training = UNKNOWN_STEPS_S if per_step is None else per_step * self.steps * self.slowdown
+        start_up = max(self.start_ups) if self.start_ups else self.start_up_guess_s
+        return start_up + training
+
+    @property
+    def slowdown(self) -> float:
+        return max(1.0, statistics.median(self.slowdowns)) if self.slowdowns else 1.0
+
+    def fits(self, cell: Cell, now: float | None = None) -> bool:
+        return self.predicted_s(cell) <= self.left(now)
+
+    def learn(self, cell: Cell, record: ResultRecord) -> None:
+        """What an ended cell shows: its start-up (wall time beyond its training steps) and, where it trained, how
+        much slower than predicted its steps were."""
+        if record.wall_s is None:
+            return
+        metrics = record.metrics
+        training = metrics.step_time_median_s * self.steps if metrics is not None else 0.0
+        self.start_ups.append(max(0.0, record.wall_s - training))
+        per_step = self.step_seconds(cell)
+        if metrics is not None and per_step:
+            self.slowdowns.append(metrics.step_time_median_s / per_step)
+
+    def cell_timeout(self, timeout_s: float, grace_s: float = 60.0) -> float:
+        """A cell's time limit within the budget: the profile's (or --cell-timeout), cut to what is left plus
+        `grace_s`, so one slow cell cannot take the run far past its budget."""
+        return max(10.0, min(timeout_s, self.left() + grace_s))
