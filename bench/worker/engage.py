@@ -45,10 +45,22 @@ def _param_offload(wrapped: Any) -> str | None:
     modules = wrapped.modules() if hasattr(wrapped, "modules") else ()
     for module in modules:
         state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
-        for group in getattr(state, "_fsdp_param_groups", None) or ():
+        for group in fsdp_param_groups(state):
             if type(group.offload_policy).__name__ == "CPUOffloadPolicy":
                 return "cpu"
     return None
+
+
+def fsdp_param_groups(state: Any) -> list[Any]:
+    """An FSDP2 state's parameter groups: `_fsdp_param_groups` (a list, torch >= 2.12), or the one
+    `_fsdp_param_group` of earlier releases (torch 2.11's FSDPState, on this project's lent GPU machines); none for a
+    module FSDP2 does not manage."""
+    if state is None:
+        return []
+    if hasattr(state, "_fsdp_param_groups"):
+        return list(state._fsdp_param_groups or ())
+    group = getattr(state, "_fsdp_param_group", None)
+    return [group] if group is not None else []
 
 
 def _stepping_optimizer(optimizer: Any) -> Any:

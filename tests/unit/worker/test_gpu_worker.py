@@ -222,3 +222,16 @@ def test_fsdp_ram_efficient_loading_leaves_weights_on_every_rank(tmp_path, monke
         dist.destroy_process_group()
     for (name, loaded), original in zip(reference.state_dict().items(), saved.state_dict().values(), strict=True):
         assert loaded.device.type == "cpu" and torch.equal(loaded, original), name
+
+
+def test_fsdp2_offload_is_read_from_either_attribute_torch_has_had():
+    """torch >= 2.12 keeps a list `_fsdp_param_groups`; 2.11 (the lent GPU machines' torch) one `_fsdp_param_group`."""
+    from types import SimpleNamespace
+
+    from bench.worker.engage import fsdp_param_groups
+
+    group = SimpleNamespace(offload_policy=None)
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_groups=[group, group])) == [group, group]
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_group=group)) == [group]
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_group=None)) == []
+    assert fsdp_param_groups(None) == []
