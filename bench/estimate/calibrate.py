@@ -72,10 +72,20 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
         m = record.metrics
         memory = m.model_memory_bytes if m is not None else None
         baseline = m.baseline_bytes if m is not None else None
-        if memory is None and record.status == Status.OOM and record.memory_budget_bytes is None:
+        if memory is None and record.status == Status.OOM and record.memory_budget_bytes is None and not on_gpu(record):
             continue
         rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM, outcomes))
     return rows
+
+
+def on_gpu(record) -> bool:
+    """A record of a CUDA profile: its out-of-memory is a verdict against the device's memory (or the emulated one)."""
+    from bench.matrix.profiles import load_profile
+
+    try:
+        return load_profile(record.hardware).device == "cuda"
+    except Exception:  # a profile no longer shipped: judged as before
+        return False
 
 
 def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:

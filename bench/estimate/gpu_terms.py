@@ -65,8 +65,22 @@ contexts measured at 107 MiB on an RTX 4060 Ti (34 SMs) and 555 MiB on an RTX PR
 (ggml-org/llama.cpp#23604), 256 MiB on an RTX 3090 (82 SMs, torch 2.7.1+cu128: invoke-ai/InvokeAI#9413), 426 MiB on
 an RTX 6000 Ada (142 SMs, torch 2.10+cu130: unslothai/unsloth-zoo#1053): 2.9-3.2 MiB per SM. Kernel images are
 loaded on first use since CUDA 11.7 (CUDA_MODULE_LOADING=LAZY, PyTorch's default; pytorch/pytorch#107667: ~300 MB
-for a small model's first steps, >1000 MB when every kernel was loaded eagerly): a training step's kernels are not
-counted here (they fall in the range)."""
+for a small model's first steps, >1000 MB when every kernel was loaded eagerly): a training step's kernels are
+TRAINING_KERNELS_BYTES, measured."""
+
+TRAINING_KERNELS_BYTES = 374 * MiB
+"""A training step's kernel images (cuBLAS/cuBLASLt, attention, elementwise and bitsandbytes kernels), loaded on
+first use and held outside torch's caching allocator for the life of the process. Measured, not fitted to one figure:
+NVML's process peak minus torch's max_memory_reserved was 764-776 MiB (median 770) in each of the 8 single-process
+cells without DeepSpeed of this project's first GPU runs (results/1xH200/20261126-182033 and -182856, and
+results/1xA10/20261126-182033 emulated on the same card: one NVIDIA H200, 132 SMs, torch 2.11.0+cu130, two
+workloads, five methods, bf16 and nf4); the CUDA context above accounts for 396 MiB of it (132 SMs), this for the
+rest. Taken as the same on other cards (their kernel images differ in SASS, not in count): a range's width, not a
+measured figure, there. tests/unit/estimate/test_gpu_terms.py recomputes it from those records. The DeepSpeed cell
+of those runs (two_adapters-nf4-zero2_offload, twice) held 1,716 MiB beyond reserved: its extra ~950 MiB is one
+cell's and is not modelled."""
+MEASURED_ON = ("results/1xH200/20261126-182033", "results/1xH200/20261126-182856", "results/1xA10/20261126-182033")
+"""The runs TRAINING_KERNELS_BYTES was read from."""
 
 CUBLAS_WORKSPACE = {9: 32 * MiB}
 CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8
@@ -101,6 +115,11 @@ def gpu_of(profile: "HardwareProfile") -> Gpu | None:
 
 def cuda_context(gpu: Gpu) -> float:
     return gpu.sms * CONTEXT_BYTES_PER_SM
+
+
+def training_kernels(gpu: Gpu) -> float:
+    """Outside torch's allocator, in NVML's figure: see TRAINING_KERNELS_BYTES."""
+    return TRAINING_KERNELS_BYTES
 
 
 def cublas_workspaces(gpu: Gpu) -> float:

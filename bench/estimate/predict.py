@@ -174,7 +174,8 @@ def predict_cell(
         reserved = train + gpu_terms.allocator_overhead(
             _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
         )
-        total = reserved + gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        total = reserved + outside
         smi = total + paged  # managed memory yields: CUDA pages it out to the host before an allocation fails
     else:
         kind = "device"

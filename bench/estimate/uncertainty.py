@@ -51,10 +51,16 @@ def spreads_of(errors: dict[str, list[float]]) -> dict[str, Spread]:
     return {k: Spread(low=min(v), high=max(v), rows=len(v)) for k, v in sorted(pooled.items()) if v}
 
 
+MIN_ROWS = 3
+"""A kind's spread is its own from this many rows up; with fewer (one GPU run's single KTO cell) it is no range at
+all, and the kind takes its coarser kind's."""
+
+
 def spread_for(kind: str, spreads: Spreads | None) -> Spread | None:
     if spreads is None:
         return None
-    return next((spreads.kinds[k] for k in fallbacks(kind) if k in spreads.kinds), None)
+    found = [spreads.kinds[k] for k in fallbacks(kind) if k in spreads.kinds]
+    return next((s for s in found if s.rows >= MIN_ROWS), found[-1] if found else None)
 
 
 def measured_range(predicted: float, spread: Spread | None) -> tuple[float, float] | None:

@@ -45,6 +45,12 @@ class Row:
     (method_summary)."""
     kind: str | None = None
     """The prediction's error kind (bench/estimate/uncertainty.cell_kind): rows of a kind make its range."""
+    device: str = "cpu"
+    """The profile's device: the headline figures are the CPU rows'; the GPU rows are gpu_markdown's."""
+    reserved: tuple[float | None, float | None] = (None, None)
+    """GPU: (measured, predicted) torch.cuda.max_memory_reserved."""
+    nvml: tuple[float | None, float | None] = (None, None)
+    """GPU: (measured, predicted) the process's device memory as NVML shows it (the figure held against the card)."""
 
     @property
     def error(self) -> float | None:
@@ -106,7 +112,9 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
         if cell is None or workload is None or workload.name != record.workload:
             skipped += 1
             continue
-        if m.model_memory is None and not (m.oom and record.memory_budget_bytes is not None):
+        if m.model_memory is None and not (
+            m.oom and (record.memory_budget_bytes is not None or profile.device != "cpu")
+        ):
             skipped += 1
             continue
         limited = record.memory_budget_bytes is not None or profile.device != "cpu"
@@ -132,6 +140,9 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
                 margin_held_out=_margin(h) if limited and h is not None else None,
                 method=record.method,
                 kind=p.error_kind,
+                device=str(profile.device),
+                reserved=(getattr(record.metrics, "cuda_reserved_peak_bytes", None), p.reserved_bytes),
+                nvml=(getattr(record.metrics, "nvml_peak_bytes", None), p.nvidia_smi_bytes),
             )
         )
     return rows, skipped
@@ -195,10 +206,10 @@ def plus_one_rank_summary(rows: list[Row]) -> dict[str, float | int | None]:
 
 
 def summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """Figures over DPO's rows (every workload; the other methods' rows are method_summary's): held out (each row's
-    baselines fitted without its own cell's records: the verdicts) and fitted-on (the rows the baselines were fitted
-    on, in-sample)."""
-    rows = [r for r in rows if r.method == "dpo"]
+    """Figures over DPO's CPU rows (every workload; the other methods' rows are method_summary's, the GPU rows
+    gpu_markdown's): held out (each row's baselines fitted without its own cell's records: the verdicts) and
+    fitted-on (the rows the baselines were fitted on, in-sample)."""
+    rows = [r for r in rows if r.method == "dpo" and r.device == "cpu"]
     errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None and r.status == "ok"]
     all_errors = [abs(r.held_out_error) for r in rows if r.held_out_error is not None]
     fitted = [abs(r.error) for r in rows if r.fitted and r.error is not None and r.status == "ok"]
@@ -216,6 +227,42 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
         "tight": sum(1 for r in rows if r.verdict_measured is not None and r.verdict_held_out == "tight"),
         "wrong_measured_both_ways": sum(1 for r in rows if r.held_out_verdict_right is False and r.measured_both_ways),
     }
+
+
+def gpu_markdown(rows: list[Row]) -> list[str]:
+    """The GPU rows' three figures: allocated (the model memory above), reserved and NVML, each against its
+    prediction."""
+    gpu = [r for r in rows if r.reserved[0] is not None or r.nvml[0] is not None]
+    if not gpu:
+        return []
+    lines = [
+        "",
+        "GPU cells: measured / PREDICTED MiB and error of torch's allocated and reserved peaks and NVML's process "
+        "figure (the one held against the card).",
+        "",
+        "| source | cell | status | allocated | error | reserved | error | NVML | error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in gpu:
+        figures = [(r.measured, r.predicted), r.reserved, r.nvml]
+        cols = " | ".join(f"{_mib(m)} / {_mib(p)} | {_signed(_error(p, m))}" for m, p in figures)
+        lines.append(f"| {r.source} | {r.cell_id} | {r.status} | {cols} |")
+    pickers = {
+        "allocated": lambda r: (r.measured, r.predicted),
+        "reserved": lambda r: r.reserved,
+        "NVML": lambda r: r.nvml,
+    }
+    errors = {name: [_error(*reversed(pick(r))) for r in gpu if r.status == "ok"] for name, pick in pickers.items()}
+    errors = {name: [e for e in found if e is not None] for name, found in errors.items()}
+    lines += [
+        "",
+        "GPU `ok` cells: "
+        + "; ".join(
+            f"{name} {len(e)} cells, errors {_signed(min(e))} .. {_signed(max(e))}" for name, e in errors.items() if e
+        )
+        + ".",
+    ]
+    return lines
 
 
 def _mib(value: float | None) -> str:
@@ -253,8 +300,8 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         )
     lines += [
         "",
-        f"DPO, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; max |error| "
-        f"{_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row "
+        f"DPO on CPU, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; "
+        f"max |error| {_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over every row "
         f"with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out): {s['verdicts_right']} of "
         f"{s['verdicts']}, and {s['tight']} `tight` (the range straddles the limit: not judged){_edge_note(s)}.",
         f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
@@ -274,6 +321,7 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
             f"Offload backends on one rank (`+1rank`): {one_rank['ok_cells']} `ok` cells, errors "
             f"{_signed(one_rank['min_error_ok'])} .. {_signed(one_rank['max_error_ok'])}.",
         ]
+    lines[-1:-1] = gpu_markdown(rows)
     by_method = method_summary(rows)
     if by_method:
         lines[-1:-1] = [
@@ -300,29 +348,38 @@ def validation_line(rows: list[Row], published_rows: list | None = None) -> str:
     published GPU figures."""
     s = summary(rows)
     line = (
-        f"Current validation on measured cells (no model-memory constant fitted): {s['ok_cells']} DPO `ok` cells "
+        f"Current validation on measured cells (no model-memory constant fitted): {s['ok_cells']} DPO `ok` CPU cells "
         f"with a measured model memory: max |error| {_pct(s['max_abs_error_ok'])}, mean "
         f"{_pct(s['mean_abs_error_ok'])}; worst over every measured figure {_pct(s['max_abs_error_all'])}; "
         f"fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']} (+ {s['tight']} tight){_edge_note(s)}."
     )
+    gpu = [e for r in rows if r.status == "ok" and r.nvml[0] is not None and (e := _error(r.nvml[1], r.nvml[0]))]
+    if gpu:
+        line += (
+            f" GPU cells measured by this project: {len(gpu)} `ok`, NVML figure errors {_signed(min(gpu))} .. "
+            f"{_signed(max(gpu))}."
+        )
     if published_rows is not None:
         from bench.estimate.published import LIMIT
 
         comparable = [r for r in published_rows if r.comparable]
         within = sum(1 for r in comparable if abs(r.error) <= LIMIT)
         line += (
-            f" No GPU run of this project yet: on published GPU figures (validate-estimate --published) {within} of "
-            f"{len(comparable)} within {LIMIT:.0%}, whose spread makes the GPU ranges (docs/estimator.md)."
+            f" On published GPU figures (validate-estimate --published) {within} of {len(comparable)} within "
+            f"{LIMIT:.0%}; with this project's GPU cells they make the GPU ranges (docs/estimator.md)."
         )
     return line
 
 
 def errors_by_kind(rows: list[Row]) -> dict[str, list[float]]:
-    """The relative errors of the `ok` rows, by error kind: what a prediction's range is made of."""
+    """The relative errors of the `ok` rows, by error kind: what a prediction's range is made of. A GPU row's is its
+    NVML figure's, the one a GPU prediction's range is put around (bench/estimate/predict.py); a CPU row's its model
+    memory's."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        if r.error is not None and r.status == "ok" and r.kind is not None:
-            out.setdefault(r.kind, []).append(r.error)
+        error = _error(r.nvml[1], r.nvml[0]) if r.nvml[0] is not None else r.error
+        if error is not None and r.status == "ok" and r.kind is not None:
+            out.setdefault(r.kind, []).append(error)
     return out
 
 

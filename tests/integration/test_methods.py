@@ -62,3 +62,22 @@ def test_a_constant_reward_head_and_an_sft_learning_rate_of_zero_fail_the_learni
     frozen = run_method_cells(tmp_path / "frozen", sft, {"BENCH_FAULT": "zero_learning_rate"})[sft]
     assert frozen.status == "learning_failed" and frozen.message.startswith("loss did not fall"), frozen.message
     assert abs(frozen.learning.end_loss - frozen.learning.start_loss) < 0.03
+
+
+SYNTHETIC_CELLS = ("one_adapter-none-single", "two_models-none-single", *METHOD_CELLS)
+
+
+def test_the_gpu_workloads_synthetic_preferences_are_learned_by_every_method(tmp_path):
+    """tiny-synthetic: a Llama-3-shaped config at CPU size, random weights, and the synthetic generator every GPU
+    workload uses. Each method's learning check passes on it (with chosen and rejected drawn alike, DPO's loss stays
+    at ln 2 and every GPU cell would read learning_failed)."""
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
+    argv += ["--workload", "tiny-synthetic", "--method", "all", "--filter", ",".join(SYNTHETIC_CELLS)]
+    done = subprocess.run([*argv, "--run-id", "s"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = load_results(tmp_path / "cpu" / "s").latest_by_cell()
+    assert sorted(records) == sorted(SYNTHETIC_CELLS)
+    for cell_id, record in records.items():
+        assert record.status == "ok" and record.workload == "tiny-synthetic", (cell_id, record.message)
+    dpo = records["one_adapter-none-single"].learning
+    assert dpo.first_loss == pytest.approx(LN2, abs=1e-3) and dpo.end_loss < LN2 - 0.1

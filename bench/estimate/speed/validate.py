@@ -1,6 +1,6 @@
-"""The speed model held against every measured CPU cell (results/cpu*/<run>/results.jsonl, metrics.tokens_per_s)
-and the published rows: error per cell, median and max |error| and Spearman's rank correlation per run; and the
-fit that writes speed_calibration.json."""
+"""The speed model held against every measured cell (results/<hardware>/<run>/results.jsonl, metrics.tokens_per_s:
+the CPU runs, and the GPU runs on the card that ran them) and the published rows: error per cell, median and max
+|error| and Spearman's rank correlation per run; and the fit that writes speed_calibration.json."""
 
 import statistics
 from dataclasses import dataclass
@@ -74,18 +74,37 @@ def _cpu_of(run_dir: Path, host: HostRate) -> tuple[float, float, str]:
     return host.matmul_gflops, host.memory_gbps, label
 
 
+def _card_of(run_dir: Path) -> DeviceFigures | None:
+    """The figures of the GPU a run ran on (env.json's device name through the catalog): under --emulate the big
+    card, not the emulated profile's; None where the catalog does not name it."""
+    from bench.matrix.gpus import identify
+
+    env = read_env(run_dir)
+    names = [g.name for g in env.hardware.gpus] if env is not None else []
+    entry = identify(names[0]) if names else None
+    return card_figures(entry) if entry is not None else None
+
+
 def measured_cells(results: Path, host: HostRate) -> list[Measured]:
-    """Every ok CPU cell with a throughput, with its step setup at the run's measured sequence length (tokens
-    over steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure)."""
+    """Every ok cell with a throughput, with its step setup at the run's measured sequence length (tokens over
+    steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure), on the device
+    that ran it: the CPU's measured rates, or the GPU catalog's card."""
     from bench.matrix.profiles import load_profile, load_workload
     from bench.matrix.scenario import expand, load_matrix
 
     cells = {c.id: c for c in expand(load_matrix())}
     found: list[Measured] = []
-    for path in sorted(results.glob("cpu*/*/results.jsonl")):
+    for path in sorted(results.glob("*/*/results.jsonl")):
         run_dir = path.parent
         run = f"{run_dir.parent.name}/{run_dir.name}"
-        cpu = _cpu_of(run_dir, host)
+        try:
+            device_kind = load_profile(run_dir.parent.name).device
+        except BenchError:  # a folder that is not a shipped profile's (ab/, pipelines)
+            continue
+        card = _card_of(run_dir) if device_kind == "cuda" else None
+        if device_kind != "cpu" and card is None:
+            continue
+        cpu = _cpu_of(run_dir, host) if card is None else (0.0, 0.0, f"{card.name} (scenarios/gpus.yaml)")
         for record in load_results(path).records:
             metrics = record.metrics
             cell = cells.get(record.cell_id)
@@ -95,7 +114,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
             rows = method_spec(cell.method).rows_per_example
             sequences = metrics.steps * record.world_size * workload.train.per_device_train_batch_size * rows
             setup = setup_for(cell, profile, workload, metrics.tokens_total / sequences)
-            device = cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
+            device = card or cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
             found.append(
                 Measured(
                     run,
@@ -116,10 +135,11 @@ def _seconds(m: Measured, constants: ClassConstants, host_bytes_s: float) -> flo
 
 
 def speed_rows(results: Path, calibration: SpeedCalibration) -> list[SpeedRow]:
-    constants = constants_for(calibration, "cpu")
     rows = []
     for m in measured_cells(results, calibration.host):
-        seconds = _seconds(m, constants, m.device.memory_bytes_s)
+        constants = constants_for(calibration, m.device.device_class)
+        host_bytes_s = m.device.memory_bytes_s if m.device.device_class == "cpu" else calibration.host.memory_gbps * 1e9
+        seconds = _seconds(m, constants, host_bytes_s)
         tokens = m.setup.world * m.setup.step.tokens
         rows.append(
             SpeedRow(
@@ -206,9 +226,8 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
 
 
 def fit(results: Path, host: HostRate) -> SpeedCalibration:
-    """Fit the CPU constants on CPU_FIT_RUNS and the GPU efficiency on published.FITTED; nothing else."""
-    import numpy as np
-
+    """Fit the CPU constants on CPU_FIT_RUNS, the GPU efficiency on published.FITTED and the GPU step overhead on
+    the measured GPU cells (fit_gpu); nothing else."""
     fit_rows = [m for m in measured_cells(results, host) if m.run in CPU_FIT_RUNS]
     if not fit_rows:
         raise BenchError(f"none of the fit runs {', '.join(CPU_FIT_RUNS)} under {results}")
@@ -237,28 +256,46 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
     predicted = [_seconds(m, cpu, m.device.memory_bytes_s) for m in fit_rows]
     cpu.log_error_low, cpu.log_error_high = log_error_range(predicted, measured)
 
+    gpu = fit_gpu(measured_cells(results, host), host)
+    return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
+
+
+def fit_gpu(cells: list[Measured], host: HostRate) -> ClassConstants:
+    """The GPU constants, each from what defines it: the efficiency from the published rows in published.FITTED
+    (large steps, where compute is nearly all of the time), then the per-step overhead from this project's measured
+    GPU cells (on the card that ran them, at their measured sequence lengths: short steps, where launches, the
+    trainers' Python between kernels and gradient checkpointing's re-entry show), by least squares weighted
+    1/measured (relative error), at least 0."""
+    import numpy as np
+
     rows = [r for r in published.ROWS if r.id in published.FITTED]
-    setups = [published.setup_of(r) for r in rows]
-    gpu_bare = [
-        step_terms(s, _published_device(r), UNIT, host.memory_gbps * 1e9) for s, r in zip(setups, rows, strict=True)
-    ]
-    c = np.array([t["compute"] for t in gpu_bare])
-    rest_gpu = np.array([sum(t.values()) - t["compute"] for t in gpu_bare])
-    seconds = np.array([s.step.tokens / r.measured_tokens_per_s for s, r in zip(setups, rows, strict=True)])
+    host_bytes_s = host.memory_gbps * 1e9
+    bare = [step_terms(published.setup_of(r), _published_device(r), UNIT, host_bytes_s) for r in rows]
+    seconds = np.array([published.setup_of(r).step.tokens / r.measured_tokens_per_s for r in rows])
+    c = np.array([t["compute"] for t in bare])
+    rest = np.array([sum(t.values()) - t["compute"] for t in bare])
     weight = 1.0 / seconds
-    inverse = float(np.sum(c * (seconds - rest_gpu) * weight**2) / np.sum((c * weight) ** 2))
+    inverse = float(np.sum(c * (seconds - rest) * weight**2) / np.sum((c * weight) ** 2))
+
+    measured = [m for m in cells if m.device.device_class == "gpu"]
+    own = [step_terms(m.setup, m.device, UNIT, host_bytes_s) for m in measured]
+    own_s = np.array([m.s_per_step for m in measured])
+    modelled = np.array([inverse * t["compute"] + sum(t.values()) - t["compute"] for t in own])
+    overhead = max(0.0, float(np.sum((own_s - modelled) / own_s**2) / np.sum(1.0 / own_s**2))) if measured else 0.0
     gpu = ClassConstants(
         efficiency=1.0 / inverse,
+        step_overhead_s=overhead,
         overlap=1.0,
-        fitted=["efficiency", "log_error_low", "log_error_high"],
-        fitted_on=list(published.FITTED),
-        note="step overhead and collective latency unmeasured on GPUs (0); overlap 1: DDP's bucketed all-reduce "
-        "and ZeRO-3's prefetch run beside the backward on their own streams (Li et al. 2020; Rajbhandari et al. "
-        "2020). hpu uses these constants, unvalidated.",
+        fitted=["efficiency", "step_overhead_s", "log_error_low", "log_error_high"],
+        fitted_on=[*published.FITTED, *sorted({m.run for m in measured})],
+        note="efficiency from the published rows, step overhead from this project's own GPU cells (1B and 2.7B "
+        "models, a few pairs per step, one card); collective latency unmeasured on GPUs (0); overlap 1: DDP's "
+        "bucketed all-reduce and ZeRO-3's prefetch run beside the backward on their own streams (Li et al. 2020; "
+        "Rajbhandari et al. 2020). hpu uses these constants, unvalidated.",
     )
-    gpu_predicted = [float(inverse * ci + ri) for ci, ri in zip(c, rest_gpu, strict=True)]
-    gpu.log_error_low, gpu.log_error_high = log_error_range(gpu_predicted, list(seconds))
-    return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
+    predicted = [*(inverse * c + rest + overhead), *(modelled + overhead)]
+    gpu.log_error_low, gpu.log_error_high = log_error_range([float(p) for p in predicted], [*seconds, *own_s])
+    return gpu
 
 
 def _pct(value: float) -> str:

@@ -153,7 +153,8 @@ def test_advise_on_two_a10s_ranks_and_gives_a_command(capsys, tmp_path):
     assert [c.devices for c in fits] == sorted(c.devices for c in fits)
     one_device = [c.tokens_per_s for c in fits if c.devices == 1]
     assert len(one_device) > 2 and one_device == sorted(one_device, reverse=True)  # fastest PREDICTED first
-    assert all(c.range_low_bytes < c.total_bytes < c.range_high_bytes for c in advice.cells)
+    # the range holds the prediction; it may start at it (every GPU cell measured so far was above its prediction)
+    assert all(c.range_low_bytes <= c.total_bytes < c.range_high_bytes for c in advice.cells)
     classes = [{"fits": 0, "tight": 1}.get(c.verdict, 2) for c in advice.cells]
     assert classes == sorted(classes) and 1 in classes  # fits, then tight, then the rest
     csv_text = _stdout(capsys, [*argv, "--format", "csv"])

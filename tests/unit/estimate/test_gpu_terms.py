@@ -44,7 +44,7 @@ def test_allocated_reserved_nvidia_smi_in_order():
     assert p.train_bytes < p.reserved_bytes < p.nvidia_smi_bytes == p.total_bytes + p.paged_bytes
     gpu = gpu_terms.gpu_named("A10")
     assert p.nvidia_smi_bytes - p.reserved_bytes == pytest.approx(
-        gpu_terms.cuda_context(gpu) + gpu_terms.nccl_buffers(gpu, 2)
+        gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, 2)
     )
     assert p.terms["cublas_workspaces"] == gpu_terms.cublas_workspaces(gpu)
     expandable = predict_cell(
@@ -92,3 +92,26 @@ def test_the_gpus_of_the_data_sheets():
         "H200": (132, 9, True),
         "B200": (148, 10, True),
     }
+
+
+def test_the_training_kernels_term_is_what_the_first_gpu_runs_measured():
+    """TRAINING_KERNELS_BYTES is read from the committed GPU records, not chosen: NVML's process figure less torch's
+    reserved peak, less the H200's per-SM context, median over the single-process cells without DeepSpeed."""
+    import statistics
+
+    from bench.estimate import gpu_terms
+    from bench.paths import PROJECT_ROOT
+    from bench.results.store import load_results
+    from bench.units import MiB
+
+    outside = [
+        r.metrics.nvml_peak_bytes - r.metrics.cuda_reserved_peak_bytes
+        for run in gpu_terms.MEASURED_ON
+        for r in load_results(PROJECT_ROOT / run).records
+        if r.status == "ok" and r.world_size == 1 and "zero" not in r.backend
+    ]
+    assert len(outside) == 8
+    assert max(outside) - min(outside) < 16 * MiB  # one figure per process, whatever the model or method
+    h200 = gpu_terms.gpu_named("H200")
+    measured = statistics.median(outside) - gpu_terms.cuda_context(h200)
+    assert abs(measured - gpu_terms.training_kernels(h200)) < 1 * MiB

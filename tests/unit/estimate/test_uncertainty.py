@@ -79,8 +79,12 @@ def test_spreads_of_a_kind_and_the_kinds_it_falls_back_to():
         estimator_version="x",
         kinds={"cpu": Spread(low=-0.2, high=0.1, rows=3), "cpu:rss": Spread(low=-0.1, high=0.05, rows=2)},
     )
-    # the finest kind that has rows
-    assert uncertainty.spread_for("cpu:rss:single", spreads).rows == 2
+    # the finest kind with MIN_ROWS rows: two are no range yet
+    assert uncertainty.spread_for("cpu:rss:single", spreads).rows == 3
+    spreads.kinds["cpu:rss"] = Spread(low=-0.1, high=0.05, rows=uncertainty.MIN_ROWS)
+    assert uncertainty.spread_for("cpu:rss:single", spreads).low == -0.1
+    one = Spreads(estimator_version="x", kinds={"kto": Spread(low=0.1, high=0.1, rows=1)})
+    assert uncertainty.spread_for("kto:cuda", one).rows == 1  # nothing coarser: the one there is
     assert uncertainty.spread_for("cpu:rss:single", None) is None
 
 

@@ -55,7 +55,7 @@ def test_validate_committed_results(committed):
     assert [r.cell_id for r in wrong if not r.measured_both_ways] == []
     # tight is the edge, not an escape: the ranges leave most verdicts decided
     assert sum(r.verdict_held_out == "tight" for r in budgeted) <= len(budgeted) // 8
-    dpo = [r for r in rows if r.method == "dpo" and r.status == "ok" and r.error is not None]
+    dpo = [r for r in rows if r.method == "dpo" and r.status == "ok" and r.error is not None and r.device == "cpu"]
     assert {r.workload for r in dpo} == {"tiny", "small"}
     assert {r.hardware for r in dpo} >= {"cpu", "cpu-budget", "cpu-budget-4g"}
     over = [(r.source, r.cell_id) for r in dpo if abs(r.error) > GOAL]
@@ -63,6 +63,22 @@ def test_validate_committed_results(committed):
     # bounded by what it is today, so that a change making it worse fails
     assert max(abs(r.error) for r in dpo) <= 0.21
     assert summary(rows)["max_abs_error_ok"] == max(abs(r.error) for r in dpo)
+
+
+def test_the_gpu_cells_are_validated_on_all_three_figures(committed):
+    """The first GPU runs (one H200; phi-2 under a 24 GB cap): allocated, reserved and NVML each against its
+    prediction, the emulated A10's OOM against its verdict, and the errors bounded by what they are today."""
+    rows, skipped = committed
+    gpu = [r for r in rows if r.device == "cuda"]
+    ok = [r for r in gpu if r.status == "ok"]
+    assert len(ok) == 7 and all(r.reserved[0] and r.nvml[0] and r.reserved[1] and r.nvml[1] for r in ok)
+    oom = [r for r in gpu if r.status == "oom"]
+    assert [(r.hardware, r.cell_id, r.verdict_measured) for r in oom] == [
+        ("1xA10", "two_models-none-single", "predicted_oom")
+    ]
+    assert max(abs(r.error) for r in ok) <= 0.29
+    table = to_markdown(rows, skipped)
+    assert "| results/1xH200/20261126-182033 | kto-two_models-none-single | ok |" in table
 
 
 def test_the_offload_backends_on_one_rank_are_validated(committed):

@@ -392,3 +392,28 @@ def test_without_a_driver_the_gpu_profile_still_says_what_is_missing(monkeypatch
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
     with pytest.raises(BenchError, match="this machine has 0 cuda devices"):
         preflight(load_profile("2xA10"), emulate=False, where="image")
+
+
+def test_an_h200_runs_its_own_profile_and_is_named_for_the_others():
+    """The card the driver names is looked up in the GPU catalog: an H200 runs `1xH200`, and `1xH100` on it points to
+    the card's own profile."""
+    h200 = gpus(1, 150.1, name="NVIDIA H200")
+    assert check_profile(load_profile("1xH200"), h200, emulate=False) is None
+    error = check_profile(load_profile("1xH100"), h200, emulate=False)
+    assert error is not None and "--gpu H200:1" in str(error)
+    machine = preflight(load_profile("1xH200"), emulate=False, detected=h200)
+    assert machine.card is not None and machine.card.name == "H200"
+    assert machine.peak_tflops(load_profile("1xH200")) == 989
+    assert machine.memory_profile(load_profile("1xH200")).memory_per_device_gb == pytest.approx(150.1)
+
+
+def test_mfu_and_memory_come_from_the_card_that_runs():
+    """An H100 PCIe taken as `1xH100` (SXM) divides by its own 756 TFLOP/s; under --emulate the peak is the big
+    card's and the memory the emulated profile's."""
+    pcie = preflight(load_profile("1xH100"), emulate=False, detected=gpus(1, 85, name="NVIDIA H100 PCIe"))
+    assert pcie.peak_tflops(load_profile("1xH100")) == 756
+    emulated = preflight(load_profile("1xA10"), emulate=True, detected=gpus(1, 150.1, name="NVIDIA H200"))
+    assert emulated.peak_tflops(load_profile("1xA10")) == 989
+    assert emulated.memory_profile(load_profile("1xA10")).memory_per_device_gb == 24
+    unknown = preflight(load_profile("1xH100"), emulate=False, detected=gpus(1, 85, name="NVIDIA H100 NVL"))
+    assert unknown.card is None and unknown.peak_tflops(load_profile("1xH100")) is None

@@ -134,3 +134,42 @@ def test_each_launcher_tells_ranks_who_they_are():
     ompi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "9"}
     assert rank_from_env("mpirun", ompi) == (1, 1, 2)
     assert all(spec.multi_process == (spec.rank_env is not None) for spec in LAUNCHERS.values())
+
+
+def test_a_venv_over_system_packages_runs_each_launcher_as_a_module_of_its_own_interpreter(tmp_path):
+    """make setup WHEELHOUSE= makes a venv whose accelerate and torchrun are the box's: their scripts are not beside
+    the venv's interpreter, and the box's would run the box's Python without the venv's packages."""
+    from bench.matrix.backends import LaunchInputs
+    from bench.run.launch import launch_argv
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    python = venv / "python"
+    python.write_text("")
+    inputs = LaunchInputs(python=str(python), processes=2, port=1, worker=("-m", "bench.worker", "s.json"),
+                          accelerate_config="a.yaml")  # fmt: skip
+    torchrun = launch_argv(LAUNCHERS["torchrun"], inputs, str(python))
+    assert torchrun[:3] == [str(python), "-m", "torch.distributed.run"] and "--nproc_per_node=2" in torchrun
+    accelerate = launch_argv(LAUNCHERS["accelerate"], inputs, str(python))
+    assert accelerate[:4] == [str(python), "-m", "accelerate.commands.accelerate_cli", "launch"]
+    deepspeed = launch_argv(LAUNCHERS["deepspeed"], inputs, str(python))
+    assert deepspeed[:3] == [str(python), "-m", "deepspeed.launcher.runner"] and "--module" in deepspeed
+    (venv / "deepspeed").write_text("")  # installed into the venv: its own script
+    assert launch_argv(LAUNCHERS["deepspeed"], inputs, str(python))[0] == str(venv / "deepspeed")
+    assert launch_argv(LAUNCHERS["mpirun"], inputs, str(python))[0] == "mpirun"  # a binary: no module to run
+
+
+def test_offload_cells_on_a_gpu_share_the_hosts_cores_for_their_optimizer_step():
+    from bench.matrix.backends import backend_spec
+    from bench.run.launch import host_threads
+
+    h100 = load_profile("1xH100")
+    assert host_threads(backend_spec("zero3_offload"), h100, 1, 16) == 16
+    assert host_threads(backend_spec("single"), h100, 1, 16) == h100.threads_per_process
+    cpu = load_profile("cpu")
+    assert host_threads(backend_spec("zero3_offload"), cpu, 2, 2) == cpu.threads_per_process
+
+
+def test_every_cell_reads_only_local_files(tmp_path, cpu_profile):
+    launch = plan(tmp_path, cpu_profile, "single", "python")
+    assert {launch.env[k] for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")} == {"1"}

@@ -1,0 +1,103 @@
+"""--time-budget: coverage order, the prediction each cell is held to, and what the runner skips (bench/run/budget.py,
+bench/run/runner.py)."""
+
+import json
+
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import load_profile
+from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
+from bench.results.schema import Metrics, ResultRecord
+from bench.run.budget import AXES, TimeBudget, coverage_order, first_pass, values
+
+
+def runnable(profile: str) -> list[Cell]:
+    hw = load_profile(profile)
+    return [c for c in expand(load_matrix()) if not_applicable_reason(c, hw) is None]
+
+
+def test_every_axis_value_shows_up_before_anything_repeats():
+    cells = runnable("1xH200")
+    ordered = coverage_order(cells)
+    assert sorted(c.id for c in ordered) == sorted(c.id for c in cells)
+    first = first_pass(cells)
+    assert ordered[: len(first)] == first
+    wanted = set().union(*(values(c) for c in cells))
+    assert set().union(*(values(c) for c in first)) == wanted
+    # each cell of the first pass shows something the ones before it did not
+    seen: set = set()
+    for cell in first:
+        assert values(cell) - seen
+        seen |= values(cell)
+    assert {axis for axis, _ in wanted} == set(AXES)
+
+
+def test_ties_go_to_the_cheaper_cell():
+    cells = runnable("1xH200")
+    cost = {c.id: (100.0 if c.init == "two_models" else 1.0) for c in cells}
+    first = first_pass(cells, lambda c: cost[c.id])
+    assert first[0].init != "two_models"
+    assert first_pass(cells)[0].id == "two_models-none-single"  # matrix order without a cost
+
+
+def record(cell_id: str, wall: float, step: float | None) -> ResultRecord:
+    metrics = None
+    if step is not None:
+        metrics = Metrics(
+            tokens_per_s=1.0, pairs_per_s=1.0, step_time_median_s=step, step_time_p90_s=step, steps=25,
+            warmup_steps=5, tokens_total=1, memory_kind="cuda_allocated", load_peak_bytes=None, train_peak_bytes=None,
+            mem_growth_per_step_bytes=None, load_s=None,
+        )  # fmt: skip
+    return ResultRecord(
+        run_id="r", cell_id=cell_id, init="one_adapter", quant="none", backend="single", launcher="python",
+        hardware="1xH200", workload="w", status="ok" if metrics else "error", wall_s=wall, metrics=metrics,
+    )  # fmt: skip
+
+
+def test_the_prediction_learns_start_up_and_slowdown_from_the_cells_that_ended():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    assert budget.predicted_s(cell) == 45.0 + 3.0
+    budget.learn(cell, record(cell.id, wall=40.0, step=0.4))  # 12 s of steps, 28 s start-up, 4x slower than predicted
+    assert budget.start_ups == [28.0] and budget.slowdown == 4.0
+    assert budget.predicted_s(cell) == 28.0 + 30 * 0.1 * 4.0
+    budget.learn(cell, record(cell.id, wall=33.0, step=None))  # a failed cell: all of it was start-up
+    assert budget.predicted_s(cell) == 33.0 + 12.0
+    assert budget.fits(cell, now=300.0 - 45.0) and not budget.fits(cell, now=300.0 - 44.0)
+    assert TimeBudget(300.0, 30, lambda c: None, 45.0, started=0.0).predicted_s(cell) == 45.0 + 60.0
+
+
+def test_a_cell_timeout_is_cut_to_what_is_left(monkeypatch):
+    import bench.run.budget as budget_module
+
+    monkeypatch.setattr(budget_module.time, "monotonic", lambda: 250.0)
+    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
+    assert budget.cell_timeout(900.0) == 50.0 + 60.0
+    assert budget.cell_timeout(100.0) == 100.0
+
+
+def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_path, monkeypatch, cpu_profile):
+    from bench.matrix.profiles import load_workload
+    from bench.run import runner
+
+    cells = [c for c in expand(load_matrix()) if c.id in ("one_adapter-none-single", "two_models-none-single")]
+    ran = []
+    clock = [0.0]
+
+    def fake_run_cell(ctx, cell, trial=0, prediction=None, **kwargs):
+        ran.append((cell.id, kwargs.get("timeout_s")))
+        clock[0] += 15.0  # the cell took 15 s: 12 of start-up, 3 of steps
+        return record(cell.id, wall=15.0, step=0.1)
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: clock[0])
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
+    # the first cell is predicted 15 + 3 s of 20: it runs; then 5 s are left for a cell predicted 12 + 3 s
+    budget = TimeBudget(20.0, 30, lambda c: 0.1, start_up_guess_s=15.0, started=0.0)
+    out = tmp_path / "out.txt"
+    with out.open("w") as handle:
+        runner.execute(ctx, cells, budget=budget, out=handle)
+    text = out.read_text()
+    assert len(ran) == 1 and ran[0][1] is not None
+    assert "not run: predicted" in text and "resume them with --run-id r1" in text
+    written = json.loads((tmp_path / runner.BUDGET_FILE).read_text())
+    assert len(written["not_run"]) == 1 and written["order"][0] == ran[0][0]
