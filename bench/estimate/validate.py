@@ -303,7 +303,8 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         f"DPO on CPU, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; "
         f"max |error| {_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over "
         f"every row with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out): "
-        f"{s['verdicts_right']} of {s['verdicts']}, and {s['tight']} `tight` (the range straddles the limit: not judged){_edge_note(s)}.",
+        f"{s['verdicts_right']} of {s['verdicts']}, and {s['tight']} `tight` (the range straddles the limit: not "
+        f"judged){_edge_note(s)}.",
         f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
         f"{_pct(s['fitted_max_abs_error'])}, mean |error| {_pct(s['fitted_mean_abs_error'])}.",
         "Per workload, every method's `ok` cells: "
