@@ -50,14 +50,24 @@ def threshold(text: str) -> float:
     return value / 100
 
 
-def pairs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of pairs: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--pairs must be >= 1, got {text!r}")
-    return value
+def whole_number(flag: str, what: str, minimum: int):
+    """An argparse type: a whole number of at least `minimum`, each refusal one line naming `flag`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+pairs = whole_number("--pairs", "a number of pairs", 1)
+cell_timeout = whole_number("--cell-timeout", "whole seconds", 10)
+"""The profile schema's own floor for a cell's time limit."""
 
 
 def write_or_print(text: str, path: str | None) -> None:

@@ -5,7 +5,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_run_id, positive, positive_float
+from bench.cli.common import (
+    INTERRUPTED,
+    add_method_argument,
+    all_cells,
+    cell_timeout,
+    checked_run_id,
+    positive,
+    positive_float,
+)
 from bench.cli.target import add_target_arguments
 from bench.errors import BenchError
 from bench.executors import docker_images as images
@@ -163,17 +171,6 @@ def _run(
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
     return 0
-
-
-def minimum_timeout(value: str) -> int:
-    """--cell-timeout: whole seconds, at least 10 (the profile schema's own floor)."""
-    try:
-        seconds = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole seconds, got {value!r}") from None
-    if seconds < 10:
-        raise argparse.ArgumentTypeError(f"must be >= 10 s, got {seconds}")
-    return seconds
 
 
 def time_budget(
@@ -349,7 +346,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument(
         "--cell-timeout",
-        type=minimum_timeout,
+        type=cell_timeout,
         default=None,
         metavar="SECONDS",
         help="wall-clock limit of one cell (default: the profile's timeout_s)",
