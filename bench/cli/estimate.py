@@ -18,7 +18,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from bench.estimate.report import predicted_profiles, write_predicted
         from bench.estimate.validate import validate, validation_line, write_current_spreads
 
-        rows, _ = validate(Path(args.results))
+        rows, _ = validate()  # the committed runs: a run made in this checkout and not added to git is not in them
         published = published_rows()
         print(f"written: {write_current_spreads(rows, published)}")
         line = validation_line(rows, published)
@@ -88,7 +88,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
         "every method), "
-        "with the estimator's current validation error, after bench/estimate/spread.json (the ranges' spreads)",
+        "with the estimator's current validation error on the runs git tracks (`git add` a new run first), after "
+        "bench/estimate/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, write_calibration
-from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord, Status
+from bench.results.tracked import tracked_results
 from bench.units import GiB, MiB
 
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
@@ -62,11 +62,11 @@ def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, froz
     return [(source, record, frozenset(outcomes.get(key, ()))) for key, (source, record) in latest.items()]
 
 
-def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
-    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) under results/, runs
-    ordered by when they started."""
+def measured_records(results: Path | None = None) -> list[Measured]:
+    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) under `results` (default:
+    the runs git tracks, bench/results/tracked.py), runs ordered by when they started."""
     rows = []
-    for source, record, outcomes in _latest_record_per_cell(results):
+    for source, record, outcomes in _latest_record_per_cell(results or tracked_results()):
         if record.status not in _RAN:
             continue
         m = record.metrics
@@ -78,13 +78,13 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
     return rows
 
 
-def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
+def calibration_records(results: Path | None = None) -> list[Measured]:
     """The measured records the CPU baselines are fitted on: the latest of every DPO cell of the budgeted profiles
     (the other training methods are held out, docs/estimator.md)."""
     return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"]
 
 
-def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
+def fit(results: Path | None = None) -> Calibration:
     return fit_records(calibration_records(results))
 
 
@@ -112,7 +112,8 @@ def _median(values: list[float], what: str) -> float:
     return statistics.median(values)
 
 
-def main(results: Path = PROJECT_ROOT / "results", out: Path = CALIBRATION_FILE) -> Calibration:
+def main(results: Path | None = None, out: Path = CALIBRATION_FILE) -> Calibration:
+    """calibration.json from the committed runs (or `results`)."""
     calibration = fit(results)
     write_calibration(calibration, out)
     return calibration

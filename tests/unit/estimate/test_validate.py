@@ -39,9 +39,9 @@ def committed() -> tuple[list[Row], int]:
 
 @pytest.fixture(scope="module")
 def folds():
-    from bench.paths import RESULTS_DIR
+    from bench.results.tracked import tracked_results
 
-    return _leave_one_cell_out(RESULTS_DIR)
+    return _leave_one_cell_out(tracked_results())
 
 
 def test_validate_committed_results(committed):
