@@ -30,7 +30,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from bench.matrix.scenario import parse_methods
 
     profile, workload = target(args)
-    predictions = predict_all(profile, workload, args.filter, parse_methods(args.method))
+    cpu = None
+    if profile.device == "cpu" and args.cpu_features == "this-machine":
+        from bench.results.cpu_features import detect_cpu_features
+
+        cpu = detect_cpu_features()
+    predictions = predict_all(profile, workload, args.filter, parse_methods(args.method), cpu=cpu)
     if not predictions:
         raise BenchError(f"no cell matches --filter {args.filter!r}")
     speeds = speeds_for(profile, workload, [p.cell_id for p in predictions])
@@ -83,6 +88,13 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--filter", default=None, help="comma-separated glob patterns of cell ids")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--cpu-features",
+        choices=["this-machine", "reference"],
+        default="this-machine",
+        help="CPU profiles: predict for this machine's CPU (its bf16 matmul kernels, docs/estimator.md CPUs), or for "
+        "the CPU the figures were validated on first (AMD EPYC without AVX-512) (default: %(default)s)",
+    )
     p.add_argument(
         "--write",
         action="store_true",

@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload,
         machine.emulated_from,
         untested=machine.untested_reason,
         versions=env.packages,
-        predict=predictor(profile, workload),
+        predict=predictor(profile, workload, env.cpu_features),
         run_predicted_oom=args.run_predicted_oom,
     )
     try:

@@ -111,9 +111,9 @@ def validate(results: Path | None = None, calibration: Calibration | None = None
             skipped += 1
             continue
         limited = record.memory_budget_bytes is not None or profile.device != "cpu"
-        p = predict_cell(cell, profile, workload, calibration)
+        p = predict_cell(cell, profile, workload, calibration, cpu=m.cpu)
         fold = held_out.get(record.cell_id, calibration)
-        h = None if fold is None else predict_cell(cell, profile, workload, fold)
+        h = None if fold is None else predict_cell(cell, profile, workload, fold, cpu=m.cpu)
         rows.append(
             Row(
                 source=m.source,

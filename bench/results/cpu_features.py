@@ -62,7 +62,7 @@ class OneDnn(_Open):
     avx512_core_bf16`, `gemm:jit:bf16`); None where torch does not send bf16 matmuls to oneDNN."""
     bf16_primitive_bytes: float | None = None
     """Measured: anonymous memory a bf16 matmul of a new shape keeps after it ran (oneDNN's primitive cache holds
-    the JIT-compiled kernels of every shape seen), mean over fresh shapes."""
+    the JIT-compiled kernels of every shape seen), mean over fresh shapes of a LoRA adapter's three products."""
     env: dict[str, str] = {}
     """The variables of ONEDNN_ENV_PREFIXES set for the cells."""
 

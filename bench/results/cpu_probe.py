@@ -13,13 +13,13 @@ from typing import Any
 
 from bench.results.cpu_features import PROBE_PREFIX
 
-SHAPES = 32
-"""Fresh bf16 matmul shapes measured: enough pages to average over (one primitive keeps ~0.07-0.7 MiB)."""
-K, N = 64, 8
+SHAPES = 16
+"""Fresh shapes measured per product: enough pages to average over (one primitive keeps ~0.01-0.7 MiB)."""
+HIDDEN, RANK = 64, 8
 """A LoRA adapter's shape (hidden 64, rank 8): what the quantized cells' bf16 matmuls are."""
 
 
-def _anon_bytes() -> int:
+def anon_bytes() -> int:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("RssAnon:"):
@@ -33,16 +33,24 @@ def routes_bf16_to_onednn(capabilities: dict[str, Any]) -> bool:
     return all(capabilities.get(name) for name in ("avx512_bw", "avx512_vl", "avx512_dq"))
 
 
-def bf16_primitive_bytes(torch: Any) -> float:
-    """Anonymous memory kept per bf16 matmul of a new shape: SHAPES products [M, K] x [K, N] with distinct M (each
-    a new oneDNN primitive, JIT-compiled and cached), after one warm-up shape."""
-    source = torch.randn(8 * (SHAPES + 2), K, dtype=torch.bfloat16)
-    weight = torch.randn(K, N, dtype=torch.bfloat16)
-    torch.mm(source[:8], weight)
-    before = _anon_bytes()
-    for i in range(SHAPES):
-        torch.mm(source[: 16 + 8 * i], weight)
-    return (_anon_bytes() - before) / SHAPES
+def bf16_products(torch: Any, shapes: int = SHAPES, hidden: int = HIDDEN, rank: int = RANK) -> dict[str, float]:
+    """Anonymous memory kept per bf16 matmul of a new shape, for each of the three products an adapter's step makes
+    ([M, in] x [in, r] forward, [M, r] x [r, in] for the input's gradient, [r, M] x [M, in] for the weight's):
+    `shapes` new M each (each a new oneDNN primitive, JIT-compiled and cached), after one warm-up shape."""
+    big = torch.randn(16 + 8 * (shapes + 1), max(hidden, rank), dtype=torch.bfloat16)
+    products = {
+        "forward": lambda m: torch.mm(big[:m, :hidden], big[:hidden, :rank]),
+        "input_grad": lambda m: torch.mm(big[:m, :rank], big[:rank, :hidden]),
+        "weight_grad": lambda m: torch.mm(big[:m, :rank].t(), big[:m, :hidden]),
+    }
+    kept = {}
+    for name, product in products.items():
+        product(8)
+        before = anon_bytes()
+        for i in range(shapes):
+            product(16 + 8 * i)
+        kept[name] = (anon_bytes() - before) / shapes
+    return kept
 
 
 def training_ops(torch: Any, bnb: Any) -> tuple[dict[str, list[str]], list[str]]:
@@ -126,10 +134,11 @@ def probe() -> dict[str, Any]:
         ipex = None
     onednn: dict[str, Any] = {}
     if routed and torch.backends.mkldnn.is_available():
-        onednn["bf16_primitive_bytes"] = bf16_primitive_bytes(torch)
+        kept = bf16_products(torch)
+        onednn["bf16_primitive_bytes"] = sum(kept.values()) / len(kept)
         sys.stdout.flush()
         with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON_CREATION):
-            torch.mm(torch.randn(997, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16))
+            torch.mm(torch.randn(997, HIDDEN, dtype=torch.bfloat16), torch.randn(HIDDEN, RANK, dtype=torch.bfloat16))
     return {
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_onednn_bf16": routed,
