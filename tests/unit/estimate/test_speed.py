@@ -130,10 +130,10 @@ def test_prediction_is_labelled_and_ranged():
 
 MIN_SMALL_RHO = 0.7
 """Spearman's rho of PREDICTED vs measured tokens/s over the small workload's ok cells of the runs the CPU constants
-were not fitted on (69 cells, 6 runs). Measured: 0.80 (docs/estimator.md, "Speed"). The noise ceiling is below 1:
-two runs of the same 18 cells (cpu-budget 20261123-080923 and -143013) rank-agree with each other at 0.88 only,
-so a rerun alone moves rho by about 0.1; 0.7 fails when the model loses a real part of the ordering, not on one
-noisy rerun."""
+were not fitted on (75 cells, 7 runs; 6 on EPYC, 1 on an Intel Xeon). Measured: 0.76 (docs/estimator.md, "Speed").
+The noise ceiling is below 1: two runs of the same 18 cells (cpu-budget 20261123-080923 and -143013) rank-agree with
+each other at 0.88 only, so a rerun alone moves rho by about 0.1; 0.7 fails when the model loses a real part of the
+ordering, not on one noisy rerun."""
 
 
 def test_small_workload_ranking_agrees_with_the_measured_one():
