@@ -71,8 +71,8 @@ def test_the_user_run_is_in_results_and_not_in_the_committed_runs(clone):
     assert (record["cell_id"], record["status"]) == (CELL, "ok")
     env = json.loads((mine / "env.json").read_text())
     assert env["cpu_features"]["flags"] is not None and env["cpu_features"]["probe_error"] is None
-    # validate-estimate over every run in results/ holds its record (the newest of its cell), in place of the
-    # committed one; what the committed files derive from does not
+    # validate-estimate over every run in results/ holds its record (the newest of its cell on this CPU model); what
+    # the committed files derive from does not
     sources = (
         "import json; from bench.estimate.validate import validate; from bench.paths import RESULTS_DIR; "
         f"print(json.dumps([sorted({{r.source for r in validate(results)[0] if r.cell_id == {CELL!r}}}) "
@@ -81,8 +81,7 @@ def test_the_user_run_is_in_results_and_not_in_the_committed_runs(clone):
     done = in_clone(clone, "-c", sources)
     assert done.returncode == 0, done.stderr[-3000:]
     every, committed = json.loads(done.stdout)
-    cpu = [source for source in every if source.startswith("results/cpu/")]
-    assert cpu == [f"results/cpu/{mine.name}"]
+    assert f"results/cpu/{mine.name}" in every  # in place of the committed record of this CPU model, if any
     assert f"results/cpu/{mine.name}" not in committed and any(s.startswith("results/cpu/") for s in committed)
 
 
