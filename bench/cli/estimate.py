@@ -18,7 +18,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from bench.estimate.report import predicted_profiles, write_predicted
         from bench.estimate.validate import validate, validation_line, write_current_spreads
 
-        rows, _ = validate(Path(args.results))
+        rows, _ = validate()  # the committed runs: a run made in this checkout and not added to git is not in them
         published = published_rows()
         print(f"written: {write_current_spreads(rows, published)}")
         line = validation_line(rows, published)
@@ -30,7 +30,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from bench.matrix.scenario import parse_methods
 
     profile, workload = target(args)
-    predictions = predict_all(profile, workload, args.filter, parse_methods(args.method))
+    cpu = None
+    if profile.device == "cpu" and args.cpu_features == "this-machine":
+        from bench.results.cpu_features import detect_cpu_features
+
+        cpu = detect_cpu_features()
+    predictions = predict_all(profile, workload, args.filter, parse_methods(args.method), cpu=cpu)
     if not predictions:
         raise BenchError(f"no cell matches --filter {args.filter!r}")
     speeds = speeds_for(profile, workload, [p.cell_id for p in predictions])
@@ -84,11 +89,19 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--format", choices=["md", "csv", "json"], default="md")
     p.add_argument("--output", default=None, help="write here instead of stdout")
     p.add_argument(
+        "--cpu-features",
+        choices=["this-machine", "reference"],
+        default="this-machine",
+        help="CPU profiles: predict for this machine's CPU (its bf16 matmul kernels, docs/estimator.md CPUs), or for "
+        "the CPU the figures were validated on first (AMD EPYC without AVX-512) (default: %(default)s)",
+    )
+    p.add_argument(
         "--write",
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
         "every method), "
-        "with the estimator's current validation error, after bench/estimate/spread.json (the ranges' spreads)",
+        "with the estimator's current validation error on the runs git tracks (`git add` a new run first), after "
+        "bench/estimate/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 

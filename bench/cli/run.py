@@ -143,7 +143,7 @@ def _run(
         machine.emulated_from,
         untested=machine.untested_reason,
         versions=env.packages,
-        predict=predictor(machine.memory_profile(profile), workload),
+        predict=predictor(machine.memory_profile(profile), workload, env.cpu_features),
         run_predicted_oom=args.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
     )

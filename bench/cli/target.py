@@ -42,6 +42,12 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
     settings.add_argument("--max-length", type=int, default=None)
     settings.add_argument("--batch-size", type=int, default=None, help="per device")
     settings.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    settings.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps (on a CPU with AVX-512 BF16 or AMX, more batch lengths)",
+    )
     settings.add_argument("--lora-r", type=int, default=None, help="LoRA rank (alpha keeps the workload's alpha/r)")
     settings.add_argument("--lora-targets", default=None, help=f"comma-separated module names, or {ALL_LINEAR}")
     settings.add_argument("--gradient-checkpointing", type=on_off, default=None, metavar="on|off")
@@ -58,6 +64,7 @@ def settings_of(args: argparse.Namespace) -> TrainingSettings:
         "max_length": args.max_length,
         "batch_size": args.batch_size,
         "grad_accum": args.grad_accum,
+        "steps": args.steps,
         "lora_r": args.lora_r,
         "lora_targets": targets,
         "gradient_checkpointing": args.gradient_checkpointing,

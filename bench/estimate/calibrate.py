@@ -14,8 +14,9 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, write_calibration
-from bench.paths import PROJECT_ROOT
+from bench.results.cpu_features import CpuFeatures
 from bench.results.schema import ResultRecord, Status
+from bench.results.tracked import tracked_results
 from bench.units import GiB, MiB
 
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
@@ -37,6 +38,8 @@ class Measured:
     outcomes: frozenset[bool] = frozenset()
     """Every OOM outcome (True: OOM-killed, False: ran to the end) this cell had in any run of the same hardware and
     workload: both values mean the cell is at the edge, measured both ways."""
+    cpu: CpuFeatures | None = None
+    """The CPU features of the record's run (bench/results/env.run_cpu_features); None where not recorded."""
 
 
 _RAN = (Status.OK, Status.SILENT_FALLBACK, Status.LEARNING_FAILED, Status.OOM)
@@ -48,25 +51,30 @@ def _runs_oldest_first(results: Path) -> list[Path]:
     return [run for hardware in sorted(results.iterdir()) if hardware.is_dir() for run in reversed(run_dirs(hardware))]
 
 
-def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, frozenset[bool]]]:
+def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, frozenset[bool], CpuFeatures | None]]:
+    from bench.results.env import read_env, run_cpu_features
     from bench.results.store import load_results
 
-    latest: dict[tuple[str, str, str], tuple[str, ResultRecord]] = {}
-    outcomes: dict[tuple[str, str, str], set[bool]] = {}
+    latest: dict[tuple[str, str, str, str], tuple[str, ResultRecord, CpuFeatures | None]] = {}
+    outcomes: dict[tuple[str, str, str, str], set[bool]] = {}
     for run_dir in _runs_oldest_first(results):
+        cpu = run_cpu_features(run_dir)[0]
+        env = read_env(run_dir)
+        machine = (env.hardware.cpu_model if env is not None else None) or "unknown"
         for record in load_results(run_dir).records:
-            key = (record.hardware, record.workload, record.cell_id)
-            latest[key] = (str(run_dir.relative_to(results.parent)), record)
+            # a CPU of another model is another measurement, not a re-run: each keeps its own latest record
+            key = (record.hardware, record.workload, record.cell_id, machine)
+            latest[key] = (str(run_dir.relative_to(results.parent)), record, cpu)
             if record.status in _RAN:
                 outcomes.setdefault(key, set()).add(record.status == Status.OOM)
-    return [(source, record, frozenset(outcomes.get(key, ()))) for key, (source, record) in latest.items()]
+    return [(source, record, frozenset(outcomes.get(key, ())), cpu) for key, (source, record, cpu) in latest.items()]
 
 
-def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
-    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) under results/, runs
-    ordered by when they started."""
+def measured_records(results: Path | None = None) -> list[Measured]:
+    """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) per CPU model under
+    `results` (default: the runs git tracks, bench/results/tracked.py), runs ordered by when they started."""
     rows = []
-    for source, record, outcomes in _latest_record_per_cell(results):
+    for source, record, outcomes, cpu in _latest_record_per_cell(results or tracked_results()):
         if record.status not in _RAN:
             continue
         m = record.metrics
@@ -74,7 +82,7 @@ def measured_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]
         baseline = m.baseline_bytes if m is not None else None
         if memory is None and record.status == Status.OOM and record.memory_budget_bytes is None and not on_gpu(record):
             continue
-        rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM, outcomes))
+        rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM, outcomes, cpu))
     return rows
 
 
@@ -88,13 +96,13 @@ def on_gpu(record) -> bool:
         return False
 
 
-def calibration_records(results: Path = PROJECT_ROOT / "results") -> list[Measured]:
+def calibration_records(results: Path | None = None) -> list[Measured]:
     """The measured records the CPU baselines are fitted on: the latest of every DPO cell of the budgeted profiles
     (the other training methods are held out, docs/estimator.md)."""
     return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"]
 
 
-def fit(results: Path = PROJECT_ROOT / "results") -> Calibration:
+def fit(results: Path | None = None) -> Calibration:
     return fit_records(calibration_records(results))
 
 
@@ -122,7 +130,8 @@ def _median(values: list[float], what: str) -> float:
     return statistics.median(values)
 
 
-def main(results: Path = PROJECT_ROOT / "results", out: Path = CALIBRATION_FILE) -> Calibration:
+def main(results: Path | None = None, out: Path = CALIBRATION_FILE) -> Calibration:
+    """calibration.json from the committed runs (or `results`)."""
     calibration = fit(results)
     write_calibration(calibration, out)
     return calibration

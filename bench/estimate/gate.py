@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.results.cpu_features import CpuFeatures
 from bench.results.schema import PredictionSummary
 from bench.units import GiB
 
@@ -31,16 +32,17 @@ def summary_of(prediction) -> PredictionSummary | None:
     )
 
 
-def predictor(profile: HardwareProfile, workload: Workload) -> Predictor:
-    """predict(cell) for this run; an estimator failure (e.g. a hub model whose config cannot be read offline)
-    leaves the cell without a prediction, says so once, and never stops the run."""
+def predictor(profile: HardwareProfile, workload: Workload, cpu: CpuFeatures | None = None) -> Predictor:
+    """predict(cell) for this run on a CPU with `cpu`'s features (env.json's); an estimator failure (e.g. a hub model
+    whose config cannot be read offline) leaves the cell without a prediction, says so once, and never stops the
+    run."""
     from bench.estimate.predict import predict_cell
 
     warned = []
 
     def predict(cell: Cell) -> PredictionSummary | None:
         try:
-            return summary_of(predict_cell(cell, profile, workload))
+            return summary_of(predict_cell(cell, profile, workload, cpu=cpu))
         except Exception as exc:  # the estimator is advisory: the cell still runs
             if not warned:
                 warned.append(exc)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.assets.prepare import LARGE_MODEL_PARAMS
-from bench.estimate import VERSION, cpu_terms, gpu_terms, terms, uncertainty
+from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
 from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import Verdict
@@ -21,6 +21,8 @@ from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
 from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.results.cpu_features import CpuFeatures
+from bench.units import MiB
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -127,8 +129,11 @@ def predict_cell(
     calibration: Calibration | None = None,
     knobs: Knobs | None = None,
     spreads: uncertainty.Spreads | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> Prediction:
-    """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call."""
+    """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call. `cpu`: the
+    CPU features of the machine the cell runs on (env.json `cpu_features`), which choose the kernels of a CPU cell's
+    bf16 matmuls (bench/estimate/cpu_kernels.py); None: the CPU the CPU figures were validated on (AMD EPYC)."""
     base = {
         "cell_id": cell.id,
         "method": str(cell.method),
@@ -147,7 +152,9 @@ def predict_cell(
     backend, notes = _effective_backend(cell, profile)
     world = world_size(cell, profile)
     knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
-    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs)
+    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs, cpu)
+    if profile.device == "cpu" and _bf16_adapters(cell, profile, knobs):
+        notes.append(_kernels_note(cpu, terms_.get("onednn_bf16_kernels", 0.0)))
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
     gpu = gpu_terms.gpu_of(profile)  # None off CUDA: only NVIDIA catalog entries have CUDA figures
@@ -239,6 +246,7 @@ def train_terms(
     shapes: ModelShapes,
     world: int,
     knobs: Knobs,
+    cpu: CpuFeatures | None = None,
 ) -> tuple[dict[str, float], float, dict[str, float]]:
     """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank."""
     spec = backend_spec(backend)
@@ -431,11 +439,35 @@ def train_terms(
         shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
         if shm:
             out["deepspeed_shm_allreduce"] = shm
+        if _bf16_adapters(cell, profile, knobs):
+            micro_steps = workload.train.steps * (workload.train.gradient_accumulation_steps or 1)
+            linears = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
+            kernels = cpu_kernels.adapter_kernels(cpu, linears, workload.lora.r, micro_steps, seq)
+            if kernels:
+                out["onednn_bf16_kernels"] = kernels
     if optimizer.paged:
         out[PAGED] = optimizer.paged
     if precompute:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
+
+
+def _bf16_adapters(cell: Cell, profile: HardwareProfile, knobs: Knobs) -> bool:
+    """A CPU cell in fp32 whose adapters TRL casts to bf16 (a quantized model's, train_terms): their matmuls are
+    the cell's only bf16 ones."""
+    quantized = quant_spec(cell.quant).quantized
+    return init_spec(cell.init).adapters and quantized and knobs.master_weights and profile.precision == "fp32"
+
+
+def _kernels_note(cpu: CpuFeatures | None, kernels: float) -> str:
+    if cpu is None:
+        return (
+            "CPU features not given: the bf16 adapter matmuls are predicted as on the CPU first validated (AMD EPYC: "
+            "torch's own kernels, nothing kept); with AVX-512 BF16 or AMX oneDNN keeps ~0.67 MiB per matmul shape "
+            "(docs/estimator.md, CPUs)"
+        )
+    path = cpu_kernels.bf16_path(cpu)
+    return f"bf16 adapter matmuls on the given CPU: {path} path ({kernels / MiB:.0f} MiB of oneDNN kernels kept)"
 
 
 OUTPUT_TERMS = ("lm_head_backward", "full_logits", "scalar_head")

@@ -14,6 +14,7 @@ from bench.units import GiB, MiB
 if TYPE_CHECKING:
     from bench.matrix.cell import Cell
     from bench.matrix.profiles import HardwareProfile, Workload
+    from bench.results.cpu_features import CpuFeatures
 
 GB = 1e9
 
@@ -34,9 +35,11 @@ def predict_all(
     pattern: str | None = None,
     methods: tuple[str, ...] | None = None,
     cells: "list[Cell] | None" = None,
+    cpu: "CpuFeatures | None" = None,
 ) -> list[Prediction]:
-    """Every matrix cell (or `cells`) of `methods` matching `pattern`, predicted for `profile` and `workload`: the one
-    path of `predict --hw/--workload` and of `--gpu`/`--model` with their settings."""
+    """Every matrix cell (or `cells`) of `methods` matching `pattern`, predicted for `profile` and `workload` (on a
+    CPU with `cpu`'s features): the one path of `predict --hw/--workload` and of `--gpu`/`--model` with their
+    settings."""
     from bench.matrix.scenario import expand, load_matrix, of_methods, select
     from bench.matrix.settings import with_precomputed_reference
 
@@ -45,7 +48,7 @@ def predict_all(
     if methods is not None:
         cells = of_methods(cells, methods)
     cells = with_precomputed_reference(select(cells, pattern), workload)
-    return [predict_cell(c, profile, workload, calibration) for c in cells]
+    return [predict_cell(c, profile, workload, calibration, cpu=cpu) for c in cells]
 
 
 def _gb(value: float | None, device: str) -> str:

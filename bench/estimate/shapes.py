@@ -52,10 +52,14 @@ class ModelShapes:
         """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
         return sum(rows * cols for rows, cols in self.lora_tensors(r, target_modules))
 
-    def lora_tensors(self, r: int, target_modules: list[str]) -> list[tuple[int, int]]:
-        """(rows, cols) of every LoRA A and B; `all-linear` (PEFT's shorthand) targets every decoder linear."""
+    def lora_targets(self, target_modules: list[str]) -> list[Linear]:
+        """The linears LoRA adapts; `all-linear` (PEFT's shorthand) targets every decoder linear."""
         targets = set(target_modules)
-        chosen = [lin for lin in self.linears if "all-linear" in targets or lin.name.split(".")[-1] in targets]
+        return [lin for lin in self.linears if "all-linear" in targets or lin.name.split(".")[-1] in targets]
+
+    def lora_tensors(self, r: int, target_modules: list[str]) -> list[tuple[int, int]]:
+        """(rows, cols) of every LoRA A and B."""
+        chosen = self.lora_targets(target_modules)
         return [shape for lin in chosen for shape in ((r, lin.in_features), (lin.out_features, r))]
 
     def full_tensors(self) -> list[tuple[int, int]]:

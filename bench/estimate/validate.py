@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.estimate import VERSION
 from bench.estimate.calibrate import calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
-from bench.paths import PROJECT_ROOT
+from bench.results.tracked import tracked_results
 from bench.units import MiB
 
 
@@ -91,9 +91,10 @@ def _setup(hardware: str):
     return profile, load_workload(profile.workload), {c.id: c for c in expand(load_matrix())}
 
 
-def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration | None = None) -> tuple[list[Row], int]:
-    """Rows for every measured cell, and how many records were skipped (no model-memory figure:
-    older records, or a cell not in the current matrix)."""
+def validate(results: Path | None = None, calibration: Calibration | None = None) -> tuple[list[Row], int]:
+    """Rows for every measured cell under `results` (default: the runs git tracks), and how many records were
+    skipped (no model-memory figure: older records, or a cell not in the current matrix)."""
+    results = results or tracked_results()
     calibration = calibration or load_calibration()
     fitted = set(calibration.fitted_on)
     held_out = _leave_one_cell_out(results)
@@ -118,9 +119,9 @@ def validate(results: Path = PROJECT_ROOT / "results", calibration: Calibration 
             skipped += 1
             continue
         limited = record.memory_budget_bytes is not None or profile.device != "cpu"
-        p = predict_cell(cell, profile, workload, calibration)
+        p = predict_cell(cell, profile, workload, calibration, cpu=m.cpu)
         fold = held_out.get(record.cell_id, calibration)
-        h = None if fold is None else predict_cell(cell, profile, workload, fold)
+        h = None if fold is None else predict_cell(cell, profile, workload, fold, cpu=m.cpu)
         rows.append(
             Row(
                 source=m.source,

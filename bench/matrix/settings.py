@@ -22,6 +22,7 @@ class TrainingSettings(Strict):
     max_length: int | None = Field(default=None, ge=8)
     batch_size: int | None = Field(default=None, ge=1)
     grad_accum: int | None = Field(default=None, ge=1)
+    steps: int | None = Field(default=None, ge=2)
     lora_r: int | None = Field(default=None, ge=1)
     lora_targets: tuple[str, ...] | None = Field(default=None, min_length=1)
     """Module names, or (`all-linear`,): every linear layer of the decoder."""
@@ -40,6 +41,7 @@ def apply_to_workload(
         "max_length": settings.max_length,
         "per_device_train_batch_size": settings.batch_size,
         "gradient_accumulation_steps": settings.grad_accum,
+        "steps": settings.steps,
         "gradient_checkpointing": settings.gradient_checkpointing,
         "optim": settings.optim,
         "precompute_ref": settings.precompute_ref,

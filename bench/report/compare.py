@@ -189,6 +189,11 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
         return [f"the {side} run has no {ENV_FILE}: its hardware, image and versions are unknown"]
     packages = sorted(set(base_env.packages) | set(head_env.packages))
     base, head = _facts(base_env, packages), _facts(head_env, packages)
+    if base_env.cpu_features is not None and head_env.cpu_features is not None:
+        # what the CPU switches on in torch, oneDNN and bitsandbytes: the same code takes other kernels (an env.json
+        # written before these were recorded is compared on its machine line alone)
+        base |= base_env.cpu_features.facts()
+        head |= head_env.cpu_features.facts()
     return [f"{name}: {base[name]} → {head[name]}" for name in base if base[name] != head[name]]
 
 

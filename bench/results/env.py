@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
 from bench.paths import PROJECT_ROOT
-from bench.results.layout import ENV_FILE
+from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
+from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
 from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
 from bench.results.store import now_iso
@@ -118,6 +119,7 @@ def environment_fingerprint(
         git_sha=git_sha(),
         git_dirty=git_dirty(),
         command=redact(" ".join(sys.argv)),
+        cpu_features=detect_cpu_features(),
     )
 
 
@@ -132,6 +134,22 @@ def read_env(run_dir: Path) -> EnvFingerprint | None:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "top level"
         raise BenchError(f"{path}: not a valid environment fingerprint ({where}: {first['msg']})") from None
+
+
+def run_cpu_features(run_dir: Path) -> tuple[CpuFeatures | None, str]:
+    """The CPU features a run was measured with, and where they come from: its env.json, else a measurement after
+    the run on a machine of its kind (CPU_FEATURES_AFTER_FILE), else none (`not recorded`)."""
+    env = read_env(run_dir)
+    if env is not None and env.cpu_features is not None:
+        return env.cpu_features, ENV_FILE
+    after = run_dir / CPU_FEATURES_AFTER_FILE
+    if after.is_file():
+        try:
+            measured = MeasuredAfter.model_validate_json(after.read_text(encoding="utf-8"))
+        except ValidationError as exc:
+            raise BenchError(f"{after}: not valid CPU features ({exc.errors()[0]['msg']})") from None
+        return measured.cpu_features, f"{CPU_FEATURES_AFTER_FILE}: measured {measured.measured_at} after the run"
+    return None, "not recorded"
 
 
 def write_env(run_dir: Path, env: EnvFingerprint) -> None:

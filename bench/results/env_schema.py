@@ -5,6 +5,8 @@ Every field is optional and unknown keys are kept, so env.json files written bef
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.results.cpu_features import CpuFeatures
+
 LOCAL_VENV = "none (local venv)"
 
 
@@ -73,6 +75,9 @@ class EnvFingerprint(Open):
         return (self.git_sha or "unknown") + (" + uncommitted changes" if self.git_dirty else "")
 
     command: str | None = None
+    cpu_features: CpuFeatures | None = None
+    """What this CPU switches on in torch, oneDNN and bitsandbytes (bench/results/cpu_features.py); None in env.json
+    files written before it was recorded."""
 
     @property
     def image_label(self) -> str:

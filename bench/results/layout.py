@@ -7,6 +7,9 @@ RESULTS_FILE = "results.jsonl"
 """One schema-versioned record per cell trial, appended as each ends."""
 ENV_FILE = "env.json"
 """The environment fingerprint, written once per run."""
+CPU_FEATURES_AFTER_FILE = "cpu_features.after.json"
+"""A run whose env.json predates `cpu_features`: the features measured afterwards on a machine of the same kind, with
+the evidence that it is (bench/results/cpu_features.MeasuredAfter); never written by a run."""
 
 
 def trial_key(cell_id: str, trial: int) -> str:

@@ -29,6 +29,7 @@ def _settings_flags(name: str) -> list[str]:
     return [
         "--max-length", str(w.train.max_length),
         "--batch-size", str(w.train.per_device_train_batch_size),
+        "--steps", str(w.train.steps),
         "--lora-r", str(w.lora.r),
         "--lora-targets", ",".join(w.lora.target_modules),
         "--gradient-checkpointing", "on" if w.train.gradient_checkpointing else "off",

@@ -20,7 +20,7 @@ from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
-from bench.paths import RESULTS_DIR
+from bench.results.tracked import tracked_results
 
 GOLDEN = Path(__file__).with_name("golden_predictions.json")
 GOLDEN_CELLS = (
@@ -80,13 +80,13 @@ def validation_line() -> str:
     from bench.estimate.published import published_rows
     from bench.estimate.validate import validate, validation_line
 
-    return validation_line(validate(RESULTS_DIR)[0], published_rows())
+    return validation_line(validate(tracked_results())[0], published_rows())
 
 
 @pytest.mark.parametrize("hardware", predicted_profiles())
 def test_committed_predicted_files_are_what_the_code_writes(hardware, tmp_path, validation_line):
     for written in write_predicted(hardware, tmp_path, validation_line):
-        committed = RESULTS_DIR / hardware / written.name
+        committed = tracked_results() / hardware / written.name
         assert committed.read_bytes() == written.read_bytes(), f"{committed} is stale: regenerate with `make predicted`"
 
 

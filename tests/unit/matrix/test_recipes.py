@@ -29,11 +29,12 @@ from bench.matrix.recipes import (
     version_problems,
 )
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, rows_added
-from bench.paths import RESULTS_DIR, SCENARIOS_DIR
+from bench.paths import SCENARIOS_DIR
 from bench.report.matrix import NOT_RUN_YET, render
 from bench.results.runs import latest_complete_run, rows_for_run, run_dirs
 from bench.results.schema import ErrorClass, ResultRecord, Status
 from bench.results.store import load_results
+from bench.results.tracked import tracked_results
 from bench.run.launch import ACCELERATE_FILE, SPEC_FILE, plan_launch
 from bench.worker import models
 from bench.worker.models import DTYPES, device_map_setting, quantization_kwargs
@@ -314,7 +315,7 @@ def test_rows_added_after_a_run_started_are_not_required_of_it():
 
 @pytest.mark.parametrize("hw", ["cpu", "cpu-budget"])
 def test_committed_runs_stay_complete_and_their_cell_ids_still_match(hw):
-    hardware_dir = RESULTS_DIR / hw
+    hardware_dir = tracked_results() / hw
     if not (hardware_dir / "MATRIX.md").is_file():
         pytest.skip(f"no committed matrix for {hw}")
     ids = [c.id for c in CELLS if c.method == "dpo"]

@@ -313,6 +313,35 @@ def test_a_different_machine_is_named():
     assert comparability(fingerprint(), gpus) == ["machine: AMD EPYC, 2 cores, no GPU → x86_64, 32 cores, NVIDIA A10"]
 
 
+def test_a_cpu_that_switches_on_other_kernels_is_an_environment_difference():
+    # the same machine line, lock and code: AMX sends the quantized cells' bf16 adapter matmuls to other kernels
+    amx = {
+        "flags": ["avx2", "avx512f", "avx512_bf16", "amx_bf16"],
+        "torch_cpu_capability": "AVX512",
+        "onednn": {"isa": "Intel AMX", "bf16_matmul": "brg_matmul:avx10_1_512_amx", "bf16_primitive_bytes": 7e5},
+        "bitsandbytes": {"backend": "CPU", "native_library": "libbitsandbytes_cpu.so", "cpu_kernels": ["gemv_4bit"]},
+    }
+    bf16 = amx | {
+        "flags": ["avx2", "avx512f", "avx512_bf16"],
+        "onednn": amx["onednn"] | {"isa": "AVX-512 BF16", "bf16_matmul": "brg_matmul:avx512_core_bf16"},
+    }
+    reasons = comparability(fingerprint(cpu_features=bf16), fingerprint(cpu_features=amx))
+    assert reasons == [
+        "CPU instruction sets: avx2 avx512f avx512_bf16 → avx2 avx512f avx512_bf16 amx_bf16",
+        "oneDNN ISA: AVX-512 BF16 → Intel AMX",
+        "oneDNN bf16 matmul: brg_matmul:avx512_core_bf16 → brg_matmul:avx10_1_512_amx",
+    ]
+    # a measurement, not a setting: its noise never makes two runs incomparable
+    again = amx | {"onednn": amx["onednn"] | {"bf16_primitive_bytes": 6e5}}
+    assert comparability(fingerprint(cpu_features=amx), fingerprint(cpu_features=again)) == []
+    # an env.json written before the features were recorded is compared on its machine line alone
+    assert comparability(fingerprint(), fingerprint(cpu_features=amx)) == []
+    cells = [rec("one_adapter-int8-single")]
+    text = to_markdown(compare(run(cells, fingerprint(cpu_features=bf16)), run(cells, fingerprint(cpu_features=amx))))
+    assert "differences below may come from the environment, not the change" in text
+    assert "> - oneDNN bf16 matmul: brg_matmul:avx512_core_bf16 → brg_matmul:avx10_1_512_amx" in text
+
+
 def test_markdown_warns_when_not_comparable_and_still_reports():
     other = fingerprint(packages={"torch": "2.14.0", "trl": "1.16.0"})
     base = [rec("one_adapter-none-single"), rec("one_adapter-none-ddp")]

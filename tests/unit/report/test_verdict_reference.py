@@ -29,11 +29,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special
 
-from bench.paths import RESULTS_DIR
 from bench.report.compare import cpu_per_step, load_run
 from bench.report.summary import summarize
 from bench.report.verdict import ALPHA, EXACT_LIMIT, mann_whitney_p
 from bench.results.runs import run_dirs
+from bench.results.tracked import tracked_results
 
 EPS = 2.0**-52
 
@@ -210,7 +210,7 @@ def recorded_series() -> Series:
     """From every committed run, read as compare reads it (load_run, summarize, cpu_per_step): per cell, its ok
     trials in every run of its hardware folder (committed runs have one trial per cell); per run, every ok cell."""
     series: Series = {}
-    for hw in sorted(p for p in RESULTS_DIR.iterdir() if p.is_dir()):
+    for hw in sorted(p for p in tracked_results().iterdir() if p.is_dir()):
         per_cell: dict[tuple[str, str], list[float]] = {}
         for run_dir in run_dirs(hw):
             per_run: dict[str, list[float]] = {}
@@ -255,7 +255,7 @@ def test_every_pair_of_recorded_trial_series():
 def test_the_p_values_recorded_in_the_ab_summary():
     """results/ab/SUMMARY.json keeps the p-values of 10 + 10 trials (normal approximation), not the trials: each
     recorded p-value is the reference's for one U without ties, and the new code's for that U is within the bound."""
-    summary = json.loads((RESULTS_DIR / "ab" / "SUMMARY.json").read_text(encoding="utf-8"))
+    summary = json.loads((tracked_results() / "ab" / "SUMMARY.json").read_text(encoding="utf-8"))
     rows = summary["aa"] + [row for entry in summary["slowdowns"] for row in entry["rows"]]
     recorded = [row["p_value"] for row in rows if row["p_value"] is not None]
     pairs = summary["facts"]["pairs"]
