@@ -357,3 +357,16 @@ def test_emulation_caps_every_device_a_newcomer_auto_model_spreads_over(monkeypa
     build.build_trainer(spec_of(cell("one_adapter", "nf4", "single", Setup.NEWCOMER), two_gpus), [])
     build.build_trainer(spec_of(cell("one_adapter", "nf4", "single"), two_gpus), [])
     assert capped == [True, False]
+
+
+def test_a_package_without_its_dist_info_is_still_seen_at_its_modules_version(tmp_path, monkeypatch):
+    """bitsandbytes copied in without its dist-info (a trimmed install): the recipe gate reads its __version__."""
+    from bench.matrix.packages import installed_versions
+
+    (tmp_path / "copied_package").mkdir()
+    (tmp_path / "copied_package" / "__init__.py").write_text('__version__ = "0.50.2"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed_versions(("copied-package", "no-such-package")) == {
+        "copied-package": "0.50.2",
+        "no-such-package": None,
+    }
