@@ -35,23 +35,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
-    from bench.results.lock import lock_run
+    from bench.results.run_folder import open_run
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
 
     profile, workload = target(args)
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    select(all_cells(args), args.filter)  # refused before the run folder is made
     run_dir = Path(args.results) / profile.name / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = lock_run(run_dir)  # one line naming the other runner's pid when one is running this run
-    try:
+    # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
+    with open_run(Path(args.results), run_dir) as lock:
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         for line in clean_up_dead_runners(run_dir.parent, run_dir):
             print(f"cleaned up: {line}", flush=True)
         return _run(args, profile, workload, run_id, run_dir)
-    finally:
-        lock.release()
 
 
 def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path) -> int:
