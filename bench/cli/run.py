@@ -35,6 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
+    from bench.results.env import check_resumable
     from bench.results.run_folder import open_run
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
@@ -45,6 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.results) / profile.name / run_id
     # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
     with open_run(Path(args.results), run_dir) as lock:
+        check_resumable(run_dir, args.force)  # env.json reads; records without one are re-run only with --force
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         for line in clean_up_dead_runners(run_dir.parent, run_dir):

@@ -136,3 +136,25 @@ def test_any_file_system_error_that_reaches_the_cli_is_one_line(capsys, monkeypa
     monkeypatch.setattr("bench.cli.run.cmd_list", fails)  # bound when main builds the parser
     assert main(["list"]) == 2
     assert capsys.readouterr().err == "error: /results/cpu/r/running.json: Operation not permitted\n"
+
+
+def test_a_run_with_records_but_no_env_json_is_not_resumed_without_force(capsys, tmp_path):
+    results = tmp_path / "results"
+    run_dir = write_run(results / "cpu" / "r", [rec("one_adapter-none-single")], env=None)
+    line = refused(capsys, results, "--run-id", "r", "--filter", "one_adapter-none-single")
+    assert line.startswith(f"error: {run_dir}: 1 record(s) but no env.json: "), line
+    assert not (run_dir / "env.json").exists() and len(load_results(run_dir).records) == 1
+
+
+@pytest.mark.parametrize("content", [b"\x00\xff garbage \xfe", b"{}"])
+def test_a_bad_env_json_stops_run_compare_and_matrix_in_one_line(capsys, tmp_path, content):
+    results = tmp_path / "results"
+    run_dir = write_run(results / "cpu" / "r", [rec("one_adapter-none-single")])
+    other = write_run(results / "cpu" / "other", [rec("one_adapter-none-single")])
+    (run_dir / "env.json").write_bytes(content)
+    line = refused(capsys, results, "--run-id", "r", "--filter", "one_adapter-none-single")
+    assert line.startswith(f"error: {run_dir / 'env.json'}: "), line
+    for argv in (["compare", str(other), str(run_dir)], ["matrix", "--hw", "cpu", "--run-id", "r"]):
+        assert main(["--results", str(results), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {run_dir / 'env.json'}: ") and err.count("\n") == 1, err
