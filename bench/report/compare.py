@@ -91,13 +91,12 @@ class Comparison:
 
 
 def load_run(path: Path) -> Run:
-    """A run dir (results.jsonl + env.json) or a results.jsonl file; env.json is looked up beside it."""
+    """A run dir (results.jsonl + env.json) or a results.jsonl file; env.json is looked up beside it. A corrupt
+    line is warned about (file, line, field) and the others are compared."""
     run_dir = path if path.is_dir() else path.parent
     loaded = load_results(path)
     if not (run_dir / RESULTS_FILE).is_file() and not path.is_file():
         raise BenchError(f"{path}: no {RESULTS_FILE} here; pass a run dir results/<HW>/<run-id> or its {RESULTS_FILE}")
-    if loaded.problems:
-        raise BenchError(loaded.problems[0])
     if not loaded.records:
         raise BenchError(f"{path}: no result records")
     return Run(name=run_dir.name, records=loaded.records, env=read_env(run_dir))

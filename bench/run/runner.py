@@ -9,7 +9,15 @@ from collections import Counter
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
-from bench.results.store import DISK_FULL_ERRNOS, DiskFull, append_result, load_results, mend_results, now_iso
+from bench.results.store import (
+    DISK_FULL_ERRNOS,
+    DiskFull,
+    append_result,
+    load_results,
+    mend_results,
+    now_iso,
+    report_problems,
+)
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
 
@@ -29,9 +37,8 @@ def execute(
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
         print(f"warning: {notice}", file=out, flush=True)
-    existing = load_results(ctx.run_dir)
-    for problem in existing.problems:
-        print(f"warning: {problem}", file=out)
+    existing = load_results(ctx.run_dir, quiet=True)
+    report_problems(existing.problems, out)
     done = existing.latest_by_cell()
     lines = len(existing.records)  # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
     plans = plan_cells(cells, ctx.profile, ctx.untested, ctx.predict, ctx.run_predicted_oom)
@@ -82,7 +89,7 @@ def execute(
             done[cell.id] = record
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
         except KeyboardInterrupt:
-            kept = len(load_results(ctx.run_dir).records) > before
+            kept = len(load_results(ctx.run_dir, quiet=True).records) > before
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
             print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
             raise
