@@ -164,6 +164,7 @@ def run_cell(
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
         prediction=prediction,
+        timeout_s=ctx.profile.timeout_s,
     )
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)

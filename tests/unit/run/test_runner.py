@@ -25,8 +25,10 @@ class FakeExecutor:
 
     name, image, python = "fake", None, sys.executable
 
-    def __init__(self, engagement: Engagement, exit_code: int = 0, error: str | None = None) -> None:
-        self.engagement, self.exit_code, self.error = engagement, exit_code, error
+    def __init__(
+        self, engagement: Engagement, exit_code: int = 0, error: str | None = None, timed_out: bool = False
+    ) -> None:
+        self.engagement, self.exit_code, self.error, self.timed_out = engagement, exit_code, error, timed_out
         self.plans: list[LaunchPlan] = []
         self.datasets: list[Path] = []
         self.losses = lambda steps: [0.6931472 - 0.05 * s for s in range(steps)]
@@ -50,7 +52,7 @@ class FakeExecutor:
                 error=self.error if rank == 1 else None,
             ).write(spec.rank_file(rank))
         log_path.write_text("fake launch\n")
-        return Outcome(exit_code=self.exit_code, timed_out=False, wall_s=1.5, log_tail="fake launch")
+        return Outcome(exit_code=self.exit_code, timed_out=self.timed_out, wall_s=1.5, log_tail="fake launch")
 
 
 def context(tmp_path: Path, cpu_profile, executor) -> RunContext:
@@ -100,6 +102,14 @@ def test_a_failing_rank_is_classified(tmp_path, cpu_profile):
         "config",
         "ValueError: bad config value",
     )
+
+
+def test_a_timeout_names_the_limit_the_cell_ran_under(tmp_path, cpu_profile):
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    executor = FakeExecutor(ran, exit_code=-9, timed_out=True)
+    (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
+    assert record.status == Status.TIMEOUT
+    assert record.message.startswith("cell exceeded its time limit of 120 s and was killed"), record.message
 
 
 def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
