@@ -6,6 +6,7 @@ import sys
 import time
 from collections import Counter
 
+from bench.errors import BenchError
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
@@ -20,12 +21,21 @@ from bench.results.store import (
 )
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
+from bench.run.unrecorded import Unrecorded, append_or_keep
 
 
 def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFull:
     return DiskFull(
         f"disk full ({what}): the run stops; {kept} record(s) kept, {label} not recorded; "
         f"free space, then resume with --run-id {ctx.run_id}"
+    )
+
+
+def stop_unwritable(ctx: RunContext, label: str, what: str, kept: int) -> BenchError:
+    """The run stops on a results folder it cannot write (other than a full disk): what failed, what is kept."""
+    return BenchError(
+        f"{what}: the run stops; {kept} record(s) kept, {label} not recorded; make {ctx.run_dir} writable, then "
+        f"resume with --run-id {ctx.run_id}"
     )
 
 
@@ -84,7 +94,7 @@ def execute(
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
             record = run_cell(ctx, cell, trial, predictions.get(cell.id))
-            append_result(ctx.run_dir, record)
+            append_or_keep(ctx.run_dir, record)  # kept outside the results folder when it cannot be appended
             lines += 1
             done[cell.id] = record
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
@@ -95,9 +105,11 @@ def execute(
             raise
         except DiskFull as exc:
             raise stop_disk_full(ctx, label, str(exc), lines) from None
+        except Unrecorded as exc:
+            raise stop_unwritable(ctx, label, str(exc), lines) from None
         except OSError as exc:
+            what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
             if exc.errno not in DISK_FULL_ERRNOS:
-                raise
-            what = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+                raise stop_unwritable(ctx, label, what, lines) from None
             raise stop_disk_full(ctx, label, what, lines) from None
     return [done[c.id] for c in cells if c.id in done]
