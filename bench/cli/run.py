@@ -39,6 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.results.run_folder import open_run
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
+    from bench.run.runners import registered, sharing_notices
 
     profile, workload = target(args)
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
@@ -51,7 +52,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         for line in clean_up_dead_runners(run_dir.parent, run_dir):
             print(f"cleaned up: {line}", flush=True)
-        return _run(args, profile, workload, run_id, run_dir)
+        with registered(run_id, run_dir) as others:  # cells measured while another runner runs are marked
+            for line in sharing_notices(others):
+                print(line, flush=True)
+            return _run(args, profile, workload, run_id, run_dir)
 
 
 def _run(args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path) -> int:

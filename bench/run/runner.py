@@ -21,6 +21,7 @@ from bench.results.store import (
 )
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
+from bench.run.runners import with_overlap
 from bench.run.unrecorded import Unrecorded, append_or_keep
 
 
@@ -93,7 +94,9 @@ def execute(
         # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
+            started_at = time.time()
             record = run_cell(ctx, cell, trial, predictions.get(cell.id))
+            record = with_overlap(record, started_at, time.time())  # another runner shared the machine meanwhile
             append_or_keep(ctx.run_dir, record)  # kept outside the results folder when it cannot be appended
             lines += 1
             done[cell.id] = record
