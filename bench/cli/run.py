@@ -50,7 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_resumable(run_dir, args.force)  # env.json reads; records without one are re-run only with --force
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
-        for line in clean_up_dead_runners(run_dir.parent, run_dir):
+        resumes_jobs = args.executor == "slurm"  # a dead runner's Slurm jobs of this run are waited for, not cancelled
+        for line in clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs):
             print(f"cleaned up: {line}", flush=True)
         with registered(run_id, run_dir) as others:  # cells measured while another runner runs are marked
             for line in sharing_notices(others):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
-from bench.executors.base import Executor
+from bench.executors.base import RUN_DIR_LABEL, Executor
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
@@ -143,6 +143,7 @@ def run_cell(
     write_files(plan)
     world = world_size(cell, ctx.profile)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
+    labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
     log_path = folder.log(cell.id, trial)
     started = now_iso()
     try:
