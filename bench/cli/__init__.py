@@ -4,6 +4,7 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from bench.cli import advise, estimate, export, pipeline, report, run
@@ -29,16 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     at once with INTERRUPTED (see `exit_now`); called with an argv list it returns the code like any other."""
     try:
         args = parser().parse_args(argv)
+        check_scenarios(Path(args.scenarios))
         code = args.func(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except OSError as exc:  # the file system's own errors, whatever reached them: one line, never a traceback
         from bench.results.store import DISK_FULL_ERRNOS
 
-        if exc.errno not in DISK_FULL_ERRNOS:
-            raise
-        print(f"error: disk full: {f'{exc.filename}: ' if exc.filename else ''}{exc.strerror}", file=sys.stderr)
+        what = "disk full: " if exc.errno in DISK_FULL_ERRNOS else ""
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {what}{where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Any other phase: imports, preflight, preparing the workload, writing the report. (A Ctrl-C during a
@@ -48,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     if code == INTERRUPTED and argv is None:
         exit_now(code)
     return code
+
+
+def check_scenarios(folder: Path) -> None:
+    if not folder.is_dir():
+        raise BenchError(f"--scenarios {folder}: no such folder (it holds hardware/, workloads/ and matrix.yaml)")
 
 
 def exit_now(code: int) -> NoReturn:

@@ -27,7 +27,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     scenarios = Path(args.scenarios)
     base = load_run(resolve_run(args.base, scenarios))
     head = load_run(resolve_run(args.head, scenarios))
-    result = compare(base, head, args.threshold)
+    result = compare(base, head, args.threshold, include_overlapped=args.include_overlapped)
     write_or_print(to_markdown(result, fail_on), args.output)
     if args.json:
         write_or_print(redact(json.dumps(to_json(result, fail_on), indent=2)) + "\n", args.json)
@@ -84,6 +84,12 @@ def register(sub: "argparse._SubParsersAction") -> None:
         default="status",
         help="exit 1 on regressions of these kinds: comma-separated status,throughput,memory,cpu, or none "
         "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--include-overlapped",
+        action="store_true",
+        help="count the trials measured while another run shared the machine (overlapped_by) in the metric "
+        "verdicts; by default they are left out and listed",
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")

@@ -44,26 +44,31 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
-    from bench.results.lock import lock_run
+    from bench.results.env import check_resumable
+    from bench.results.run_folder import open_run
     from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
+    from bench.run.runners import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
     profile, workload = target(args)
     if args.cell_timeout is not None:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
     run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    select(all_cells(args), args.filter)  # refused before the run folder is made
     run_dir = Path(args.results) / profile.name / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = lock_run(run_dir)  # one line naming the other runner's pid when one is running this run
-    try:
+    # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
+    with open_run(Path(args.results), run_dir) as lock:
+        check_resumable(run_dir, args.force)  # env.json reads; records without one are re-run only with --force
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
-        for line in clean_up_dead_runners(run_dir.parent, run_dir):
+        resumes_jobs = args.executor == "slurm"  # a dead runner's Slurm jobs of this run are waited for, not cancelled
+        for line in clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs):
             print(f"cleaned up: {line}", flush=True)
-        return _run(args, profile, workload, run_id, run_dir, started)
-    finally:
-        lock.release()
+        with registered(run_id, run_dir) as others:  # cells measured while another runner runs are marked
+            for line in sharing_notices(others):
+                print(line, flush=True)
+            return _run(args, profile, workload, run_id, run_dir, started)
 
 
 def _run(

@@ -8,6 +8,10 @@ from typing import Protocol
 from bench.isolation.cgroups import RankMemory
 from bench.matrix.backends import LaunchInputs
 
+RUN_DIR_LABEL = "dpo-bench.run-dir"
+"""Among the labels of a cell (Executor.run): its run folder, absolute. A container carries it, so the next run finds
+the containers of a runner that died (bench/run/leftovers.py)."""
+
 
 @dataclass
 class LaunchPlan:

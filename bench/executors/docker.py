@@ -14,13 +14,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.executors.base import LaunchPlan, Outcome
+from bench.executors.base import RUN_DIR_LABEL, LaunchPlan, Outcome
 from bench.executors.docker_images import DOCKER
 from bench.executors.local import read_tail
 from bench.matrix.profiles import HardwareProfile
@@ -158,6 +159,32 @@ def remove_container(name: str) -> None:
         _docker("kill", name)
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         _docker("rm", "-f", name)
+
+
+LIST_TIMEOUT_S = 15.0
+
+
+def labelled_containers() -> dict[Path, list[str]]:
+    """Run folder -> the names of its containers, running or not; {} where no docker engine answers."""
+    if shutil.which(DOCKER) is None:
+        return {}
+    fmt = '{{.Names}}\t{{.Label "' + RUN_DIR_LABEL + '"}}'
+    try:
+        done = subprocess.run(
+            [DOCKER, "ps", "-a", "--filter", f"label={RUN_DIR_LABEL}", "--format", fmt],
+            capture_output=True,
+            text=True,
+            timeout=LIST_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found: dict[Path, list[str]] = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        name, _, run_dir = line.partition("\t")
+        if name and run_dir:
+            found.setdefault(Path(run_dir), []).append(name)
+    return found
 
 
 class DockerExecutor:

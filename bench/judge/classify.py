@@ -186,12 +186,14 @@ def classify(
     cell: Cell | None = None,
     versions: Mapping[str, str | None] | None = None,
     known: Sequence[KnownIssue] | None = None,
+    timeout_s: float | None = None,
 ) -> Verdict:
     """Status of a cell that did not produce a clean ok, from what it left behind: every rank's error and the
     launcher's account of dead ranks are candidates, and the most causal one wins. With the cell and the installed
     package versions (env.json's `packages`), the first known issue that explains the failure is attached; `known`
-    replaces the shipped entries. `oom_detail` names the rank a kernel memory limit killed, and the limit."""
-    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed, oom_detail, stalled)
+    replaces the shipped entries. `oom_detail` names the rank a kernel memory limit killed, and the limit;
+    `timeout_s` is the time limit the cell ran under; `stalled` the progress watchdog's reason for killing it."""
+    verdict = _status_of(exit_code, timed_out, error_texts, log_tail, oom_killed, oom_detail, timeout_s, stalled)
     issue = find_known_issue(
         "\n".join([*error_texts, log_tail]),
         cell,
@@ -210,6 +212,7 @@ def _status_of(
     log_tail: str,
     oom_killed: bool,
     oom_detail: str | None = None,
+    timeout_s: float | None = None,
     stalled: str | None = None,
 ) -> Verdict:
     if oom_killed:  # before the timeout: a peer of a killed rank may hang until the time limit
@@ -217,7 +220,8 @@ def _status_of(
     if stalled and not error_texts:  # the watchdog killed it; a rank's own error is the cause where one exists
         return Verdict(Status.HANG, None, stalled)
     if timed_out:
-        return Verdict(Status.TIMEOUT, None, "cell exceeded its time limit and was killed")
+        limit = "" if timeout_s is None else f" of {timeout_s:g} s"
+        return Verdict(Status.TIMEOUT, None, f"cell exceeded its time limit{limit} and was killed")
     candidates = [_verdict_of(text) for text in error_texts]
     dead = killed_rank(log_tail)
     if dead:

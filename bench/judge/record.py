@@ -61,6 +61,8 @@ class Expectation:
     """The profile's compute precision: the learning check's first-loss tolerance depends on it."""
     memory_budget_bytes: int | None = None
     prediction: PredictionSummary | None = None
+    timeout_s: float | None = None
+    """The time limit the cell ran under: a timeout's message names it."""
 
 
 def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
@@ -150,6 +152,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             oom_detail=oom_detail(figures),
             cell=cell,
             versions=expect.versions,
+            timeout_s=expect.timeout_s,
         )
         return record.model_copy(
             update={

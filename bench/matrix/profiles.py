@@ -208,6 +208,8 @@ def inside_folder(folder: Path, relative: str) -> Path:
 def checked_name(kind: str, name: str, folder: Path) -> Path:
     if not NAME_PATTERN.match(name):
         raise BenchError(f"invalid {kind} name {name!r}: use letters, digits, '_', '-', '.'")
+    if not folder.is_dir():
+        raise BenchError(f"{folder}: no such folder (--scenarios names the scenario folder, e.g. scenarios/)")
     path = folder / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(available(folder)) or "none"

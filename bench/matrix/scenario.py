@@ -175,12 +175,21 @@ def expand(matrix: MatrixSpec) -> list[Cell]:
     return unique
 
 
-def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
-    """Cells whose id matches any of the comma-separated glob patterns (all when no pattern)."""
-    cells = list(cells)
-    if not pattern:
-        return cells
+def filter_patterns(pattern: str) -> list[str]:
+    """The comma-separated globs of a `--filter`; one line when it names none (`--filter "$CELLS"` with an empty
+    variable must not mean every cell)."""
     patterns = [p.strip() for p in pattern.split(",") if p.strip()]
+    if not patterns:
+        raise BenchError(f"--filter {pattern!r} names no cell pattern: leave --filter out to take every cell")
+    return patterns
+
+
+def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
+    """Cells whose id matches any of the comma-separated glob patterns (all when there is no --filter at all)."""
+    cells = list(cells)
+    if pattern is None:
+        return cells
+    patterns = filter_patterns(pattern)
     chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     if not chosen:
         raise BenchError(f"--filter {pattern!r} matches no cell; see `python -m bench list` for the cell ids")

@@ -78,6 +78,8 @@ class Comparison:
     threshold: float
     not_comparable: list[str]
     cells: list[CellDiff] = field(default_factory=list)
+    overlapped: list[str] = field(default_factory=list)
+    """The trials left out of the metric verdicts: measured while another run shared the machine (overlapped_by)."""
 
     def of_kind(self, kind: str) -> list[CellDiff]:
         """Cells with a regression of `kind` (status, throughput or memory)."""
@@ -91,13 +93,12 @@ class Comparison:
 
 
 def load_run(path: Path) -> Run:
-    """A run dir (results.jsonl + env.json) or a results.jsonl file; env.json is looked up beside it."""
+    """A run dir (results.jsonl + env.json) or a results.jsonl file; env.json is looked up beside it. A corrupt
+    line is warned about (file, line, field) and the others are compared."""
     run_dir = path if path.is_dir() else path.parent
     loaded = load_results(path)
     if not (run_dir / RESULTS_FILE).is_file() and not path.is_file():
         raise BenchError(f"{path}: no {RESULTS_FILE} here; pass a run dir results/<HW>/<run-id> or its {RESULTS_FILE}")
-    if loaded.problems:
-        raise BenchError(loaded.problems[0])
     if not loaded.records:
         raise BenchError(f"{path}: no result records")
     return Run(name=run_dir.name, records=loaded.records, env=read_env(run_dir))
@@ -197,14 +198,42 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
     return [f"{name}: {base[name]} → {head[name]}" for name in base if base[name] != head[name]]
 
 
-def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
+    """`head: <cell> trials 1, 2 (overlapped by <run>)`, per cell with trials measured on a shared machine."""
+    by_cell: dict[str, dict[int, ResultRecord]] = {}
+    for record in records:
+        by_cell.setdefault(record.cell_id, {})[record.trial] = record  # the newest line of a trial wins
+    lines = []
+    for cell_id, trials in by_cell.items():
+        shared = [r for _, r in sorted(trials.items()) if r.overlapped_by]
+        if shared:
+            numbers = ", ".join(str(r.trial + 1) for r in shared)
+            runs = ", ".join(sorted({run for r in shared for run in r.overlapped_by}))
+            lines.append(f"{side}: {cell_id} trial{'s' if len(shared) > 1 else ''} {numbers} (overlapped by {runs})")
+    return lines
+
+
+def measured_alone(records: list[ResultRecord]) -> list[ResultRecord]:
+    """The records whose cell had the machine to itself (no other runner ran meanwhile)."""
+    return [r for r in records if not r.overlapped_by]
+
+
+def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD, include_overlapped: bool = False) -> Comparison:
+    """Statuses from every trial; metric verdicts from the trials measured alone unless `include_overlapped`."""
     base_cells, head_cells = summarize(base.records), summarize(head.records)
-    base_cpu, head_cpu = cpu_per_step(base.records), cpu_per_step(head.records)
+    base_measured, head_measured = base.records, head.records
+    overlapped: list[str] = []
+    if not include_overlapped:
+        overlapped = overlapped_trials("base", base.records) + overlapped_trials("head", head.records)
+        base_measured, head_measured = measured_alone(base.records), measured_alone(head.records)
+    base_metrics, head_metrics = summarize(base_measured), summarize(head_measured)
+    base_cpu, head_cpu = cpu_per_step(base_measured), cpu_per_step(head_measured)
     order = list(base_cells) + [c for c in head_cells if c not in base_cells]
-    result = Comparison(base.name, head.name, threshold, comparability(base.env, head.env))
+    result = Comparison(base.name, head.name, threshold, comparability(base.env, head.env), overlapped=overlapped)
     for cell_id in order:
         b, h = base_cells.get(cell_id), head_cells.get(cell_id)
-        both = b is not None and h is not None
+        bm, hm = base_metrics.get(cell_id), head_metrics.get(cell_id)
+        both = bm is not None and hm is not None
         cpu = None
         if both and cell_id in base_cpu and cell_id in head_cpu:
             cpu = metric_delta(base_cpu[cell_id], head_cpu[cell_id], threshold, False, CPU_MEASURE)
@@ -214,8 +243,8 @@ def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD) -> Compa
                 base=b,
                 head=h,
                 status_change=status_change(b, h),
-                throughput=metric_delta(b.tokens_per_s, h.tokens_per_s, threshold, True) if both else None,
-                memory=memory_delta(b, h, threshold) if both else None,
+                throughput=metric_delta(bm.tokens_per_s, hm.tokens_per_s, threshold, True) if both else None,
+                memory=memory_delta(bm, hm, threshold) if both else None,
                 cpu=cpu,
             )
         )
@@ -255,6 +284,7 @@ def to_json(comparison: Comparison, fail_on: Iterable[str] = ()) -> dict:
         "not_comparable": comparison.not_comparable,
         "regressions": {k: [c.cell_id for c in comparison.of_kind(k)] for k in FAIL_KINDS},
         "failed": failing_kinds(comparison, fail_on),
+        "overlapped_excluded": comparison.overlapped,
         "cells": [asdict(c) for c in comparison.cells],
     }
 
@@ -281,6 +311,14 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
             "> [!WARNING]",
             "> **These runs are not comparable**: differences below may come from the environment, not the change.",
             *[f"> - {reason}" for reason in c.not_comparable],
+            "",
+        ]
+    if c.overlapped:
+        lines += [
+            "> [!NOTE]",
+            "> **Trials measured while another run shared the machine** are left out of the throughput, CPU time and "
+            "memory verdicts (`--include-overlapped` counts them):",
+            *[f"> - {line}" for line in c.overlapped],
             "",
         ]
     lines += [_summary_line(c, fail_on), ""]

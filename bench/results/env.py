@@ -129,11 +129,34 @@ def read_env(run_dir: Path) -> EnvFingerprint | None:
     if not path.is_file():
         return None
     try:
-        return EnvFingerprint.model_validate_json(path.read_text(encoding="utf-8"))
+        env = EnvFingerprint.model_validate_json(path.read_bytes())  # bytes: binary garbage is invalid JSON too
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read the environment fingerprint ({exc.strerror or exc})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "top level"
         raise BenchError(f"{path}: not a valid environment fingerprint ({where}: {first['msg']})") from None
+    if not env.model_fields_set - set(env.model_extra or {}):  # `{}`, or only keys of something else
+        raise BenchError(
+            f"{path}: no environment fingerprint in it (none of its keys is one); remove it, then resume with "
+            "--force or start a new run"
+        )
+    return env
+
+
+def check_resumable(run_dir: Path, force: bool) -> None:
+    """Before a run (re)starts: its env.json reads, and a run with records has one (else the package-version check
+    that resuming relies on cannot be made): one line otherwise, unless `force` re-runs the cells."""
+    from bench.results.store import load_results
+
+    if read_env(run_dir) is not None or force:
+        return
+    if recorded := len(load_results(run_dir).records):
+        raise BenchError(
+            f"{run_dir}: {recorded} record(s) but no {ENV_FILE}: the software they were measured with is unknown, "
+            "so resuming cannot check it; start a new run, or re-run the cells with --force "
+            f"({ENV_FILE} then describes this environment)"
+        )
 
 
 def run_cpu_features(run_dir: Path) -> tuple[CpuFeatures | None, str]:

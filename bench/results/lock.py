@@ -85,3 +85,23 @@ def runner_gone(run_dir: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def died_holding(run_dir: Path) -> Iterator[int | None]:
+    """The pid of the runner that died holding the run (its pid is still in the lock file and no one holds the lock),
+    the run's lock held meanwhile; None when the run ended cleanly, never ran here, or a runner holds it now."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        yield _holder(fd)
+    finally:
+        os.close(fd)

@@ -296,6 +296,9 @@ class ResultRecord(BaseModel):
     slurm_state: str | None = None
     """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
+    overlapped_by: list[str] = []
+    """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
+    were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
     emulated_from: str | None = None
     """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
     devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""

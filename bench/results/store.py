@@ -172,9 +172,40 @@ def _pieces(line: bytes) -> list[bytes]:
     return [line[a:b] for a, b in zip(cuts, [*cuts[1:], len(line)], strict=True)]
 
 
-def load_results(path: Path) -> LoadedResults:
-    """Every valid record of a results file; each bad line (or torn piece of one) becomes a problem naming file and
-    line."""
+_reported: set[str] = set()
+"""Problems this process has warned about: a file read by several reports is warned about once."""
+
+
+def report_problems(problems: list[str], out=None) -> None:
+    """Each problem not yet reported by this process, as a `warning:` line on `out` (default stderr)."""
+    for problem in problems:
+        if problem not in _reported:
+            _reported.add(problem)
+            print(f"warning: {problem}", file=out or sys.stderr, flush=True)
+
+
+def what_failed(exc: ValidationError) -> str:
+    """`status: Input should be ...`: the first field that failed and why, in one line."""
+    errors = exc.errors()
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        what = "invalid JSON: " + first["msg"].removeprefix("Invalid JSON: ")
+    else:
+        what = f"{'.'.join(str(part) for part in first['loc']) or 'top level'}: {first['msg']}"
+    more = f"; {len(errors) - 1} more field(s)" if len(errors) > 1 else ""
+    return " ".join((what + more).split())
+
+
+def load_results(path: Path, quiet: bool = False) -> LoadedResults:
+    """Every valid record of a results file; each bad line (or torn piece of one) becomes a problem naming file, line
+    and the field that failed, warned about on stderr (once per process) unless `quiet`."""
+    loaded = _load(path)
+    if not quiet:
+        report_problems(loaded.problems)
+    return loaded
+
+
+def _load(path: Path) -> LoadedResults:
     loaded = LoadedResults()
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -188,7 +219,7 @@ def load_results(path: Path) -> LoadedResults:
                 loaded.records.append(ResultRecord.model_validate_json(line))
                 continue
             except ValidationError as exc:
-                first = str(exc).splitlines()[0]
+                first = what_failed(exc)
             pieces = _pieces(line)
             for piece in pieces if len(pieces) > 1 else []:
                 try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
-from bench.executors.base import Executor
+from bench.executors.base import RUN_DIR_LABEL, Executor
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
@@ -151,10 +151,12 @@ def run_cell(
     write_files(plan)
     world = world_size(cell, ctx.profile)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
+    labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
     log_path = folder.log(cell.id, trial)
+    limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
     started = now_iso()
     try:
-        outcome = ctx.executor.run(plan, log_path, timeout_s or ctx.profile.timeout_s, labels)
+        outcome = ctx.executor.run(plan, log_path, limit, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
     free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
@@ -172,6 +174,7 @@ def run_cell(
         precision=ctx.profile.precision,
         memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
         prediction=prediction,
+        timeout_s=limit,
     )
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)

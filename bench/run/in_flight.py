@@ -13,7 +13,7 @@ from bench.judge.slurm_states import with_job_state
 from bench.matrix.cell import Cell
 from bench.results.layout import RunFolder, trial_key
 from bench.results.schema import PredictionSummary, ResultRecord
-from bench.results.store import append_result
+from bench.run.unrecorded import append_or_keep
 from bench.worker.report import read_rank_reports
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def run_in_flight(
             for future in ended:
                 cell, _ = futures[future]
                 record = future.result()
-                append_result(ctx.run_dir, record)
+                append_or_keep(ctx.run_dir, record)  # kept outside the results folder when it cannot be
                 done[cell.id] = record
                 finished += 1
                 line = format_progress(finished, len(todo), record, time.monotonic() - started)

@@ -1,15 +1,24 @@
 """Before a run starts: clean up after every runner of the same hardware profile that ended mid-cell without
-cleaning up (SIGKILL, a crash, a power cut), as the local executor named the cell in its run folder."""
+cleaning up (SIGKILL, a crash, a power cut): the processes the local executor named in the run folder, and the docker
+containers and Slurm jobs that outlive their runner (labelled with, or writing into, the dead runner's run folder).
+"""
 
+import contextlib
 from pathlib import Path
 
+from bench.errors import BenchError
+from bench.executors.docker import labelled_containers, remove_container
 from bench.executors.local import LIVE_FILE, clean_up_after
-from bench.results.lock import runner_gone
+from bench.results.lock import LOCK_FILE, died_holding, runner_gone
 
 
-def clean_up_dead_runners(hardware_dir: Path, own_run: Path) -> list[str]:
-    """One line per run whose runner is gone and left a running cell named: what was removed. A run whose runner
-    is alive (it holds its run's lock) is left alone; `own_run` is this runner's, whose lock it holds."""
+def clean_up_dead_runners(
+    hardware_dir: Path, own_run: Path, took_over: int | None = None, resumes_jobs: bool = False
+) -> list[str]:
+    """One line per run whose runner is gone and left something behind: what was removed. A run whose runner is
+    alive (it holds its run's lock) is left alone; `own_run` is this runner's, whose lock it holds: `took_over` is the
+    pid of its runner that died holding it, and `resumes_jobs` keeps that runner's Slurm jobs (the Slurm executor
+    waits for them instead of submitting the cells again)."""
     lines = []
     for live_file in sorted(hardware_dir.glob(f"*/{LIVE_FILE}")):
         run_dir = live_file.parent
@@ -20,4 +29,50 @@ def clean_up_dead_runners(hardware_dir: Path, own_run: Path) -> list[str]:
                 line = clean_up_after(live_file) if gone else None
         if line:
             lines.append(f"run {run_dir.name}: {line}")
+    with contextlib.ExitStack() as held:  # each dead run's lock, held while its leftovers go
+        dead = {own_run.resolve(): took_over} if took_over else {}
+        for lock_file in sorted(hardware_dir.glob(f"*/{LOCK_FILE}")):
+            run_dir = lock_file.parent.resolve()
+            if run_dir != own_run.resolve() and (pid := held.enter_context(died_holding(run_dir))):
+                dead[run_dir] = pid
+        if dead:
+            lines += remove_containers_of(dead)
+            lines += cancel_jobs_of(
+                {run: pid for run, pid in dead.items() if not (resumes_jobs and run == own_run.resolve())}
+            )
+    return lines
+
+
+def remove_containers_of(dead: dict[Path, int]) -> list[str]:
+    """Remove the docker containers labelled with the run folders of dead runners (run folder -> runner pid)."""
+    lines = []
+    for run_dir, names in sorted(labelled_containers().items()):
+        if (pid := dead.get(run_dir)) is not None:
+            for name in names:
+                remove_container(name)
+            lines.append(
+                f"run {run_dir.name}: runner {pid} ended without cleaning up: removed container(s) {', '.join(names)}"
+            )
+    return lines
+
+
+def cancel_jobs_of(dead: dict[Path, int]) -> list[str]:
+    """scancel the Slurm jobs of dead runners' runs that are still alive (run folder -> runner pid)."""
+    from bench.executors.slurm import jobs
+
+    lines = []
+    for run_dir, pid in sorted(dead.items()):
+        if not (run_dir / jobs.JobRegistry.FILE).is_file():
+            continue
+        try:
+            cancelled, left = jobs.cancel_jobs_of(run_dir)
+        except BenchError as exc:
+            lines.append(f"run {run_dir.name}: runner {pid} ended without cleaning up; its Slurm jobs: {exc}")
+            continue
+        if cancelled:
+            still = f"; still alive: {', '.join(left)}" if left else ""
+            lines.append(
+                f"run {run_dir.name}: runner {pid} ended without cleaning up: cancelled Slurm job(s) "
+                f"{', '.join(cancelled)}{still}"
+            )
     return lines

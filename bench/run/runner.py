@@ -7,14 +7,25 @@ import sys
 import time
 from collections import Counter
 
+from bench.errors import BenchError
 from bench.files import write_whole
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ResultRecord, Status
-from bench.results.store import DISK_FULL_ERRNOS, DiskFull, append_result, load_results, mend_results, now_iso
+from bench.results.store import (
+    DISK_FULL_ERRNOS,
+    DiskFull,
+    append_result,
+    load_results,
+    mend_results,
+    now_iso,
+    report_problems,
+)
 from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
+from bench.run.runners import with_overlap
+from bench.run.unrecorded import Unrecorded, append_or_keep
 
 BUDGET_FILE = "budget.json"
 """What a time-boxed run ran and did not run, with each prediction (run --time-budget)."""
@@ -24,6 +35,14 @@ def stop_disk_full(ctx: RunContext, label: str, what: str, kept: int) -> DiskFul
     return DiskFull(
         f"disk full ({what}): the run stops; {kept} record(s) kept, {label} not recorded; "
         f"free space, then resume with --run-id {ctx.run_id}"
+    )
+
+
+def stop_unwritable(ctx: RunContext, label: str, what: str, kept: int) -> BenchError:
+    """The run stops on a results folder it cannot write (other than a full disk): what failed, what is kept."""
+    return BenchError(
+        f"{what}: the run stops; {kept} record(s) kept, {label} not recorded; make {ctx.run_dir} writable, then "
+        f"resume with --run-id {ctx.run_id}"
     )
 
 
@@ -41,9 +60,8 @@ def execute(
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
         print(f"warning: {notice}", file=out, flush=True)
-    existing = load_results(ctx.run_dir)
-    for problem in existing.problems:
-        print(f"warning: {problem}", file=out)
+    existing = load_results(ctx.run_dir, quiet=True)
+    report_problems(existing.problems, out)
     done = existing.latest_by_cell()
     lines = len(existing.records)  # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
     plans = plan_cells(cells, ctx.profile, ctx.untested, ctx.predict, ctx.run_predicted_oom)
@@ -101,24 +119,28 @@ def execute(
         # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
             print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
+            started_at = time.time()
             record = run_cell(ctx, cell, trial, predictions.get(cell.id), timeout_s=timeout)
-            append_result(ctx.run_dir, record)
+            record = with_overlap(record, started_at, time.time())  # another runner shared the machine meanwhile
+            append_or_keep(ctx.run_dir, record)  # kept outside the results folder when it cannot be appended
             lines += 1
             done[cell.id] = record
             if budget is not None:
                 budget.learn(cell, record)
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
         except KeyboardInterrupt:
-            kept = len(load_results(ctx.run_dir).records) > before
+            kept = len(load_results(ctx.run_dir, quiet=True).records) > before
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
             print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
             raise
         except DiskFull as exc:
             raise stop_disk_full(ctx, label, str(exc), lines) from None
+        except Unrecorded as exc:
+            raise stop_unwritable(ctx, label, str(exc), lines) from None
         except OSError as exc:
+            what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
             if exc.errno not in DISK_FULL_ERRNOS:
-                raise
-            what = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+                raise stop_unwritable(ctx, label, what, lines) from None
             raise stop_disk_full(ctx, label, what, lines) from None
     if budget is not None:
         report_budget(ctx, budget, [c for c, _ in todo], over_budget, out)

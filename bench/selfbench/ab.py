@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.matrix.scenario import filter_patterns
 from bench.paths import BUILD_DIR, PROJECT_ROOT
 
 WORKING_TREE = "."
@@ -260,6 +261,8 @@ def run_ab(
     out=sys.stdout,
 ) -> tuple[Side, Side]:
     """Check both refs out, run the pairs, remove the checkouts; returns the sides (their runs stay in out_dir)."""
+    if cell_filter is not None:
+        filter_patterns(cell_filter)  # an empty --filter would run every cell on both sides
     shas = {"base": resolve(repo, base_ref), "head": resolve(repo, head_ref)}
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -248,3 +248,40 @@ def test_a_resumed_run_waits_for_the_job_still_alive_instead_of_resubmitting(tmp
         if fields.get("Name") == "dpo-bench:one_adapter-none-single" and int(fields["JobId"]) > int(job)
     ]
     assert later == []  # no second job for the cell was submitted
+
+
+def test_the_next_run_cancels_the_jobs_of_a_runner_killed_mid_run(tmp_path):
+    """Run `dead`'s runner is SIGKILLed while its job runs; the next run of the profile (another run id: nothing
+    resumes those jobs) scancels it, says so in one line, and leaves no process of it behind."""
+    first = subprocess.Popen(
+        bench_argv(tmp_path, "one_adapter-none-single", "dead"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=PROJECT_ROOT,
+    )
+    run_dir = tmp_path / "cpu" / "dead"
+
+    def running_job():
+        if not (run_dir / JobRegistry.FILE).is_file():
+            return None
+        job = JobRegistry(run_dir).get("one_adapter-none-single")
+        state = controller_states().get(job) if job else None
+        return job if state is not None and state.state == "RUNNING" else None
+
+    job = wait_for(running_job, 60, "the job running")
+    first.kill()
+    first.wait()
+    time.sleep(1)
+    assert alive([job]) == [job]  # the job outlives its runner
+    done = bench_run(tmp_path, "two_models-int8-single", "next")  # not applicable: recorded without a job
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert (
+        f"cleaned up: run dead: runner {first.pid} ended without cleaning up: cancelled Slurm job(s) {job}\n"
+        in done.stdout
+    ), done.stdout[-3000:]
+    assert alive([job]) == []
+    ended = f"JobId={job} "
+    wait_for(lambda: ended in JOBCOMP.read_text() and jobcomp_line(job)["JobState"] == "CANCELLED", 30, "CANCELLED")
+    assert leftovers(str(run_dir)) == []
+    again = bench_run(tmp_path, "two_models-int8-single", "next")  # said once: nothing is left to cancel
+    assert "cleaned up" not in again.stdout, again.stdout[-3000:]

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ class JobState:
     reason: str = ""
     start_time: str = ""
     submit_time: str = ""
+    std_out: str = ""
+    """Where the job writes its output (a cell's folder in the run folder: whose job it is)."""
 
     @property
     def alive(self) -> bool:
@@ -99,6 +102,7 @@ def state_from_fields(fields: dict[str, str]) -> JobState:
         reason=fields.get("Reason", ""),
         start_time=fields.get("StartTime", ""),
         submit_time=fields.get("SubmitTime", ""),
+        std_out=fields.get("StdOut", ""),
     )
 
 
@@ -194,3 +198,33 @@ class JobRegistry:
     def job_ids(self) -> list[str]:
         with self._lock:
             return list(self._jobs.values())
+
+
+def _alive_jobs_of(run_dir: Path, job_ids: set[str]) -> list[str]:
+    """Those of `job_ids` the controller still runs (or queues) for `run_dir`: their output goes into its folder
+    (a job id alone could be another job's, after the controller's state was reset)."""
+    inside = str(run_dir.resolve()) + "/"
+    return sorted(
+        (
+            job
+            for job, state in controller_states().items()
+            if job in job_ids and state.alive and state.std_out.startswith(inside)
+        ),
+        key=int,
+    )
+
+
+def cancel_jobs_of(run_dir: Path, wait_s: float = 30.0) -> tuple[list[str], list[str]]:
+    """scancel the live jobs of the run's registry (a runner that died left them running) and wait until they have
+    left the queue; returns (the jobs cancelled, those still alive after `wait_s`)."""
+    if not (run_dir / JobRegistry.FILE).is_file():
+        return [], []
+    job_ids = set(JobRegistry(run_dir).job_ids())
+    alive = _alive_jobs_of(run_dir, job_ids)
+    cancel(alive)
+    deadline = time.monotonic() + wait_s
+    left = alive
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _alive_jobs_of(run_dir, set(alive))
+    return alive, left

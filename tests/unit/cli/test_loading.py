@@ -67,6 +67,11 @@ def test_cli_prints_one_line_and_exits_2(scenario_copy, capsys):
     assert "bad.yaml: expected a mapping" in err
 
 
+def test_a_missing_scenario_folder_is_named_not_read_as_no_profiles(tmp_path):
+    with pytest.raises(BenchError, match=r"no-scenarios/hardware: no such folder \(--scenarios names the scenario"):
+        load_profile("cpu", tmp_path / "no-scenarios")
+
+
 def test_cli_unknown_profile(capsys):
     assert main(["list", "--hw", "9xTPU"]) == 2
     err = capsys.readouterr().err

@@ -156,6 +156,38 @@ def test_the_registry_survives_a_new_process(tmp_path):
         JobRegistry(tmp_path)
 
 
+def test_only_the_live_jobs_writing_into_the_dead_run_are_cancelled(tmp_path, monkeypatch):
+    """The registry names jobs 5-8: 5 runs for this run, 6 ended, 7 is someone else's job under a reused id (the
+    controller's state was reset), 8 is pending for this run. 5 and 8 are cancelled, then leave the queue."""
+    from bench.executors.slurm import jobs
+
+    run = tmp_path / "cpu" / "r"
+    run.mkdir(parents=True)
+    registry = JobRegistry(run)
+    for key, job in (("a", "5"), ("b", "6"), ("c", "7"), ("d", "8")):
+        registry.put(key, job)
+    out = f"{run.resolve()}/cells/a/slurm-5.out"
+    queue = {
+        "5": JobState("5", "RUNNING", std_out=out),
+        "6": JobState("6", "COMPLETED", std_out=out),
+        "7": JobState("7", "RUNNING", std_out="/home/someone/else/slurm-7.out"),
+        "8": JobState("8", "PENDING", std_out=f"{run.resolve()}/cells/d/slurm-8.out"),
+        "9": JobState("9", "RUNNING", std_out=out),
+    }
+    cancelled: list[list[str]] = []
+
+    def scancel(job_ids: list[str]) -> None:
+        cancelled.append(job_ids)
+        for job in job_ids:
+            queue.pop(job)
+
+    monkeypatch.setattr(jobs, "controller_states", lambda: dict(queue))
+    monkeypatch.setattr(jobs, "cancel", scancel)
+    assert jobs.cancel_jobs_of(run, wait_s=5) == (["5", "8"], [])
+    assert cancelled == [["5", "8"]] and sorted(queue) == ["6", "7", "9"]
+    assert jobs.cancel_jobs_of(tmp_path / "cpu" / "no-registry") == ([], [])
+
+
 def crashed() -> ResultRecord:
     return ResultRecord(
         run_id="r", cell_id="c", init="one_adapter", quant="none", backend="ddp", launcher="torchrun",

@@ -201,6 +201,13 @@ def test_a_timeout_says_so():
     )
 
 
+def test_a_timeout_names_its_limit_in_seconds():
+    verdict = classify(exit_code=-9, timed_out=True, error_texts=[], log_tail="", timeout_s=45)
+    assert (verdict.status, verdict.message) == (Status.TIMEOUT, "cell exceeded its time limit of 45 s and was killed")
+    fraction = classify(exit_code=-9, timed_out=True, error_texts=[], log_tail="", timeout_s=7.5)
+    assert fraction.message == "cell exceeded its time limit of 7.5 s and was killed"
+
+
 def test_an_exit_by_signal_or_code_alone():
     killed = classify(exit_code=-11, timed_out=False, error_texts=[], log_tail="")
     assert (killed.status, killed.error_class, killed.message) == (

@@ -361,3 +361,10 @@ def test_a_reward_model_is_judged_by_the_lead_ranks_pairwise_accuracy():
     record = finished_record(RUN, cell, expect, Execution(outcome, [lead, trained(1, flat)], [], "t0", "t1"))
     assert (record.method, record.status, record.message) == ("reward", Status.OK, "")
     assert (record.learning.pair_accuracy, record.learning.pairs_evaluated) == (0.9, 128)
+
+
+def test_a_timeout_record_names_the_limit_the_cell_ran_under():
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8, timeout_s=90)
+    outcome = Outcome(exit_code=-9, timed_out=True, wall_s=95, log_tail="")
+    record = finished_record(RUN, CELL, expect, Execution(outcome, [rank(0, steps=1)], [], "t0", "t1"))
+    assert (record.status, record.message) == (Status.TIMEOUT, "cell exceeded its time limit of 90 s and was killed")

@@ -175,6 +175,15 @@ def test_filter_globs_and_no_match():
         select(cells, "nothing*")
 
 
+@pytest.mark.parametrize("pattern", ["", " ", ",", " , ,"])
+def test_an_empty_filter_is_refused_not_taken_as_every_cell(pattern):
+    """`--filter "$CELLS"` with an empty variable once started a 103-cell run without a word."""
+    cells = expand(load_matrix())
+    with pytest.raises(BenchError, match=r"^--filter .* names no cell pattern: leave --filter out to take every cell"):
+        select(cells, pattern)
+    assert select(cells, None) == cells  # no --filter at all: every cell
+
+
 def test_default_launchers():
     cells = {c.backend: c.launcher for c in expand(load_matrix()) if not c.is_variant}
     assert cells[Backend.DDP] == Launcher.TORCHRUN

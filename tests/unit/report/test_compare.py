@@ -233,6 +233,50 @@ def test_single_trials_get_no_verdict_whatever_the_change():
     assert "throughput: 0 worse, 0 better of 0 tested, 1 without verdict (< 4 trials)" in text
 
 
+def overlapped(records: list[ResultRecord], by: str = "other-run") -> list[ResultRecord]:
+    return [r.model_copy(update={"overlapped_by": [by]}) for r in records]
+
+
+def test_trials_measured_on_a_shared_machine_are_left_out_of_the_verdicts_unless_asked():
+    """4 slower head trials: a regression when measured alone; measured while another run shared the machine they
+    give no throughput, memory or CPU verdict, and the report says which trials were left out."""
+    cell = "one_adapter-none-ddp"
+    base, slower = trials(cell, [1000, 1010, 990, 1005]), trials(cell, [700, 710, 690, 705], peak_mib=700)
+    assert compare(run(base), run(slower)).of_kind("throughput") != []
+    shared = compare(run(base), run(overlapped(slower)))
+    assert shared.of_kind("throughput") == shared.of_kind("memory") == []
+    (diff,) = shared.cells
+    assert diff.throughput is None and diff.memory is None and diff.status_change is None
+    assert shared.overlapped == [f"head: {cell} trials 1, 2, 3, 4 (overlapped by other-run)"]
+    text = to_markdown(shared)
+    assert (
+        f"> - head: {cell} trials 1, 2, 3, 4 (overlapped by other-run)" in text
+        and "left out of the throughput, CPU time and memory verdicts" in text
+        and "--include-overlapped" in text
+    )
+    assert to_json(shared)["overlapped_excluded"] == shared.overlapped
+    counted = compare(run(base), run(overlapped(slower)), include_overlapped=True)
+    assert [c.cell_id for c in counted.of_kind("throughput")] == [cell] and counted.overlapped == []
+
+
+def test_a_cell_with_some_trials_overlapped_is_judged_on_the_others():
+    cell = "one_adapter-none-ddp"
+    base = trials(cell, [1000, 1010, 990, 1005])
+    head = trials(cell, [700, 710, 690, 705, 300, 310])
+    head = head[:4] + overlapped(head[4:])
+    result = compare(run(base), run(head))
+    (diff,) = result.cells
+    assert diff.throughput is not None and diff.throughput.trials == (4, 4)
+    assert diff.throughput.head == pytest.approx(702.5) and diff.throughput.verdict == Verdict.REGRESSION
+    assert result.overlapped == [f"head: {cell} trials 5, 6 (overlapped by other-run)"]
+
+
+def test_a_status_change_is_reported_whether_or_not_the_trial_overlapped():
+    cell = "one_adapter-none-single"
+    result = compare(run([rec(cell)]), run(overlapped([rec(cell, Status.OOM)])))
+    assert [c.cell_id for c in result.of_kind("status")] == [cell]
+
+
 def test_compare_uses_medians_of_trials_per_cell():
     base = trials("one_adapter-none-single", [990, 995, 1005, 1010], peak_mib=500)
     head = trials("one_adapter-none-single", [850, 855, 865, 2000], peak_mib=500)
@@ -433,6 +477,15 @@ def test_fail_on_sets_the_exit_code(runs, fail_on, code, capsys):
     argv = ["compare", str(base), str(head)] + (["--fail-on", fail_on] if fail_on else [])
     assert main(argv) == code
     assert "## DPO bench: `head` (head) vs `base` (base)" in capsys.readouterr().out
+
+
+def test_include_overlapped_counts_the_trials_of_a_shared_machine(tmp_path, capsys):
+    cell = "one_adapter-none-ddp"
+    base = write_run(tmp_path / "b", trials(cell, [1000, 1010, 990, 1005]))
+    head = write_run(tmp_path / "h", overlapped(trials(cell, [700, 710, 690, 705])))
+    assert main(["compare", str(base), str(head), "--fail-on", "throughput"]) == 0
+    assert "overlapped by other-run" in capsys.readouterr().out
+    assert main(["compare", str(base), str(head), "--fail-on", "throughput", "--include-overlapped"]) == 1
 
 
 def test_memory_regression_fails_only_when_asked(tmp_path):

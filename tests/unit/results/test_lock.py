@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.results.lock import LOCK_FILE, RunBusy, lock_run, runner_gone
+from bench.results.lock import LOCK_FILE, RunBusy, died_holding, lock_run, runner_gone
 
 HOLDER = """
 import sys, time
@@ -80,3 +80,23 @@ def test_the_lock_is_not_inherited_by_the_cells_a_runner_starts(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_whose_runner_died_holding_it_names_that_runner(tmp_path, holder):
+    with died_holding(tmp_path) as pid:
+        assert pid is None  # its runner is alive
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with died_holding(tmp_path) as pid:
+        assert pid == holder.pid
+        with pytest.raises(RunBusy):  # held while the caller cleans up after it
+            lock_run(tmp_path)
+    assert (tmp_path / LOCK_FILE).read_text() == f"{holder.pid}\n"  # the resume still takes it over by name
+
+
+def test_a_run_that_ended_cleanly_or_never_ran_names_no_dead_runner(tmp_path):
+    with died_holding(tmp_path / "never") as pid:
+        assert pid is None and not (tmp_path / "never").exists()
+    lock_run(tmp_path).release()
+    with died_holding(tmp_path) as pid:
+        assert pid is None

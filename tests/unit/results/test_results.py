@@ -4,7 +4,7 @@ import pytest
 
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
-from bench.results.env import environment_fingerprint, read_env, write_env
+from bench.results.env import check_resumable, environment_fingerprint, read_env, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import Metrics, ResultRecord, Status
 from bench.results.store import append_result, load_results
@@ -130,6 +130,44 @@ def test_a_malformed_env_json_is_one_line_naming_file_and_key(tmp_path):
     (tmp_path / "env.json").write_text("{not json")
     with pytest.raises(BenchError, match=r"env\.json: not a valid environment fingerprint \(top level: Invalid JSON"):
         read_env(tmp_path)
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)), b"\x89PNG\r\n\x1a\n\0\0", b'{"workload": "\xff\xfe"}'])
+def test_binary_garbage_in_env_json_is_one_line_not_a_decode_traceback(tmp_path, content):
+    (tmp_path / "env.json").write_bytes(content)
+    with pytest.raises(BenchError, match=r"env\.json: not a valid environment fingerprint \(top level: ") as err:
+        read_env(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["{}", '{"someone_elses_key": 1}'])
+def test_an_env_json_that_says_nothing_is_refused_not_read_as_other_versions(tmp_path, text):
+    (tmp_path / "env.json").write_text(text)
+    with pytest.raises(BenchError, match=r"env\.json: no environment fingerprint in it \(none of its keys"):
+        read_env(tmp_path)
+    with pytest.raises(BenchError, match="no environment fingerprint"):
+        write_env(tmp_path, EnvFingerprint(lock_hash="aaa", packages={"trl": "1"}))
+
+
+def test_a_run_with_records_but_no_env_json_is_resumed_only_with_force(tmp_path):
+    check_resumable(tmp_path, force=False)  # a new run: nothing recorded, nothing to check
+    append_result(tmp_path, record())
+    with pytest.raises(BenchError) as err:
+        check_resumable(tmp_path, force=False)
+    assert str(err.value) == (
+        f"{tmp_path}: 1 record(s) but no env.json: the software they were measured with is unknown, so resuming "
+        "cannot check it; start a new run, or re-run the cells with --force (env.json then describes this "
+        "environment)"
+    )
+    check_resumable(tmp_path, force=True)
+    write_env(tmp_path, EnvFingerprint(lock_hash="aaa", packages={"trl": "1"}))
+    check_resumable(tmp_path, force=False)  # its env.json is there: write_env compares the versions
+
+
+def test_resuming_reads_env_json_first_a_garbled_one_is_one_line(tmp_path):
+    (tmp_path / "env.json").write_bytes(b"\0\0\0")
+    with pytest.raises(BenchError, match="not a valid environment fingerprint"):
+        check_resumable(tmp_path, force=True)
 
 
 def test_environment_labels():

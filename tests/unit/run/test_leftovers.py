@@ -8,8 +8,11 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from bench.executors.local import LIVE_FILE, MARKER, LiveCell
 from bench.results.lock import lock_run
+from bench.run import leftovers
 from bench.run.leftovers import clean_up_dead_runners
 from tests.unit.results.test_lock import HOLDER
 
@@ -55,3 +58,78 @@ def test_dead_runners_are_cleaned_up_after_and_a_live_one_is_left_alone(tmp_path
             process.kill()
         if mine:
             mine.release()
+
+
+def died_holding_run(run_dir: Path) -> int:
+    """A runner that held `run_dir` and was SIGKILLed: its pid stays in the lock file."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    return holder.pid
+
+
+@pytest.fixture
+def engines(monkeypatch):
+    """Docker and Slurm as the leftovers module sees them: the containers each run folder labels, the jobs each run's
+    registry names; what was removed or cancelled is recorded."""
+    state = {"containers": {}, "removed": [], "jobs": {}, "cancelled": []}
+
+    def cancel_jobs_of(run_dir: Path, wait_s: float = 30.0):
+        jobs = state["jobs"].get(run_dir, [])
+        state["cancelled"] += jobs
+        return jobs, []
+
+    monkeypatch.setattr(leftovers, "labelled_containers", lambda: state["containers"])
+    monkeypatch.setattr(leftovers, "remove_container", state["removed"].append)
+    monkeypatch.setattr("bench.executors.slurm.jobs.cancel_jobs_of", cancel_jobs_of)
+    return state
+
+
+def test_containers_and_jobs_of_runs_whose_runner_died_are_removed_and_a_live_runs_are_not(tmp_path, engines):
+    hardware = tmp_path / "cpu"
+    dead = died_holding_run(hardware / "dead")
+    (hardware / "finished").mkdir()
+    (hardware / "busy").mkdir()
+    (hardware / "own").mkdir()
+    lock_run(hardware / "finished").release()  # ended cleanly: its containers are not leftovers of a dead runner
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(hardware / "busy")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        for name in ("dead", "finished", "busy"):
+            run = (hardware / name).resolve()
+            engines["containers"][run] = [f"dpo-bench-{name}-cell"]
+            engines["jobs"][run] = [f"{len(name)}00"]
+            (run / "slurm_jobs.json").write_text("{}")
+        mine = lock_run(hardware / "own")
+        lines = leftovers.clean_up_dead_runners(hardware, hardware / "own")
+        mine.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lines == [
+        f"run dead: runner {dead} ended without cleaning up: removed container(s) dpo-bench-dead-cell",
+        f"run dead: runner {dead} ended without cleaning up: cancelled Slurm job(s) 400",
+    ]
+    assert engines["removed"] == ["dpo-bench-dead-cell"] and engines["cancelled"] == ["400"]
+
+
+def test_the_own_runs_leftovers_go_when_it_is_taken_over_and_its_jobs_stay_for_a_slurm_resume(tmp_path, engines):
+    hardware = tmp_path / "cpu"
+    dead = died_holding_run(hardware / "own")
+    own = (hardware / "own").resolve()
+    engines["containers"][own] = ["dpo-bench-own-cell"]
+    engines["jobs"][own] = ["7"]
+    (own / "slurm_jobs.json").write_text("{}")
+    lock = lock_run(hardware / "own")
+    assert lock.dead_holder == dead
+    try:
+        kept = leftovers.clean_up_dead_runners(hardware, hardware / "own", lock.dead_holder, resumes_jobs=True)
+        assert kept == [f"run own: runner {dead} ended without cleaning up: removed container(s) dpo-bench-own-cell"]
+        assert engines["cancelled"] == []
+        cancelled = leftovers.clean_up_dead_runners(hardware, hardware / "own", lock.dead_holder)
+        assert cancelled[-1] == f"run own: runner {dead} ended without cleaning up: cancelled Slurm job(s) 7"
+        assert leftovers.clean_up_dead_runners(hardware, hardware / "own", None) == []  # a clean previous end
+    finally:
+        lock.release()

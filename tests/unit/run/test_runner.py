@@ -1,16 +1,21 @@
 """A cell runs as plan -> write files -> execute -> record; a fake executor stands in for the launcher."""
 
+import errno
 import io
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 from datasets import Dataset
 
 from bench.assets.prepare import PreparedAssets
+from bench.errors import BenchError
 from bench.executors.base import LaunchPlan, Outcome
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
-from bench.results.schema import Engagement, Status
+from bench.results.schema import Engagement, ResultRecord, Status
 from bench.results.store import load_results
 from bench.run.cell import RunContext, plan_cells
 from bench.run.runner import execute
@@ -25,8 +30,10 @@ class FakeExecutor:
 
     name, image, python = "fake", None, sys.executable
 
-    def __init__(self, engagement: Engagement, exit_code: int = 0, error: str | None = None) -> None:
-        self.engagement, self.exit_code, self.error = engagement, exit_code, error
+    def __init__(
+        self, engagement: Engagement, exit_code: int = 0, error: str | None = None, timed_out: bool = False
+    ) -> None:
+        self.engagement, self.exit_code, self.error, self.timed_out = engagement, exit_code, error, timed_out
         self.plans: list[LaunchPlan] = []
         self.datasets: list[Path] = []
         self.losses = lambda steps: [0.6931472 - 0.05 * s for s in range(steps)]
@@ -50,7 +57,7 @@ class FakeExecutor:
                 error=self.error if rank == 1 else None,
             ).write(spec.rank_file(rank))
         log_path.write_text("fake launch\n")
-        return Outcome(exit_code=self.exit_code, timed_out=False, wall_s=1.5, log_tail="fake launch")
+        return Outcome(exit_code=self.exit_code, timed_out=self.timed_out, wall_s=1.5, log_tail="fake launch")
 
 
 def context(tmp_path: Path, cpu_profile, executor) -> RunContext:
@@ -99,6 +106,75 @@ def test_a_failing_rank_is_classified(tmp_path, cpu_profile):
         Status.ERROR,
         "config",
         "ValueError: bad config value",
+    )
+
+
+def test_a_timeout_names_the_limit_the_cell_ran_under(tmp_path, cpu_profile):
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    executor = FakeExecutor(ran, exit_code=-9, timed_out=True)
+    (record,) = execute(context(tmp_path, cpu_profile, executor), [DDP], out=io.StringIO())
+    assert record.status == Status.TIMEOUT
+    assert record.message.startswith("cell exceeded its time limit of 120 s and was killed"), record.message
+
+
+class ResultsTurnImmutable(FakeExecutor):
+    """While the cell runs, its run's results.jsonl becomes immutable (chattr +i: root cannot append either)."""
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        outcome = super().run(plan, log_path, timeout_s, labels)
+        subprocess.run(["chattr", "+i", str(log_path.parent.parent / "results.jsonl")], check=True)
+        return outcome
+
+
+def test_a_record_that_cannot_be_appended_is_kept_and_the_run_stops_with_a_resume_hint(
+    tmp_path, cpu_profile, monkeypatch
+):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    (tmp_path / "tmp").mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    results = run_dir / "results.jsonl"
+    results.touch()
+    ran = Engagement(
+        world_size=2,
+        distributed_type="MULTI_CPU",
+        wrapper="DistributedDataParallel",
+        adapters=["default"],
+        trainer="DPOTrainer",
+    )
+    try:
+        with pytest.raises(BenchError) as err:
+            execute(context(run_dir, cpu_profile, ResultsTurnImmutable(ran)), [DDP], out=io.StringIO())
+    finally:
+        subprocess.run(["chattr", "-i", str(results)], check=False)
+    (kept,) = (tmp_path / "tmp" / "dpo-bench-unrecorded").iterdir()
+    assert str(err.value) == (
+        f"could not append the result of {DDP.id} to {results}: Operation not permitted; its record is kept in "
+        f"{kept} (to record it once results.jsonl can be written: cat {kept} >> {results}): the run stops; 0 "
+        f"record(s) kept, {DDP.id} not recorded; make {run_dir} writable, then resume with --run-id r1"
+    )
+    record = ResultRecord.model_validate_json(kept.read_text())
+    assert (record.cell_id, record.status) == (DDP.id, Status.OK) and record.metrics is not None
+    assert results.read_text() == ""
+    results.write_text(kept.read_text())  # what the message says to do: the measurement is recorded after all
+    assert load_results(run_dir).records == [record]
+
+
+class RunFolderTurnsImmutable(FakeExecutor):
+    """The run folder cannot be written any more once the launcher started (running.json: chattr +i on the folder)."""
+
+    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(log_path.parent.parent / "running.json"))
+
+
+def test_a_run_folder_that_cannot_be_written_mid_run_stops_it_with_one_line_and_a_resume_hint(tmp_path, cpu_profile):
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    with pytest.raises(BenchError) as err:
+        execute(context(tmp_path, cpu_profile, RunFolderTurnsImmutable(ran)), [DDP], out=io.StringIO())
+    assert str(err.value) == (
+        f"{tmp_path / 'running.json'}: Operation not permitted: the run stops; 0 record(s) kept, {DDP.id} not "
+        f"recorded; make {tmp_path} writable, then resume with --run-id r1"
     )
 
 

@@ -176,6 +176,15 @@ def test_unknown_refs_are_one_line_errors(repo):
     assert ab.resolve(repo, ab.WORKING_TREE) is None
 
 
+def test_an_empty_filter_is_refused_before_anything_is_checked_out(repo, tmp_path):
+    def runner(*args, **kwargs):
+        raise AssertionError("no side may run")
+
+    with pytest.raises(BenchError, match=r"--filter '' names no cell pattern"):
+        ab.run_ab("v1", "v2", 2, "cpu", "", tmp_path / "ab", repo=repo, runner=runner)
+    assert not (tmp_path / "ab").exists()
+
+
 # ---------------------------------------------------------------- a whole A/B
 
 

@@ -1,0 +1,225 @@
+"""Hostile input and a broken file system against real runners (`python -m bench` processes, real cells, real
+read-only mounts and immutable files): one line each, nothing lost, and runs that share the machine are marked.
+The cheap cases of docs/reliability.md; the docker and Slurm leftovers of a killed runner are in
+test_docker_leftovers.py (make test-docker) and test_slurm.py.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.results.store import load_results
+from tests.integration.test_faults import bench_run, leftovers, rank_pids, wait_until
+
+pytestmark = pytest.mark.integration
+
+CELL = "one_adapter-none-single"
+
+
+def bench(results: Path, *args: str, scenarios: Path | None = None, timeout: float = 300):
+    argv = [sys.executable, "-m", "bench", "--results", str(results)]
+    argv += ["--scenarios", str(scenarios)] if scenarios else []
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    """The run was refused: exit 2, one line on stderr, no traceback, no cell started."""
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "[  0/" not in done.stdout, done.stdout
+    return done.stderr.strip()
+
+
+def mount_read_only(path: Path) -> None:
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True)
+    assert done.returncode == 0, f"mount a read-only tmpfs at {path}: {done.stderr!r}"
+
+
+def chattr(flag: str, path: Path) -> None:
+    subprocess.run(["chattr", flag, str(path)], check=True)
+
+
+def test_rejected_input_and_unwritable_results_are_one_line_and_leave_no_folder(tmp_path):
+    results = tmp_path / "results"
+    run = ("run", "--executor", "local")
+    started = time.monotonic()
+    assert "--filter '' names no cell pattern" in one_line(bench(results, *run, "--filter", ""))
+    assert "matches no cell" in one_line(bench(results, *run, "--filter", "no-such-cell*"))
+    missing = tmp_path / "no-scenarios"
+    assert f"--scenarios {missing}: no such folder" in one_line(bench(results, *run, scenarios=missing))
+    assert not results.exists()  # no run folder, no empty results folder
+
+    as_file = tmp_path / "a-file"
+    as_file.write_text("x")
+    assert f"--results {as_file}: not a folder" in one_line(bench(as_file, *run, "--filter", CELL))
+    assert as_file.read_text() == "x"
+
+    read_only = tmp_path / "read-only"
+    mount_read_only(read_only)
+    try:
+        line = one_line(bench(read_only, *run, "--filter", CELL, "--run-id", "new"))
+    finally:
+        subprocess.run(["umount", "--lazy", str(read_only)], check=False)
+    assert line == (
+        f"error: cannot create the run folder {read_only}/cpu/new: Read-only file system; choose a writable results "
+        "folder with --results"
+    )
+    print(f"five refusals in {time.monotonic() - started:.1f} s")
+
+
+def test_an_immutable_run_folder_is_refused_before_any_process_starts(tmp_path):
+    run_dir = tmp_path / "cpu" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.lock").touch()
+    chattr("+i", run_dir)
+    try:
+        line = one_line(bench(tmp_path, "run", "--executor", "local", "--filter", CELL, "--run-id", "r"))
+    finally:
+        chattr("-i", run_dir)
+    assert line.startswith(f"error: cannot write in the run folder {run_dir}: Operation not permitted; make it")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.lock"]
+
+
+def test_env_json_cases_are_one_line_and_force_rerecords_a_run_without_one(tmp_path):
+    """A run that lost its env.json is not resumed (its versions cannot be checked) but re-run with --force; binary
+    garbage and `{}` are one line in run, compare and matrix."""
+    done = bench_run(tmp_path, CELL, {}, run_id="r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = tmp_path / "cpu" / "r"
+    env = run_dir / "env.json"
+    good = env.read_bytes()
+    env.unlink()
+    line = one_line(bench(tmp_path, "run", "--executor", "local", "--filter", CELL, "--run-id", "r"))
+    assert line == (
+        f"error: {run_dir}: 1 record(s) but no env.json: the software they were measured with is unknown, so "
+        "resuming cannot check it; start a new run, or re-run the cells with --force (env.json then describes this "
+        "environment)"
+    )
+    forced = bench(tmp_path, "run", "--executor", "local", "--filter", CELL, "--run-id", "r", "--force")
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert env.is_file() and [r.status for r in load_results(run_dir).records] == ["ok", "ok"]
+
+    for garbage in (os.urandom(256), b"{}"):
+        env.write_bytes(garbage)
+        for args in (
+            ("run", "--executor", "local", "--filter", CELL, "--run-id", "r"),
+            ("compare", str(run_dir), str(run_dir)),
+            ("matrix", "--hw", "cpu", "--run-id", "r"),
+        ):
+            assert one_line(bench(tmp_path, *args)).startswith(f"error: {env}: "), args
+    env.write_bytes(good)
+
+
+def test_a_corrupt_line_is_named_by_every_reader_and_the_others_are_read(tmp_path, scenario_copy):
+    done = bench_run(tmp_path, f"{CELL},two_models-none-single", {}, run_id="r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = tmp_path / "cpu" / "r"
+    path = run_dir / "results.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    number = next(n for n, line in enumerate(lines, start=1) if json.loads(line)["cell_id"] == CELL)
+    lines[number - 1] = json.dumps(json.loads(lines[number - 1]) | {"status": "great"}) + "\n"
+    path.write_text("".join(lines))
+    (scenario_copy / "decide.yaml").unlink()  # publish without the decision page's predicted grid
+    (scenario_copy / "data").symlink_to(Path("scenarios/data").resolve())
+    warning = f"warning: {path}:{number}: unreadable result line (status: Input should be 'ok', "
+    readers = {
+        "run": ("run", "--executor", "local", "--filter", "two_models-none-single", "--run-id", "r"),
+        "compare": ("compare", str(run_dir), str(run_dir)),
+        "matrix": ("matrix", "--hw", "cpu", "--run-id", "r"),
+        "publish": ("publish", "--jobs", "1"),
+    }
+    said = {}
+    for name, args in readers.items():
+        done = bench(tmp_path, *args, scenarios=scenario_copy)
+        assert done.returncode == 0, name + done.stderr[-2000:]
+        said[name] = done.stdout + done.stderr
+        warnings = [line for line in said[name].splitlines() if line.startswith("warning: ")]
+        assert len(warnings) == 1 and warnings[0].startswith(warning), (name, warnings)
+    assert "0 cell(s) to run, 1 already recorded" in said["run"]  # the corrupt line's cell is the one not recorded
+    assert "two_models-none-single" in (tmp_path / "cpu" / "matrix.csv").read_text()
+    assert "`two_models-none-single`" in said["compare"]
+
+
+def test_runs_that_overlap_on_one_machine_mark_each_others_records(tmp_path):
+    """Runner A trains a 2-rank cell; runner B of another run starts meanwhile, names A, and trains a cell: both
+    records say the machine was shared, and compare leaves them out of its verdicts unless asked."""
+    first = "one_adapter-none-ddp"
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
+    output = tmp_path / "a.out"
+    with output.open("w") as out:
+        runner = subprocess.Popen([*argv, "--filter", first, "--run-id", "a"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: len(rank_pids(str(tmp_path), first)) == 2, f"two live ranks of {first}", runner, 300)
+        second = bench_run(tmp_path, CELL, {}, run_id="b")
+        assert runner.wait(timeout=300) == 0, output.read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert f"notice: run a (runner {runner.pid}, {tmp_path / 'cpu' / 'a'}) is running on this machine too" in (
+        second.stdout
+    )
+    (a,) = load_results(tmp_path / "cpu" / "a").records
+    (b,) = load_results(tmp_path / "cpu" / "b").records
+    assert (a.status, a.overlapped_by, b.status, b.overlapped_by) == ("ok", ["b"], "ok", ["a"])
+    compared = bench(tmp_path, "compare", str(tmp_path / "cpu" / "a"), str(tmp_path / "cpu" / "b"))
+    assert f"> - base: {first} trial 1 (overlapped by b)" in compared.stdout, compared.stdout[-2000:]
+    assert leftovers(str(tmp_path)) == []
+
+
+def test_a_record_that_cannot_be_appended_is_kept_with_a_resume_hint(tmp_path):
+    """results.jsonl turns immutable while the cell trains: the run stops in one line naming where the measurement
+    is kept; once the file is writable again that line records it and the resume has nothing left to run."""
+    run_dir = tmp_path / "cpu" / "r"
+    run_dir.mkdir(parents=True)
+    results = run_dir / "results.jsonl"
+    results.touch()
+    kept_dir = tmp_path / "tmp"
+    kept_dir.mkdir()
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
+    argv += ["--filter", CELL, "--run-id", "r"]
+    output = tmp_path / "runner.out"
+    with output.open("w") as out:
+        runner = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | {"TMPDIR": str(kept_dir)}
+        )
+    try:
+        wait_until(lambda: len(rank_pids(str(tmp_path), CELL)) == 1, f"the rank of {CELL}", runner, 300)
+        chattr("+i", results)
+        assert runner.wait(timeout=300) == 2, output.read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        chattr("-i", results)
+    text = output.read_text()
+    (kept,) = (kept_dir / "dpo-bench-unrecorded").iterdir()
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: could not append the result of {CELL} to {results}: Operation not permitted; its record is kept in "
+        f"{kept} (to record it once results.jsonl can be written: cat {kept} >> {results}): the run stops; 0 record(s)"
+        f" kept, {CELL} not recorded; make {run_dir} writable, then resume with --run-id r"
+    ], text[-3000:]
+    assert "Traceback" not in text and results.read_text() == ""
+    with results.open("a") as handle:
+        shutil.copyfileobj(kept.open(), handle)
+    done = bench_run(tmp_path, CELL, {}, run_id="r")
+    assert "0 cell(s) to run, 1 already recorded" in done.stdout, done.stdout[-2000:]
+    assert [r.status for r in load_results(run_dir).records] == ["ok"]
+
+
+def test_a_timeout_names_its_limit(tmp_path, scenario_copy):
+    profile = scenario_copy / "hardware" / "cpu.yaml"
+    profile.write_text(profile.read_text().replace("timeout_s: 120", "timeout_s: 10"))
+    (scenario_copy / "data").symlink_to(Path("scenarios/data").resolve())
+    done = bench_run(tmp_path, CELL, {"BENCH_FAULT": "hang:step2"}, scenarios=scenario_copy)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = load_results(next((tmp_path / "cpu").iterdir())).records
+    assert record.status == "timeout" and record.message.startswith("cell exceeded its time limit of 10 s")
+    assert leftovers(str(tmp_path)) == []

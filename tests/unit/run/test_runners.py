@@ -1,0 +1,133 @@
+"""Runners on one machine know of each other (bench/run/runners.py): real processes register, live, end and die;
+a cell measured while another runner ran is marked `overlapped_by` with that runner's run id."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.results.schema import Engagement
+from bench.run import runners
+from bench.run.runner import execute
+from bench.run.runners import overlapping, registered
+from tests.unit.run.test_runner import DDP, FakeExecutor, context
+
+OTHER = """
+import sys, time
+from pathlib import Path
+from bench.run.runners import registered
+with registered(sys.argv[1], Path(sys.argv[2])) as others:
+    print("registered", ",".join(o.run_id for o in others), flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def other_runner(tmp_path):
+    """Start another runner (a process registered under a run id); stop it by closing its stdin."""
+    started: list[subprocess.Popen] = []
+
+    def start(run_id: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-c", OTHER, run_id, str(tmp_path / run_id)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout.readline().startswith("registered")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def end(process: subprocess.Popen) -> None:
+    process.stdin.close()
+    assert process.wait(timeout=30) == 0
+
+
+def test_runners_register_in_the_folder_the_environment_names(tmp_path):
+    assert runners.runners_dir() == Path(os.environ[runners.RUNNERS_ENV])  # tests/conftest.py: one per test
+    with registered("mine", tmp_path / "mine") as others:
+        assert others == []
+        (entry,) = runners.runners_dir().glob("*.json")
+        assert '"run_id":"mine"' in entry.read_text()
+    assert overlapping(0, time.time() + 1) == []  # this process's own runs never overlap it
+
+
+def test_a_live_runner_is_named_at_start_and_overlaps_a_cell_measured_while_it_runs(tmp_path, other_runner):
+    before = time.time()
+    other = other_runner("theirs")
+    with registered("mine", tmp_path / "mine") as others:
+        assert [(o.run_id, o.pid) for o in others] == [("theirs", other.pid)]
+        assert overlapping(time.time(), time.time()) == ["theirs"]  # alive now
+        end(other)
+        ended = time.time()
+        assert overlapping(before, ended) == ["theirs"]  # it ran during the cell
+        time.sleep(0.05)
+        assert overlapping(time.time(), time.time()) == []  # a cell measured after it ended
+
+
+def test_a_runner_started_and_ended_inside_a_cell_overlaps_it(tmp_path, other_runner):
+    cell_started = time.time()
+    end(other_runner("brief"))
+    assert overlapping(cell_started, time.time()) == ["brief"]
+
+
+def test_a_sigkilled_runner_overlapped_until_its_last_heartbeat(tmp_path, other_runner):
+    other = other_runner("killed")
+    (entry,) = runners.runners_dir().glob("*.json")
+    time.sleep(0.3)
+    heartbeat = time.time() - 0.1  # its last sign of life
+    os.utime(entry, (heartbeat, heartbeat))
+    other.send_signal(signal.SIGKILL)
+    other.wait()
+    time.sleep(0.2)
+    assert overlapping(heartbeat - 0.05, heartbeat - 0.01) == ["killed"]
+    assert overlapping(heartbeat + 0.05, time.time()) == []  # a cell measured after it died
+
+
+def test_the_heartbeat_keeps_a_live_runners_entry_fresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(runners, "HEARTBEAT_S", 0.05)
+    with registered("mine", tmp_path / "mine"):
+        (entry,) = runners.runners_dir().glob("*.json")
+        os.utime(entry, (0, 0))
+        time.sleep(0.5)
+        assert entry.stat().st_mtime > time.time() - 5
+
+
+def test_entries_of_runners_gone_long_ago_are_forgotten(tmp_path, other_runner):
+    end(other_runner("old"))
+    (entry,) = runners.runners_dir().glob("*.json")
+    long_ago = time.time() - runners.FORGET_S - 60
+    os.utime(entry, (long_ago, long_ago))
+    assert overlapping(0, time.time()) == []
+    assert not entry.exists()
+
+
+def test_a_folder_that_cannot_be_written_leaves_the_run_unregistered(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(runners.RUNNERS_ENV, str(blocked / "runners"))
+    with registered("mine", tmp_path / "mine") as others:
+        assert others == []
+    assert overlapping(0, time.time()) == []
+
+
+def test_every_cell_measured_while_another_runner_ran_is_marked(tmp_path, cpu_profile, other_runner):
+
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    (alone,) = execute(context(tmp_path / "alone", cpu_profile, FakeExecutor(ran)), [DDP], out=io.StringIO())
+    assert alone.overlapped_by == []
+    other = other_runner("theirs")
+    (shared,) = execute(context(tmp_path / "shared", cpu_profile, FakeExecutor(ran)), [DDP], out=io.StringIO())
+    assert shared.overlapped_by == ["theirs"]
+    end(other)
