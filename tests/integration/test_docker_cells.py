@@ -63,14 +63,6 @@ def leftovers(run_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
-    assert images.engine_available(), "no docker engine answers"
-    image_id = images.image_id(images.image_tag("cpu"))
-    assert image_id, f"{images.image_tag('cpu')} is not built: make images FLAVOR=cpu"
-    return image_id
-
-
-@pytest.fixture(scope="module")
 def docker_run(image, tmp_path_factory) -> Path:
     return bench_run(tmp_path_factory.mktemp("docker"), "docker", CELLS)
 

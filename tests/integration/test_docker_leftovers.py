@@ -22,14 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 CELL = "one_adapter-none-single"
 
 
-@pytest.fixture(scope="module")
-def image() -> str:
-    assert images.engine_available(), "no docker engine answers"
-    image_id = images.image_id(images.image_tag("cpu"))
-    assert image_id, f"{images.image_tag('cpu')} is not built: make images FLAVOR=cpu"
-    return image_id
-
-
 def containers(run_dir: Path, running: bool = False) -> list[str]:
     argv = [images.DOCKER, "ps", "-a", "--filter", f"label={RUN_DIR_LABEL}={run_dir.resolve()}"]
     argv += ["--filter", "status=running"] if running else []
