@@ -55,6 +55,10 @@ BNB_OTHER_DEVICE = (  # accelerate#1515 era, quoted in artidoro/qlora#186 and tr
     "ValueError: You can't train a model that has been loaded in 8-bit precision on a different device than the one "
     "you're training on."
 )
+FSDP2_INT8_PARAMS = (  # this project's first GPU run, results/1xH200/20261126-182033 one_adapter-int8-fsdp_offload
+    "RuntimeError: Creating a Parameter from an instance of type Int8Params requires that detach() returns an instance "
+    "of the same type, but return type Tensor was found instead."
+)
 BNB_MULTIPLE_DEVICES = (  # peft#414
     "ValueError: You can't train a model that has been loaded in 8-bit precision on multiple devices"
 )
@@ -103,6 +107,13 @@ class Case:
 
 
 CASES = (
+    Case(
+        "fsdp2-int8-params",
+        FSDP2_INT8_PARAMS,
+        Cell(init=ONE, quant=Quant.INT8, backend=Backend.FSDP_OFFLOAD, launcher=Launcher.ACCELERATE),
+        Cell(init=ONE, quant=NF4, backend=Backend.FSDP_OFFLOAD, launcher=Launcher.ACCELERATE),
+        STACK,
+    ),
     Case(
         "precompute-ref-deepspeed",
         PRECOMPUTE_ZERO2,
