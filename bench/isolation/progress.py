@@ -1,59 +1,85 @@
 """The progress watchdog: a cell whose training steps stop ends as a hang, naming the rank that stalled, instead of
 waiting out its whole time limit.
 
-Each rank's worker marks every training step in its own file in the cell's folder (`mark_step`, called from the
-step callback) and removes it when training ends (`end_steps`). The executor looks at the files' ages while it waits
-(`stalled`): a rank whose last step is older than the profile's `stall_s` has stalled. Before the first step (model
-loading, a precomputed reference pass) and after the last (saving, evaluation) no file exists and nothing is judged:
-only the cell's time limit applies there. Files only, no TRL: the executors and the workers both use this module.
+Each rank's worker marks the beginning and the end of every training step in its own file in the cell's folder
+(`mark`, called from the step callback) and removes it when training ends (`end_steps`). The executor looks at the
+files while it waits (`stalled`): once a rank has made no progress for the profile's `stall_s`, the cell has stalled.
+In a collective hang every rank stops, so the rank named is the one furthest behind: the rank that stopped between
+steps is behind its peers that began the next step and wait inside it for the stalled one's collective; among equals,
+the one whose last mark is oldest. Before the first step (model loading, a precomputed reference pass) and after the
+last (saving, evaluation) no file exists and nothing is judged: only the cell's time limit applies there. Files
+only, no TRL: the executors and the workers both use this module.
 """
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 PREFIX = "progress.rank"
+Phase = Literal["began", "ended"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    when: float
+    """The file's modification time: the rank's last progress."""
+    phase: Phase
+    step: int
+
+    @property
+    def position(self) -> int:
+        """How far the rank got: began step k is 2k - 1, ended step k is 2k."""
+        return 2 * self.step - (1 if self.phase == "began" else 0)
+
+    def describe(self) -> str:
+        return f"{'inside' if self.phase == 'began' else 'after'} step {self.step}"
 
 
 def step_file(folder: Path, rank: int) -> Path:
     return folder / f"{PREFIX}{rank}"
 
 
-def mark_step(folder: Path, rank: int, step: int) -> None:
-    """Rank `rank` ended training step `step` now (the file's modification time)."""
-    step_file(folder, rank).write_text(f"{step}\n", encoding="utf-8")
+def mark(folder: Path, rank: int, phase: Phase, step: int) -> None:
+    """Rank `rank` began or ended training step `step` now (the file's modification time)."""
+    step_file(folder, rank).write_text(f"{phase} {step}\n", encoding="utf-8")
 
 
 def end_steps(folder: Path, rank: int) -> None:
     step_file(folder, rank).unlink(missing_ok=True)
 
 
-def last_steps(folder: Path) -> dict[int, tuple[float, str]]:
-    """Rank -> (modification time, last step) of every rank that is between its first and last training step."""
+def read_mark(path: Path) -> Mark | None:
+    try:
+        when = path.stat().st_mtime
+        phase, step = path.read_text(encoding="utf-8").split()
+    except (OSError, ValueError):  # removed meanwhile (the rank ended its steps), or caught mid-write
+        return None
+    if phase not in ("began", "ended") or not step.isdigit():
+        return None
+    return Mark(when, phase, int(step))  # type: ignore[arg-type]
+
+
+def last_marks(folder: Path) -> dict[int, Mark]:
+    """Rank -> its last mark, for every rank between its first and last training step."""
     marks = {}
     for path in folder.glob(f"{PREFIX}*"):
         suffix = path.name[len(PREFIX) :]
-        if not suffix.isdigit():
-            continue
-        try:
-            marks[int(suffix)] = (path.stat().st_mtime, path.read_text(encoding="utf-8").strip())
-        except OSError:  # removed between glob and stat: that rank just ended its steps
-            continue
+        if suffix.isdigit() and (found := read_mark(path)) is not None:
+            marks[int(suffix)] = found
     return marks
 
 
-def stall_reason(marks: dict[int, tuple[float, str]], now: float, stall_s: float) -> str | None:
-    """Pure: why the cell has stalled (the rank whose last step is oldest, when it is older than `stall_s`), or None."""
-    if not marks:
+def stall_reason(marks: dict[int, Mark], now: float, stall_s: float) -> str | None:
+    """Pure: why the cell has stalled (no rank progressed for `stall_s`, naming the rank furthest behind), or None."""
+    if not marks or any(now - m.when <= stall_s for m in marks.values()):
         return None
-    rank, (when, step) = min(marks.items(), key=lambda item: item[1][0])
-    idle = now - when
-    if idle <= stall_s:
-        return None
-    others = sorted(r for r, (t, _) in marks.items() if r != rank and now - t > stall_s)
-    also = f"; rank(s) {', '.join(map(str, others))} stalled too" if others else ""
+    rank, behind = min(marks.items(), key=lambda item: (item[1].position, item[1].when))
+    others = sorted((r, m) for r, m in marks.items() if r != rank)
+    also = "; ".join(f"rank {r} waits {m.describe()}" for r, m in others)
     return (
-        f"rank {rank} made no training step for {idle:.0f} s after step {step or '?'} (progress watchdog limit "
-        f"{stall_s:g} s){also}"
+        f"rank {rank} made no progress for {now - behind.when:.0f} s {behind.describe()} (progress watchdog limit "
+        f"{stall_s:g} s)" + (f"; {also}" if also else "")
     )
 
 
@@ -61,4 +87,4 @@ def stalled(folder: Path | None, stall_s: float | None, now: float | None = None
     """The executor's look: why the cell in `folder` has stalled, or None (also without a watchdog)."""
     if folder is None or stall_s is None:
         return None
-    return stall_reason(last_steps(folder), time.time() if now is None else now, stall_s)
+    return stall_reason(last_marks(folder), time.time() if now is None else now, stall_s)

@@ -64,7 +64,8 @@ class StepRecorder(TrainerCallback):
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
         self.progress: tuple[Path, int] | None = None
-        """(folder, rank) where each step is marked for the runner's progress watchdog (bench/isolation/progress.py)."""
+        """(folder, rank) where each step's beginning and end are marked for the runner's progress watchdog
+        (bench/isolation/progress.py)."""
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -84,7 +85,11 @@ class StepRecorder(TrainerCallback):
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
         if self.progress is not None:
-            progress.mark_step(*self.progress, len(self.step_ends))
+            progress.mark(*self.progress, "ended", len(self.step_ends))
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.progress is not None:
+            progress.mark(*self.progress, "began", len(self.step_ends) + 1)
 
     def _sync(self) -> None:
         if self._synchronize and torch.cuda.is_initialized():

@@ -82,7 +82,8 @@ def test_a_stalled_rank_is_a_hang_named_by_the_watchdog_long_before_the_time_lim
     assert done.returncode == 0, done.stderr[-2000:]
     record = load_results(only_run(tmp_path)).records[0]
     assert record.status == "hang", (record.status, record.message)
-    assert "made no training step for" in record.message and "after step 5" in record.message
+    assert record.message.startswith("rank 1 made no progress for") and "after step 5" in record.message
+    assert "rank 0 waits inside step 6" in record.message
     assert "limit 8 s" in record.message
     assert record.wall_s < 60
     assert leftovers(str(tmp_path)) == []
