@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +25,7 @@ from bench.executors.base import LaunchPlan, Outcome
 from bench.files import write_whole
 from bench.isolation import lifeline, progress
 from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
+from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"
@@ -59,9 +61,12 @@ def marked_pids(token: str) -> list[int]:
     return pids
 
 
-def kill_cell(process: subprocess.Popen, token: str, grace_s: float = GRACE_S) -> None:
+def kill_cell(
+    process: subprocess.Popen, token: str, grace_s: float = GRACE_S, fork_server: ForkServer | None = None
+) -> None:
     """SIGTERM the group and give the launcher `grace_s` to stop its ranks, then SIGKILL everything still carrying
-    the cell's token. grace_s=0: SIGKILL at once (after a Ctrl-C nothing of the cell is kept)."""
+    the cell's token, and the fork server's children of the cell. grace_s=0: SIGKILL at once (after a Ctrl-C
+    nothing of the cell is kept)."""
     if grace_s > 0:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -71,7 +76,7 @@ def kill_cell(process: subprocess.Popen, token: str, grace_s: float = GRACE_S) -
     for _ in range(3):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        pids = marked_pids(token)
+        pids = marked_pids(token) + (fork_server.pids_of(token) if fork_server else [])
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -99,14 +104,39 @@ class LocalExecutor:
         live_file: Path | None = None,
     ) -> None:
         self.cwd = cwd
-        self.python = python
+        self.python = venv_python(python)
         self.memory_budget_bytes = memory_budget_bytes
         """Per-rank memory limit, enforced by one memory cgroup per rank; None: no cgroups."""
         self.live_file = live_file
         """Where the running cell is named (the run folder's LIVE_FILE), for `clean_up_after`; None: nowhere."""
+        self.fork_server: ForkServer | None = None
+        """The run's fork server, once it serves: every Python process of a cell forks from it."""
+
+    def start_fork_server(self, shared_env: Mapping[str, str], preload: str, log: Path) -> ForkServer:
+        """Start the run's fork server with the environment every cell shares (`shared_env`: what the launch plans
+        add, without the per-cell variables); it serves once `wait` says so (then set `fork_server`)."""
+        if self.memory_budget_bytes is not None:
+            raise ValueError("a fork server cannot serve cells with a memory budget")
+        return ForkServer.start(self.python, self.cwd, cell_env(shared_env), preload, log)
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
-        return run_local(plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, self.live_file)
+        return run_local(
+            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, self.live_file, self.fork_server, self.python
+        )
+
+
+def cell_env(plan_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a cell's launcher starts with, before its token and runner are added."""
+    return {"TORCH_EXTENSIONS_DIR": extensions_dir()} | dict(os.environ) | dict(plan_env)
+
+
+def venv_python(python: str) -> str:
+    """The interpreter at its venv's real path (a venv reached through a linked folder: a worktree's `.venv`). The
+    launchers installed in the venv name that path in their shebangs, and DeepSpeed keys a JIT-built op on its source
+    paths: a cell started under one path and a host-op build under the other rebuild the op for each other, inside
+    the timed cell. The interpreter file itself is left unresolved (it links to the base Python, outside the venv)."""
+    path = Path(python)
+    return str(path.parent.resolve() / path.name) if path.is_absolute() else python
 
 
 def extensions_dir() -> str:
@@ -240,13 +270,20 @@ def run_local(
     cwd: Path,
     memory_budget_bytes: int | None = None,
     live_file: Path | None = None,
+    fork_server: ForkServer | None = None,
+    python: str = sys.executable,
 ) -> Outcome:
     """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
-    a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up."""
+    a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up. With a
+    `fork_server` (never under a budget: a forked child's libraries stay charged to the server's cgroup), every
+    start of `python` in the cell forks from it."""
     token = uuid.uuid4().hex
     runner = os.getpid()
-    env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env
-    env |= {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
+    env = cell_env(plan.env) | {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
+    argv = plan.argv
+    if fork_server is not None and memory_budget_bytes is None:
+        argv = fork_server.route(plan.argv, python)
+        env |= fork_server.env
     started = time.monotonic()
     started_epoch = time.time()
     try:
@@ -264,7 +301,7 @@ def run_local(
 
             try:
                 process = subprocess.Popen(
-                    plan.argv,
+                    argv,
                     cwd=cwd,
                     env=env,
                     stdout=log,
@@ -306,7 +343,7 @@ def run_local(
                 raise
             finally:
                 # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-                kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
+                kill_cell(process, token, 0.0 if interrupted else GRACE_S, fork_server)
                 remove_group_segments(plan.env)
                 remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
             rank_memory = cell.read() if cell else []

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from bench.executors.base import LaunchPlan
+from bench.isolation.zygote_rules import per_process
 from bench.matrix.backends import BackendSpec, LauncherSpec, LaunchInputs, backend_spec, launcher_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
@@ -223,6 +224,13 @@ def host_threads(backend: BackendSpec, profile: HardwareProfile, ranks: int, cpu
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 """A cell reads its model, tokenizer and data from local folders the run prepared; nothing reaches for the Hub
 while it is timed (an air-gapped box would wait on a connection), as in the images (docker/*/Dockerfile)."""
+
+
+def shared_env(profile: HardwareProfile, run_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every cell's launch plan adds to the environment, without what differs per cell or rank (its port, its
+    devices, its threads): the environment a run's fork server imports the libraries under."""
+    every = _base_env(profile, 0) | dict(run_env or {})
+    return {name: value for name, value in every.items() if not per_process(name)}
 
 
 def _base_env(profile: HardwareProfile, port: int, threads_per_rank: int | None = None) -> dict[str, str]:
