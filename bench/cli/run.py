@@ -168,7 +168,9 @@ def _run(
         if line := serve():
             print(line, flush=True)
         try:
-            records = execute(ctx, cells, force=args.force, repeats=args.repeats, budget=budget)
+            records = execute(
+                ctx, cells, force=args.force, repeats=args.repeats, budget=budget, exclusive=args.exclusive
+            )
         except KeyboardInterrupt:
             return INTERRUPTED  # the runner has stopped the cell and said how to resume
     selected = {c.id for c in cells}
@@ -361,6 +363,12 @@ def register(sub: "argparse._SubParsersAction") -> None:
         default=None,
         metavar="SECONDS",
         help="wall-clock limit of one cell (default: the profile's timeout_s)",
+    )
+    p.add_argument(
+        "--exclusive",
+        action="store_true",
+        help="run one cell at a time, the machine to itself (for throughput-critical work); by default cells run "
+        "side by side on disjoint devices where the machine has more than a cell takes, their records saying so",
     )
     p.add_argument(
         "--start",

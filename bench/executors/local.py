@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -35,6 +36,12 @@ WATCH_EVERY_S = 1.0
 """How often the progress watchdog looks at the ranks' step files while the cell runs."""
 TAIL_BYTES = 6000
 LIVE_FILE = "running.json"
+"""Names the running cell in its run folder; cells side by side each name theirs in `running.<slot>.json`."""
+LIVE_FILES = "running*.json"
+
+_running: dict[str, tuple[subprocess.Popen, "ForkServer | None"]] = {}
+"""The cells this process runs now, by token (several when cells run side by side), for `stop_all`."""
+_running_lock = threading.Lock()
 
 
 def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
@@ -120,9 +127,24 @@ class LocalExecutor:
         return ForkServer.start(self.python, self.cwd, cell_env(shared_env), preload, log)
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        live = self.live_file
+        if live is not None and plan.slot is not None:
+            live = live.with_name(f"running.{plan.slot}.json")
         return run_local(
-            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, self.live_file, self.fork_server, self.python
+            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, live, self.fork_server, self.python
         )
+
+    def stop_all(self) -> None:
+        """Kill every cell this process runs now (cells side by side, on Ctrl-C or a failure that stops the run)."""
+        stop_all()
+
+
+def stop_all() -> None:
+    """SIGKILL every cell this process runs now; their waits return and their cleanup runs in their own threads."""
+    with _running_lock:
+        cells = list(_running.items())
+    for token, (process, fork_server) in cells:
+        kill_cell(process, token, 0.0, fork_server)
 
 
 def cell_env(plan_env: Mapping[str, str]) -> dict[str, str]:
@@ -296,6 +318,8 @@ def run_local(
 
             def before_exec() -> None:  # in the launcher, between fork and exec
                 lifeline.die_with_parent(runner)
+                if plan.cores:
+                    os.sched_setaffinity(0, plan.cores)
                 if cell:
                     cell.add_self()
 
@@ -320,6 +344,8 @@ def run_local(
                 ) from exc
             timed_out = interrupted = False
             stalled = None
+            with _running_lock:
+                _running[token] = (process, fork_server)
             try:
                 if live_file is not None:
                     live = LiveCell(
@@ -344,6 +370,8 @@ def run_local(
             finally:
                 # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
                 kill_cell(process, token, 0.0 if interrupted else GRACE_S, fork_server)
+                with _running_lock:
+                    _running.pop(token, None)
                 remove_group_segments(plan.env)
                 remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
             rank_memory = cell.read() if cell else []

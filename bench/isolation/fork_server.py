@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.isolation import lifeline
-from bench.isolation.zygote import CHILDREN, CLIENT, SOCKET
+from bench.isolation.zygote import CHILDREN, CLIENT, SOCKET, TITLE_ROOM
 from bench.isolation.zygote_client import SOCKET_ENV
 
 READY_TIMEOUT_S = 300.0
@@ -35,6 +35,12 @@ def python_script(path: Path, python: str) -> bool:
         return False
     interpreter = first[2:].split()[0].decode(errors="replace") if first[2:].split() else ""
     return interpreter == python or os.path.realpath(interpreter) == os.path.realpath(python)
+
+
+def is_client(args: list[str]) -> bool:
+    """Whether a process's command line (its /proc cmdline, split) is a fork server's client standing in for a
+    forked child, whose command line is the client's after the interpreter's."""
+    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and "dpo-bench-zygote-" in args[2]
 
 
 def route(argv: list[str], python: str, client: str) -> list[str]:
@@ -63,7 +69,7 @@ class ForkServer:
         runner = os.getpid()
         with log.open("ab") as out:
             process = subprocess.Popen(
-                [python, "-m", "bench.isolation.zygote", str(folder), preload],
+                [python, "-m", "bench.isolation.zygote", str(folder), preload, " " * TITLE_ROOM],
                 cwd=cwd,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,

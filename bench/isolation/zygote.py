@@ -1,7 +1,7 @@
 """A run's fork server ("zygote"): one interpreter that imports the cells' libraries once and forks a child for every
 Python process of a cell, so that no cell pays the imports (5-8 s per process on 2 cores) again.
 
-    python -m bench.isolation.zygote FOLDER MODULE:FUNCTION
+    python -m bench.isolation.zygote FOLDER MODULE:FUNCTION [PADDING]
 
 started by bench/isolation/fork_server.py with the environment the cells share. It calls the preload function
 (bench/worker/preload.py), checks that forking is safe (one Python thread; no CUDA initialised, not even the
@@ -37,6 +37,8 @@ TOKEN_ENV = "BENCH_CELL_TOKEN"
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 """Set while the libraries import: torch.cuda.is_available() then asks NVML, which does not initialise CUDA."""
 REQUEST_LIMIT = 16 << 20
+TITLE_ROOM = 4096
+"""Bytes of padding on the server's command line: each child writes its program's command line over it."""
 
 
 def fork_hazards() -> list[str]:
@@ -183,6 +185,8 @@ class Server:
                 path,
                 body["executable"],
                 self.resident,
+                body.get("cores"),
+                body["argv"],
             )
         for fd in fds:
             os.close(fd)
@@ -237,8 +241,8 @@ def preload(spec: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m bench.isolation.zygote FOLDER MODULE:FUNCTION", file=sys.stderr)
+    if len(argv) not in (3, 4):
+        print("usage: python -m bench.isolation.zygote FOLDER MODULE:FUNCTION [PADDING]", file=sys.stderr)
         return 2
     folder, spec = Path(argv[1]), argv[2]
     started_env = dict(os.environ)

@@ -15,6 +15,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from bench.isolation import lifeline
@@ -39,6 +40,16 @@ def map_resident(ranges: Sequence[tuple[int, int]]) -> None:
             page = os.sysconf("SC_PAGE_SIZE")
             for offset in range(0, length, page):  # older kernels: one read per page
                 ctypes.string_at(address + offset, 1)
+
+
+def retitle(words: Sequence[str]) -> None:
+    """Show `words` as this process's command line (/proc/<pid>/cmdline: ps, top, nvidia-smi, and whoever looks
+    for a cell's processes by it), written over the server's own, which leaves room for it (bench/isolation/
+    zygote.py TITLE_ROOM); a longer one is cut."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of stat
+    title = "\0".join(words).encode(errors="replace")[: end - start - 1]
+    ctypes.memmove(start, title.ljust(end - start, b"\0"), end - start)
 
 
 def _stream(fd: int, mode: str, unbuffered: bool) -> io.TextIOWrapper:
@@ -132,6 +143,8 @@ def become(
     path: list[str],
     executable: str,
     resident: Sequence[tuple[int, int]],
+    cores: Sequence[int] | None = None,
+    arguments: Sequence[str] = (),
 ) -> NoReturn:
     """Turn this freshly forked child into `program` for the process `requester` (the client that stands for it in
     the launcher's tree). Never returns."""
@@ -141,6 +154,8 @@ def become(
         os.setsid()  # a session of its own: its group is its, as a launcher's child's would be
         lifeline.die_with_parent(server)
         lifeline.die_with_process(requester)
+        if cores:
+            os.sched_setaffinity(0, cores)  # the cores the cell is bound to, as a fresh process inherits them
         default_signals()
         take_streams(fds, program.unbuffered)
         os.chdir(cwd)
@@ -148,6 +163,7 @@ def become(
         os.environ.update(env)
         sys.path[:] = path
         sys.executable = executable
+        retitle([executable, *arguments])
         sys.dont_write_bytecode = program.dont_write_bytecode or sys.dont_write_bytecode
         map_resident(resident)
     except BaseException:

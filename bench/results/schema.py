@@ -305,6 +305,12 @@ class ResultRecord(BaseModel):
     overlapped_by: list[str] = []
     """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
     were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
+    shared_with: list[str] = []
+    """The cells of its own run that ran on other devices of the machine while it ran (bench/run/side_by_side.py):
+    its memory figures are its own (per process, on its own devices), its speed was measured on a shared host.
+    compare leaves such trials out of its speed verdicts unless asked."""
+    devices: str | None = None
+    """The devices it was given when cells ran side by side (`GPUs 2,3`, `cores 1`); None: the run's own."""
     process_start: ProcessStart | None = None
     """How its ranks started: `forked` from the run's fork server (the libraries imported once per run), `fresh`
     (each an interpreter of its own), `mixed`; None in older records and for cells that did not start."""

@@ -157,11 +157,14 @@ def plan_launch(
     python: str = sys.executable,
     as_root: bool = False,
     run_env: Mapping[str, str] | None = None,
+    cores: list[int] | None = None,
+    slot: int | None = None,
 ) -> LaunchPlan:
     """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
     written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root, `run_env`
     what the run adds to every cell (bench/run/preflight.py: the run's GPUs, the --emulate cap), of which a cell on
-    GPUs takes its own devices (bench/worker/placement.py cell_devices)."""
+    GPUs takes its own devices (bench/worker/placement.py cell_devices); `cores` and `slot`: where it runs beside
+    other cells (bench/run/slots.py)."""
     cell, profile = spec.cell, spec.profile
     backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
     spec_path = config_dir / SPEC_FILE
@@ -202,6 +205,8 @@ def plan_launch(
         devices=devices,
         progress_dir=Path(spec.out_dir),
         stall_s=profile.stall_s,
+        cores=cores,
+        slot=slot,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from bench.executors.base import LaunchPlan
 from bench.executors.local import run_local
-from bench.isolation.fork_server import ForkServer, route
+from bench.isolation.fork_server import ForkServer, is_client, route
 from bench.isolation.zygote_client import FRESH_ENV
 from bench.paths import PROJECT_ROOT
 
@@ -188,3 +188,28 @@ def wait_for(condition, timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_a_sigkilled_child_ends_its_client_by_sigkill(server):
+    """How a launcher tells a killed rank from one that failed (torchrun: "Signal 9 (SIGKILL) received")."""
+    done = subprocess.run(
+        [server.client, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        env=client_env(server),
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL
+
+
+def test_a_child_shows_its_programs_command_line(server, tmp_path):
+    """ps, nvidia-smi and whoever looks for a cell's processes see the program, not N copies of the server."""
+    ready = tmp_path / "ready"
+    code = f"import os, time, pathlib; pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    process = subprocess.Popen([server.client, "-u", "-c", code, "arg1"], env=client_env(server))
+    try:
+        wait_for(ready.exists)
+        shown = Path(f"/proc/{ready.read_text()}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        assert shown == [server.client.encode(), b"-u", b"-c", code.encode(), b"arg1"]
+        client = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")
+        assert is_client(client) and not is_client([a.decode() for a in shown])
+    finally:
+        process.kill()
