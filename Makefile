@@ -27,7 +27,7 @@ WHEEL_FLAVOR ?= cuda
 WHEEL_PYTHON ?= 3.12
 WHEEL_CUDA   ?= 130
 
-BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom)
+BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom) $(if $(EXCLUSIVE),--exclusive) $(if $(START),--start $(START))
 
 .PHONY: wheelhouse first-contact mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
@@ -114,8 +114,8 @@ perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell 
 mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test) [KEEP=1] [ONLY=judge|estimate]
 	$(PY) -m bench.selfbench.mutants $(if $(KEEP),--keep) $(if $(ONLY),--only $(ONLY))
 
-perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run
-	$(PY) -m bench.selfbench.perf
+perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run [RUN=<run>] [BASE=<run>: with ratios]
+	$(PY) -m bench.selfbench.perf --hw $(HW) $(if $(RUN),--run '$(RUN)') $(if $(BASE),--base '$(BASE)')
 
 compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
 	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))

@@ -88,8 +88,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument(
         "--include-overlapped",
         action="store_true",
-        help="count the trials measured while another run shared the machine (overlapped_by) in the metric "
-        "verdicts; by default they are left out and listed",
+        help="count the trials measured on a shared machine in the metric verdicts: while another run ran "
+        "(overlapped_by) or beside other cells of their run (shared_with; these keep their memory verdicts); by "
+        "default they are left out and listed",
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")

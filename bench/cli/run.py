@@ -152,19 +152,27 @@ def _run(
         run_predicted_oom=args.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
     )
-    if executor.name == "local" and not machine.untested_reason:
-        from bench.executors.local import extensions_dir
-        from bench.run.host_ops import ensure_built, needs_host_ops
+    from bench.run.forking import fork_server
 
-        if needs_host_ops(c for c in cells if not_applicable_reason(c, profile) is None):
-            print(ensure_built(executor.python, extensions_dir(), run_dir / "host-ops.log"), flush=True)
-    budget = None
-    if args.time_budget is not None:
-        budget = time_budget(args.time_budget * 60, profile, workload, cells, started)
-    try:
-        records = execute(ctx, cells, force=args.force, repeats=args.repeats, budget=budget)
-    except KeyboardInterrupt:
-        return INTERRUPTED  # the runner has stopped the cell and said how to resume
+    choice = "fresh" if machine.untested_reason else args.start
+    with fork_server(choice, executor, profile, machine.launch_env, run_dir / "logs" / "fork-server.log") as serve:
+        if executor.name == "local" and not machine.untested_reason:
+            from bench.executors.local import extensions_dir
+            from bench.run.host_ops import ensure_built, needs_host_ops
+
+            if needs_host_ops(c for c in cells if not_applicable_reason(c, profile) is None):
+                print(ensure_built(executor.python, extensions_dir(), run_dir / "host-ops.log"), flush=True)
+        budget = None
+        if args.time_budget is not None:
+            budget = time_budget(args.time_budget * 60, profile, workload, cells, started)
+        if line := serve():
+            print(line, flush=True)
+        try:
+            records = execute(
+                ctx, cells, force=args.force, repeats=args.repeats, budget=budget, exclusive=args.exclusive
+            )
+        except KeyboardInterrupt:
+            return INTERRUPTED  # the runner has stopped the cell and said how to resume
     selected = {c.id for c in cells}
     recorded = load_results(run_dir)
     trials = [r for r in recorded.records if r.cell_id in selected]
@@ -355,6 +363,20 @@ def register(sub: "argparse._SubParsersAction") -> None:
         default=None,
         metavar="SECONDS",
         help="wall-clock limit of one cell (default: the profile's timeout_s)",
+    )
+    p.add_argument(
+        "--exclusive",
+        action="store_true",
+        help="run one cell at a time, the machine to itself (for throughput-critical work); by default cells run "
+        "side by side on disjoint devices where the machine has more than a cell takes, their records saying so",
+    )
+    p.add_argument(
+        "--start",
+        choices=["auto", "forked", "fresh"],
+        default="auto",
+        help="how a cell's Python processes start: forked from one process that imported the libraries once per run "
+        "(bench/isolation/zygote.py), or fresh, an interpreter each; auto: forked on CPU profiles with the local "
+        "executor and no memory budget, fresh elsewhere (default)",
     )
     p.add_argument(
         "--run-predicted-oom",

@@ -30,6 +30,10 @@ class LaunchPlan:
     """Where each rank's worker marks its steps (bench/isolation/progress.py); None: no progress watchdog."""
     stall_s: float | None = None
     """A rank that made no step for this long ends the cell as a hang; None: no progress watchdog."""
+    cores: list[int] | None = None
+    """The CPU cores every process of the cell is bound to (cells side by side on a CPU profile); None: any."""
+    slot: int | None = None
+    """Where cells run side by side: the first of its devices, unique among the cells running at once."""
 
     @property
     def config_files(self) -> list[Path]:

@@ -14,8 +14,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +26,7 @@ from bench.executors.base import LaunchPlan, Outcome
 from bench.files import write_whole
 from bench.isolation import lifeline, progress
 from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
+from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"
@@ -33,6 +36,12 @@ WATCH_EVERY_S = 1.0
 """How often the progress watchdog looks at the ranks' step files while the cell runs."""
 TAIL_BYTES = 6000
 LIVE_FILE = "running.json"
+"""Names the running cell in its run folder; cells side by side each name theirs in `running.<slot>.json`."""
+LIVE_FILES = "running*.json"
+
+_running: dict[str, tuple[subprocess.Popen, "ForkServer | None"]] = {}
+"""The cells this process runs now, by token (several when cells run side by side), for `stop_all`."""
+_running_lock = threading.Lock()
 
 
 def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
@@ -59,9 +68,12 @@ def marked_pids(token: str) -> list[int]:
     return pids
 
 
-def kill_cell(process: subprocess.Popen, token: str, grace_s: float = GRACE_S) -> None:
+def kill_cell(
+    process: subprocess.Popen, token: str, grace_s: float = GRACE_S, fork_server: ForkServer | None = None
+) -> None:
     """SIGTERM the group and give the launcher `grace_s` to stop its ranks, then SIGKILL everything still carrying
-    the cell's token. grace_s=0: SIGKILL at once (after a Ctrl-C nothing of the cell is kept)."""
+    the cell's token, and the fork server's children of the cell. grace_s=0: SIGKILL at once (after a Ctrl-C
+    nothing of the cell is kept)."""
     if grace_s > 0:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -71,7 +83,7 @@ def kill_cell(process: subprocess.Popen, token: str, grace_s: float = GRACE_S) -
     for _ in range(3):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        pids = marked_pids(token)
+        pids = marked_pids(token) + (fork_server.pids_of(token) if fork_server else [])
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -99,14 +111,54 @@ class LocalExecutor:
         live_file: Path | None = None,
     ) -> None:
         self.cwd = cwd
-        self.python = python
+        self.python = venv_python(python)
         self.memory_budget_bytes = memory_budget_bytes
         """Per-rank memory limit, enforced by one memory cgroup per rank; None: no cgroups."""
         self.live_file = live_file
         """Where the running cell is named (the run folder's LIVE_FILE), for `clean_up_after`; None: nowhere."""
+        self.fork_server: ForkServer | None = None
+        """The run's fork server, once it serves: every Python process of a cell forks from it."""
+
+    def start_fork_server(self, shared_env: Mapping[str, str], preload: str, log: Path) -> ForkServer:
+        """Start the run's fork server with the environment every cell shares (`shared_env`: what the launch plans
+        add, without the per-cell variables); it serves once `wait` says so (then set `fork_server`)."""
+        if self.memory_budget_bytes is not None:
+            raise ValueError("a fork server cannot serve cells with a memory budget")
+        return ForkServer.start(self.python, self.cwd, cell_env(shared_env), preload, log)
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
-        return run_local(plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, self.live_file)
+        live = self.live_file
+        if live is not None and plan.slot is not None:
+            live = live.with_name(f"running.{plan.slot}.json")
+        return run_local(
+            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, live, self.fork_server, self.python
+        )
+
+    def stop_all(self) -> None:
+        """Kill every cell this process runs now (cells side by side, on Ctrl-C or a failure that stops the run)."""
+        stop_all()
+
+
+def stop_all() -> None:
+    """SIGKILL every cell this process runs now; their waits return and their cleanup runs in their own threads."""
+    with _running_lock:
+        cells = list(_running.items())
+    for token, (process, fork_server) in cells:
+        kill_cell(process, token, 0.0, fork_server)
+
+
+def cell_env(plan_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a cell's launcher starts with, before its token and runner are added."""
+    return {"TORCH_EXTENSIONS_DIR": extensions_dir()} | dict(os.environ) | dict(plan_env)
+
+
+def venv_python(python: str) -> str:
+    """The interpreter at its venv's real path (a venv reached through a linked folder: a worktree's `.venv`). The
+    launchers installed in the venv name that path in their shebangs, and DeepSpeed keys a JIT-built op on its source
+    paths: a cell started under one path and a host-op build under the other rebuild the op for each other, inside
+    the timed cell. The interpreter file itself is left unresolved (it links to the base Python, outside the venv)."""
+    path = Path(python)
+    return str(path.parent.resolve() / path.name) if path.is_absolute() else python
 
 
 def extensions_dir() -> str:
@@ -240,13 +292,20 @@ def run_local(
     cwd: Path,
     memory_budget_bytes: int | None = None,
     live_file: Path | None = None,
+    fork_server: ForkServer | None = None,
+    python: str = sys.executable,
 ) -> Outcome:
     """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
-    a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up."""
+    a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up. With a
+    `fork_server` (never under a budget: a forked child's libraries stay charged to the server's cgroup), every
+    start of `python` in the cell forks from it."""
     token = uuid.uuid4().hex
     runner = os.getpid()
-    env = {"TORCH_EXTENSIONS_DIR": extensions_dir()} | os.environ | plan.env
-    env |= {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
+    env = cell_env(plan.env) | {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
+    argv = plan.argv
+    if fork_server is not None and memory_budget_bytes is None:
+        argv = fork_server.route(plan.argv, python)
+        env |= fork_server.env
     started = time.monotonic()
     started_epoch = time.time()
     try:
@@ -259,12 +318,14 @@ def run_local(
 
             def before_exec() -> None:  # in the launcher, between fork and exec
                 lifeline.die_with_parent(runner)
+                if plan.cores:
+                    os.sched_setaffinity(0, plan.cores)
                 if cell:
                     cell.add_self()
 
             try:
                 process = subprocess.Popen(
-                    plan.argv,
+                    argv,
                     cwd=cwd,
                     env=env,
                     stdout=log,
@@ -283,6 +344,8 @@ def run_local(
                 ) from exc
             timed_out = interrupted = False
             stalled = None
+            with _running_lock:
+                _running[token] = (process, fork_server)
             try:
                 if live_file is not None:
                     live = LiveCell(
@@ -306,7 +369,9 @@ def run_local(
                 raise
             finally:
                 # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-                kill_cell(process, token, grace_s=0.0 if interrupted else GRACE_S)
+                kill_cell(process, token, 0.0 if interrupted else GRACE_S, fork_server)
+                with _running_lock:
+                    _running.pop(token, None)
                 remove_group_segments(plan.env)
                 remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
             rank_memory = cell.read() if cell else []

@@ -43,12 +43,12 @@ def _end_group(runner_group: int | None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wait_on_pidfd(fd: int, runner_group: int) -> None:
+def _wait_on_pidfd(fd: int, runner_group: int | None) -> None:
     select.select([fd], [], [])
     _end_group(runner_group)
 
 
-def _poll(pid: int, runner_group: int) -> None:
+def _poll(pid: int, runner_group: int | None) -> None:
     while True:
         try:
             os.kill(pid, 0)
@@ -57,6 +57,18 @@ def _poll(pid: int, runner_group: int) -> None:
         except PermissionError:
             pass
         time.sleep(POLL_S)
+
+
+def _watch(pid: int, runner_group: int | None) -> None:
+    """A daemon thread that ends this process's group as soon as `pid` ends (at once when it already has)."""
+    try:
+        target, args = _wait_on_pidfd, (os.pidfd_open(pid), runner_group)
+    except ProcessLookupError:
+        _end_group(runner_group)
+        raise
+    except (AttributeError, OSError):  # no pidfd_open here
+        target, args = _poll, (pid, runner_group)
+    threading.Thread(target=target, args=args, name=f"die-with-{pid}", daemon=True).start()
 
 
 def die_with_runner(environ: Mapping[str, str]) -> bool:
@@ -71,12 +83,11 @@ def die_with_runner(environ: Mapping[str, str]) -> bool:
     except ProcessLookupError:  # the runner ended before this rank got here
         _end_group(None)
         raise
-    try:
-        target, args = _wait_on_pidfd, (os.pidfd_open(pid), runner_group)
-    except ProcessLookupError:
-        _end_group(runner_group)
-        raise
-    except (AttributeError, OSError):  # no pidfd_open here
-        target, args = _poll, (pid, runner_group)
-    threading.Thread(target=target, args=args, name="die-with-runner", daemon=True).start()
+    _watch(pid, runner_group)
     return True
+
+
+def die_with_process(pid: int) -> None:
+    """SIGKILL this process's group as soon as `pid` ends (a fork server's child, with the client that stands for
+    it in the launcher's process tree: bench/isolation/zygote_client.py)."""
+    _watch(pid, None)

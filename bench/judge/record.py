@@ -14,7 +14,7 @@ from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
 from bench.matrix.cell import Cell
-from bench.results.schema import ErrorClass, PredictionSummary, RankMemoryFigures, ResultRecord, Status
+from bench.results.schema import ErrorClass, PredictionSummary, ProcessStart, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
 from bench.units import GiB
 from bench.worker.report import RankReport
@@ -119,6 +119,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "config_files": list(ran.config_files),
             "started_at": ran.started_at,
             "finished_at": ran.finished_at,
+            "process_start": process_start(reports),
         }
     )
     figures = rank_memory(reports, outcome.rank_memory)
@@ -194,6 +195,16 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "learning": learning,
         }
     )
+
+
+def process_start(reports: list[RankReport]) -> ProcessStart | None:
+    """How the ranks that reported started: all forked from the run's fork server, all fresh, or some of each."""
+    starts = {r.forked for r in reports}
+    if not starts:
+        return None
+    if len(starts) > 1:
+        return ProcessStart.MIXED
+    return ProcessStart.FORKED if starts == {True} else ProcessStart.FRESH
 
 
 def oom_detail(figures: list[RankMemoryFigures]) -> str | None:

@@ -63,6 +63,12 @@ class HardwareProfile(Strict):
         "(bench/isolation/progress.py); loading and a precomputed reference pass are not judged",
     )
     threads_per_process: int = Field(default=1, ge=1)
+    core_slots: int | None = Field(
+        default=None,
+        ge=2,
+        description="CPU profiles: the machine's cores split into this many equal groups, each a device a rank "
+        "takes, so that cells of fewer ranks run side by side on disjoint cores (run --exclusive: one at a time)",
+    )
     container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
     container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")
     shm_size_gb: float | None = Field(default=None, gt=0, description="docker executor: --shm-size of a cell")

@@ -199,34 +199,56 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
 
 
 def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
-    """`head: <cell> trials 1, 2 (overlapped by <run>)`, per cell with trials measured on a shared machine."""
+    """`head: <cell> trials 1, 2 (overlapped by <run>)` per cell with trials measured on a machine another run
+    shared, and `head: <cell> trial 1 (beside <cells> on other devices: memory compared)` for trials of cells
+    that ran side by side."""
     by_cell: dict[str, dict[int, ResultRecord]] = {}
     for record in records:
         by_cell.setdefault(record.cell_id, {})[record.trial] = record  # the newest line of a trial wins
     lines = []
     for cell_id, trials in by_cell.items():
-        shared = [r for _, r in sorted(trials.items()) if r.overlapped_by]
-        if shared:
-            numbers = ", ".join(str(r.trial + 1) for r in shared)
-            runs = ", ".join(sorted({run for r in shared for run in r.overlapped_by}))
-            lines.append(f"{side}: {cell_id} trial{'s' if len(shared) > 1 else ''} {numbers} (overlapped by {runs})")
+        ordered = [r for _, r in sorted(trials.items())]
+        for shared, what in (
+            ([r for r in ordered if r.overlapped_by], lambda rs: f"overlapped by {_names(rs, 'overlapped_by')}"),
+            (
+                [r for r in ordered if r.shared_with and not r.overlapped_by],
+                lambda rs: f"beside {_names(rs, 'shared_with')} on other devices: memory compared",
+            ),
+        ):
+            if shared:
+                numbers = ", ".join(str(r.trial + 1) for r in shared)
+                lines.append(f"{side}: {cell_id} trial{'s' if len(shared) > 1 else ''} {numbers} ({what(shared)})")
     return lines
 
 
+def _names(records: list[ResultRecord], field: str) -> str:
+    return ", ".join(sorted({name for r in records for name in getattr(r, field)}))
+
+
 def measured_alone(records: list[ResultRecord]) -> list[ResultRecord]:
-    """The records whose cell had the machine to itself (no other runner ran meanwhile)."""
+    """The records whose cell had the machine to itself: no other runner, no other cell of its run meanwhile."""
+    return [r for r in records if not r.overlapped_by and not r.shared_with]
+
+
+def own_devices(records: list[ResultRecord]) -> list[ResultRecord]:
+    """The records whose memory is the cell's own: no other runner ran meanwhile (it may have shared the cell's
+    devices); cells of its own run beside it ran on other devices, and memory is measured per process."""
     return [r for r in records if not r.overlapped_by]
 
 
 def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD, include_overlapped: bool = False) -> Comparison:
-    """Statuses from every trial; metric verdicts from the trials measured alone unless `include_overlapped`."""
+    """Statuses from every trial; speed verdicts from the trials measured alone, memory verdicts from the trials on
+    their own devices, unless `include_overlapped`."""
     base_cells, head_cells = summarize(base.records), summarize(head.records)
     base_measured, head_measured = base.records, head.records
+    base_memory, head_memory = base.records, head.records
     overlapped: list[str] = []
     if not include_overlapped:
         overlapped = overlapped_trials("base", base.records) + overlapped_trials("head", head.records)
         base_measured, head_measured = measured_alone(base.records), measured_alone(head.records)
+        base_memory, head_memory = own_devices(base.records), own_devices(head.records)
     base_metrics, head_metrics = summarize(base_measured), summarize(head_measured)
+    base_mem, head_mem = summarize(base_memory), summarize(head_memory)
     base_cpu, head_cpu = cpu_per_step(base_measured), cpu_per_step(head_measured)
     order = list(base_cells) + [c for c in head_cells if c not in base_cells]
     result = Comparison(base.name, head.name, threshold, comparability(base.env, head.env), overlapped=overlapped)
@@ -234,6 +256,7 @@ def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD, include_
         b, h = base_cells.get(cell_id), head_cells.get(cell_id)
         bm, hm = base_metrics.get(cell_id), head_metrics.get(cell_id)
         both = bm is not None and hm is not None
+        bmem, hmem = base_mem.get(cell_id), head_mem.get(cell_id)
         cpu = None
         if both and cell_id in base_cpu and cell_id in head_cpu:
             cpu = metric_delta(base_cpu[cell_id], head_cpu[cell_id], threshold, False, CPU_MEASURE)
@@ -244,7 +267,7 @@ def compare(base: Run, head: Run, threshold: float = DEFAULT_THRESHOLD, include_
                 head=h,
                 status_change=status_change(b, h),
                 throughput=metric_delta(bm.tokens_per_s, hm.tokens_per_s, threshold, True) if both else None,
-                memory=memory_delta(bm, hm, threshold) if both else None,
+                memory=memory_delta(bmem, hmem, threshold) if bmem is not None and hmem is not None else None,
                 cpu=cpu,
             )
         )
@@ -316,8 +339,8 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
     if c.overlapped:
         lines += [
             "> [!NOTE]",
-            "> **Trials measured while another run shared the machine** are left out of the throughput, CPU time and "
-            "memory verdicts (`--include-overlapped` counts them):",
+            "> **Trials measured on a shared machine** are left out of the throughput and CPU time verdicts, and "
+            "of the memory verdicts where another run shared it (`--include-overlapped` counts them):",
             *[f"> - {line}" for line in c.overlapped],
             "",
         ]

@@ -37,6 +37,12 @@ class Engagement(BaseModel):
     """The class of the trainer that ran (None in records from before methods were an axis)."""
 
 
+class ProcessStart(StrEnum):
+    FORKED = "forked"
+    FRESH = "fresh"
+    MIXED = "mixed"
+
+
 class Status(StrEnum):
     """A cell's outcome. What each means is stated once, in STATUS_MEANING, and rendered from there into the
     matrices' legend (bench/report/cells.py) and docs/metrics.md (a test holds the page to it)."""
@@ -299,6 +305,15 @@ class ResultRecord(BaseModel):
     overlapped_by: list[str] = []
     """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
     were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
+    shared_with: list[str] = []
+    """The cells of its own run that ran on other devices of the machine while it ran (bench/run/side_by_side.py):
+    its memory figures are its own (per process, on its own devices), its speed was measured on a shared host.
+    compare leaves such trials out of its speed verdicts unless asked."""
+    devices: str | None = None
+    """The devices it was given when cells ran side by side (`GPUs 2,3`, `cores 1`); None: the run's own."""
+    process_start: ProcessStart | None = None
+    """How its ranks started: `forked` from the run's fork server (the libraries imported once per run), `fresh`
+    (each an interpreter of its own), `mixed`; None in older records and for cells that did not start."""
     emulated_from: str | None = None
     """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
     devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""

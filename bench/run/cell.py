@@ -29,6 +29,7 @@ from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
+    from bench.run.slots import Placement
 
 
 MIN_FREE_BYTES = 16 << 20
@@ -125,10 +126,12 @@ def run_cell(
     prediction: PredictionSummary | None = None,
     fresh: bool = True,
     timeout_s: float | None = None,
+    placement: "Placement | None" = None,
 ) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
-    (a scheduler job an earlier run submitted is still writing into it). DiskFull when the results folder has too
-    little room to start, or the cell failed on a full disk: nothing is recorded then."""
+    (a scheduler job an earlier run submitted is still writing into it). `placement`: its devices when cells run
+    side by side (bench/run/side_by_side.py). DiskFull when the results folder has too little room to start, or the
+    cell failed on a full disk: nothing is recorded then."""
     if (free := free_bytes(ctx.run_dir)) < MIN_FREE_BYTES:
         raise DiskFull(f"{free >> 10} KiB free in {ctx.run_dir}; a cell needs {MIN_FREE_BYTES >> 20} MiB")
     folder = RunFolder(ctx.run_dir)
@@ -145,8 +148,16 @@ def run_cell(
     spec = WorkerSpec(
         cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
     )
+    run_env = ctx.launch_env | (placement.env if placement is not None else {})
     plan = plan_launch(
-        spec, config_dir, free_port(), ctx.executor.python, as_root=os.geteuid() == 0, run_env=ctx.launch_env
+        spec,
+        config_dir,
+        free_port(),
+        ctx.executor.python,
+        as_root=os.geteuid() == 0,
+        run_env=run_env,
+        cores=placement.cores if placement is not None else None,
+        slot=placement.first if placement is not None else None,
     )
     write_files(plan)
     world = world_size(cell, ctx.profile)

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from bench.executors.base import LaunchPlan
+from bench.isolation.zygote_rules import per_process
 from bench.matrix.backends import BackendSpec, LauncherSpec, LaunchInputs, backend_spec, launcher_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
@@ -156,11 +157,14 @@ def plan_launch(
     python: str = sys.executable,
     as_root: bool = False,
     run_env: Mapping[str, str] | None = None,
+    cores: list[int] | None = None,
+    slot: int | None = None,
 ) -> LaunchPlan:
     """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
     written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root, `run_env`
     what the run adds to every cell (bench/run/preflight.py: the run's GPUs, the --emulate cap), of which a cell on
-    GPUs takes its own devices (bench/worker/placement.py cell_devices)."""
+    GPUs takes its own devices (bench/worker/placement.py cell_devices); `cores` and `slot`: where it runs beside
+    other cells (bench/run/slots.py)."""
     cell, profile = spec.cell, spec.profile
     backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
     spec_path = config_dir / SPEC_FILE
@@ -201,6 +205,8 @@ def plan_launch(
         devices=devices,
         progress_dir=Path(spec.out_dir),
         stall_s=profile.stall_s,
+        cores=cores,
+        slot=slot,
     )
 
 
@@ -223,6 +229,13 @@ def host_threads(backend: BackendSpec, profile: HardwareProfile, ranks: int, cpu
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 """A cell reads its model, tokenizer and data from local folders the run prepared; nothing reaches for the Hub
 while it is timed (an air-gapped box would wait on a connection), as in the images (docker/*/Dockerfile)."""
+
+
+def shared_env(profile: HardwareProfile, run_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every cell's launch plan adds to the environment, without what differs per cell or rank (its port, its
+    devices, its threads): the environment a run's fork server imports the libraries under."""
+    every = _base_env(profile, 0) | dict(run_env or {})
+    return {name: value for name, value in every.items() if not per_process(name)}
 
 
 def _base_env(profile: HardwareProfile, port: int, threads_per_rank: int | None = None) -> dict[str, str]:

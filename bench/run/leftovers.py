@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.executors.docker import labelled_containers, remove_container
-from bench.executors.local import LIVE_FILE, clean_up_after
+from bench.executors.local import LIVE_FILES, clean_up_after
 from bench.results.lock import LOCK_FILE, died_holding, runner_gone
 
 
@@ -20,7 +20,7 @@ def clean_up_dead_runners(
     pid of its runner that died holding it, and `resumes_jobs` keeps that runner's Slurm jobs (the Slurm executor
     waits for them instead of submitting the cells again)."""
     lines = []
-    for live_file in sorted(hardware_dir.glob(f"*/{LIVE_FILE}")):
+    for live_file in sorted(hardware_dir.glob(f"*/{LIVE_FILES}")):
         run_dir = live_file.parent
         if run_dir.resolve() == own_run.resolve():
             line = clean_up_after(live_file)

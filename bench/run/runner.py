@@ -3,6 +3,7 @@ as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 """
 
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
+from bench.run.slots import Device, machine_devices
 from bench.run.unrecorded import Unrecorded, append_or_keep
 
 BUDGET_FILE = "budget.json"
@@ -53,10 +55,12 @@ def execute(
     repeats: int = 1,
     out=sys.stdout,
     budget: TimeBudget | None = None,
+    exclusive: bool = False,
 ) -> list[ResultRecord]:
     """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends. With a `budget`
-    the cells run in coverage order and none starts that would end after it (bench/run/budget.py).
-    Returns this run's latest record per cell."""
+    the cells run in coverage order and none starts that would end after it (bench/run/budget.py). Cells run side by
+    side on disjoint devices where the machine has more than a cell takes (bench/run/side_by_side.py), unless
+    `exclusive`. Returns this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
         print(f"warning: {notice}", file=out, flush=True)
@@ -99,6 +103,19 @@ def execute(
         from bench.run.in_flight import run_in_flight
 
         run_in_flight(ctx, todo, predictions, done, out)
+        return [done[c.id] for c in cells if c.id in done]
+    devices = [] if exclusive else shareable_devices(ctx)
+    if len(devices) > 1 and todo:
+        from bench.run.side_by_side import run_side_by_side
+
+        try:
+            over = run_side_by_side(ctx, todo, devices, predictions, done, repeats, budget, out)
+        except (DiskFull, Unrecorded) as exc:
+            kept = len(load_results(ctx.run_dir, quiet=True).records)
+            stop = stop_disk_full if isinstance(exc, DiskFull) else stop_unwritable
+            raise stop(ctx, "the cells that were running", str(exc), kept) from None
+        if budget is not None:
+            report_budget(ctx, budget, [c for c, _ in todo], over, out)
         return [done[c.id] for c in cells if c.id in done]
     started = time.monotonic()
     over_budget: list[tuple[Cell, float]] = []
@@ -145,6 +162,14 @@ def execute(
     if budget is not None:
         report_budget(ctx, budget, [c for c, _ in todo], over_budget, out)
     return [done[c.id] for c in cells if c.id in done]
+
+
+def shareable_devices(ctx: RunContext) -> list[Device]:
+    """The devices cells can share: the machine's (bench/run/slots.py) where the local executor runs them; none
+    under any other executor."""
+    if getattr(ctx.executor, "name", None) != "local" or ctx.untested:
+        return []
+    return machine_devices(ctx.profile, ctx.launch_env, sorted(os.sched_getaffinity(0)))
 
 
 def report_budget(

@@ -1,37 +1,49 @@
-"""Harness overhead: the same cell through the suite (`python -m bench run`) and through a plain TRL script
-(bench/selfbench/plain_dpo.py), alternating, and the ratio of their steady-state tokens/s.
+"""Harness overhead: the same cell through the suite (`python -m bench run`) and as a plain TRL script
+(bench/selfbench/plain_dpo.py), alternating, and the ratio of their steady-state speed.
 
-    python -m bench.selfbench.overhead [--cell one_adapter-none-single] [--rounds 3] [--hw cpu]
+    python -m bench.selfbench.overhead [--cell one_adapter-none-single] [--rounds 6] [--hw cpu] [--start auto]
 
-Each round runs both, in alternating order so drift on a shared machine hits both sides alike. Reports every
-round, the median suite/plain ratio, its min-max spread and the overhead (1 - ratio); the goal is <= 3%.
-Also the ratio of median step times (plain/suite): on a shared machine a load spike during one run moves
-tokens/s a lot and the median step time little.
+The plain side is the suite's rank without the suite's measurement, and nothing else: each round it trains the cell
+from the spec.json the round's suite run wrote (`plain_dpo --spec`: the worker's thread setting and imports, in the
+worker's order, then the same model, tokenizer, data and DPOConfig), in a fresh interpreter (as a user's script
+starts) with the environment the suite's launcher gives the cell (bench/run/launch.py plan_launch) and its output to
+a file, as the cell's log. Before issue 42 it differed from the suite's rank in three ways besides the measurement:
+it built its own spec (the whole matrix expanded, the assets prepared) before training, so its heap held other
+objects in another layout; it started with this process's environment plus three thread variables, not the cell's;
+and its output went to a pipe this process read. Over 3 rounds on an Intel box the suite ran 2-10 % faster than it.
+
+Each round runs both, the order alternating so drift on a shared machine hits both sides alike. Reports every round,
+and for steady tokens/s, median step speed and CPU time per step the median suite/plain ratio, its min-max spread
+and the overhead (1 - ratio); the goal is <= 1 %. On a shared 2-core machine one load spike moves a 1.5-second steady
+window by tens of percent: read the spread, CPU time per step moves least with neighbours.
 """
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.executors.local import cell_env, venv_python
 from bench.paths import PROJECT_ROOT
+from bench.results.layout import RunFolder
 from bench.results.store import load_results
+from bench.run.launch import SPEC_FILE, plan_launch
+from bench.worker.spec import WorkerSpec
 
-GOAL = 0.03
+GOAL = 0.01
+
+Speed = tuple[float, float, float]
+"""(tokens/s, median step time s, median CPU s per step)"""
 
 
-Speed = tuple[float, float]
-"""(tokens/s, median step time s)"""
-
-
-def suite_speed(cell: str, hw: str, results: Path) -> Speed:
+def suite_speed(cell: str, hw: str, results: Path, start: str) -> tuple[Speed, Path]:
+    """The cell's speed through the suite, and the spec.json its run wrote."""
     argv = [sys.executable, "-m", "bench", "--results", str(results), "run", "--hw", hw, "--filter", cell]
     done = subprocess.run(
-        [*argv, "--executor", "local"],
+        [*argv, "--executor", "local", "--start", start],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -43,27 +55,33 @@ def suite_speed(cell: str, hw: str, results: Path) -> Speed:
     record = load_results(runs[-1]).latest_by_cell()[cell]
     if record.metrics is None:
         raise RuntimeError(f"suite cell {cell}: {record.status} {record.message}")
-    return record.metrics.tokens_per_s, record.metrics.step_time_median_s
+    m = record.metrics
+    spec = RunFolder(runs[-1]).configs(cell) / SPEC_FILE
+    return (m.tokens_per_s, m.step_time_median_s, m.cpu_s_per_step_median or 0.0), spec
 
 
-def plain_speed(cell: str, hw: str) -> Speed:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.selfbench.plain_dpo", "--cell", cell, "--hw", hw],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=plain_env(),
-    )
+def plain_environment(spec_path: Path, python: str) -> dict[str, str]:
+    """The environment the suite's launcher gives the cell of `spec_path` (its port aside)."""
+    spec = WorkerSpec.read(str(spec_path))
+    return cell_env(plan_launch(spec, spec_path.parent, 0, python).env)
+
+
+def plain_speed(spec_path: Path, log: Path) -> Speed:
+    python = venv_python(sys.executable)
+    with log.open("w") as out:
+        done = subprocess.run(
+            [python, "-m", "bench.selfbench.plain_dpo", "--spec", str(spec_path)],
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=plain_environment(spec_path, python),
+            check=False,
+        )
+    lines = log.read_text().splitlines()
     if done.returncode != 0:
-        raise RuntimeError(f"plain run failed: {done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(result["tokens_per_s"]), float(result["step_time_median_s"])
-
-
-def plain_env() -> dict[str, str]:
-    """The thread/tokenizer settings the suite's launcher gives a cell (bench/run/launch.py _base_env)."""
-    return os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        raise RuntimeError(f"plain run failed: {''.join(lines[-30:])}")
+    result = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+    return float(result["tokens_per_s"]), float(result["step_time_median_s"]), float(result["cpu_s_per_step_median"])
 
 
 def summarise(pairs: list[tuple[float, float]]) -> dict[str, float]:
@@ -76,32 +94,39 @@ def summarise(pairs: list[tuple[float, float]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.selfbench.overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="one_adapter-none-single")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--hw", default="cpu")
+    parser.add_argument("--start", choices=["auto", "forked", "fresh"], default="auto", help="the suite's run --start")
     args = parser.parse_args(argv)
-    throughput: list[tuple[float, float]] = []
-    step_speed: list[tuple[float, float]] = []
+    kinds = {"tokens/s": [], "median step speed": [], "CPU time per step": []}
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
-        for round_index in range(args.rounds):
-            if round_index % 2 == 0:
-                suite = suite_speed(args.cell, args.hw, Path(tmp))
-                plain = plain_speed(args.cell, args.hw)
+        for index in range(args.rounds):
+            log = Path(tmp) / f"plain-{index}.log"
+            if index % 2 == 0:
+                suite, spec = suite_speed(args.cell, args.hw, Path(tmp), args.start)
+                plain = plain_speed(spec, log)
             else:
-                plain = plain_speed(args.cell, args.hw)
-                suite = suite_speed(args.cell, args.hw, Path(tmp))
-            throughput.append((suite[0], plain[0]))
-            step_speed.append((1 / suite[1], 1 / plain[1]))
+                # the spec of the previous round's suite run: the same cell, assets and settings
+                plain = plain_speed(spec, log)
+                suite, spec = suite_speed(args.cell, args.hw, Path(tmp), args.start)
+            kinds["tokens/s"].append((suite[0], plain[0]))
+            kinds["median step speed"].append((1 / suite[1], 1 / plain[1]))
+            if suite[2] and plain[2]:
+                kinds["CPU time per step"].append((1 / suite[2], 1 / plain[2]))
             print(
-                f"round {round_index + 1}: suite {suite[0]:,.0f} tok/s (median step {suite[1] * 1000:.1f} ms), "
-                f"plain {plain[0]:,.0f} tok/s ({plain[1] * 1000:.1f} ms); tokens/s ratio {suite[0] / plain[0]:.3f}",
+                f"round {index + 1}: suite {suite[0]:,.0f} tok/s (median step {suite[1] * 1000:.1f} ms, CPU "
+                f"{suite[2] * 1000:.1f} ms), plain {plain[0]:,.0f} tok/s ({plain[1] * 1000:.1f} ms, CPU "
+                f"{plain[2] * 1000:.1f} ms); tokens/s ratio {suite[0] / plain[0]:.3f}",
                 flush=True,
             )
-    for label, pairs in (("tokens/s", throughput), ("median step speed", step_speed)):
+    for label, pairs in kinds.items():
+        if not pairs:
+            continue
         result = summarise(pairs)
         verdict = "within" if result["overhead"] <= GOAL else "above"
         print(
-            f"{args.cell} on {args.hw}, {args.rounds} round(s), suite/plain {label} ratio: median "
-            f"{result['ratio_median']:.3f} (min {result['ratio_min']:.3f}, max {result['ratio_max']:.3f}); "
+            f"{args.cell} on {args.hw} (--start {args.start}), {args.rounds} round(s), suite/plain {label} ratio: "
+            f"median {result['ratio_median']:.3f} (min {result['ratio_min']:.3f}, max {result['ratio_max']:.3f}); "
             f"overhead {result['overhead']:+.1%} ({verdict} the {GOAL:.0%} goal)"
         )
     return 0

@@ -1,8 +1,12 @@
 """Benchmark of the suite itself: where a cell's fixed cost goes, and the full-matrix wall time.
 
-    python -m bench.selfbench.perf [--hw cpu] [--run RUN_ID] [--repeats 3]
+    python -m bench.selfbench.perf [--hw cpu] [--run RUN_ID] [--base RUN] [--repeats 3] [--no-imports]
 
-Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records.
+Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records. With
+`--base` (a run id of the same hardware folder, or a run folder: the base side of `make compare-ab`), each figure
+is given for both runs and as a ratio: run the two sides interleaved (compare-ab) so that the machine's drift hits
+both alike. A run with several trials per cell (compare-ab's pairs, --repeats) gives medians over every trial, and
+the matrix wall time of each trial.
 """
 
 import argparse
@@ -11,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench.paths import RESULTS_DIR
@@ -52,55 +57,121 @@ def fixed_cost(record: ResultRecord) -> float:
     return record.wall_s - m.steps * m.step_time_median_s
 
 
-def report(run_dir: Path, repeats: int) -> str:
-    records = list(load_results(run_dir).latest_by_cell().values())
-    ran = [r for r in records if r.status != Status.NOT_APPLICABLE and r.wall_s is not None]
-    measured = [r for r in ran if r.metrics]
-    starts = [dt.datetime.fromisoformat(r.started_at) for r in ran if r.started_at]
-    ends = [dt.datetime.fromisoformat(r.finished_at) for r in ran if r.finished_at]
-    lines = [f"# dpo-bench perf — run {run_dir.name}", ""]
-    if starts and ends:
-        span = (max(ends) - min(starts)).total_seconds()
-        lines.append(f"Matrix wall time (first cell start to last cell end): {span / 60:.1f} min for {len(ran)} cells")
-    lines.append(f"Sum of cell wall times: {sum(r.wall_s for r in ran) / 60:.1f} min")
-    lines += [
-        "",
-        f"## Fixed cost of one process (fresh interpreter, median of {repeats})",
-        "",
-        "| step | seconds |",
-        "|---|---|",
-    ]
-    lines += [f"| {name} | {time_import(code, repeats):.2f} |" for name, code in IMPORTS.items()]
-    lines += [
-        "",
-        "## Per launcher (medians over cells)",
-        "",
-        "| launcher x ranks | cells | wall s | fixed s (wall - steps x step) | load s | train s |",
-        "|---|---|---|---|---|---|",
-    ]
+def trials(run_dir: Path) -> list[ResultRecord]:
+    """The newest record of every trial of every cell that ran."""
+    newest: dict[tuple[str, int], ResultRecord] = {}
+    for record in load_results(run_dir).records:
+        newest[(record.cell_id, record.trial)] = record
+    return [r for r in newest.values() if r.status != Status.NOT_APPLICABLE and r.wall_s is not None]
+
+
+def matrix_walls(records: Iterable[ResultRecord]) -> list[float]:
+    """Seconds from the first cell's start to the last cell's end, per trial."""
+    spans: dict[int, list[dt.datetime]] = {}
+    for r in records:
+        if r.started_at and r.finished_at:
+            spans.setdefault(r.trial, []).extend(
+                (dt.datetime.fromisoformat(r.started_at), dt.datetime.fromisoformat(r.finished_at))
+            )
+    return [(max(times) - min(times)).total_seconds() for _, times in sorted(spans.items())]
+
+
+def by_launcher(records: Iterable[ResultRecord]) -> dict[str, list[ResultRecord]]:
     groups: dict[str, list[ResultRecord]] = {}
-    for r in measured:
-        groups.setdefault(f"{r.launcher} x{r.world_size}", []).append(r)
-    for name, group in sorted(groups.items()):
-        wall = statistics.median(r.wall_s for r in group)
-        fixed = statistics.median(fixed_cost(r) for r in group)
-        load = statistics.median(r.metrics.load_s or 0 for r in group)
-        train = statistics.median(r.metrics.steps * r.metrics.step_time_median_s for r in group)
-        lines.append(f"| {name} | {len(group)} | {wall:.1f} | {fixed:.1f} | {load:.1f} | {train:.1f} |")
-    slowest = max(ran, key=lambda r: r.wall_s)
-    lines += ["", f"Slowest cell: {slowest.cell_id} {slowest.wall_s:.1f} s ({slowest.status})."]
+    for r in records:
+        if r.metrics:
+            groups.setdefault(f"{r.launcher} x{r.world_size}", []).append(r)
+    return groups
+
+
+def launcher_row(group: list[ResultRecord]) -> tuple[float, float, float, float]:
+    """Medians over the group's trials: wall, fixed cost, load, training."""
+    return (
+        statistics.median(r.wall_s for r in group),
+        statistics.median(fixed_cost(r) for r in group),
+        statistics.median(r.metrics.load_s or 0 for r in group),
+        statistics.median(r.metrics.steps * r.metrics.step_time_median_s for r in group),
+    )
+
+
+def _minutes(walls: list[float]) -> str:
+    return ", ".join(f"{w / 60:.1f}" for w in walls) + " min"
+
+
+def report(run_dir: Path, repeats: int, base_dir: Path | None = None, imports: bool = True) -> str:
+    ran = trials(run_dir)
+    base = trials(base_dir) if base_dir is not None else []
+    title = f"# dpo-bench perf — run {run_dir.name}" + (f" against {base_dir.name}" if base_dir else "")
+    lines = [title, ""]
+    walls, base_walls = matrix_walls(ran), matrix_walls(base)
+    cells = len({r.cell_id for r in ran})
+    if walls:
+        lines.append(
+            f"Matrix wall time (first cell start to last cell end, per trial): {_minutes(walls)} for {cells} cells"
+        )
+    if base_walls and walls:
+        ratio = statistics.median(walls) / statistics.median(base_walls)
+        lines.append(f"Base: {_minutes(base_walls)}; ratio of the medians {ratio:.2f}")
+    lines.append(f"Sum of cell wall times: {sum(r.wall_s for r in ran) / 60:.1f} min over {len(ran)} trials")
+    if imports:
+        lines += [
+            "",
+            f"## Fixed cost of one process (fresh interpreter, median of {repeats})",
+            "",
+            "| step | seconds |",
+            "|---|---|",
+        ]
+        lines += [f"| {name} | {time_import(code, repeats):.2f} |" for name, code in IMPORTS.items()]
+    groups, base_groups = by_launcher(ran), by_launcher(base)
+    lines += ["", "## Per launcher (medians over trials)", ""]
+    if base_dir is None:
+        lines += [
+            "| launcher x ranks | trials | wall s | fixed s (wall - steps x step) | load s | train s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, group in sorted(groups.items()):
+            wall, fixed, load, train = launcher_row(group)
+            lines.append(f"| {name} | {len(group)} | {wall:.1f} | {fixed:.1f} | {load:.1f} | {train:.1f} |")
+    else:
+        lines += [
+            "| launcher x ranks | trials | base wall s | wall s | base fixed s | fixed s | fixed ratio | base train s "
+            "| train s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, group in sorted(groups.items()):
+            wall, fixed, _, train = launcher_row(group)
+            if name not in base_groups:
+                lines.append(f"| {name} | {len(group)} | — | {wall:.1f} | — | {fixed:.1f} | — | — | {train:.1f} |")
+                continue
+            b_wall, b_fixed, _, b_train = launcher_row(base_groups[name])
+            lines.append(
+                f"| {name} | {len(group)} | {b_wall:.1f} | {wall:.1f} | {b_fixed:.1f} | {fixed:.1f} | "
+                f"{fixed / b_fixed:.2f} | {b_train:.1f} | {train:.1f} |"
+            )
+    if ran:
+        slowest = max(ran, key=lambda r: r.wall_s)
+        lines += ["", f"Slowest cell: {slowest.cell_id} {slowest.wall_s:.1f} s ({slowest.status})."]
     return "\n".join(lines) + "\n"
+
+
+def run_folder(hardware_dir: Path, name: str) -> Path:
+    """A run id of the hardware folder, or a run folder."""
+    path = Path(name)
+    return path if path.is_dir() and (path / "results.jsonl").exists() else hardware_dir / name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.selfbench.perf", description=__doc__)
     parser.add_argument("--hw", default="cpu")
-    parser.add_argument("--run", default=None, help="run id (default: the latest)")
+    parser.add_argument("--run", default=None, help="run id or folder (default: the latest)")
+    parser.add_argument("--base", default=None, help="run id or folder to hold the run against (compare-ab's base)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-imports", action="store_true", help="leave the fresh-interpreter import timings out")
     args = parser.parse_args(argv)
     hardware_dir = RESULTS_DIR / args.hw
-    run_dir = hardware_dir / args.run if args.run else latest_run(hardware_dir)
-    print(report(run_dir, args.repeats))
+    run_dir = run_folder(hardware_dir, args.run) if args.run else latest_run(hardware_dir)
+    base_dir = run_folder(hardware_dir, args.base) if args.base else None
+    print(report(run_dir, args.repeats, base_dir, not args.no_imports))
     return 0
 
 

@@ -11,6 +11,7 @@ the end of training (the suite's tokens_per_s definition).
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -24,9 +25,10 @@ from transformers import TrainerCallback
 from bench.assets.prepare import cell_dataset, prepare
 from bench.matrix.axes import Backend
 from bench.matrix.cell import Cell
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix
-from bench.worker.build import trl_trainer
+from bench.worker.build import import_libraries, trl_trainer
 from bench.worker.spec import WorkerSpec
 
 
@@ -37,12 +39,14 @@ class SteadyClock(TrainerCallback):
         self.warmup_steps = warmup_steps
         self.trainer: Any = None
         self.ends: list[float] = []
+        self.cpu: list[float] = []
         self.marks: list[tuple[float, int]] = []
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         self.ends.append(time.perf_counter())
+        self.cpu.append(time.process_time())
         if state.global_step == self.warmup_steps + 1 or state.global_step == state.max_steps:
             self.marks.append((self.ends[-1], int(self.trainer._total_train_tokens)))
 
@@ -62,14 +66,29 @@ def steady_speed(spec: WorkerSpec) -> dict[str, Any]:
     (start, start_tokens), (end, end_tokens) = clock.marks
     logged = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
     steady = clock.ends[train.warmup_steps :]
+    cpu = clock.cpu[train.warmup_steps :]
     return {
         "cell": spec.cell.id,
         "tokens_per_s": (end_tokens - start_tokens) / (end - start),
         "step_time_median_s": statistics.median([b - a for a, b in itertools.pairwise(steady)]),
+        "cpu_s_per_step_median": statistics.median([b - a for a, b in itertools.pairwise(cpu)]),
         "steady_steps": train.steps - train.warmup_steps - 1,
         "tokens_total": end_tokens,
         "logged_num_tokens": logged[-1] if logged else None,
     }
+
+
+def from_spec(path: str) -> dict[str, Any]:
+    """The cell of a suite run's spec.json, as its worker starts it (threads, then the same imports), in this
+    process: only the suite's measurement is left out."""
+    spec = WorkerSpec.read(path)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or spec.profile.threads_per_process))
+    import_libraries(spec)
+    rows = prepare(spec.workload).dataset_for(method_spec(spec.cell.method).data)  # the spec's own folder is gone
+    with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
+        dataset = cell_dataset(rows, Path(out_dir) / "dataset")
+        assets = spec.assets.model_copy(update={"dataset": dataset})
+        return steady_speed(spec.model_copy(update={"assets": assets, "out_dir": out_dir}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell", default="one_adapter-none-single", help="a cell id of the single backend")
     parser.add_argument("--hw", default="cpu")
     parser.add_argument("--workload", default=None)
+    parser.add_argument("--spec", default=None, help="a suite run's configs/<cell>/spec.json: that cell as its worker")
     args = parser.parse_args(argv)
+    if args.spec:
+        print(json.dumps(from_spec(args.spec)))
+        return 0
     cell = matrix_cell(args.cell)
     if cell is None:
         parser.error(f"unknown cell {args.cell!r}; `python -m bench list` shows the cell ids")

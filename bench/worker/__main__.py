@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.isolation import zygote_child
 from bench.isolation.shm_segments import remove_group_segments
+from bench.isolation.zygote_client import FRESH_ENV
 from bench.matrix.backends import launcher_spec, rank_from_env
 from bench.secrets import redact
 from bench.worker.report import RankReport
@@ -155,7 +157,13 @@ def main(argv: list[str]) -> int:
     from bench.worker import faults
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
-    report = RankReport(rank=launcher_rank(spec), pid=os.getpid(), hostname=socket.gethostname())
+    report = RankReport(
+        rank=launcher_rank(spec),
+        pid=os.getpid(),
+        hostname=socket.gethostname(),
+        forked=zygote_child.FORKED,
+        fresh_reason=os.environ.get(FRESH_ENV),
+    )
     fault = faults.from_environment(spec.cell.id)
     try:
         run(spec, report, fault)

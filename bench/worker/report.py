@@ -12,6 +12,10 @@ class RankReport(BaseModel):
     rank: int
     pid: int
     hostname: str
+    forked: bool = False
+    """Forked from the run's fork server (bench/isolation/zygote.py) instead of started as an interpreter of its own."""
+    fresh_reason: str | None = None
+    """Why it started as an interpreter of its own although a fork server ran (bench/isolation/zygote_client.py)."""
     load_s: float | None = None
     train_start: float | None = None
     step_ends: list[float] = []

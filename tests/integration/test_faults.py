@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.isolation.fork_server import is_client
 from bench.results.store import load_results
 from tests.conftest import fill_up
 
@@ -124,7 +125,8 @@ LAUNCHER_PROGRAMS = ("torchrun", "accelerate", "deepspeed", "mpirun", "prterun")
 
 
 def rank_pids(marker: str, cell_id: str) -> list[int]:
-    """The live worker processes (ranks, not their launcher) of `cell_id` under the results folder `marker`."""
+    """The live worker processes (ranks, not their launcher or a fork server's client) of `cell_id` under the results
+    folder `marker`."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -134,7 +136,8 @@ def rank_pids(marker: str, cell_id: str) -> list[int]:
         except OSError:
             continue
         line = " ".join(args)
-        launcher = any(Path(arg).name in LAUNCHER_PROGRAMS for arg in args[:2])
+        # a fork server's client stands in for its forked rank, which shows the rank's command line too
+        launcher = any(Path(arg).name in LAUNCHER_PROGRAMS for arg in args[:2]) or is_client(args)
         if marker in line and f"/{cell_id}/" in line and "bench.worker" in line and not launcher:
             found.append(int(pid))
     return found

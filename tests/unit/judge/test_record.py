@@ -3,7 +3,7 @@ import pytest
 from bench.executors.base import Outcome
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, not_run_record
 from bench.matrix.cell import Cell
-from bench.results.schema import ErrorClass, Status
+from bench.results.schema import ErrorClass, ProcessStart, Status
 from bench.worker.report import RankReport
 
 CELL = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
@@ -368,3 +368,17 @@ def test_a_timeout_record_names_the_limit_the_cell_ran_under():
     outcome = Outcome(exit_code=-9, timed_out=True, wall_s=95, log_tail="")
     record = finished_record(RUN, CELL, expect, Execution(outcome, [rank(0, steps=1)], [], "t0", "t1"))
     assert (record.status, record.message) == (Status.TIMEOUT, "cell exceeded its time limit of 90 s and was killed")
+
+
+@pytest.mark.parametrize(
+    ("forked", "expected"),
+    [((True, True), ProcessStart.FORKED), ((False, False), ProcessStart.FRESH), ((True, False), ProcessStart.MIXED)],
+)
+def test_the_record_says_how_its_ranks_started(forked, expected):
+    reports = [trained(r, [LN2, 0.5, 0.4]).model_copy(update={"forked": f}) for r, f in enumerate(forked)]
+    assert clean_exit(reports).process_start == expected
+
+
+def test_a_cell_without_a_rank_report_says_nothing_of_how_it_started():
+    record = finished([], Outcome(exit_code=137, timed_out=False, wall_s=1, log_tail=""))
+    assert record.process_start is None

@@ -251,12 +251,28 @@ def test_trials_measured_on_a_shared_machine_are_left_out_of_the_verdicts_unless
     text = to_markdown(shared)
     assert (
         f"> - head: {cell} trials 1, 2, 3, 4 (overlapped by other-run)" in text
-        and "left out of the throughput, CPU time and memory verdicts" in text
+        and "left out of the throughput and CPU time verdicts, and of the memory verdicts where another run" in text
         and "--include-overlapped" in text
     )
     assert to_json(shared)["overlapped_excluded"] == shared.overlapped
     counted = compare(run(base), run(overlapped(slower)), include_overlapped=True)
     assert [c.cell_id for c in counted.of_kind("throughput")] == [cell] and counted.overlapped == []
+
+
+def test_trials_of_cells_side_by_side_get_a_memory_verdict_but_no_speed_verdict():
+    """Cells of one run side by side on disjoint devices: memory is per process on the cell's own devices, speed was
+    measured on a shared host."""
+    cell = "one_adapter-none-single"
+    base, slower = trials(cell, [1000, 1010, 990, 1005]), trials(cell, [700, 710, 690, 705], peak_mib=700)
+    beside = [r.model_copy(update={"shared_with": ["two_models-none-single"]}) for r in slower]
+    result = compare(run(base), run(beside))
+    (diff,) = result.cells
+    assert diff.throughput is None and diff.memory is not None
+    assert result.overlapped == [
+        f"head: {cell} trials 1, 2, 3, 4 (beside two_models-none-single on other devices: memory compared)"
+    ]
+    counted = compare(run(base), run(beside), include_overlapped=True)
+    assert [c.cell_id for c in counted.of_kind("throughput")] == [cell]
 
 
 def test_a_cell_with_some_trials_overlapped_is_judged_on_the_others():

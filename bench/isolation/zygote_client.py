@@ -1,0 +1,105 @@
+"""The `python` a cell's processes run while a fork server serves the run (bench/isolation/zygote.py).
+
+Written, with a shebang to the real interpreter run `-IS` (no site, nothing of the environment: it starts in
+milliseconds), as the fork server's `bin/python`. Every start of the interpreter in a cell (the launcher, the
+launcher's own helpers, each rank) becomes a request: this process hands the server its command line, working
+directory, environment and standard streams; the server forks a child that becomes the program. This process
+stays in its place in the launcher's process tree for as long as the child runs: it forwards the signals a
+launcher sends its ranks, and ends the way the child ended (its exit code, or killed by the same signal); the
+child dies with it.
+
+Where the server is unreachable or refuses the request (an option a child cannot take on, an environment it was
+not imported under), the real interpreter runs the command line instead, naming the reason in FRESH_ENV.
+
+Standard library only: this file runs without site-packages.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_ENV = "BENCH_ZYGOTE_SOCKET"
+FRESH_ENV = "BENCH_FRESH_REASON"
+"""Set in a program that started fresh although a fork server ran: why."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+HEADER = struct.Struct("!I")
+
+
+def fresh(reason: str) -> None:
+    """Run the command line with the real interpreter, in this process."""
+    os.environ[FRESH_ENV] = reason
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+
+
+def request() -> bytes:
+    body = {
+        "argv": sys.argv[1:],
+        "executable": os.path.abspath(sys.argv[0]),
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "pid": os.getpid(),
+        "cores": sorted(os.sched_getaffinity(0)),
+    }
+    return json.dumps(body).encode()
+
+
+def end_like(message: dict) -> None:
+    """End this process as the child ended."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "signal" in message:
+        number = int(message["signal"])
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(int(message.get("exit", 1)))
+
+
+def main() -> None:
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        fresh(f"{SOCKET_ENV} is not set")
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(path)
+    except OSError as exc:
+        fresh(f"the fork server at {path} is unreachable ({exc.strerror})")
+    child: list[int] = []
+    pending: list[int] = []
+
+    def forward(number: int, _frame: object) -> None:
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child[0], number)
+        else:
+            pending.append(number)
+
+    for number in FORWARDED:
+        signal.signal(number, forward)
+    body = request()
+    socket.send_fds(connection, [HEADER.pack(len(body))], [0, 1, 2])
+    connection.sendall(body)
+    replies = connection.makefile("rb")
+    for line in replies:
+        message = json.loads(line)
+        if "refused" in message:
+            connection.close()
+            fresh(message["refused"])
+        if "pid" in message:
+            child.append(int(message["pid"]))
+            for number in pending:
+                forward(number, None)
+            continue
+        end_like(message)
+    # the server ended without a word on the child: it died with the server (the runner is gone)
+    end_like({"signal": signal.SIGKILL})
+
+
+if __name__ == "__main__":
+    main()

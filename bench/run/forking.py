@@ -1,0 +1,66 @@
+"""`run --start`: whether the run's cells fork from a pre-imported process (bench/isolation/zygote.py) or start
+each Python process as an interpreter of its own, and the fork server's life within the run.
+
+`auto` forks on CPU profiles run by the local executor without a memory budget. Elsewhere cells start fresh: in a
+container or a Slurm job the server's process is not there; under a per-rank memory budget the libraries' pages a
+child shares with the server stay charged to the server's memory cgroup, not to the rank's, so the rank's cgroup peak
+would not be its own; on GPUs the server may only import what leaves CUDA untouched (bench/worker/preload.py
+`accelerator`), which is not yet validated on a GPU box: `--start forked` asks for it there.
+"""
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.matrix.profiles import HardwareProfile
+from bench.run.launch import shared_env
+
+CHOICES = ("auto", "forked", "fresh")
+PRELOAD = {"cpu": "bench.worker.preload:cpu"}
+"""Per device kind, the preload function (MODULE:FUNCTION); any other kind takes ACCELERATOR_PRELOAD."""
+ACCELERATOR_PRELOAD = "bench.worker.preload:accelerator"
+
+
+def why_fresh(choice: str, executor: Any, profile: HardwareProfile) -> str | None:
+    """Pure: why the cells start fresh under this choice, executor and profile; None: they fork."""
+    if choice == "fresh":
+        return "--start fresh"
+    if getattr(executor, "name", None) != "local":
+        return f"the {getattr(executor, 'name', 'unknown')} executor starts each cell where no fork server runs"
+    if getattr(executor, "memory_budget_bytes", None) is not None:
+        return "under a per-rank memory budget a forked rank's library pages stay charged to the fork server's cgroup"
+    if choice == "auto" and profile.device != "cpu":
+        return f"forking on {profile.device} is not yet validated (--start forked asks for it)"
+    return None
+
+
+@contextlib.contextmanager
+def fork_server(
+    choice: str, executor: Any, profile: HardwareProfile, run_env: dict[str, str], log: Path
+) -> Iterator[Callable[[], str]]:
+    """Start the fork server where the cells fork (it imports while the run prepares); yields `serve`, which waits
+    for it, hands it to the executor and returns the line to print. The server ends with the block."""
+    why = why_fresh(choice, executor, profile)
+    if why is not None:
+        yield lambda: f"cells start fresh: {why}"
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    preload = PRELOAD.get(profile.device, ACCELERATOR_PRELOAD)
+    server = executor.start_fork_server(shared_env(profile, run_env), preload, log)
+
+    def serve() -> str:
+        if (not_served := server.wait()) is not None:
+            return f"notice: cells start fresh: the fork server could not serve ({not_served})"
+        executor.fork_server = server
+        ready = server.ready or {}
+        return (
+            f"fork server: the libraries imported once ({ready.get('preload_s', '?')} s); every Python process of a "
+            "cell forks from it (--start fresh: an interpreter each)"
+        )
+
+    try:
+        yield serve
+    finally:
+        executor.fork_server = None
+        server.stop()

@@ -1,0 +1,112 @@
+"""Cells side by side on one machine: the devices a run can hand out, how many each cell takes, which ones, and in
+what order cells start. Pure.
+
+A GPU profile's devices are the run's GPUs (CUDA_VISIBLE_DEVICES, bench/run/preflight.py); a CPU profile with
+`core_slots` splits the machine's cores into that many equal groups, each a device a rank takes. A cell takes the
+devices its ranks use (bench/worker/placement.py cell_devices on GPUs; one group per rank on CPU); a cell that
+takes every device, and on GPUs an offload cell (its optimizer step runs on every host core:
+bench/run/launch.py host_threads), runs alone. A cell gets aligned blocks where it can (two GPUs: 0-1, 2-3, ...: the
+pairs a box's links usually join).
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bench.matrix.backends import backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile
+
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device a cell can take: a GPU (its CUDA_VISIBLE_DEVICES id) or a group of cores."""
+
+    gpu: str | None = None
+    cores: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The devices one cell runs on."""
+
+    indexes: tuple[int, ...]
+    """Their places among the machine's devices."""
+    devices: tuple[Device, ...]
+
+    @property
+    def first(self) -> int:
+        return self.indexes[0]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the cell's launch environment takes from it: its GPUs, as the run's devices."""
+        gpus = [d.gpu for d in self.devices if d.gpu is not None]
+        return {VISIBLE_ENV: ",".join(gpus)} if gpus else {}
+
+    @property
+    def cores(self) -> list[int] | None:
+        """The cores its processes are bound to (None: any)."""
+        cores = sorted(c for d in self.devices for c in d.cores)
+        return cores or None
+
+    @property
+    def label(self) -> str:
+        """How a record names the mask: `GPUs 2,3` or `cores 0-3`."""
+        gpus = [d.gpu for d in self.devices if d.gpu is not None]
+        if gpus:
+            return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(gpus)}"
+        return f"core{'s' if len(self.cores or []) > 1 else ''} {core_ranges(self.cores or [])}"
+
+
+def core_ranges(cores: Sequence[int]) -> str:
+    """`0-3,6` for [0, 1, 2, 3, 6]."""
+    runs: list[list[int]] = []
+    for core in sorted(cores):
+        if runs and core == runs[-1][-1] + 1:
+            runs[-1].append(core)
+        else:
+            runs.append([core])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def machine_devices(profile: HardwareProfile, run_env: dict[str, str], cores: Sequence[int]) -> list[Device]:
+    """The devices the run hands out: its GPUs on a CUDA profile, `core_slots` groups of `cores` on a CPU profile;
+    one device (nothing to share) elsewhere."""
+    if profile.device == "cuda" and run_env.get(VISIBLE_ENV):
+        return [Device(gpu=g.strip()) for g in run_env[VISIBLE_ENV].split(",") if g.strip()]
+    if profile.device == "cpu" and profile.core_slots and len(cores) >= profile.core_slots:
+        size = len(cores) // profile.core_slots
+        ordered = sorted(cores)
+        return [Device(cores=tuple(ordered[i * size : (i + 1) * size])) for i in range(profile.core_slots)]
+    return [Device()]
+
+
+def need(cell: Cell, profile: HardwareProfile, world: int, gpus: int, total: int) -> int:
+    """How many of the `total` devices a cell takes: `gpus` (its GPUs per node, 0 off CUDA) on a GPU profile, all of
+    them for an offload cell there; one group of cores per rank (`world`) on a CPU profile."""
+    if profile.device == "cpu":
+        return min(total, world)
+    if backend_spec(cell.backend).offloads:
+        return total
+    return min(total, max(1, gpus))
+
+
+def pick(free: Sequence[int], count: int, total: int) -> list[int] | None:
+    """`count` of the `free` device indexes: the first aligned block (start a multiple of `count`) that is all free,
+    else the lowest free ones; None when fewer are free."""
+    if count > len(free):
+        return None
+    available = set(free)
+    for start in range(0, total - count + 1, count):
+        block = list(range(start, start + count))
+        if available.issuperset(block):
+            return block
+    return sorted(available)[:count]
+
+
+def start_order(cells: Sequence[Cell], needs: Callable[[Cell], int], total: int) -> list[Cell]:
+    """Cells that share the machine first (in their order), then those that take every device."""
+    sharing = [c for c in cells if needs(c) < total]
+    return sharing + [c for c in cells if needs(c) >= total]

@@ -1,0 +1,33 @@
+"""Where a run's cells fork from its fork server and where they start fresh (pure)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from bench.matrix.profiles import load_profile
+from bench.run.forking import why_fresh
+
+
+@dataclass
+class Executor:
+    name: str = "local"
+    memory_budget_bytes: int | None = None
+
+
+@pytest.mark.parametrize(
+    ("choice", "executor", "profile", "why"),
+    [
+        ("auto", Executor(), "cpu", None),
+        ("forked", Executor(), "cpu", None),
+        ("fresh", Executor(), "cpu", "--start fresh"),
+        ("auto", Executor("docker"), "cpu", "the docker executor"),
+        ("forked", Executor("slurm"), "cpu", "the slurm executor"),
+        ("auto", Executor(memory_budget_bytes=1 << 30), "cpu-budget", "memory budget"),
+        ("forked", Executor(memory_budget_bytes=1 << 30), "cpu-budget", "memory budget"),
+        ("auto", Executor(), "1xH100", "not yet validated"),
+        ("forked", Executor(), "1xH100", None),
+    ],
+)
+def test_cells_fork_on_cpu_with_the_local_executor_and_no_budget_unless_asked(choice, executor, profile, why):
+    answer = why_fresh(choice, executor, load_profile(profile))
+    assert answer is None if why is None else why in answer
