@@ -3,10 +3,12 @@ runs the chosen one. Every figure is PREDICTED (the memory estimator's)."""
 
 import argparse
 import functools
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from bench.cli.common import add_method_argument, write_or_print
 from bench.cli.target import add_target_arguments, target, target_flags
+from bench.matrix.axes import Backend, Init, Quant
 
 if TYPE_CHECKING:
     from bench.estimate.predict import Prediction
@@ -43,13 +45,34 @@ def predicted(
     """What `advise` ranks: the profile, the workload, the cells of `--method` by id and their predictions.
     `matrix`: the expanded matrix, when the caller has it already (the decision page asks for many points)."""
     from bench.estimate.report import predict_all
-    from bench.matrix.scenario import expand, load_matrix, of_methods, parse_methods
+    from bench.matrix.scenario import expand, load_matrix, of_methods, parse_methods, select
     from bench.matrix.settings import with_precomputed_reference
 
     profile, workload = target(args)
     every = expand(load_matrix()) if matrix is None else matrix
-    cells = with_precomputed_reference(of_methods(every, parse_methods(args.method)), workload)
+    chosen = of_axes_asked(select(of_methods(every, parse_methods(args.method)), args.filter), args)
+    cells = with_precomputed_reference(chosen, workload)
     return profile, workload, {c.id: c for c in cells}, predict_all(profile, workload, cells=cells)
+
+
+AXES: dict[str, type[StrEnum]] = {"init": Init, "quant": Quant, "backend": Backend}
+"""The axes `advise` narrows to (`--init two_models` and the like): a Cell field and its enum."""
+
+
+def of_axes_asked(cells: "list[Cell]", args: argparse.Namespace) -> "list[Cell]":
+    """The cells of the --init, --quant and --backend values asked for; one line when none is left."""
+    from bench.errors import BenchError
+    from bench.matrix.scenario import of_axes, parse_axis
+
+    wanted = {
+        axis: None if getattr(args, axis, None) is None else parse_axis(f"--{axis}", getattr(args, axis), AXES[axis])
+        for axis in AXES
+    }
+    narrowed = of_axes(cells, **wanted)
+    if cells and not narrowed:
+        asked = " ".join(f"--{axis} {','.join(v)}" for axis, v in wanted.items() if v is not None)
+        raise BenchError(f"{asked}: no cell of the matrix has these values together (see `python -m bench list`)")
+    return narrowed
 
 
 @functools.cache
@@ -89,6 +112,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     add_target_arguments(p)
     add_method_argument(p)
+    narrow = p.add_argument_group("which setups to rank (default: every one)")
+    narrow.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
+    for axis in AXES:
+        narrow.add_argument(f"--{axis}", default=None, help=f"comma-separated: {', '.join(AXES[axis])}")
     p.add_argument("--format", choices=["md", "json", "csv"], default="md", help="json keys: docs/advise.md")
     p.add_argument("--top", type=int, default=25, help="md: rows shown (0: every cell; default: %(default)s)")
     p.add_argument("--output", default=None, help="write here instead of stdout")

@@ -2,6 +2,8 @@
 catalog) and the workload (`--workload`, or `--model` with the training-setting flags over its defaults)."""
 
 import argparse
+import functools
+import sys
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -91,7 +93,53 @@ def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
     from bench.assets.model_config import resolve_model
 
     model = resolve_model(args.model)
-    return profile, apply_to_workload(workload, _expanded(settings, model.config_file), model.config_file, model.name)
+    chosen = apply_to_workload(workload, _expanded(settings, model.config_file), model.config_file, model.name)
+    return profile, _fitted_to_model(chosen, settings.lora_targets is not None, model.config_file)
+
+
+def _fitted_to_model(workload: Workload, targets_given: bool, config_file: Path) -> Workload:
+    """The workload with LoRA targets the model has: the ones given must all exist (one line naming the model's
+    linear layers otherwise); the workload's own, where the model has none of them under those names (Phi-3 fuses
+    q/k/v into `qkv_proj`), become the model's attention projections. A max length beyond the model's positions is
+    warned about."""
+    import json
+
+    from bench.estimate.shapes import shapes_from_config
+
+    positions = json.loads(config_file.read_text()).get("max_position_embeddings")
+    if positions is not None and workload.train.max_length > positions:
+        _say_once(
+            f"warning: max length {workload.train.max_length} is over {workload.name}'s max_position_embeddings "
+            f"({positions}): the model was not trained on positions that far"
+        )
+    paths = [lin.name for lin in shapes_from_config(str(config_file)).linears]
+    names = sorted({path.split(".")[-1] for path in paths})
+    targets = workload.lora.target_modules
+    missing = [t for t in targets if t not in names]
+    if not missing:
+        return workload
+    if targets_given:
+        raise BenchError(
+            f"--lora-targets: {', '.join(missing)} not in {workload.name}; its linear layers: {', '.join(names)}"
+        )
+    attention = sorted({p.split(".")[-1] for p in paths if {"self_attn", "attn", "attention"} & set(p.split("."))})
+    if not attention:
+        raise BenchError(
+            f"{workload.name} has no {', '.join(missing)}: name its LoRA targets with --lora-targets "
+            f"(its linear layers: {', '.join(names)})"
+        )
+    _say_once(
+        f"notice: {workload.name} has no {', '.join(missing)}; LoRA targets its attention projections "
+        f"{', '.join(attention)} (--lora-targets to choose)"
+    )
+    lora = workload.lora.model_copy(update={"target_modules": attention})
+    return workload.model_copy(update={"lora": lora})
+
+
+@functools.cache
+def _say_once(line: str) -> None:
+    """On standard error, once per process (the decision page asks for thousands of points)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _expanded(settings: TrainingSettings, config_file: Path | None) -> TrainingSettings:

@@ -1,6 +1,7 @@
 """The GPU catalog (scenarios/gpus.yaml): each accelerator's datasheet figures with their sources; `--gpu NAME:COUNT`
 parsed. The profile built from an entry: bench/matrix/profiles.py `gpu_profile`."""
 
+import difflib
 import functools
 import re
 from pathlib import Path
@@ -26,6 +27,8 @@ class Interconnect(Strict):
 
 class Gpu(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+    aliases: list[str] = Field(default_factory=list)
+    """Other names `--gpu` takes for it (compared as `spelling` writes them)."""
     card: str = Field(min_length=1, max_length=80)
     driver_names: list[str] = Field(min_length=1)
     """Regular expressions over the name the driver gives the device (nvidia-smi, torch, ROCm, Habana)."""
@@ -80,11 +83,17 @@ class Catalog(Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Catalog":
-        names = [g.name.lower() for g in self.gpus]
+        names = [spelling(n) for g in self.gpus for n in (g.name, *g.aliases)]
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate:
-            raise ValueError(f"GPU {duplicate!r} is listed twice")
+            raise ValueError(f"GPU {duplicate!r} is listed twice (as a name or an alias)")
         return self
+
+
+def spelling(name: str) -> str:
+    """How names are compared: `RTX 4090`, `rtx-4090` and `RTX_4090` are one name; a leading NVIDIA is dropped."""
+    folded = re.sub(r"[\s_-]+", "", name.lower())
+    return folded.removeprefix("nvidia")
 
 
 @functools.cache
@@ -93,11 +102,16 @@ def load_catalog(path: Path = GPUS_FILE) -> Catalog:
 
 
 def gpu(name: str, catalog: Catalog | None = None) -> Gpu:
-    """The entry named `name` (case-insensitive); an unknown name is a one-line error listing the known ones."""
+    """The entry named `name` or one of its aliases (as `spelling` compares them); an unknown name is a one-line
+    error with the closest names first, then every known one."""
     entries = (catalog or load_catalog()).gpus
-    found = next((g for g in entries if g.name.lower() == name.lower()), None)
+    by_spelling = {spelling(n): g for g in entries for n in (g.name, *g.aliases)}
+    found = by_spelling.get(spelling(name))
     if found is None:
-        raise BenchError(f"unknown GPU {name!r}; known: {', '.join(g.name for g in entries)}")
+        close = difflib.get_close_matches(spelling(name), list(by_spelling), n=3, cutoff=0.5)
+        suggested = list(dict.fromkeys(by_spelling[c].name for c in close))
+        hint = f"did you mean {' or '.join(suggested)}? " if suggested else ""
+        raise BenchError(f"unknown GPU {name!r}; {hint}known: {', '.join(g.name for g in entries)}")
     return found
 
 

@@ -6,6 +6,7 @@ The rules here are the single source of every N/A cell in every table.
 import datetime as dt
 import fnmatch
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -214,6 +215,27 @@ def parse_methods(text: str) -> tuple[Method, ...]:
 def of_methods(cells: Iterable[Cell], methods: Iterable[Method]) -> list[Cell]:
     wanted = set(methods)
     return [c for c in cells if c.method in wanted]
+
+
+def parse_axis(flag: str, text: str, axis: type[StrEnum]) -> tuple[str, ...]:
+    """`--init two_models,one_adapter` and the like: the values of one axis, comma-separated; one line naming the
+    flag and the choices otherwise."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = [a.value for a in axis]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise BenchError(
+            f"{flag} {text!r}: unknown value {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def of_axes(cells: Iterable[Cell], **wanted: tuple[str, ...] | None) -> list[Cell]:
+    """The cells whose axis values (init=, quant=, backend=: the Cell field of that name) are among the wanted ones;
+    an axis given as None is not narrowed."""
+    return [
+        c for c in cells if all(values is None or str(getattr(c, axis)) in values for axis, values in wanted.items())
+    ]
 
 
 # --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---

@@ -1,21 +1,17 @@
 """The open models' configs shipped as data (scenarios/models/) build, on the meta device, the parameter count their
 publishers state, as scenarios/models/README.md says."""
 
-import re
-
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from bench.paths import SCENARIOS_DIR
-
-MODELS = SCENARIOS_DIR / "models"
-ROW = re.compile(r"^\| `(?P<folder>[^`]+)` \| (?P<source>https://\S+) \| (?P<billions>[\d.]+) B \|$", re.M)
+from bench.assets.model_config import MODELS_DIR as MODELS
+from bench.assets.model_config import shipped_models
 
 
 def published() -> dict[str, str]:
     """Folder -> the parameter count the README states, in billions, as written."""
-    return {m["folder"]: m["billions"] for m in ROW.finditer((MODELS / "README.md").read_text())}
+    return {m.folder: m.billions for m in shipped_models()}
 
 
 def test_every_shipped_config_has_a_row_with_its_source():

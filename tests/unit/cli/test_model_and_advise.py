@@ -75,9 +75,18 @@ def test_hub_id_downloads_config_json_only(monkeypatch, tmp_path):
         return str(target)
 
     monkeypatch.setattr("huggingface_hub.hf_hub_download", download)
-    model = resolve_model("Qwen/Qwen2.5-7B")
-    assert asked == [("Qwen/Qwen2.5-7B", "config.json")]
-    assert model.name == "Qwen--Qwen2.5-7B" and model.config_file.name == "config.json"
+    model = resolve_model("someone/Qwen2.5-7B-fork")
+    assert asked == [("someone/Qwen2.5-7B-fork", "config.json")]  # the cache is asked first, and has it
+    assert model.name == "someone--Qwen2.5-7B-fork" and model.config_file.name == "config.json"
+
+
+@pytest.mark.parametrize("hub_id", ["Qwen/Qwen2.5-7B", "qwen/qwen2.5-7b"])
+def test_a_shipped_models_hub_id_is_its_shipped_config(monkeypatch, hub_id):
+    def download(*args, **kwargs):
+        raise AssertionError("a shipped model needs no download")
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", download)
+    assert resolve_model(hub_id) == resolve_model("qwen2.5-7b")
 
 
 def test_hub_id_from_the_offline_cache(monkeypatch, tmp_path):
@@ -85,14 +94,14 @@ def test_hub_id_from_the_offline_cache(monkeypatch, tmp_path):
     import huggingface_hub.constants as constants
 
     commit = "0" * 40
-    snapshot = tmp_path / "models--Qwen--Qwen2.5-7B" / "snapshots" / commit
+    snapshot = tmp_path / "models--someone--qwen-fork" / "snapshots" / commit
     snapshot.mkdir(parents=True)
     shutil.copy(QWEN / "config.json", snapshot / "config.json")
-    (tmp_path / "models--Qwen--Qwen2.5-7B" / "refs").mkdir()
-    (tmp_path / "models--Qwen--Qwen2.5-7B" / "refs" / "main").write_text(commit)
+    (tmp_path / "models--someone--qwen-fork" / "refs").mkdir()
+    (tmp_path / "models--someone--qwen-fork" / "refs" / "main").write_text(commit)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    assert resolve_model("Qwen/Qwen2.5-7B").config_file == snapshot / "config.json"
+    assert resolve_model("someone/qwen-fork").config_file == snapshot / "config.json"
 
 
 def test_hub_id_offline_is_one_line_naming_the_folder_alternative(monkeypatch, tmp_path, capsys):
@@ -104,6 +113,26 @@ def test_hub_id_offline_is_one_line_naming_the_folder_alternative(monkeypatch, t
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert "cannot download its config.json" in err and "pass a local folder holding its config.json" in err
+
+
+def test_hub_id_without_a_connection_fails_fast_with_the_whole_reason(monkeypatch, tmp_path, capsys):
+    """No HF_HUB_OFFLINE, no cache, and a Hub whose host does not resolve: one line within 2 s, not huggingface_hub's
+    retries, and the reason not cut."""
+    import time
+
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    started = time.monotonic()
+    assert main(["predict", "--gpu", "A10:1", "--model", "someone/not-cached"]) == 2
+    assert time.monotonic() - started < 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "(hub.invalid:443 unreachable: " in err
+    assert err.endswith("pass a local folder holding its config.json instead, e.g. --model path/to/not-cached")
 
 
 def test_lora_targets_all_linear_are_the_models_linear_names(capsys):
@@ -196,3 +225,49 @@ def test_fix_prediction_matches_the_estimator_directly():
     assert fix is not None
     again = predict_cell(fix.change.cell, profile, fix.change.workload, calibration)
     assert again.verdict == "fits" and again.total_bytes == fix.prediction.total_bytes
+
+
+def test_advise_ranks_only_the_setups_asked_for(capsys):
+    argv = ["advise", "--model", "qwen2.5-7b", "--gpu", "A10:2", "--format", "json", "--init", "one_adapter,two_models",
+            "--quant", "nf4", "--backend", "zero3,fsdp,single", "--filter", "*-nf4-*"]  # fmt: skip
+    advice = Advice.model_validate_json(_stdout(capsys, argv))
+    assert advice.cells
+    for cell in advice.cells:
+        init, quant, backend = cell.cell_id.split("+")[0].split("-")[:3]
+        assert init in ("one_adapter", "two_models") and quant == "nf4" and backend in ("zero3", "fsdp", "single")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--quant", "int4"], "error: --quant 'int4': unknown value int4; choose from none, int8, nf4"),
+        (["--backend", ","], "error: --backend ',': unknown value (none); choose from single, ddp"),
+        (["--filter", "two_models-*", "--init", "one_adapter"], "--init one_adapter: no cell of the matrix has"),
+    ],
+)
+def test_advise_narrowing_mistakes_are_one_line_naming_the_flag(capsys, flags, message):
+    assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "A10:2", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_lora_targets_the_model_lacks_are_one_line_naming_its_layers(capsys):
+    argv = ["predict", "--gpu", "A10:1", "--model", "qwen2.5-7b", "--lora-targets", "q_proj,qkv_proj"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: --lora-targets: qkv_proj not in qwen2.5-7b; its linear layers: down_proj, gate_proj, k_proj, o_proj, "
+        "q_proj, up_proj, v_proj"
+    )
+
+
+def test_default_lora_targets_follow_a_model_that_fuses_its_projections(capsys):
+    """Phi-3 has `qkv_proj` where the default workload targets q_proj, k_proj and v_proj."""
+    argv = ["advise", "--gpu", "A10:1", "--model", "phi-3-mini-4k", "--top", "1"]
+    out = _stdout(capsys, argv)
+    assert "LoRA r16 on o_proj, qkv_proj," in out
+
+
+def test_a_max_length_beyond_the_models_positions_is_warned_about(capsys):
+    assert main(["predict", "--gpu", "A10:1", "--model", "phi-3-mini-4k", "--max-length", "16384"]) == 0
+    assert "warning: max length 16384 is over phi-3-mini-4k's max_position_embeddings (4096)" in capsys.readouterr().err

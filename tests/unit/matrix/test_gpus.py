@@ -4,7 +4,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.matrix.gpus import NUMBERS, gpu, load_catalog, parse_gpu_argument
+from bench.matrix.gpus import NUMBERS, Catalog, gpu, load_catalog, parse_gpu_argument
 from bench.matrix.profiles import gpu_profile, load_profile
 
 REQUIRED = [
@@ -61,9 +61,38 @@ def test_profiles_are_thin_entries_with_the_same_numbers(name, expected):
 
 
 def test_unknown_gpu_is_one_line_listing_the_known():
-    with pytest.raises(BenchError, match=r"unknown GPU 'V100'; known: T4, L4, A10") as info:
-        gpu("V100")
+    with pytest.raises(BenchError, match=r"unknown GPU 'Z80'; known: T4, L4, A10") as info:
+        gpu("Z80")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "entry"),
+    [
+        ("H100", "H100-SXM"),
+        ("A100-80GB", "A100-80G"),
+        ("4090", "RTX-4090"),
+        ("rtx 4090", "RTX-4090"),
+        ("h100_sxm", "H100-SXM"),
+        ("NVIDIA A10", "A10"),
+        ("a100-40gb", "A100-40G"),
+    ],
+)
+def test_common_names_are_aliases(text, entry):
+    assert gpu(text).name == entry
+
+
+def test_unknown_gpu_suggests_the_closest_names():
+    with pytest.raises(BenchError, match=r"unknown GPU 'A100-8'; did you mean A100-80G\? known: T4") as info:
+        gpu("A100-8")
+    assert "\n" not in str(info.value)
+
+
+def test_an_alias_may_not_name_two_entries():
+    twice = load_catalog().model_dump()
+    twice["gpus"][0]["aliases"] = ["A10"]
+    with pytest.raises(ValueError, match="'a10' is listed twice"):
+        Catalog.model_validate(twice)
 
 
 @pytest.mark.parametrize("text", ["A10:0", "A10:x", ":2", "A10:2:3"])
