@@ -26,9 +26,8 @@ class FixAdvice(BaseModel):
 
 class CellAdvice(BaseModel):
     rank: int
-    """1 = the chosen cell. Fitting cells first: fewest devices, then the fastest PREDICTED (tokens/s; the offload
-    backends' transfers make them slower), then the most headroom; then tight cells, then the rest, closest to
-    fitting first."""
+    """1 = the chosen cell. Fitting cells first, in the order `prefer` names (ORDERS); then tight cells, then the rest,
+    closest to fitting first."""
     cell_id: str
     method: str
     init: str
@@ -55,6 +54,12 @@ class CellAdvice(BaseModel):
     notes: list[str]
     fix: FixAdvice | None
     """tight or predicted_oom only: the smallest change under which it is predicted to fit (null: none found)."""
+
+
+class Pick(BaseModel):
+    kind: Literal["fastest", "fewest-gpus", "faithful"]
+    cell_id: str
+    reason: str
 
 
 class RunPlan(BaseModel):
@@ -84,6 +89,10 @@ class Advice(BaseModel):
     gradient_checkpointing: bool
     optim: str | None
     precompute_ref: bool
+    prefer: Literal["fastest", "fewest-gpus", "faithful"] = "fastest"
+    """The order of the fitting cells (ORDERS)."""
+    picks: list[Pick] = []
+    """Among the fitting cells: the fastest, the one on the fewest GPUs, the most faithful (empty: none fits)."""
     cells: list[CellAdvice]
     not_applicable: int
     """Cells of the matrix that cannot run on this hardware (bench/matrix/scenario.py rules)."""
@@ -99,26 +108,80 @@ def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
 
 VERDICT_ORDER = {"fits": 0, "tight": 1}
 """Fitting cells first, then tight ones (their PREDICTED range straddles the device's memory), then the rest."""
+QUANT_FAITHFULNESS = {"none": 0, "int8": 1, "nf4": 2}
+"""How close to the model's own weights a cell trains: the training precision, then 8-bit, then 4-bit."""
+PREFERENCES = ("fastest", "fewest-gpus", "faithful")
 
 
-def _order(entry: CellAdvice) -> tuple:
-    fits = entry.verdict == "fits"
-    margin = entry.margin_bytes or 0.0
-    speed = entry.tokens_per_s or 0.0
-    return (
-        VERDICT_ORDER.get(entry.verdict, 2),
-        entry.devices if fits else 0,
-        -speed if fits else 0.0,
-        -margin,
-        entry.setup != "recipe",
-        entry.cell_id,
-    )
+def _speed(entry: CellAdvice) -> float:
+    return -(entry.tokens_per_s or 0.0)
+
+
+def _faithfulness(entry: CellAdvice) -> int:
+    return QUANT_FAITHFULNESS.get(entry.quant, len(QUANT_FAITHFULNESS))
+
+
+ORDERS = {
+    "fastest": lambda e: (_speed(e), _faithfulness(e), e.devices),
+    "fewest-gpus": lambda e: (e.devices, _speed(e), _faithfulness(e)),
+    "faithful": lambda e: (_faithfulness(e), _speed(e), e.devices),
+}
+"""Among fitting cells, by preference: the PREDICTED tokens/s over all the GPUs a cell uses (the default: GPUs a
+cell leaves idle add nothing), the fewest GPUs, or the least quantized; each breaks ties with the other two."""
+
+
+def _order(prefer: str):
+    def key(entry: CellAdvice) -> tuple:
+        fits = entry.verdict == "fits"
+        preferred = ORDERS[prefer](entry) if fits else ()
+        return (
+            VERDICT_ORDER.get(entry.verdict, 2),
+            preferred,
+            -(entry.margin_bytes or 0.0),
+            entry.setup != "recipe",
+            entry.cell_id,
+        )
+
+    return key
+
+
+def picks(ranked: list[CellAdvice]) -> list[Pick]:
+    """The fastest fitting cell, the one on the fewest GPUs and the most faithful, each with why."""
+    fits = [e for e in ranked if e.verdict == "fits"]
+    if not fits:
+        return []
+    fastest = min(fits, key=_order("fastest"))
+    fewest = min(fits, key=_order("fewest-gpus"))
+    faithful = min(fits, key=_order("faithful"))
+    weights = {"none": "the training precision's weights", "int8": "8-bit weights", "nf4": "4-bit weights"}
+
+    def speed(e: CellAdvice) -> str:
+        return "no PREDICTED speed" if e.tokens_per_s is None else f"{e.tokens_per_s:,.0f} PREDICTED tokens/s"
+
+    def gpus(e: CellAdvice) -> str:
+        return f"{e.devices} GPU{'s' if e.devices > 1 else ''}"
+
+    return [
+        Pick(kind="fastest", cell_id=fastest.cell_id, reason=f"the fastest: {speed(fastest)} on {gpus(fastest)}"),
+        Pick(kind="fewest-gpus", cell_id=fewest.cell_id, reason=f"the fewest GPUs: {gpus(fewest)}, {speed(fewest)}"),
+        Pick(
+            kind="faithful",
+            cell_id=faithful.cell_id,
+            reason=f"the most faithful: {weights.get(faithful.quant, faithful.quant)}, {speed(faithful)} on "
+            f"{gpus(faithful)}",
+        ),
+    ]
 
 
 def advise(
-    profile: HardwareProfile, workload: Workload, predictions: list[Prediction], cells: dict[str, Cell]
+    profile: HardwareProfile,
+    workload: Workload,
+    predictions: list[Prediction],
+    cells: dict[str, Cell],
+    prefer: str = "fastest",
 ) -> Advice:
-    """`predictions` (predict_all's, of `cells` by id) ranked, each non-fitting cell with its smallest fix."""
+    """`predictions` (predict_all's, of `cells` by id) ranked as `prefer` says, each non-fitting cell with its
+    smallest fix."""
     calibration = load_calibration()
     speeds = speeds_of(profile, workload, [cells[p.cell_id] for p in predictions if p.status == "predicted"])
     entries = []
@@ -163,7 +226,7 @@ def advise(
                 fix=fix,
             )
         )
-    ranked = [e.model_copy(update={"rank": i}) for i, e in enumerate(sorted(entries, key=_order), start=1)]
+    ranked = [e.model_copy(update={"rank": i}) for i, e in enumerate(sorted(entries, key=_order(prefer)), start=1)]
     chosen = next((e.cell_id for e in ranked if e.verdict == "fits"), None)
     train, lora = workload.train, workload.lora
     return Advice(
@@ -182,6 +245,8 @@ def advise(
         gradient_checkpointing=train.gradient_checkpointing,
         optim=train.optim,
         precompute_ref=train.precompute_ref,
+        prefer=prefer,
+        picks=picks(ranked),
         cells=ranked,
         not_applicable=sum(p.status == "not_applicable" for p in predictions),
         chosen=chosen,

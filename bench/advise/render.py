@@ -6,6 +6,11 @@ import io
 from bench.advise.advice import Advice, CellAdvice
 
 GB = 1e9
+RANKED_BY = {
+    "fastest": "the most PREDICTED tokens/s first",
+    "fewest-gpus": "the fewest GPUs first, then the fastest",
+    "faithful": "the least quantized first, then the fastest",
+}
 
 
 def _gb(value: float | None) -> str:
@@ -46,9 +51,11 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
         "",
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
-        "Ranked: fitting cells first, fewest devices, the fastest PREDICTED, then most headroom; tight cells next; for "
-        "each cell that does not fit, the smallest change predicted to make it fit.",
+        f"Ranked: fitting cells first, {RANKED_BY[a.prefer]} (--prefer); tight cells next; for each cell that does "
+        "not fit, the smallest change predicted to make it fit.",
         "",
+        *[f"- **{p.kind}**: `{p.cell_id}`, {p.reason}" for p in a.picks],
+        *([""] if a.picks else []),
         "| rank | cell | setup | devices | PREDICTED verdict | PREDICTED total (range) | margin | host "
         "| PREDICTED tokens/s | smallest fix |",
         "|---|---|---|---|---|---|---|---|---|---|",

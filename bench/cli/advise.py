@@ -23,7 +23,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.render import to_csv, to_json, to_markdown
 
     profile, workload, by_id, predictions = predicted(args)
-    advice = advise(profile, workload, predictions, by_id)
+    advice = advise(profile, workload, predictions, by_id, args.prefer)
     chosen = to_run(advice)
     if chosen is not None:
         cell_id, change, extra = chosen
@@ -116,6 +116,13 @@ def register(sub: "argparse._SubParsersAction") -> None:
     narrow.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     for axis in AXES:
         narrow.add_argument(f"--{axis}", default=None, help=f"comma-separated: {', '.join(AXES[axis])}")
+    p.add_argument(
+        "--prefer",
+        choices=["fastest", "fewest-gpus", "faithful"],
+        default="fastest",
+        help="the order of the fitting setups: the most PREDICTED tokens/s over the GPUs each uses, the fewest GPUs, "
+        "or the least quantized (default: %(default)s); the three picks are shown whichever is chosen",
+    )
     p.add_argument("--format", choices=["md", "json", "csv"], default="md", help="json keys: docs/advise.md")
     p.add_argument("--top", type=int, default=25, help="md: rows shown (0: every cell; default: %(default)s)")
     p.add_argument("--output", default=None, help="write here instead of stdout")

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bench.advise.advice import Advice, CellAdvice, FixAdvice, RunPlan
+from bench.advise.advice import Advice, CellAdvice, FixAdvice, Pick, RunPlan
 from bench.assets.model_config import resolve_model
 from bench.cli import main
 from bench.errors import BenchError
@@ -180,9 +180,19 @@ def test_advise_on_two_a10s_ranks_and_gives_a_command(capsys, tmp_path):
     assert advice.chosen == advice.cells[0].cell_id and advice.cells[0].verdict == "fits"
     assert advice.run is not None and advice.run.command.endswith(f"--filter {advice.chosen}")
     fits = [c for c in advice.cells if c.verdict == "fits"]
-    assert [c.devices for c in fits] == sorted(c.devices for c in fits)
-    one_device = [c.tokens_per_s for c in fits if c.devices == 1]
-    assert len(one_device) > 2 and one_device == sorted(one_device, reverse=True)  # fastest PREDICTED first
+    speeds = [c.tokens_per_s for c in fits]
+    assert speeds == sorted(speeds, reverse=True)  # the default order: the fastest PREDICTED first
+    assert fits[0].devices == 2  # LoRA over both GPUs, not QLoRA on one with the other idle
+    fewest = Advice.model_validate_json(_stdout(capsys, [*argv, "--format", "json", "--prefer", "fewest-gpus"]))
+    fewest_fits = [c for c in fewest.cells if c.verdict == "fits"]
+    assert [c.devices for c in fewest_fits] == sorted(c.devices for c in fewest_fits)
+    one_device = [c.tokens_per_s for c in fewest_fits if c.devices == 1]
+    assert len(one_device) > 2 and one_device == sorted(one_device, reverse=True)
+    picks = {p.kind: p.cell_id for p in advice.picks}
+    assert picks == {p.kind: p.cell_id for p in fewest.picks}  # the picks do not depend on the order
+    assert picks["fastest"] == advice.chosen and picks["fewest-gpus"] == fewest.chosen
+    faithful = next(c for c in fits if c.cell_id == picks["faithful"])
+    assert faithful.quant == "none" and "## To run it" in md and "- **fewest-gpus**: `" in md
     # the range holds the prediction; it may start at it (every GPU cell measured so far was above its prediction)
     assert all(c.range_low_bytes <= c.total_bytes < c.range_high_bytes for c in advice.cells)
     classes = [{"fits": 0, "tight": 1}.get(c.verdict, 2) for c in advice.cells]
@@ -204,7 +214,7 @@ def test_every_fix_is_predicted_to_fit(capsys):
 
 def test_advise_json_keys_are_documented():
     doc = (PROJECT_ROOT / "docs" / "advise.md").read_text()
-    for schema in (Advice, CellAdvice, FixAdvice, RunPlan):
+    for schema in (Advice, CellAdvice, FixAdvice, RunPlan, Pick):
         for key in schema.model_fields:
             assert f"`{key}`" in doc, f"docs/advise.md does not document {schema.__name__}.{key}"
 
