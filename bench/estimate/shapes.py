@@ -1,9 +1,11 @@
 """Parameter counts by role, read from a workload's config.json on the meta device (no weights, no memory)."""
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.assets.config_cache import cached
 from bench.matrix.profiles import Workload
 
 
@@ -85,6 +87,16 @@ def shapes_for(workload: Workload) -> ModelShapes:
 
 @functools.cache
 def shapes_from_config(config_file: str) -> ModelShapes:
+    """The shapes of the model `config_file` describes (kept on disk: bench/assets/config_cache.py)."""
+    return cached("shapes", Path(config_file), lambda: _built_on_meta(config_file), dataclasses.asdict, _from_json)
+
+
+def _from_json(data: dict) -> ModelShapes:
+    linears = tuple(Linear(**lin) for lin in data.pop("linears"))
+    return ModelShapes(**data, linears=linears)
+
+
+def _built_on_meta(config_file: str) -> ModelShapes:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

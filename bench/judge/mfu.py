@@ -18,11 +18,13 @@ Convention (also stored in every result as Metrics.mfu_convention):
   device count for a backend that splits one process's layers over every device (bench/matrix/backends.py).
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.assets.config_cache import cached
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
@@ -123,6 +125,10 @@ def model_shape(model_ref: str) -> ModelShape | None:
     config_file = Path(model_ref) / "config.json"
     if not config_file.is_file():
         return None
+    return cached("mfu", config_file, lambda: _built_on_meta(model_ref), dataclasses.asdict, lambda d: ModelShape(**d))
+
+
+def _built_on_meta(model_ref: str) -> ModelShape:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
