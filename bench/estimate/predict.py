@@ -20,6 +20,7 @@ from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
+from bench.matrix.reference import reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.cpu_features import CpuFeatures
 from bench.units import MiB
@@ -264,7 +265,6 @@ def train_terms(
         if fsdp_offload
         else (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
     )
-    precompute = Option.PRECOMPUTE_REF in cell.options
     checkpointing = (
         workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
         if knobs.gradient_checkpointing is None
@@ -273,6 +273,9 @@ def train_terms(
     liger = Option.LIGER in cell.options if knobs.liger is None else knobs.liger
     quant = str(cell.quant)
     method = method_of(cell, knobs)
+    reference_plan_ = reference_plan(
+        cell.model_copy(update={"method": method.name}), resolve(cell, profile.device).settings, workload
+    )
     linear = shapes.linear_weights
     # A reward model has a one-output score head where the causal LM has its LM head (an untied one is V x H).
     total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
@@ -347,13 +350,9 @@ def train_terms(
         out["optimizer"] = terms.placed(optimizer.resident, optimizer_at, world, devices)
         host["optimizer_states"] = terms.offloaded(optimizer.resident, optimizer_at, world)
     # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
-    # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
-    # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
-    if (
-        reference
-        and init.reference == "separate_model"
-        and resolve(cell, profile.device).settings.reference != "precomputed"
-    ):
+    # passed ref_model also with precompute_ref; the recipe may replace it by precomputed log-probs
+    # (bench/matrix/reference.py).
+    if reference and reference_plan_.separate_model:
         reference_bytes = full if not fsdp_upcast else total * b
         out["reference_model"] = terms.placed(reference_bytes, reference_at, world, devices)
         host["reference_model"] = terms.offloaded(reference_bytes, reference_at, world)
@@ -447,7 +446,7 @@ def train_terms(
                 out["onednn_bf16_kernels"] = kernels
     if optimizer.paged:
         out[PAGED] = optimizer.paged
-    if precompute:
+    if reference_plan_.precomputed:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
 
