@@ -11,7 +11,7 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
 from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
-from bench.estimate.uncertainty import Verdict
+from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import Placement, backend_spec
 from bench.matrix.cell import Cell
@@ -100,7 +100,7 @@ class Prediction(BaseModel):
     """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
     error_kind: str | None = None
     usable_bytes: float | None = None
-    verdict: Verdict | None = None
+    verdict: MemoryVerdict | None = None
     """fits, tight (the range straddles usable memory), predicted_oom (all of the range above it), unknown."""
     margin_bytes: float | None = None
     """usable - total (negative: short by that much)."""

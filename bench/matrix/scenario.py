@@ -218,7 +218,7 @@ def of_methods(cells: Iterable[Cell], methods: Iterable[Method]) -> list[Cell]:
 
 # --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
 
-Rule = Callable[[Cell, HardwareProfile], str | None]
+NotApplicableRule = Callable[[Cell, HardwareProfile], str | None]
 
 
 def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
@@ -285,7 +285,7 @@ def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | N
     return None
 
 
-RULES: tuple[Rule, ...] = (
+RULES: tuple[NotApplicableRule, ...] = (
     reference_free_init,
     reference_free_precompute,
     quantized_full_finetune,

@@ -341,7 +341,9 @@ def rank_memory_rows(record: ResultRecord) -> list[list[str]]:
 
 
 @dataclass(frozen=True)
-class KnownIssue:
+class KnownIssueLink:
+    """A failed cell's known issue as the site shows it; the issue itself is bench/matrix/known_issues.py KnownIssue."""
+
     text: str
     link: bool
     """`text` is a URL."""
@@ -359,7 +361,7 @@ class Panel:
     """The status with its error class."""
     facts: Rows
     message: str
-    known_issue: KnownIssue | None
+    known_issue: KnownIssueLink | None
     mismatches: list[str]
     metrics: Rows
     learning: LearningView | None
@@ -396,7 +398,7 @@ def panel(view: ProfileView, cell_id: str) -> Panel:
         status_text=status,
         facts=facts,
         message=summary.message,
-        known_issue=KnownIssue(link, is_link(link), summary.known_issue_note) if link else None,
+        known_issue=KnownIssueLink(link, is_link(link), summary.known_issue_note) if link else None,
         mismatches=list(record.mismatches),
         metrics=metrics_rows(record, summary),
         learning=learning_view(record.learning),

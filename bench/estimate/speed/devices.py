@@ -8,7 +8,7 @@ it takes half. Cards without P2P send through the host, so a PCIe figure is an u
 from dataclasses import dataclass
 
 from bench.errors import BenchError
-from bench.matrix.gpus import Gpu, gpu, gpu_by_card
+from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
 from bench.matrix.profiles import HardwareProfile
 
 
@@ -26,13 +26,13 @@ class DeviceFigures:
     source: str
 
 
-def _one_way(entry: Gpu, figure: str, gb_s: float | None) -> float:
+def _one_way(entry: GpuSpec, figure: str, gb_s: float | None) -> float:
     if gb_s is None:
         raise BenchError(f"GPU {entry.name}: the catalog has no {figure} figure (unpublished), so no speed prediction")
     return gb_s / 2 * 1e9
 
 
-def card_figures(entry: Gpu, peak_tflops: float | None = None) -> DeviceFigures:
+def card_figures(entry: GpuSpec, peak_tflops: float | None = None) -> DeviceFigures:
     """A catalog entry's figures; `peak_tflops`: the profile's (at its precision), else the entry's bf16/fp16."""
     peak = peak_tflops or entry.peak_tflops(entry.precision)
     if peak is None:

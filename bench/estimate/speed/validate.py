@@ -50,7 +50,9 @@ class SpeedRow:
 
 
 @dataclass(frozen=True)
-class Measured:
+class MeasuredSpeed:
+    """One measured cell's step time, with the setup the speed model reads for it."""
+
     run: str
     cell_id: str
     workload: str
@@ -85,7 +87,7 @@ def _card_of(run_dir: Path) -> DeviceFigures | None:
     return card_figures(entry) if entry is not None else None
 
 
-def measured_cells(results: Path, host: HostRate) -> list[Measured]:
+def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
     """Every ok cell with a throughput, with its step setup at the run's measured sequence length (tokens over
     steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure), on the device
     that ran it: the CPU's measured rates, or the GPU catalog's card."""
@@ -93,7 +95,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
     from bench.matrix.scenario import expand, load_matrix
 
     cells = {c.id: c for c in expand(load_matrix())}
-    found: list[Measured] = []
+    found: list[MeasuredSpeed] = []
     for path in sorted(results.glob("*/*/results.jsonl")):
         run_dir = path.parent
         run = f"{run_dir.parent.name}/{run_dir.name}"
@@ -116,7 +118,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
             setup = setup_for(cell, profile, workload, metrics.tokens_total / sequences)
             device = card or cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
             found.append(
-                Measured(
+                MeasuredSpeed(
                     run,
                     record.cell_id,
                     workload.name,
@@ -130,7 +132,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
     return found
 
 
-def _seconds(m: Measured, constants: ClassConstants, host_bytes_s: float) -> float:
+def _seconds(m: MeasuredSpeed, constants: ClassConstants, host_bytes_s: float) -> float:
     return sum(step_terms(m.setup, m.device, constants, host_bytes_s).values())
 
 
@@ -200,7 +202,7 @@ class PublishedSpeed:
         return self.predicted_tokens_per_s / self.measured_tokens_per_s - 1.0
 
 
-def _published_device(row: published.PublishedRow) -> DeviceFigures:
+def _published_device(row: published.PublishedSpeedRow) -> DeviceFigures:
     from bench.matrix.gpus import gpu_by_card
 
     return card_figures(gpu_by_card(row.card))
@@ -260,7 +262,7 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
     return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
 
 
-def fit_gpu(cells: list[Measured], host: HostRate) -> ClassConstants:
+def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     """The GPU constants, each from what defines it: the efficiency from the published rows in published.FITTED
     (large steps, where compute is nearly all of the time), then the per-step overhead from this project's measured
     GPU cells (on the card that ran them, at their measured sequence lengths: short steps, where launches, the
