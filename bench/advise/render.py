@@ -4,12 +4,11 @@ import csv
 import io
 
 from bench.advise.advice import Advice, CellAdvice
-
-GB = 1e9
+from bench.units import GB, bytes_text
 
 
 def _gb(value: float | None) -> str:
-    return "—" if value is None else f"{value / GB:,.1f} GB"
+    return bytes_text(value, "GB", 1)
 
 
 def _range(entry: CellAdvice) -> str:

@@ -23,7 +23,7 @@ from bench.matrix.recipes import resolve
 from bench.matrix.reference import reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.cpu_features import CpuFeatures
-from bench.units import MiB
+from bench.units import GB, MiB
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -116,7 +116,7 @@ def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, l
 def usable_bytes(profile: HardwareProfile) -> float | None:
     if profile.device == "cpu":
         return None if profile.memory_budget_bytes is None else float(profile.memory_budget_bytes)
-    return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9
+    return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB
 
 
 PAGED = "paged_optimizer_state"
@@ -227,7 +227,7 @@ def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, kn
     reference's), with a full fine-tune also each one's gradient and two optimizer states."""
     b = 4 if profile.precision == "fp32" else 2
     matrices = [r * c for r, c in shapes.full_tensors() if c > 1]
-    large = sum(1 for n in matrices if n * b > 10 * 2**20)
+    large = sum(1 for n in matrices if n * b > 10 * MiB)
     init = init_spec(cell.init)
     reference = init.reference == "separate_model" and method_of(cell, knobs).reference
     copies = 1 + reference + 3 * (not init.adapters)

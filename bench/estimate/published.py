@@ -18,7 +18,7 @@ from bench.matrix.axes import Backend, Init, Launcher, Quant
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.paths import SCENARIOS_DIR
-from bench.units import GiB
+from bench.units import GB, GiB
 
 PUBLISHED_DIR = SCENARIOS_DIR / "published"
 LIMIT = 0.15
@@ -116,7 +116,7 @@ def _profile(setup: PublishedSetup, memory_gib: float | None) -> HardwareProfile
             "device": "cuda",
             "device_count": 1,
             "processes": 1,
-            "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / 1e9,
+            "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / GB,
             "precision": "bf16",
             "image_flavor": "cuda",
             "workload": setup.id,
@@ -202,7 +202,7 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -
             figure="longest sequence whose nvidia-smi figure fits",
         )
     else:
-        published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * 1e9
+        published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * GB
         seq_len = int(figure.get("seq_len") or setup.seq_len or entry.get("seq_len") or 0)
         prediction = predict_setup(setup, seq_len)
         predicted = getattr(prediction, FIGURE_OF_KIND[kind])

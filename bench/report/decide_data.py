@@ -22,8 +22,8 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_argv
 from bench.report.grid import build_grid, row_label
+from bench.units import MB
 
-MB = 1e6
 VERDICT_CODES = "abcdefghij"
 """A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
 VERDICT_ABSENT = "-"

@@ -13,10 +13,9 @@ from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
 from bench.matrix.gpus import GpuSpec, identify
 from bench.matrix.profiles import HardwareProfile, needed_devices
-from bench.units import MiB
+from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
-GB = 1e9
 MEMORY_FLOOR = 0.9
 """A device counts as having the profile's memory from this fraction of it up: vendors sell '24 GB' cards
 that report 22-24 GB to CUDA."""

@@ -25,6 +25,7 @@ from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
 from bench.matrix.reference import reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.units import GB
 
 QUANT_BYTES = {"none": 0.0, "int8": 1.0, "nf4": 0.5}
 """Stored bytes per quantized weight (bitsandbytes int8: one byte; nf4: half, the per-block scales left out)."""
@@ -213,7 +214,7 @@ def predict_speed(
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
     setup = setup_for(cell, profile, workload, seq_len)
-    terms = step_terms(setup, device, constants, host.memory_gbps * 1e9)
+    terms = step_terms(setup, device, constants, host.memory_gbps * GB)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens
     low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)

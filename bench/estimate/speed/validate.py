@@ -21,6 +21,7 @@ from bench.estimate.speed.model import StepSetup, quant_calls, setup_for, step_t
 from bench.matrix.methods import method_spec
 from bench.results.env import read_env
 from bench.results.store import load_results
+from bench.units import GB
 
 CPU_FIT_RUNS = ("cpu/20261123-141125", "cpu/20261124-001037", "cpu-budget-4g/20261123-083845")
 """The runs the CPU constants are fitted on: the whole tiny-workload DPO matrix (every init, quant and backend),
@@ -140,7 +141,7 @@ def speed_rows(results: Path, calibration: SpeedCalibration) -> list[SpeedRow]:
     rows = []
     for m in measured_cells(results, calibration.host):
         constants = constants_for(calibration, m.device.device_class)
-        host_bytes_s = m.device.memory_bytes_s if m.device.device_class == "cpu" else calibration.host.memory_gbps * 1e9
+        host_bytes_s = m.device.memory_bytes_s if m.device.device_class == "cpu" else calibration.host.memory_gbps * GB
         seconds = _seconds(m, constants, host_bytes_s)
         tokens = m.setup.world * m.setup.step.tokens
         rows.append(
@@ -214,7 +215,7 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
     for row in published.ROWS:
         setup = published.setup_of(row)
         device = _published_device(row)
-        seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * 1e9).values())
+        seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * GB).values())
         out.append(
             PublishedSpeed(
                 row.id,
@@ -271,7 +272,7 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     import numpy as np
 
     rows = [r for r in published.ROWS if r.id in published.FITTED]
-    host_bytes_s = host.memory_gbps * 1e9
+    host_bytes_s = host.memory_gbps * GB
     bare = [step_terms(published.setup_of(r), _published_device(r), UNIT, host_bytes_s) for r in rows]
     seconds = np.array([published.setup_of(r).step.tokens / r.measured_tokens_per_s for r in rows])
     c = np.array([t["compute"] for t in bare])
