@@ -1,4 +1,4 @@
-"""The published throughput rows (../shared/published/memory.yaml: torchtune's tokens/s, Qwen's s/it) as step
+"""The published throughput rows (scenarios/published/memory.yaml: torchtune's tokens/s, Qwen's s/it) as step
 setups the speed model can predict. Each row states the configuration its source gives; what the source leaves
 open is an assumption named in `assumed`."""
 

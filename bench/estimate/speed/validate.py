@@ -327,7 +327,7 @@ def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | No
     if published_speed:
         lines += [
             "",
-            "## Published rows (../shared/published/memory.yaml)",
+            "## Published rows (scenarios/published/memory.yaml)",
             "",
             "| row | measured tokens/s | PREDICTED tokens/s | error | fitted | assumed |",
             "|---|---|---|---|---|---|",
