@@ -13,6 +13,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.recipes import resolve
+from bench.units import GB
 
 
 class FixAdvice(BaseModel):
@@ -234,7 +235,7 @@ def advise(
         gpu=profile.gpu,
         devices_per_node=profile.device_count,
         nodes=profile.nodes,
-        memory_per_device_bytes=None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9,
+        memory_per_device_bytes=None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB,
         precision=profile.precision,
         model=workload.name,
         max_length=train.max_length,

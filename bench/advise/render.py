@@ -4,8 +4,8 @@ import csv
 import io
 
 from bench.advise.advice import Advice, CellAdvice
+from bench.units import GB, bytes_text
 
-GB = 1e9
 RANKED_BY = {
     "fastest": "the most PREDICTED tokens/s first",
     "fewest-gpus": "the fewest GPUs first, then the fastest",
@@ -14,7 +14,7 @@ RANKED_BY = {
 
 
 def _gb(value: float | None) -> str:
-    return "—" if value is None else f"{value / GB:,.1f} GB"
+    return bytes_text(value, "GB", 1)
 
 
 def _range(entry: CellAdvice) -> str:

@@ -47,7 +47,7 @@ def cmd_compare_ab(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from bench.cli.advise import advise_point
-    from bench.report.decide_data import Decision
+    from bench.report.decide_data import DecisionPageJob
     from bench.report.decide_grid import DECIDE_FILE, load_grid
     from bench.report.decide_page import PAGE
     from bench.report.publish import publish
@@ -57,7 +57,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     scenarios = Path(args.scenarios)
     others = {m.value: cell_ids(scenarios, (m,)) for m in Method if m != Method.DPO}
     grid = load_grid(scenarios / DECIDE_FILE)
-    decision = None if grid is None else Decision(grid, advise_point, args.jobs)
+    decision = None if grid is None else DecisionPageJob(grid, advise_point, args.jobs)
     readme, index = publish(results, site, cell_ids(scenarios), rows_added_in(scenarios), others, decision)
     print(f"index written to {readme}\nsite written to {index}")
     if grid is not None:

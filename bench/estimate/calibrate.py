@@ -28,7 +28,9 @@ PRIORS = {
 
 
 @dataclass
-class Measured:
+class MeasuredMemory:
+    """One measured cell's memory, as the memory estimator's calibration and validation read it."""
+
     source: str
     record: ResultRecord
     model_memory: float | None
@@ -70,7 +72,7 @@ def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, froz
     return [(source, record, frozenset(outcomes.get(key, ())), cpu) for key, (source, record, cpu) in latest.items()]
 
 
-def measured_records(results: Path | None = None) -> list[Measured]:
+def measured_records(results: Path | None = None) -> list[MeasuredMemory]:
     """The latest record of every measured cell (ok, silent_fallback, learning_failed, oom) per CPU model under
     `results` (default: the runs git tracks, bench/results/tracked.py), runs ordered by when they started."""
     rows = []
@@ -82,7 +84,7 @@ def measured_records(results: Path | None = None) -> list[Measured]:
         baseline = m.baseline_bytes if m is not None else None
         if memory is None and record.status == Status.OOM and record.memory_budget_bytes is None and not on_gpu(record):
             continue
-        rows.append(Measured(source, record, memory, baseline, record.status == Status.OOM, outcomes, cpu))
+        rows.append(MeasuredMemory(source, record, memory, baseline, record.status == Status.OOM, outcomes, cpu))
     return rows
 
 
@@ -96,7 +98,7 @@ def on_gpu(record) -> bool:
         return False
 
 
-def calibration_records(results: Path | None = None) -> list[Measured]:
+def calibration_records(results: Path | None = None) -> list[MeasuredMemory]:
     """The measured records the CPU baselines are fitted on: the latest of every DPO cell of the budgeted profiles
     (the other training methods are held out, docs/estimator.md)."""
     return [m for m in measured_records(results) if m.record.hardware in BUDGET_PROFILES and m.record.method == "dpo"]
@@ -106,7 +108,7 @@ def fit(results: Path | None = None) -> Calibration:
     return fit_records(calibration_records(results))
 
 
-def fit_records(records: list[Measured]) -> Calibration:
+def fit_records(records: list[MeasuredMemory]) -> Calibration:
     """The calibration fitted on `records` (calibration_records or a subset of them: validate leaves cells out)."""
     devices = {k: v.model_copy(deep=True) for k, v in PRIORS.items()}
     cpu = devices["cpu"]

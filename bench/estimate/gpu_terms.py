@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Gpu:
+class CudaFigures:
+    """The CUDA figures of one catalog GPU that size its context, workspaces and NCCL buffers."""
+
     name: str
     """The GPU catalog's name (scenarios/gpus.yaml)."""
     sms: int
@@ -46,14 +48,14 @@ CUDA_FIGURES = {
 """NVIDIA catalog entries -> (SMs, compute capability major): what the CUDA context and cuBLAS terms read."""
 
 
-def gpu_named(name: str) -> Gpu | None:
+def gpu_named(name: str) -> CudaFigures | None:
     """The CUDA figures of a catalog entry, None for one that is not an NVIDIA GPU or not listed."""
     from bench.matrix.gpus import gpu
 
     if name not in CUDA_FIGURES:
         return None
     sms, major = CUDA_FIGURES[name]
-    return Gpu(name, sms, major, gpu(name).interconnect.kind == "nvlink")
+    return CudaFigures(name, sms, major, gpu(name).interconnect.kind == "nvlink")
 
 
 REFERENCE_GPU = "H100-SXM"
@@ -108,26 +110,26 @@ kRoundLarge (2 MiB); 1-10 MiB requests share 20 MiB segments, smaller ones 2 MiB
 rounded to 512 bytes (what `allocated` counts). On average 1 MiB per resident large tensor lies reserved and unused."""
 
 
-def gpu_of(profile: "HardwareProfile") -> Gpu | None:
+def gpu_of(profile: "HardwareProfile") -> CudaFigures | None:
     """The GPU of a profile: its catalog entry (`gpu:`), None when it names none or one not listed here."""
     return None if profile.gpu is None else gpu_named(profile.gpu)
 
 
-def cuda_context(gpu: Gpu) -> float:
+def cuda_context(gpu: CudaFigures) -> float:
     return gpu.sms * CONTEXT_BYTES_PER_SM
 
 
-def training_kernels(gpu: Gpu) -> float:
+def training_kernels(gpu: CudaFigures) -> float:
     """Outside torch's allocator, in NVML's figure: see TRAINING_KERNELS_BYTES."""
     return TRAINING_KERNELS_BYTES
 
 
-def cublas_workspaces(gpu: Gpu) -> float:
+def cublas_workspaces(gpu: CudaFigures) -> float:
     """Allocated through the caching allocator: counted in `allocated`."""
     return BLAS_HANDLES * (CUBLAS_WORKSPACE.get(gpu.major, CUBLAS_WORKSPACE_DEFAULT) + CUBLASLT_WORKSPACE)
 
 
-def nccl_buffers(gpu: Gpu, world: int) -> float:
+def nccl_buffers(gpu: CudaFigures, world: int) -> float:
     """Outside torch's allocator: channels x 2 ring peers x one connection's buffers, for a multi-rank cell."""
     if world < 2:
         return 0.0

@@ -6,11 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.matrix.axes import Method
 from bench.matrix.profiles import Optimizer
 
 Attention = Literal["eager", "sdpa", "flash_attention_2"]
-Method = Literal["dpo", "sft", "reward", "kto", "orpo", "simpo"]
-"""bench/matrix/methods.py: each method's rows, reference and output head."""
 Loss = Literal["fused", "full_fp32", "full", "chunked_fp32", "chunked"]
 """How the loss meets the vocabulary (bench/estimate/terms.py `logits_bytes_per_element`): TRL 1.16's fused chunked
 head, or materialised logits: upcast to fp32 (transformers' causal-LM loss), in the compute dtype (a model's own
@@ -36,10 +35,10 @@ class Knobs(BaseModel):
     offload_params: bool = False
     """Parameters on the host: FSDP `CPUOffloadPolicy` / `cpu_offload`, ZeRO-3 `offload_param: cpu`."""
     method: Method | None = None
-    """None: the cell's method. Each method's rows, reference and output (bench/matrix/methods.py): DPO (2 rows per
-    pair + a reference), SFT (1 row, no reference), reward modelling (2 rows, a scalar head instead of the LM head,
-    no reference), KTO (1 row + a KL batch without gradient, a reference), ORPO / SimPO (2 rows, full logits, no
-    reference)."""
+    """None: the cell's method; an id of bench/matrix/axes.py Method, where a method is added once. Each method's
+    rows, reference and output (bench/matrix/methods.py): DPO (2 rows per pair + a reference), SFT (1 row, no
+    reference), reward modelling (2 rows, a scalar head instead of the LM head, no reference), KTO (1 row + a KL
+    batch without gradient, a reference), ORPO / SimPO (2 rows, full logits, no reference)."""
     max_length: int | None = Field(default=None, ge=8)
     """Tokens per row (None: the workload's max_length)."""
     batch_size: int | None = Field(default=None, ge=1)

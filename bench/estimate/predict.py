@@ -2,6 +2,7 @@
 by term, usable memory, verdict (fits / predicted_oom) and margin. Configs only; no weights, no device."""
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -11,18 +12,19 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
 from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
-from bench.estimate.uncertainty import Verdict
+from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix.axes import Backend, Option
-from bench.matrix.backends import Placement, backend_spec
+from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.cell import Cell
-from bench.matrix.inits import init_spec
+from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
+from bench.matrix.reference import ReferencePlan, reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.cpu_features import CpuFeatures
-from bench.units import MiB
+from bench.units import GB, MiB
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -99,7 +101,7 @@ class Prediction(BaseModel):
     """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
     error_kind: str | None = None
     usable_bytes: float | None = None
-    verdict: Verdict | None = None
+    verdict: MemoryVerdict | None = None
     """fits, tight (the range straddles usable memory), predicted_oom (all of the range above it), unknown."""
     margin_bytes: float | None = None
     """usable - total (negative: short by that much)."""
@@ -115,7 +117,7 @@ def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, l
 def usable_bytes(profile: HardwareProfile) -> float | None:
     if profile.device == "cpu":
         return None if profile.memory_budget_bytes is None else float(profile.memory_budget_bytes)
-    return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * 1e9
+    return None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB
 
 
 PAGED = "paged_optimizer_state"
@@ -226,7 +228,7 @@ def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, kn
     reference's), with a full fine-tune also each one's gradient and two optimizer states."""
     b = 4 if profile.precision == "fp32" else 2
     matrices = [r * c for r, c in shapes.full_tensors() if c > 1]
-    large = sum(1 for n in matrices if n * b > 10 * 2**20)
+    large = sum(1 for n in matrices if n * b > 10 * MiB)
     init = init_spec(cell.init)
     reference = init.reference == "separate_model" and method_of(cell, knobs).reference
     copies = 1 + reference + 3 * (not init.adapters)
@@ -238,7 +240,43 @@ def method_of(cell: Cell, knobs: Knobs) -> MethodSpec:
     return method_spec(knobs.method or cell.method)
 
 
-def train_terms(
+@dataclass(frozen=True)
+class _Setting:
+    """What every section of train_terms reads: the cell, where its backend places each kind of state, its precision,
+    method and model."""
+
+    cell: Cell
+    backend: Backend
+    profile: HardwareProfile
+    workload: Workload
+    shapes: ModelShapes
+    world: int
+    knobs: Knobs
+    spec: BackendSpec
+    b: int
+    """Bytes of a parameter in the compute dtype."""
+    stage: int | None
+    """DeepSpeed's ZeRO stage; None off DeepSpeed."""
+    offload: bool
+    """ZeRO-Offload: DeepSpeed steps the optimizer on the host."""
+    offload_params: bool
+    params_at: Placement
+    optimizer_at: Placement
+    grads_at: Placement
+    reference_at: Placement
+    checkpointing: bool
+    liger: bool
+    method: MethodSpec
+    reference: ReferencePlan
+    init: InitSpec
+    quantized: bool
+    linear: int
+    total: int
+    """Parameters of the model the method trains (a reward model's score head in place of the LM head)."""
+    other: int
+
+
+def _setting(
     cell: Cell,
     backend: Backend,
     profile: HardwareProfile,
@@ -246,12 +284,9 @@ def train_terms(
     shapes: ModelShapes,
     world: int,
     knobs: Knobs,
-    cpu: CpuFeatures | None = None,
-) -> tuple[dict[str, float], float, dict[str, float]]:
-    """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank."""
+) -> _Setting:
     spec = backend_spec(backend)
     sharding = spec.sharding
-    devices = profile.device_count
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
@@ -264,32 +299,92 @@ def train_terms(
         if fsdp_offload
         else (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
     )
-    precompute = Option.PRECOMPUTE_REF in cell.options
     checkpointing = (
         workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
         if knobs.gradient_checkpointing is None
         else knobs.gradient_checkpointing
     )
     liger = Option.LIGER in cell.options if knobs.liger is None else knobs.liger
-    quant = str(cell.quant)
     method = method_of(cell, knobs)
+    reference_plan_ = reference_plan(
+        cell.model_copy(update={"method": method.name}), resolve(cell, profile.device).settings, workload
+    )
     linear = shapes.linear_weights
     # A reward model has a one-output score head where the causal LM has its LM head (an untied one is V x H).
     total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
     other = total - linear
+    return _Setting(
+        cell=cell,
+        backend=backend,
+        profile=profile,
+        workload=workload,
+        shapes=shapes,
+        world=world,
+        knobs=knobs,
+        spec=spec,
+        b=b,
+        stage=stage,
+        offload=offload,
+        offload_params=offload_params,
+        params_at=params_at,
+        optimizer_at=optimizer_at,
+        grads_at=grads_at,
+        reference_at=reference_at,
+        checkpointing=checkpointing,
+        liger=liger,
+        method=method,
+        reference=reference_plan_,
+        init=init_spec(cell.init),
+        quantized=quant_spec(cell.quant).quantized,
+        linear=linear,
+        total=total,
+        other=other,
+    )
 
-    # Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
-    # (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate).
-    quantized = quant_spec(cell.quant).quantized
-    init = init_spec(cell.init)
+
+@dataclass(frozen=True)
+class _Weights:
+    full: float
+    """The model's weights as stored on the device before any sharding."""
+    keep: int
+    """Bytes of a non-quantized parameter as kept (fp32 where prepare_model_for_kbit_training upcasts it)."""
+    fsdp_upcast: bool
+    param_b: int
+    """Bytes of a trained parameter."""
+
+
+def _weights(s: _Setting) -> _Weights:
+    """Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
+    (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
+    b, knobs, quantized, init, spec = s.b, s.knobs, s.quantized, s.init, s.spec
+    linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
     keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else b
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
     if fsdp_upcast:
         full = total * 4
     param_b = 4 if fsdp_upcast else b
+    return _Weights(full=full, keep=keep, fsdp_upcast=fsdp_upcast, param_b=param_b)
 
-    # Trainable parameters and their dtype.
+
+@dataclass(frozen=True)
+class _Trainable:
+    tensors: list[tuple[int, int]]
+    """(rows, columns) of every trained tensor."""
+    params: int
+    bytes: int
+    """Bytes of a trained parameter."""
+    head: bool
+    """The LM head is trained (a full fine-tune)."""
+    adapters: float
+    """The adapters' bytes, with two_adapters' frozen `ref` copy."""
+    optimizer: terms.OptimizerState
+
+
+def _trainable(s: _Setting, weights: _Weights) -> _Trainable:
+    """The trainable parameters, their dtype and their optimizer's state."""
+    init, method, shapes, total, knobs, stage, b = s.init, s.method, s.shapes, s.total, s.knobs, s.stage, s.b
+    quantized, workload, param_b = s.quantized, s.workload, weights.param_b
     if not init.adapters:
         trainable, train_b = total, param_b
         tensors = shapes.full_tensors()
@@ -313,67 +408,87 @@ def train_terms(
             train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
     reference = method.reference
     adapters = trainable * train_b * (init.adapter_copies if reference else min(init.adapter_copies, 1))
-    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, str(profile.device))
+    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, str(s.profile.device))
+    return _Trainable(tensors, trainable, train_b, head_trainable, adapters, optimizer)
 
-    out: dict[str, float] = {}
-    host: dict[str, float] = {}
+
+def _zero_state(s: _Setting, weights: _Weights, t: _Trainable, out: dict[str, float], host: dict[str, float]) -> float:
+    """DeepSpeed: ZeRO-Offload moves the fp32 gradient partitions, master weights and Adam moments (16 T/N) to the
+    host and steps there; ZeRO-3's offload_param moves the parameter partitions too. Returns the gradient partitions
+    a ZeRO-1/2 engine keeps through the step (0 elsewhere)."""
+    stage, world, offload, offload_params, shapes = s.stage, s.world, s.offload, s.offload_params, s.shapes
+    full, adapters, param_b = weights.full, t.adapters, weights.param_b
+    trainable, train_b, tensors = t.params, t.bytes, t.tensors
     zero2_grads = 0.0
-    if stage is not None:
-        # DeepSpeed: ZeRO-Offload moves the fp32 gradient partitions, master weights and Adam moments (16 T/N) to
-        # the host and steps there; ZeRO-3's offload_param moves the parameter partitions too.
-        out["weights"] = full if stage < 3 else 0.0 if offload_params else full / world
-        out["adapters"] = adapters if stage < 3 else 0.0 if offload_params else adapters / world
-        if offload_params:
-            host["params"] = (full + adapters) / world
-        if stage == 3:
-            out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
-        if offload:
-            host["optimizer_states"] = terms.zero_offloaded_host(trainable, world)
-            if stage < 3:
-                # the largest tensor the optimizer steps: the embedding for a full fine-tune, a LoRA matrix else
-                largest = max(r * c for r, c in tensors)
-                host["offload_buffers"], out["offload_staging"] = terms.zero2_offload_buffers(
-                    trainable, train_b, world, largest
-                )
-        elif stage < 3:
-            out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
-            zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
-        else:
-            out["grads_optimizer_master"] = 16 * trainable / world
+    out["weights"] = full if stage < 3 else 0.0 if offload_params else full / world
+    out["adapters"] = adapters if stage < 3 else 0.0 if offload_params else adapters / world
+    if offload_params:
+        host["params"] = (full + adapters) / world
+    if stage == 3:
+        out["zero3_gathered_layer"] = 2 * param_b * shapes.largest_layer
+    if offload:
+        host["optimizer_states"] = terms.zero_offloaded_host(trainable, world)
+        if stage < 3:
+            # the largest tensor the optimizer steps: the embedding for a full fine-tune, a LoRA matrix else
+            largest = max(r * c for r, c in tensors)
+            host["offload_buffers"], out["offload_staging"] = terms.zero2_offload_buffers(
+                trainable, train_b, world, largest
+            )
+    elif stage < 3:
+        out["optimizer_master"] = terms.zero2_resident_states(trainable, world)
+        zero2_grads = terms.zero2_gradient_partitions(trainable, train_b, world)
     else:
-        out["weights"] = terms.placed(full, params_at, world, devices)
-        out["adapters"] = terms.placed(adapters, params_at, world, devices)
-        host["params"] = terms.offloaded(full + adapters, params_at, world)
-        out["optimizer"] = terms.placed(optimizer.resident, optimizer_at, world, devices)
-        host["optimizer_states"] = terms.offloaded(optimizer.resident, optimizer_at, world)
-    # The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
-    # passed ref_model also with precompute_ref (dpo_trainer.py: it only drops one it would have created itself).
-    # The recipe may replace it by precomputed log-probs (scenarios/recipes.yaml, `reference: precomputed`).
-    if (
-        reference
-        and init.reference == "separate_model"
-        and resolve(cell, profile.device).settings.reference != "precomputed"
-    ):
+        out["grads_optimizer_master"] = 16 * trainable / world
+    return zero2_grads
+
+
+def _placed_state(s: _Setting, weights: _Weights, t: _Trainable, out: dict[str, float], host: dict[str, float]) -> None:
+    """Any other backend: weights, adapters and optimizer state where its sharding places them."""
+    params_at, optimizer_at, world, devices = s.params_at, s.optimizer_at, s.world, s.profile.device_count
+    full, adapters, optimizer = weights.full, t.adapters, t.optimizer
+    out["weights"] = terms.placed(full, params_at, world, devices)
+    out["adapters"] = terms.placed(adapters, params_at, world, devices)
+    host["params"] = terms.offloaded(full + adapters, params_at, world)
+    out["optimizer"] = terms.placed(optimizer.resident, optimizer_at, world, devices)
+    host["optimizer_states"] = terms.offloaded(optimizer.resident, optimizer_at, world)
+
+
+def _reference_model(s: _Setting, weights: _Weights, out: dict[str, float], host: dict[str, float]) -> None:
+    """The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
+    passed ref_model also with precompute_ref; the recipe may replace it by precomputed log-probs
+    (bench/matrix/reference.py)."""
+    full, fsdp_upcast, total, b = weights.full, weights.fsdp_upcast, s.total, s.b
+    reference_at, world, devices = s.reference_at, s.world, s.profile.device_count
+    if s.method.reference and s.reference.separate_model:
         reference_bytes = full if not fsdp_upcast else total * b
         out["reference_model"] = terms.placed(reference_bytes, reference_at, world, devices)
         host["reference_model"] = terms.offloaded(reference_bytes, reference_at, world)
-    if profile.device == "cpu":
-        _charge_mapped_weights(
-            out, cell, backend, profile, workload, shapes, world, linear * b * (not quantized) + other * keep
-        )
-    load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
 
-    # Communication buffers.
+
+def _buckets(s: _Setting, t: _Trainable) -> dict[str, float]:
+    """Communication buffers."""
+    backend, stage, spec, shapes, b, profile = s.backend, s.stage, s.spec, s.shapes, s.b, s.profile
+    trainable, train_b = t.params, t.bytes
     if backend == Backend.DDP:
-        out["ddp_buckets"] = terms.ddp_buckets(trainable, train_b)
+        return {"ddp_buckets": terms.ddp_buckets(trainable, train_b)}
     elif stage == 3:
-        out["zero_buckets"] = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
+        return {"zero_buckets": terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")}
     elif spec.fsdp_version:
-        out["fsdp_gather"] = terms.fsdp_gather(shapes.largest_block, b)
+        return {"fsdp_gather": terms.fsdp_gather(shapes.largest_block, b)}
+    return {}
 
-    # The step's peak, the largest of its phases: the LM head's backward (the head's temporaries + accumulators +
-    # the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
-    # (every gradient) and the optimizer step (gradients + the step's temporaries).
+
+def _peak_phase(
+    s: _Setting, t: _Trainable, zero2_grads: float, host: dict[str, float]
+) -> tuple[dict[str, float], float]:
+    """The step's peak, the largest of its phases: the LM head's backward (the head's temporaries + accumulators +
+    the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
+    (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the peak phase's terms and
+    the bytes of every gradient."""
+    method, knobs, workload, shapes, b, profile = s.method, s.knobs, s.workload, s.shapes, s.b, s.profile
+    liger, checkpointing, spec, stage, world, offload = s.liger, s.checkpointing, s.spec, s.stage, s.world, s.offload
+    grads_at, devices = s.grads_at, profile.device_count
+    trainable, train_b, tensors, optimizer, head_trainable = t.params, t.bytes, t.tensors, t.optimizer, t.head
     rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
     seq = knobs.max_length or workload.train.max_length
     tokens = rows * seq
@@ -428,26 +543,69 @@ def train_terms(
         # KTO's KL batch: forwards without gradient before the step's own; below the head's backward whenever
         # anything is checkpointed, and then it adds no term.
         phases["kl_batch"] = {"kl_batch_forward": terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split}
-    peak = max(phases.values(), key=lambda phase: sum(phase.values()))
+    return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dict[str, float]:
+    """CPU: what the process holds besides the model's tensors (bench/estimate/cpu_terms.py), DeepSpeed's shared
+    memory all-reduce, and the oneDNN kernels of bf16 adapter matmuls."""
+    cell, profile, workload, shapes, knobs = s.cell, s.profile, s.workload, s.shapes, s.knobs
+    spec, stage, world = s.spec, s.stage, s.world
+    out: dict[str, float] = {}
+    seq = knobs.max_length or workload.train.max_length
+    kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+    out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage))
+    shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
+    if shm:
+        out["deepspeed_shm_allreduce"] = shm
+    if _bf16_adapters(cell, profile, knobs):
+        micro_steps = workload.train.steps * (workload.train.gradient_accumulation_steps or 1)
+        linears = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
+        kernels = cpu_kernels.adapter_kernels(cpu, linears, workload.lora.r, micro_steps, seq)
+        if kernels:
+            out["onednn_bf16_kernels"] = kernels
+    return out
+
+
+def train_terms(
+    cell: Cell,
+    backend: Backend,
+    profile: HardwareProfile,
+    workload: Workload,
+    shapes: ModelShapes,
+    world: int,
+    knobs: Knobs,
+    cpu: CpuFeatures | None = None,
+) -> tuple[dict[str, float], float, dict[str, float]]:
+    """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank: the
+    weights, the trained state where the backend places it (ZeRO or the others), the reference model, the
+    communication buffers, the step's peak phase and, on CPU, the process's own terms."""
+    s = _setting(cell, backend, profile, workload, shapes, world, knobs)
+    weights = _weights(s)
+    trainable = _trainable(s, weights)
+    out: dict[str, float] = {}
+    host: dict[str, float] = {}
+    zero2_grads = 0.0
+    if s.stage is not None:
+        zero2_grads = _zero_state(s, weights, trainable, out, host)
+    else:
+        _placed_state(s, weights, trainable, out, host)
+    _reference_model(s, weights, out, host)
+    if profile.device == "cpu":
+        mapped = s.linear * s.b * (not s.quantized) + s.other * weights.keep
+        _charge_mapped_weights(out, cell, backend, profile, workload, shapes, world, mapped)
+    load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
+    out.update(_buckets(s, trainable))
+    peak, grads_full = _peak_phase(s, trainable, zero2_grads, host)
     for name, value in peak.items():
         out[name] = out.get(name, 0.0) + value
-    if quantized:
-        out["dequant_buffer"] = shapes.largest_linear * b
+    if s.quantized:
+        out["dequant_buffer"] = shapes.largest_linear * s.b
     if profile.device == "cpu":
-        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
-        out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage))
-        shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
-        if shm:
-            out["deepspeed_shm_allreduce"] = shm
-        if _bf16_adapters(cell, profile, knobs):
-            micro_steps = workload.train.steps * (workload.train.gradient_accumulation_steps or 1)
-            linears = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
-            kernels = cpu_kernels.adapter_kernels(cpu, linears, workload.lora.r, micro_steps, seq)
-            if kernels:
-                out["onednn_bf16_kernels"] = kernels
-    if optimizer.paged:
-        out[PAGED] = optimizer.paged
-    if precompute:
+        out.update(_cpu_process(s, grads_full, cpu))
+    if trainable.optimizer.paged:
+        out[PAGED] = trainable.optimizer.paged
+    if s.reference.precomputed:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
 

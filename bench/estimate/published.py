@@ -18,7 +18,7 @@ from bench.matrix.axes import Backend, Init, Launcher, Quant
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.paths import SCENARIOS_DIR
-from bench.units import GiB
+from bench.units import GB, GiB
 
 PUBLISHED_DIR = SCENARIOS_DIR / "published"
 LIMIT = 0.15
@@ -48,21 +48,21 @@ class RowSetup(BaseModel):
     comparable with the reason"): the row is shown, with its reason, and kept out of the ranges and the count."""
 
 
-class Setup(RowSetup):
+class PublishedSetup(RowSetup):
     id: str
     seq_len: int | None = None
     assumptions: list[str] = []
     rows: list[RowSetup] = []
 
-    def for_row(self, index: int) -> "Setup":
+    def for_row(self, index: int) -> "PublishedSetup":
         row = self.rows[index] if index < len(self.rows) else RowSetup()
         merged = self.model_dump()
         for key, value in row.model_dump(exclude_unset=True).items():
             merged[key] = {**self.knobs, **value} if key == "knobs" else value
-        return Setup.model_validate(merged)
+        return PublishedSetup.model_validate(merged)
 
 
-class PublishedRow(BaseModel):
+class PublishedMemoryRow(BaseModel):
     source_id: str
     source: str
     label: str
@@ -83,12 +83,12 @@ def load_entries(folder: Path = PUBLISHED_DIR) -> list[dict[str, Any]]:
     return yaml.safe_load((folder / "memory.yaml").read_text(encoding="utf-8"))
 
 
-def load_setups(folder: Path = PUBLISHED_DIR) -> dict[str, Setup]:
+def load_setups(folder: Path = PUBLISHED_DIR) -> dict[str, PublishedSetup]:
     raw = yaml.safe_load((folder / "setups.yaml").read_text(encoding="utf-8"))
-    return {s.id: s for s in (Setup.model_validate(item) for item in raw)}
+    return {s.id: s for s in (PublishedSetup.model_validate(item) for item in raw)}
 
 
-def _workload(setup: Setup, seq_len: int) -> Workload:
+def _workload(setup: PublishedSetup, seq_len: int) -> Workload:
     lora = setup.lora or LoraSetup(r=8, targets=["q_proj", "v_proj"])
     return Workload.model_validate(
         {
@@ -108,7 +108,7 @@ def _workload(setup: Setup, seq_len: int) -> Workload:
     )
 
 
-def _profile(setup: Setup, memory_gib: float | None) -> HardwareProfile:
+def _profile(setup: PublishedSetup, memory_gib: float | None) -> HardwareProfile:
     return HardwareProfile.model_validate(
         {
             "name": f"1x{setup.gpu}",
@@ -116,7 +116,7 @@ def _profile(setup: Setup, memory_gib: float | None) -> HardwareProfile:
             "device": "cuda",
             "device_count": 1,
             "processes": 1,
-            "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / 1e9,
+            "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / GB,
             "precision": "bf16",
             "image_flavor": "cuda",
             "workload": setup.id,
@@ -125,12 +125,12 @@ def _profile(setup: Setup, memory_gib: float | None) -> HardwareProfile:
     )
 
 
-def _cell(setup: Setup) -> Cell:
+def _cell(setup: PublishedSetup) -> Cell:
     init = Init.TWO_MODELS if setup.init == "full" else Init.ONE_ADAPTER
     return Cell(init=init, quant=Quant(setup.quant or "none"), backend=Backend.SINGLE, launcher=Launcher.PYTHON)
 
 
-def predict_setup(setup: Setup, seq_len: int, memory_gib: float | None = None):
+def predict_setup(setup: PublishedSetup, seq_len: int, memory_gib: float | None = None):
     """The estimator's Prediction for one published configuration at `seq_len` tokens per row."""
     from bench.estimate.predict import predict_cell
 
@@ -150,7 +150,7 @@ FIGURE_OF_KIND = {
 }
 
 
-def longest_fitting(setup: Setup, memory_gib: float, low: int = 16, high: int = 262_144) -> int:
+def longest_fitting(setup: PublishedSetup, memory_gib: float, low: int = 16, high: int = 262_144) -> int:
     """The longest sequence whose predicted nvidia-smi figure fits `memory_gib` (bisection over tokens)."""
     limit = memory_gib * GiB
     if _smi(setup, low) > limit:
@@ -161,7 +161,7 @@ def longest_fitting(setup: Setup, memory_gib: float, low: int = 16, high: int = 
     return low
 
 
-def _smi(setup: Setup, seq_len: int) -> float:
+def _smi(setup: PublishedSetup, seq_len: int) -> float:
     return predict_setup(setup, seq_len).nvidia_smi_bytes or 0.0
 
 
@@ -173,7 +173,7 @@ def _label(entry: dict[str, Any], figure: dict[str, Any]) -> str:
     return f"seq {figure.get('seq_len', entry.get('seq_len'))}"
 
 
-def published_rows(folder: Path = PUBLISHED_DIR) -> list[PublishedRow]:
+def published_rows(folder: Path = PUBLISHED_DIR) -> list[PublishedMemoryRow]:
     setups = load_setups(folder)
     rows = []
     for entry in load_entries(folder):
@@ -185,7 +185,7 @@ def published_rows(folder: Path = PUBLISHED_DIR) -> list[PublishedRow]:
     return rows
 
 
-def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> PublishedRow:
+def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -> PublishedMemoryRow:
     kind = figure["kind"]
     base = {"source_id": entry["id"], "source": entry["source"], "label": _label(entry, figure), "kind": kind}
     if kind == "max_context":
@@ -193,7 +193,7 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> Publish
         longest = longest_fitting(setup, memory)
         at_published = _smi(setup, int(figure["max_seq_len"]))
         error = (longest - figure["max_seq_len"]) / figure["max_seq_len"]
-        row = PublishedRow(
+        row = PublishedMemoryRow(
             **base,
             published=float(figure["max_seq_len"]),
             predicted=float(longest),
@@ -202,12 +202,12 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> Publish
             figure="longest sequence whose nvidia-smi figure fits",
         )
     else:
-        published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * 1e9
+        published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * GB
         seq_len = int(figure.get("seq_len") or setup.seq_len or entry.get("seq_len") or 0)
         prediction = predict_setup(setup, seq_len)
         predicted = getattr(prediction, FIGURE_OF_KIND[kind])
         error = (predicted - published) / published
-        row = PublishedRow(
+        row = PublishedMemoryRow(
             **base,
             published=published,
             predicted=predicted,
@@ -221,7 +221,7 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: Setup) -> Publish
     return row
 
 
-def to_markdown(rows: list[PublishedRow]) -> str:
+def to_markdown(rows: list[PublishedMemoryRow]) -> str:
     lines = [
         "| source | row | kind | published | predicted | error | reason (beyond 15 %) |",
         "|---|---|---|---|---|---|---|",
@@ -247,6 +247,6 @@ def to_markdown(rows: list[PublishedRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def errors_by_kind(rows: list[PublishedRow]) -> dict[str, list[float]]:
+def errors_by_kind(rows: list[PublishedMemoryRow]) -> dict[str, list[float]]:
     """The published rows' memory errors, for every CUDA prediction's range (kind `cuda`)."""
     return {"cuda": [r.memory_error for r in rows if r.memory_error is not None and r.comparable]}

@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration, predict_cell
 from bench.estimate.speed.model import SpeedPrediction
-from bench.units import GiB, MiB
+from bench.units import MiB, bytes_text
 
 if TYPE_CHECKING:
     from bench.matrix.cell import Cell
     from bench.matrix.profiles import HardwareProfile, Workload
     from bench.results.cpu_features import CpuFeatures
-
-GB = 1e9
 
 
 def predict_matrix(
@@ -51,10 +49,9 @@ def predict_all(
     return [predict_cell(c, profile, workload, calibration, cpu=cpu) for c in cells]
 
 
-def _gb(value: float | None, device: str) -> str:
-    if value is None:
-        return "—"
-    return f"{value / GiB * 1024:,.0f} MiB" if device == "cpu" else f"{value / GB:,.1f} GB"
+def _memory(value: float | None, device: str) -> str:
+    """MiB on CPU (its figures are small), GB elsewhere (as cards are sold)."""
+    return bytes_text(value, "MiB", 0) if device == "cpu" else bytes_text(value, "GB", 1)
 
 
 def to_markdown(
@@ -90,11 +87,12 @@ def to_markdown(
             lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
-        terms = ", ".join(f"{k} {_gb(v, device)}" for k, v in top)
+        terms = ", ".join(f"{k} {_memory(v, device)}" for k, v in top)
+        mark = VERDICT_MARK.get(p.verdict or "", p.verdict or "—")
         lines.append(
-            f"| {p.cell_id} | {VERDICT_MARK.get(p.verdict or '', p.verdict or '—')} | {_gb(p.margin_bytes, device)} "
-            f"| {_gb(p.total_bytes, device)} | {_range(p, device)} | {_gb(p.train_bytes, device)} "
-            f"| {_gb(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
+            f"| {p.cell_id} | {mark} | {_memory(p.margin_bytes, device)} "
+            f"| {_memory(p.total_bytes, device)} | {_range(p, device)} | {_memory(p.train_bytes, device)} "
+            f"| {_memory(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
     if notes:
@@ -119,8 +117,8 @@ def _host(p: Prediction, device: str) -> str:
     """`21.2 GB (params 5.6 GB, ...)`: the host share of an offload backend; `—` without one."""
     if not p.host_terms:
         return "—"
-    shown = _gb(p.host_bytes, device) + " " if p.host_bytes else ""
-    return shown + "(" + ", ".join(f"{k} {_gb(v, device)}" for k, v in p.host_terms.items()) + ")"
+    shown = _memory(p.host_bytes, device) + " " if p.host_bytes else ""
+    return shown + "(" + ", ".join(f"{k} {_memory(v, device)}" for k, v in p.host_terms.items()) + ")"
 
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "predicted_oom": "💥 predicted_oom"}
@@ -129,7 +127,7 @@ VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "predicted_oom": "�
 def _range(p: Prediction, device: str) -> str:
     if p.range_low_bytes is None or p.range_high_bytes is None:
         return "—"
-    return f"{_gb(p.range_low_bytes, device)} – {_gb(p.range_high_bytes, device)}"
+    return f"{_memory(p.range_low_bytes, device)} – {_memory(p.range_high_bytes, device)}"
 
 
 HOST_TERM_COLUMNS = ("params", "gradients", "optimizer_states", "offload_buffers", "reference_model")

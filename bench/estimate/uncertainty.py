@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 SPREAD_FILE = Path(__file__).with_name("spread.json")
 
-Verdict = Literal["fits", "tight", "predicted_oom", "unknown"]
+MemoryVerdict = Literal["fits", "tight", "predicted_oom", "unknown"]
+"""Whether a prediction fits the device's usable memory (a regression's verdict is bench/report/verdict.py's)."""
 
 
 class Spread(BaseModel):
@@ -70,7 +71,7 @@ def measured_range(predicted: float, spread: Spread | None) -> tuple[float, floa
     return predicted / (1 + max(spread.high, 0.0)), predicted / (1 + min(spread.low, 0.0))
 
 
-def verdict(total: float, usable: float | None, bounds: tuple[float, float] | None) -> Verdict:
+def verdict(total: float, usable: float | None, bounds: tuple[float, float] | None) -> MemoryVerdict:
     if usable is None:
         return "unknown"
     low, high = bounds if bounds is not None else (total, total)

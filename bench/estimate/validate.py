@@ -16,7 +16,7 @@ from bench.estimate import VERSION
 from bench.estimate.calibrate import calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.results.tracked import tracked_results
-from bench.units import MiB
+from bench.units import bytes_text
 
 
 @dataclass
@@ -267,7 +267,7 @@ def gpu_markdown(rows: list[Row]) -> list[str]:
 
 
 def _mib(value: float | None) -> str:
-    return "—" if value is None else f"{value / MiB:,.0f}"
+    return bytes_text(value, "MiB", 0, suffix=False)
 
 
 def _pct(value: float | None) -> str:

@@ -16,7 +16,10 @@ from bench.results.schema import ErrorClass, Status
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Classification:
+    """What classify() makes of a cell that did not end cleanly: its status, error class and the message that
+    shows why (the failure's class, not the regression verdict of bench/report/verdict.py)."""
+
     status: Status
     error_class: ErrorClass | None = None
     message: str = ""
@@ -142,13 +145,13 @@ _RANK_EXIT_REPORTS: tuple[re.Pattern[str], ...] = tuple(
 )
 
 
-def _causal_rank(verdict: Verdict) -> int:
+def _causal_rank(verdict: Classification) -> int:
     if verdict.status == Status.OOM:
         return -1
     return CAUSAL_ORDER.index(verdict.error_class or ErrorClass.OTHER)
 
 
-def _verdict_of(text: str) -> Verdict:
+def _verdict_of(text: str) -> Classification:
     """The exception line decides when a pattern matches it; only then the whole text (traceback, log). A traceback
     names every file it passed through: a TypeError raised under torch.distributed's distributed_c10d.py is a
     configuration error, not a communication one."""
@@ -156,11 +159,11 @@ def _verdict_of(text: str) -> Verdict:
     for evidence in (line, text):
         for pattern in PATTERNS:
             if pattern.regex.search(evidence):
-                return Verdict(pattern.status, pattern.error_class, line)
-    return Verdict(Status.ERROR, ErrorClass.OTHER, line)
+                return Classification(pattern.status, pattern.error_class, line)
+    return Classification(Status.ERROR, ErrorClass.OTHER, line)
 
 
-def killed_rank(log: str) -> Verdict | None:
+def killed_rank(log: str) -> Classification | None:
     """A rank the launcher saw die by a signal other than the SIGTERM it sends survivors."""
     for regex in _RANK_EXIT_REPORTS:
         for match in regex.finditer(log):
@@ -168,7 +171,7 @@ def killed_rank(log: str) -> Verdict | None:
             if sig and sig != signal.SIGTERM:
                 fatal = _FATAL_LINE.search(log)
                 message = f"rank {match['rank']} was killed by {signal_name(sig)}"
-                return Verdict(
+                return Classification(
                     Status.ERROR, ErrorClass.CRASH, message + (f": {fatal.group(0).strip()}" if fatal else "")
                 )
     return None
@@ -187,7 +190,7 @@ def classify(
     versions: Mapping[str, str | None] | None = None,
     known: Sequence[KnownIssue] | None = None,
     timeout_s: float | None = None,
-) -> Verdict:
+) -> Classification:
     """Status of a cell that did not produce a clean ok, from what it left behind: every rank's error and the
     launcher's account of dead ranks are candidates, and the most causal one wins. With the cell and the installed
     package versions (env.json's `packages`), the first known issue that explains the failure is attached; `known`
@@ -214,14 +217,14 @@ def _status_of(
     oom_detail: str | None = None,
     timeout_s: float | None = None,
     stalled: str | None = None,
-) -> Verdict:
+) -> Classification:
     if oom_killed:  # before the timeout: a peer of a killed rank may hang until the time limit
-        return Verdict(Status.OOM, None, oom_detail or "killed by the memory limit (OOMKilled)")
+        return Classification(Status.OOM, None, oom_detail or "killed by the memory limit (OOMKilled)")
     if stalled and not error_texts:  # the watchdog killed it; a rank's own error is the cause where one exists
-        return Verdict(Status.HANG, None, stalled)
+        return Classification(Status.HANG, None, stalled)
     if timed_out:
         limit = "" if timeout_s is None else f" of {timeout_s:g} s"
-        return Verdict(Status.TIMEOUT, None, f"cell exceeded its time limit{limit} and was killed")
+        return Classification(Status.TIMEOUT, None, f"cell exceeded its time limit{limit} and was killed")
     candidates = [_verdict_of(text) for text in error_texts]
     dead = killed_rank(log_tail)
     if dead:
@@ -231,9 +234,11 @@ def _status_of(
     sig = signal_of(exit_code)
     if sig is not None:
         candidates.append(
-            Verdict(Status.ERROR, ErrorClass.CRASH, f"a rank was killed by {signal_name(sig)} (exit {exit_code})")
+            Classification(
+                Status.ERROR, ErrorClass.CRASH, f"a rank was killed by {signal_name(sig)} (exit {exit_code})"
+            )
         )
     informative = [c for c in candidates if c.message] or [
-        Verdict(Status.ERROR, ErrorClass.OTHER, f"exit code {exit_code}")
+        Classification(Status.ERROR, ErrorClass.OTHER, f"exit code {exit_code}")
     ]
     return min(informative, key=_causal_rank)

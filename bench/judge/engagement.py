@@ -7,6 +7,7 @@ from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.quants import quant_spec
 from bench.results.schema import Engagement
+from bench.units import MiB
 
 
 def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[str]:
@@ -79,7 +80,7 @@ def _offloaded_state_mismatches(where: str, params: bool, seen: Engagement) -> l
         # also when it offloads the others, so "most", not "all".
         if there * 2 <= total or not total:
             found.append(
-                f"parameters on {where} requested, but {there / 2**20:,.1f} of {total / 2**20:,.1f} MiB of their "
+                f"parameters on {where} requested, but {there / MiB:,.1f} of {total / MiB:,.1f} MiB of their "
                 f"partitions are there"
             )
     return found

@@ -1,4 +1,4 @@
-"""Pure aggregation of rank reports into a cell's metrics (definitions in results_schema.Metrics)."""
+"""Pure aggregation of rank reports into a cell's metrics (definitions in bench/results/schema.py Metrics)."""
 
 import statistics
 from collections.abc import Sequence

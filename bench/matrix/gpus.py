@@ -25,7 +25,9 @@ class Interconnect(Strict):
     gb_s: float | None = Field(default=None, gt=0, description="GB/s as the vendor states it (total bidirectional)")
 
 
-class Gpu(Strict):
+class GpuSpec(Strict):
+    """One card of the GPU catalog (scenarios/gpus.yaml): its published figures and their sources."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
     aliases: list[str] = Field(default_factory=list)
     """Other names `--gpu` takes for it (compared as `spelling` writes them)."""
@@ -45,7 +47,7 @@ class Gpu(Strict):
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _every_number_sourced(self) -> "Gpu":
+    def _every_number_sourced(self) -> "GpuSpec":
         unknown = set(self.sources) - {"default", *NUMBERS}
         if unknown:
             raise ValueError(f"sources: unknown figure {sorted(unknown)[0]!r}; known: default, {', '.join(NUMBERS)}")
@@ -79,7 +81,7 @@ class Gpu(Strict):
 
 
 class Catalog(Strict):
-    gpus: list[Gpu] = Field(min_length=1)
+    gpus: list[GpuSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Catalog":
@@ -101,7 +103,7 @@ def load_catalog(path: Path = GPUS_FILE) -> Catalog:
     return load_yaml_model(path, Catalog)
 
 
-def gpu(name: str, catalog: Catalog | None = None) -> Gpu:
+def gpu(name: str, catalog: Catalog | None = None) -> GpuSpec:
     """The entry named `name` or one of its aliases (as `spelling` compares them); an unknown name is a one-line
     error with the closest names first, then every known one."""
     entries = (catalog or load_catalog()).gpus
@@ -115,7 +117,7 @@ def gpu(name: str, catalog: Catalog | None = None) -> Gpu:
     return found
 
 
-def gpu_by_card(card: str, catalog: Catalog | None = None) -> Gpu:
+def gpu_by_card(card: str, catalog: Catalog | None = None) -> GpuSpec:
     """The entry whose `card` is `card` (a profile's card, or a published row's)."""
     entries = (catalog or load_catalog()).gpus
     found = next((g for g in entries if g.card == card), None)
@@ -124,7 +126,7 @@ def gpu_by_card(card: str, catalog: Catalog | None = None) -> Gpu:
     return found
 
 
-def identify(driver_name: str, catalog: Catalog | None = None) -> Gpu | None:
+def identify(driver_name: str, catalog: Catalog | None = None) -> GpuSpec | None:
     """The entry whose `driver_names` match the name the driver gives a device ("NVIDIA H100 80GB HBM3" is the
     H100-SXM, "NVIDIA H100 PCIe" the H100-PCIe); None for a device the catalog does not hold. A name two entries
     match is an error in the catalog (tests/unit/matrix/test_gpus.py holds every entry to real driver names)."""

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bench.errors import BenchError
 from bench.matrix.axes import Device
-from bench.matrix.gpus import Gpu, gpu, gpu_fields, parse_gpu_argument
+from bench.matrix.gpus import GpuSpec, gpu, gpu_fields, parse_gpu_argument
 from bench.matrix.yaml_schema import Strict, display_path, load_yaml_model, parse_model, read_yaml
 from bench.paths import SCENARIOS_DIR
 from bench.units import GiB
@@ -281,6 +281,6 @@ def gpu_profile(text: str, nodes: int, workload: str, precision: str | None = No
     )
 
 
-def gpu_profile_name(entry: Gpu, count: int, nodes: int) -> str:
+def gpu_profile_name(entry: GpuSpec, count: int, nodes: int) -> str:
     """`gpu-A10x2`, `gpu-H100-SXMx8-2nodes`: never the name of a shipped profile, so a run's results stay apart."""
     return f"gpu-{entry.name}x{count}" + (f"-{nodes}nodes" if nodes > 1 else "")

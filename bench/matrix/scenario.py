@@ -240,7 +240,7 @@ def of_axes(cells: Iterable[Cell], **wanted: tuple[str, ...] | None) -> list[Cel
 
 # --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
 
-Rule = Callable[[Cell, HardwareProfile], str | None]
+NotApplicableRule = Callable[[Cell, HardwareProfile], str | None]
 
 
 def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
@@ -307,7 +307,7 @@ def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | N
     return None
 
 
-RULES: tuple[Rule, ...] = (
+RULES: tuple[NotApplicableRule, ...] = (
     reference_free_init,
     reference_free_precompute,
     quantized_full_finetune,

@@ -8,9 +8,8 @@ from pydantic import Field
 
 from bench.matrix.axes import Option
 from bench.matrix.cell import Cell
-from bench.matrix.inits import init_spec
-from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Optimizer, Workload
+from bench.matrix.reference import can_be_precomputed
 from bench.matrix.yaml_schema import Strict
 
 ALL_LINEAR = "all-linear"
@@ -73,7 +72,7 @@ def with_precomputed_reference(cells: list[Cell], workload: Workload) -> list[Ce
         return cells
     out: dict[str, Cell] = {}
     for cell in cells:
-        if method_spec(cell.method).reference and init_spec(cell.init).reference_can_be_precomputed:
+        if can_be_precomputed(cell):
             cell = cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
         out.setdefault(cell.id, cell)
     return list(out.values())

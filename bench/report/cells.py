@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from bench.matrix.methods import method_spec
 from bench.report.summary import CellSummary, OomMemory
 from bench.results.schema import STATUS_MEANING, ResultRecord, Status
-from bench.units import GiB, MiB
+from bench.units import bytes_text
 
 MARKS = {
     Status.OK: "✅",
@@ -70,11 +70,11 @@ def method_title(method: str) -> str:
 
 
 def gib(value: float) -> str:
-    return f"{value / GiB:,.2f} GiB"
+    return bytes_text(value, "GiB", 2)
 
 
 def mib(value: float) -> str:
-    return f"{value / MiB:,.0f} MiB"
+    return bytes_text(value, "MiB", 0)
 
 
 def memory_text(summary: CellSummary) -> str:

@@ -22,8 +22,8 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_argv
 from bench.report.grid import build_grid, row_label
+from bench.units import MB
 
-MB = 1e6
 VERDICT_CODES = "abcdefghij"
 """A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
 VERDICT_ABSENT = "-"
@@ -47,13 +47,15 @@ by the command line: the report layer does not import it."""
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionPageJob:
+    """What building the decision page's data takes: its grid, the predictor of one point, the processes."""
+
     grid: DecisionGrid
     predict: PointPredictor
     jobs: int = 1
 
 
-def predict_grid(decision: Decision) -> tuple[list[PointResult], dict[str, str]]:
+def predict_grid(decision: DecisionPageJob) -> tuple[list[PointResult], dict[str, str]]:
     """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
     time each (the points are independent; the order is kept)."""
     grid, models = decision.grid, range(len(decision.grid.models))
@@ -71,7 +73,7 @@ def predict_grid(decision: Decision) -> tuple[list[PointResult], dict[str, str]]
     return points, commands
 
 
-def _predict_model(decision: Decision, model: int) -> tuple[list[PointResult], dict[str, str]]:
+def _predict_model(decision: DecisionPageJob, model: int) -> tuple[list[PointResult], dict[str, str]]:
     from bench.matrix.scenario import expand, load_matrix
 
     grid, matrix = decision.grid, expand(load_matrix())

@@ -16,7 +16,7 @@ from bench.report.cells import method_title
 from bench.report.grid import build_grid, in_axis_order
 from bench.report.site import GridView, grid_view
 from bench.report.templating import call
-from bench.units import MiB
+from bench.units import MiB, bytes_text
 
 PREDICTED_CSV = "predicted.csv"
 PREDICTED_MD = "PREDICTED.md"
@@ -111,7 +111,7 @@ def load_predicted(results_dir: Path) -> list[PredictedMatrix]:
 
 
 def _gb(mib: float | None) -> str:
-    return "—" if mib is None else f"{mib * MiB / 1e9:,.1f} GB"
+    return bytes_text(None if mib is None else mib * MiB, "GB", 1)
 
 
 @dataclass(frozen=True)

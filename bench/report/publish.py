@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.files import write_whole
-from bench.report.decide_data import Decision, encode, predict_grid
+from bench.report.decide_data import DecisionPageJob, encode, predict_grid
 from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
 from bench.report.pipeline import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
@@ -207,7 +207,7 @@ def publish(
     cell_ids: list[str],
     added: Mapping[str, dt.datetime] | None = None,
     method_cells: Mapping[str, list[str]] | None = None,
-    decision: Decision | None = None,
+    decision: DecisionPageJob | None = None,
 ) -> tuple[Path, Path]:
     """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
     `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid and how to
@@ -226,7 +226,7 @@ def publish(
     return readme, index
 
 
-def write_decision(site_dir: Path, decision: Decision) -> Path:
+def write_decision(site_dir: Path, decision: DecisionPageJob) -> Path:
     """site_dir/decide.html and its data file, every point of the grid predicted; returns the page's path."""
     points, commands = predict_grid(decision)
     data = encode(decision.grid, points, commands)

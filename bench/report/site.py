@@ -20,7 +20,7 @@ from bench.report.summary import CellSummary
 from bench.report.templating import call, render
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, StageRecord, Status
-from bench.units import MiB
+from bench.units import MiB, bytes_text
 
 # Tableau 10, assigned by a backend's position in the Backend axis: a new backend gets the next colour (they
 # repeat after ten).
@@ -214,7 +214,7 @@ def pipelines_html(runs: list[list[StageRecord]]) -> str:
 
 
 def _fmt_bytes(value: float | None) -> str:
-    return "—" if value is None else f"{value / MiB:,.1f} MiB"
+    return bytes_text(value, "MiB", 1)
 
 
 def peak_kind(record: ResultRecord) -> str:
@@ -311,11 +311,11 @@ def prediction_view(record: ResultRecord) -> PredictionView | None:
         ("train peak per device", _fmt_bytes(p.train_bytes)),
         ("total with context / baseline and slack", _fmt_bytes(p.total_bytes)),
         ("usable", _fmt_bytes(p.usable_bytes)),
-        ("margin", "—" if p.margin_bytes is None else f"{p.margin_bytes / MiB:+,.0f} MiB"),
+        ("margin", bytes_text(p.margin_bytes, "MiB", 0, sign=True)),
     ]
     largest = sorted(p.terms.items(), key=lambda kv: -kv[1])[:4]
     if largest:
-        rows.append(("largest terms", ", ".join(f"{k} {v / MiB:,.0f} MiB" for k, v in largest)))
+        rows.append(("largest terms", ", ".join(f"{k} {bytes_text(v, 'MiB', 0)}" for k, v in largest)))
     return PredictionView(f"Predicted memory (estimator {p.estimator_version}; a prediction, not a measurement)", rows)
 
 
@@ -341,7 +341,9 @@ def rank_memory_rows(record: ResultRecord) -> list[list[str]]:
 
 
 @dataclass(frozen=True)
-class KnownIssue:
+class KnownIssueLink:
+    """A failed cell's known issue as the site shows it; the issue itself is bench/matrix/known_issues.py KnownIssue."""
+
     text: str
     link: bool
     """`text` is a URL."""
@@ -359,7 +361,7 @@ class Panel:
     """The status with its error class."""
     facts: Rows
     message: str
-    known_issue: KnownIssue | None
+    known_issue: KnownIssueLink | None
     mismatches: list[str]
     metrics: Rows
     learning: LearningView | None
@@ -396,7 +398,7 @@ def panel(view: ProfileView, cell_id: str) -> Panel:
         status_text=status,
         facts=facts,
         message=summary.message,
-        known_issue=KnownIssue(link, is_link(link), summary.known_issue_note) if link else None,
+        known_issue=KnownIssueLink(link, is_link(link), summary.known_issue_note) if link else None,
         mismatches=list(record.mismatches),
         metrics=metrics_rows(record, summary),
         learning=learning_view(record.learning),

@@ -16,7 +16,7 @@ from bench.paths import PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
-from bench.results.env_schema import EnvFingerprint, Gpu, HostHardware
+from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware
 from bench.results.store import now_iso
 from bench.secrets import redact
 from bench.files import write_whole
@@ -64,7 +64,7 @@ def detect_hardware() -> HostHardware:
     if cuda:
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            gpus.append(Gpu(name=props.name, memory_bytes=props.total_memory))
+            gpus.append(DetectedGpu(name=props.name, memory_bytes=props.total_memory))
     return HostHardware(
         machine=platform.machine(),
         cpu_model=cpu_model(),

@@ -16,7 +16,9 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Gpu(Open):
+class DetectedGpu(Open):
+    """A GPU as torch found it on the machine that ran (env.json); the catalog's entry is bench/matrix/gpus.py GpuSpec."""
+
     name: str = "?"
     memory_bytes: int | None = None
 
@@ -28,7 +30,7 @@ class HostHardware(Open):
     memory_bytes: int | None = None
     cuda_available: bool | None = None
     cuda: str | None = None
-    gpus: list[Gpu] = []
+    gpus: list[DetectedGpu] = []
     cpu_matmul_gflops: float | None = None
     """One thread's fp32 matmul GFLOP/s, measured once per run (bench/results/microbench.py); None in env.json
     files written before it was measured."""

@@ -3,9 +3,11 @@ one thread's fp32 matmul rate and the memory copy rate. Best of a few repeats: t
 
 import time
 
+from bench.units import GB, MiB
+
 MATMUL_SIZE = 512
 """Square fp32 matmul side: 512^3 x 2 = 268 MFLOP per product, the scale of the small workload's LM head tiles."""
-COPY_BYTES = 256 * 2**20
+COPY_BYTES = 256 * MiB
 """Copied per repeat: far above any last-level cache, so the figure is the DRAM rate."""
 
 
@@ -46,4 +48,4 @@ def cpu_memory_gbps(repeats: int = 3) -> float:
         seconds = best_seconds(lambda: dst.copy_(src), repeats)
     finally:
         torch.set_num_threads(threads)
-    return 2 * COPY_BYTES / seconds / 1e9
+    return 2 * COPY_BYTES / seconds / GB

@@ -38,7 +38,9 @@ SETTLE_S = 20.0
 
 
 @dataclass(frozen=True)
-class Phase:
+class ContactPhase:
+    """One `bench run` of first contact: its name and its arguments."""
+
     name: str
     argv: list[str]
 
@@ -58,20 +60,20 @@ def pick_profile(driver_name: str, scenarios: Path = SCENARIOS_DIR) -> list[str]
     return ["--gpu", f"{card.name}:1"]
 
 
-def phases(target: list[str], first: list[str], run_id: str, cell_timeout: int) -> list[Phase]:
+def phases(target: list[str], first: list[str], run_id: str, cell_timeout: int) -> list[ContactPhase]:
     """The three phases' `bench run` arguments (the time budget is added as each starts)."""
     common = ["--executor", "local", "--cell-timeout", str(cell_timeout)]
     one_gpu = [*target, "--workload", WORKLOAD, "--method", "all", "--run-id", run_id, *common]
     profile, workload, cells = EMULATED
     emulated = ["--hw", profile, "--emulate", "--workload", workload, "--run-id", run_id, *common]
     return [
-        Phase("coverage pass", [*one_gpu, "--filter", ",".join(first)]),
-        Phase(f"{workload} on an emulated {profile}", [*emulated, "--filter", ",".join(cells)]),
-        Phase("the rest of the one-GPU matrix", one_gpu),
+        ContactPhase("coverage pass", [*one_gpu, "--filter", ",".join(first)]),
+        ContactPhase(f"{workload} on an emulated {profile}", [*emulated, "--filter", ",".join(cells)]),
+        ContactPhase("the rest of the one-GPU matrix", one_gpu),
     ]
 
 
-def run_phases(planned: list[Phase], deadline: float, results: Path, log) -> None:
+def run_phases(planned: list[ContactPhase], deadline: float, results: Path, log) -> None:
     """Each phase as `python -m bench run` with the time left as its budget; a phase that fails does not stop the
     next (its cells' records are kept as they end)."""
     for phase in planned:

@@ -11,12 +11,11 @@ from typing import Literal
 from bench.errors import BenchError
 from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
-from bench.matrix.gpus import Gpu, identify
+from bench.matrix.gpus import GpuSpec, identify
 from bench.matrix.profiles import HardwareProfile, needed_devices
-from bench.units import MiB
+from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
-GB = 1e9
 MEMORY_FLOOR = 0.9
 """A device counts as having the profile's memory from this fraction of it up: vendors sell '24 GB' cards
 that report 22-24 GB to CUDA."""
@@ -54,7 +53,7 @@ class Preflight:
     emulated_from: str | None = None
     """--emulate: the real GPU(s) the smaller profile runs on (the driver's names), None otherwise."""
     untested_reason: str | None = None
-    card: Gpu | None = None
+    card: GpuSpec | None = None
     """The GPU catalog's entry for the device the cells run on, identified by the name its driver gives it; None on
     the CPU and for a device the catalog does not hold."""
     device_memory_bytes: int | None = None
@@ -74,7 +73,7 @@ class Preflight:
         return profile.model_copy(update={"memory_per_device_gb": self.device_memory_bytes / GB})
 
 
-def identified(detected: "Detected", needed: int) -> tuple[Gpu | None, int | None]:
+def identified(detected: "Detected", needed: int) -> tuple[GpuSpec | None, int | None]:
     """The catalog's entry for the first of the `needed` devices, and the smallest memory among them."""
     if detected.device == "cpu" or not detected.names:
         return None, None

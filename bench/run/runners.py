@@ -28,7 +28,9 @@ FORGET_S = 2 * 24 * 3600.0
 """An entry whose runner ended this long ago is removed by whoever reads the folder."""
 
 
-class Runner(BaseModel):
+class RunnerEntry(BaseModel):
+    """A runner's entry in the machine-wide folder."""
+
     pid: int
     run_id: str
     run_dir: str
@@ -38,7 +40,7 @@ class Runner(BaseModel):
 
 @dataclass(frozen=True)
 class Seen:
-    runner: Runner
+    runner: RunnerEntry
     ended: float | None
     """Epoch seconds of its last sign of life; None while it runs."""
 
@@ -65,7 +67,7 @@ def seen(folder: Path | None = None) -> list[Seen]:
     found = []
     for path in sorted(folder.glob("*.json")):
         try:
-            runner = Runner.model_validate_json(path.read_bytes())
+            runner = RunnerEntry.model_validate_json(path.read_bytes())
             ended = None if _held(path) else path.stat().st_mtime
         except (OSError, ValidationError):
             continue
@@ -98,7 +100,7 @@ def with_overlap(record: ResultRecord, start: float, end: float) -> ResultRecord
     return record.model_copy(update={"overlapped_by": ids}) if ids else record
 
 
-def sharing_notices(others: list[Runner]) -> list[str]:
+def sharing_notices(others: list[RunnerEntry]) -> list[str]:
     """What a runner says when it starts next to live ones."""
     return [
         f"notice: run {o.run_id} (runner {o.pid}, {o.run_dir}) is running on this machine too: the cells measured "
@@ -114,11 +116,11 @@ def _heartbeat(path: Path, stop: threading.Event) -> None:
 
 
 @contextlib.contextmanager
-def registered(run_id: str, run_dir: Path) -> Iterator[list[Runner]]:
+def registered(run_id: str, run_dir: Path) -> Iterator[list[RunnerEntry]]:
     """This process, registered as the runner of `run_id` until the block ends; yields the other runners live now.
     Where the folder cannot be written the run goes on unregistered (nothing else depends on it)."""
     folder = runners_dir()
-    runner = Runner(pid=os.getpid(), run_id=run_id, run_dir=str(run_dir.resolve()), started=time.time())
+    runner = RunnerEntry(pid=os.getpid(), run_id=run_id, run_dir=str(run_dir.resolve()), started=time.time())
     path = folder / f"{runner.pid}-{time.time_ns()}.json"
     tmp = path.with_suffix(".tmp")
     fd = -1

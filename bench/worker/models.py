@@ -13,6 +13,7 @@ from bench.matrix.axes import Quant
 from bench.matrix.inits import init_spec
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
+from bench.matrix.reference import reference_plan
 from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
@@ -158,9 +159,10 @@ def build_models(spec: WorkerSpec, load: Callable[[WorkerSpec], Any] | None = No
     model = load(spec)
     reference = init_spec(spec.cell.init).reference
     if reference == "separate_model":
-        # A precomputed reference: TRL computes the log-probs with the initial policy and keeps no reference model.
-        precomputed = spec.recipe.settings.reference == "precomputed"
-        return Built(model=model, ref_model=None if precomputed else load(spec), peft_config=None)
+        # The recipe's precomputed reference: TRL computes the log-probs with the initial policy and keeps no
+        # reference model (bench/matrix/reference.py).
+        separate = reference_plan(spec.cell, spec.recipe.settings, spec.workload).separate_model
+        return Built(model=model, ref_model=load(spec) if separate else None, peft_config=None)
     if reference == "adapter_disabled":
         return Built(model=model, ref_model=None, peft_config=lora_config(spec, task))
     from peft import get_peft_model, prepare_model_for_kbit_training

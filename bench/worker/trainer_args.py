@@ -7,6 +7,7 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.reference import reference_plan
 from bench.worker.spec import WorkerSpec
 
 
@@ -15,12 +16,8 @@ def gradient_checkpointing(spec: WorkerSpec) -> bool:
 
 
 def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
-    """Asked by the option, or the recipe's reference (scenarios/recipes.yaml)."""
-    return (
-        Option.PRECOMPUTE_REF in spec.cell.options
-        or spec.recipe.settings.reference == "precomputed"
-        or spec.workload.train.precompute_ref
-    )
+    """Asked by the option, the recipe or the workload (bench/matrix/reference.py)."""
+    return reference_plan(spec.cell, spec.recipe.settings, spec.workload).precomputed
 
 
 def learning_rate(spec: WorkerSpec) -> float:

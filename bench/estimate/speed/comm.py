@@ -8,8 +8,9 @@ import math
 from dataclasses import dataclass
 
 from bench.matrix.backends import BackendSpec
+from bench.units import MiB
 
-DDP_BUCKET_BYTES = 25 * 2**20
+DDP_BUCKET_BYTES = 25 * MiB
 """torch DistributedDataParallel's bucket_cap_mb default (25 MiB): one all-reduce per bucket."""
 DEEPSPEED_BUCKET_ELEMENTS = 5e8
 """DeepSpeed's reduce_bucket_size and allgather_bucket_size defaults (5e8 elements)."""

@@ -8,8 +8,9 @@ it takes half. Cards without P2P send through the host, so a PCIe figure is an u
 from dataclasses import dataclass
 
 from bench.errors import BenchError
-from bench.matrix.gpus import Gpu, gpu, gpu_by_card
+from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
 from bench.matrix.profiles import HardwareProfile
+from bench.units import GB
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,13 @@ class DeviceFigures:
     source: str
 
 
-def _one_way(entry: Gpu, figure: str, gb_s: float | None) -> float:
+def _one_way(entry: GpuSpec, figure: str, gb_s: float | None) -> float:
     if gb_s is None:
         raise BenchError(f"GPU {entry.name}: the catalog has no {figure} figure (unpublished), so no speed prediction")
-    return gb_s / 2 * 1e9
+    return gb_s / 2 * GB
 
 
-def card_figures(entry: Gpu, peak_tflops: float | None = None) -> DeviceFigures:
+def card_figures(entry: GpuSpec, peak_tflops: float | None = None) -> DeviceFigures:
     """A catalog entry's figures; `peak_tflops`: the profile's (at its precision), else the entry's bf16/fp16."""
     peak = peak_tflops or entry.peak_tflops(entry.precision)
     if peak is None:
@@ -41,7 +42,7 @@ def card_figures(entry: Gpu, peak_tflops: float | None = None) -> DeviceFigures:
         name=entry.card,
         device_class="hpu" if entry.device == "hpu" else "gpu",
         peak_flops=peak * 1e12,
-        memory_bytes_s=entry.memory_bandwidth_gbs * 1e9,
+        memory_bytes_s=entry.memory_bandwidth_gbs * GB,
         interconnect_bytes_s=_one_way(entry, "interconnect", entry.interconnect.gb_s),
         host_link_bytes_s=_one_way(entry, "host link", entry.host_link_gb_s()),
         source=entry.source("memory_bandwidth_gbs"),
@@ -53,7 +54,7 @@ def cpu_figures(matmul_gflops: float, memory_gbps: float, threads: int, source: 
     The collectives (gloo) move bytes through the same memory."""
     if matmul_gflops <= 0 or memory_gbps <= 0 or threads < 1:
         raise BenchError(f"cpu figures must be positive (got {matmul_gflops} GFLOP/s, {memory_gbps} GB/s)")
-    bandwidth = memory_gbps * 1e9
+    bandwidth = memory_gbps * GB
     return DeviceFigures("cpu", "cpu", matmul_gflops * 1e9 * threads, bandwidth, bandwidth, bandwidth, source)
 
 

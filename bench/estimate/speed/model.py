@@ -23,7 +23,9 @@ from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
+from bench.matrix.reference import reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.units import GB
 
 QUANT_BYTES = {"none": 0.0, "int8": 1.0, "nf4": 0.5}
 """Stored bytes per quantized weight (bitsandbytes int8: one byte; nf4: half, the per-block scales left out)."""
@@ -49,15 +51,6 @@ class StepSetup:
     gather_units: int
 
 
-def precomputed_reference(cell: Cell, device: str) -> bool:
-    """DPOConfig's precompute_ref_log_probs: asked by the option or by the recipe (bench/worker/trainer_args.py)."""
-    if Option.PRECOMPUTE_REF in cell.options:
-        return True
-    return init_spec(cell.init).reference == "separate_model" and resolve(cell, device).settings.reference == (
-        "precomputed"
-    )
-
-
 def method_shape(shape: ModelShape, output: str) -> ModelShape:
     """A reward model's scalar head replaces the LM head (bench/judge/mfu.py's convention)."""
     if output != "scalar":
@@ -75,7 +68,7 @@ def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len:
     if found is None:
         raise ValueError(f"workload {workload.name}: no config.json to read the model's shape from")
     shape = method_shape(found, method.output)
-    precomputed = precomputed_reference(cell, profile.device)
+    precomputed = reference_plan(cell, resolve(cell, profile.device).settings, workload).precomputed
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
     step = work.StepShape(
@@ -221,7 +214,7 @@ def predict_speed(
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
     setup = setup_for(cell, profile, workload, seq_len)
-    terms = step_terms(setup, device, constants, host.memory_gbps * 1e9)
+    terms = step_terms(setup, device, constants, host.memory_gbps * GB)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens
     low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)

@@ -1,4 +1,4 @@
-"""The published throughput rows (../shared/published/memory.yaml: torchtune's tokens/s, Qwen's s/it) as step
+"""The published throughput rows (scenarios/published/memory.yaml: torchtune's tokens/s, Qwen's s/it) as step
 setups the speed model can predict. Each row states the configuration its source gives; what the source leaves
 open is an assumption named in `assumed`."""
 
@@ -33,7 +33,7 @@ Llama layout it matches."""
 
 
 @dataclass(frozen=True)
-class PublishedRow:
+class PublishedSpeedRow:
     id: str
     """`<memory.yaml id>: <setup>`."""
     card: str
@@ -48,7 +48,7 @@ class PublishedRow:
 
 
 ROWS = (
-    PublishedRow(
+    PublishedSpeedRow(
         "torchtune-llama31-8b-single-device: full, 1x RTX 4090",
         "NVIDIA GeForce RTX 4090",
         "llama31",
@@ -59,7 +59,7 @@ ROWS = (
         1650,
         "activation checkpointing on; AdamW bytes (the recipe's paged 8-bit AdamW moves fewer)",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "torchtune-llama31-8b-single-device: LoRA, 1x RTX 4090",
         "NVIDIA GeForce RTX 4090",
         "llama31",
@@ -70,7 +70,7 @@ ROWS = (
         3083,
         "activation checkpointing on; r=8",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "torchtune-llama31-8b-single-device: QLoRA, 1x RTX 4090",
         "NVIDIA GeForce RTX 4090",
         "llama31",
@@ -81,7 +81,7 @@ ROWS = (
         2413,
         "activation checkpointing on; r=8",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "torchtune-llama31-8b-single-device: full, 1x A6000",
         "NVIDIA RTX A6000",
         "llama31",
@@ -92,7 +92,7 @@ ROWS = (
         2579,
         "activation checkpointing on; AdamW bytes",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "torchtune-llama31-8b-single-device: LoRA, 1x A6000",
         "NVIDIA RTX A6000",
         "llama31",
@@ -103,7 +103,7 @@ ROWS = (
         4699,
         "activation checkpointing on; r=8",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "qwen7b-lora-a100: seq 256",
         "NVIDIA A100-SXM4-80GB",
         "qwen7b",
@@ -114,7 +114,7 @@ ROWS = (
         8 * 256 / 1.2,
         "8 full-length sequences per iteration (batch 1 x grad_accum 8)",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "qwen7b-lora-a100: seq 2048",
         "NVIDIA A100-SXM4-80GB",
         "qwen7b",
@@ -125,7 +125,7 @@ ROWS = (
         8 * 2048 / 5.2,
         "8 full-length sequences per iteration (batch 1 x grad_accum 8)",
     ),
-    PublishedRow(
+    PublishedSpeedRow(
         "qwen7b-lora-a100: seq 8192",
         "NVIDIA A100-SXM4-80GB",
         "qwen7b",
@@ -175,7 +175,7 @@ def lora_params(model: str, r: int) -> int:
     )
 
 
-def setup_of(row: PublishedRow) -> StepSetup:
+def setup_of(row: PublishedSpeedRow) -> StepSetup:
     shape, total, linear = _shapes(row.model)
     quantized = linear if row.quant == "nf4" else 0
     trainable = lora_params(row.model, row.lora_r) if row.lora_r else total

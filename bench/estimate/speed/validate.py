@@ -21,6 +21,7 @@ from bench.estimate.speed.model import StepSetup, quant_calls, setup_for, step_t
 from bench.matrix.methods import method_spec
 from bench.results.env import read_env
 from bench.results.store import load_results
+from bench.units import GB
 
 CPU_FIT_RUNS = ("cpu/20261123-141125", "cpu/20261124-001037", "cpu-budget-4g/20261123-083845")
 """The runs the CPU constants are fitted on: the whole tiny-workload DPO matrix (every init, quant and backend),
@@ -50,7 +51,9 @@ class SpeedRow:
 
 
 @dataclass(frozen=True)
-class Measured:
+class MeasuredSpeed:
+    """One measured cell's step time, with the setup the speed model reads for it."""
+
     run: str
     cell_id: str
     workload: str
@@ -85,7 +88,7 @@ def _card_of(run_dir: Path) -> DeviceFigures | None:
     return card_figures(entry) if entry is not None else None
 
 
-def measured_cells(results: Path, host: HostRate) -> list[Measured]:
+def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
     """Every ok cell with a throughput, with its step setup at the run's measured sequence length (tokens over
     steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure), on the device
     that ran it: the CPU's measured rates, or the GPU catalog's card."""
@@ -93,7 +96,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
     from bench.matrix.scenario import expand, load_matrix
 
     cells = {c.id: c for c in expand(load_matrix())}
-    found: list[Measured] = []
+    found: list[MeasuredSpeed] = []
     for path in sorted(results.glob("*/*/results.jsonl")):
         run_dir = path.parent
         run = f"{run_dir.parent.name}/{run_dir.name}"
@@ -116,7 +119,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
             setup = setup_for(cell, profile, workload, metrics.tokens_total / sequences)
             device = card or cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
             found.append(
-                Measured(
+                MeasuredSpeed(
                     run,
                     record.cell_id,
                     workload.name,
@@ -130,7 +133,7 @@ def measured_cells(results: Path, host: HostRate) -> list[Measured]:
     return found
 
 
-def _seconds(m: Measured, constants: ClassConstants, host_bytes_s: float) -> float:
+def _seconds(m: MeasuredSpeed, constants: ClassConstants, host_bytes_s: float) -> float:
     return sum(step_terms(m.setup, m.device, constants, host_bytes_s).values())
 
 
@@ -138,7 +141,7 @@ def speed_rows(results: Path, calibration: SpeedCalibration) -> list[SpeedRow]:
     rows = []
     for m in measured_cells(results, calibration.host):
         constants = constants_for(calibration, m.device.device_class)
-        host_bytes_s = m.device.memory_bytes_s if m.device.device_class == "cpu" else calibration.host.memory_gbps * 1e9
+        host_bytes_s = m.device.memory_bytes_s if m.device.device_class == "cpu" else calibration.host.memory_gbps * GB
         seconds = _seconds(m, constants, host_bytes_s)
         tokens = m.setup.world * m.setup.step.tokens
         rows.append(
@@ -200,7 +203,7 @@ class PublishedSpeed:
         return self.predicted_tokens_per_s / self.measured_tokens_per_s - 1.0
 
 
-def _published_device(row: published.PublishedRow) -> DeviceFigures:
+def _published_device(row: published.PublishedSpeedRow) -> DeviceFigures:
     from bench.matrix.gpus import gpu_by_card
 
     return card_figures(gpu_by_card(row.card))
@@ -212,7 +215,7 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
     for row in published.ROWS:
         setup = published.setup_of(row)
         device = _published_device(row)
-        seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * 1e9).values())
+        seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * GB).values())
         out.append(
             PublishedSpeed(
                 row.id,
@@ -260,7 +263,7 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
     return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
 
 
-def fit_gpu(cells: list[Measured], host: HostRate) -> ClassConstants:
+def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     """The GPU constants, each from what defines it: the efficiency from the published rows in published.FITTED
     (large steps, where compute is nearly all of the time), then the per-step overhead from this project's measured
     GPU cells (on the card that ran them, at their measured sequence lengths: short steps, where launches, the
@@ -269,7 +272,7 @@ def fit_gpu(cells: list[Measured], host: HostRate) -> ClassConstants:
     import numpy as np
 
     rows = [r for r in published.ROWS if r.id in published.FITTED]
-    host_bytes_s = host.memory_gbps * 1e9
+    host_bytes_s = host.memory_gbps * GB
     bare = [step_terms(published.setup_of(r), _published_device(r), UNIT, host_bytes_s) for r in rows]
     seconds = np.array([published.setup_of(r).step.tokens / r.measured_tokens_per_s for r in rows])
     c = np.array([t["compute"] for t in bare])
@@ -324,7 +327,7 @@ def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | No
     if published_speed:
         lines += [
             "",
-            "## Published rows (../shared/published/memory.yaml)",
+            "## Published rows (scenarios/published/memory.yaml)",
             "",
             "| row | measured tokens/s | PREDICTED tokens/s | error | fitted | assumed |",
             "|---|---|---|---|---|---|",

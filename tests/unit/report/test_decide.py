@@ -10,7 +10,7 @@ from bench.cli import main
 from bench.cli.advise import advise_point
 from bench.matrix.gpus import load_catalog
 from bench.paths import SCENARIOS_DIR
-from bench.report.decide_data import Decision, encode, point_index, predict_grid, read_point
+from bench.report.decide_data import DecisionPageJob, encode, point_index, predict_grid, read_point
 from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_argv, load_grid
 from bench.report.decide_page import DATA_FILE, data_script, render_page
 
@@ -31,7 +31,7 @@ EMOJI = re.compile("[\u2600-\u27bf\U0001f000-\U0001faff\ufe0f]")
 
 @pytest.fixture(scope="module")
 def data() -> dict:
-    points, commands = predict_grid(Decision(GRID, advise_point))
+    points, commands = predict_grid(DecisionPageJob(GRID, advise_point))
     return encode(GRID, points, commands)
 
 
@@ -99,5 +99,5 @@ def test_page_names_its_data_and_uses_no_emoji(data):
 
 
 def test_processes_give_the_same_data(data):
-    points, commands = predict_grid(Decision(GRID, advise_point, jobs=2))
+    points, commands = predict_grid(DecisionPageJob(GRID, advise_point, jobs=2))
     assert encode(GRID, points, commands) == data
