@@ -95,12 +95,15 @@ def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfil
 
 
 def _fixed_cell(advice, cell_id: str, by_id: dict):
-    """A fix's cell that is not among the advised ones (e.g. a precompute_ref row the matrix has no row for)."""
-    from bench.advise.fixes import smallest_fix  # noqa: F401  (the fix was found there; rebuild it from its id)
+    """A fix's cell that is not among the advised ones: a row of the matrix the narrowing (--filter, --init, ...)
+    left out (the fix changes the setup), or a precompute_ref row the matrix has no row for."""
     from bench.matrix.axes import Option
+    from bench.matrix.scenario import expand, load_matrix
 
-    base = cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")
-    cell = by_id[base]
+    every = {c.id: c for c in expand(load_matrix())} | by_id
+    if cell_id in every:
+        return every[cell_id]
+    cell = every[cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")]
     return cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
 
 
