@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.advice import advise
     from bench.advise.command import run_plan, to_run
+    from bench.advise.host import host_memory, require_host_memory
     from bench.advise.render import to_csv, to_json, to_markdown
 
     profile, workload, by_id, predictions = predicted(args)
-    advice = advise(profile, workload, predictions, by_id, args.prefer)
+    host = host_memory(profile, args.host_ram)
+    require_host_memory(profile, host, predictions)
+    advice = advise(profile, workload, predictions, by_id, args.prefer, host)
     chosen = to_run(advice)
     if chosen is not None:
         cell_id, change, extra = chosen
@@ -107,6 +110,16 @@ def _fixed_cell(advice, cell_id: str, by_id: dict):
     return cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
 
 
+def _gigabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GB, a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GB, got {text!r}")
+    return value
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "advise",
@@ -119,6 +132,14 @@ def register(sub: "argparse._SubParsersAction") -> None:
     narrow.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     for axis in AXES:
         narrow.add_argument(f"--{axis}", default=None, help=f"comma-separated: {', '.join(AXES[axis])}")
+    p.add_argument(
+        "--host-ram",
+        type=_gigabytes,
+        default=None,
+        metavar="GB",
+        help="the host memory of one node, GB, that offload cells are held against (default: the GPU catalog's "
+        "typical node for the GPU, pro rata to the GPUs per node; required where the catalog has none)",
+    )
     p.add_argument(
         "--prefer",
         choices=["fastest", "fewest-gpus", "faithful"],
