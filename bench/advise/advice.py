@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.advise.fixes import smallest_fix
-from bench.advise.host import HostMemory, host_need, over_host
+from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration
 from bench.estimate.speed.matrix import speeds_of
@@ -40,7 +40,7 @@ class CellAdvice(BaseModel):
     devices: int
     verdict: Literal["fits", "tight", "predicted_oom", "host_oom", "unknown"]
     """host_oom: the device would hold it, the host memory of a node would not (`host_need_bytes` > the advice's
-    `host_memory_bytes`); ranked with the cells that do not fit, never chosen."""
+    `host_memory_bytes`); ranked with the cells that do not fit, never chosen. A cell over both is predicted_oom."""
     total_bytes: float
     range_low_bytes: float | None
     range_high_bytes: float | None
@@ -205,9 +205,9 @@ def advise(
         if p.status != "predicted":
             continue
         cell = cells[p.cell_id]
-        verdict = "host_oom" if over_host(p, profile, host) else p.verdict or "unknown"
+        shown = verdict(p, profile, host)
         fix = None
-        if verdict in ("tight", "predicted_oom", "host_oom"):
+        if shown in ("tight", "predicted_oom", "host_oom"):
             found = smallest_fix(cell, profile, workload, calibration, fits)
             if found is not None:
                 fix = FixAdvice(
@@ -228,7 +228,7 @@ def advise(
                 setup=str(cell.setup),
                 recipes=list(resolve(cell, profile.device).entries),
                 devices=devices_used(p, profile),
-                verdict=verdict,
+                verdict=shown,
                 total_bytes=p.total_bytes or 0.0,
                 range_low_bytes=p.range_low_bytes,
                 range_high_bytes=p.range_high_bytes,

@@ -66,6 +66,13 @@ def over_host(prediction: Prediction, profile: HardwareProfile, host: HostMemory
     return host is not None and host_need(prediction, profile) > host.bytes_per_node
 
 
+def verdict(prediction: Prediction, profile: HardwareProfile, host: HostMemory | None) -> str:
+    """The device's verdict, or host_oom where the device would hold the cell and the host memory of a node would
+    not (a cell over both stays predicted_oom: the device is the first limit)."""
+    device = prediction.verdict or "unknown"
+    return "host_oom" if device != "predicted_oom" and over_host(prediction, profile, host) else device
+
+
 def require_host_memory(profile: HardwareProfile, host: HostMemory | None, predictions: list[Prediction]) -> None:
     """One line asking for --host-ram where offload cells are asked for and no host memory figure is known."""
     offloading = [p for p in predictions if p.status == "predicted" and p.host_bytes > 0]

@@ -45,7 +45,8 @@ def _host(advice: Advice, entry: CellAdvice) -> str:
     if advice.host_memory_bytes is None:
         return per_rank
     need = f"{_gb(entry.host_need_bytes)} of {_gb(advice.host_memory_bytes)} per node"
-    return f"{per_rank}, **{need}**" if entry.verdict == "host_oom" else f"{per_rank}, {need}"
+    over = entry.host_need_bytes > advice.host_memory_bytes
+    return f"{per_rank}, **{need}**" if over else f"{per_rank}, {need}"
 
 
 def _host_line(advice: Advice) -> list[str]:

@@ -89,14 +89,15 @@ def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfil
     """One point of the decision page: what `python -m bench advise ARGV` ranks, and the flags its commands carry."""
     import shlex
 
-    from bench.advise.host import host_memory, over_host
+    from bench.advise.host import host_memory, verdict
     from bench.report.decide_data import PointResult
 
     args = _parser().parse_args(["advise", *argv])
     profile, _, by_id, predictions = predicted(args, matrix)
     usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
     host = host_memory(profile, args.host_ram)
-    host_oom = frozenset(p.cell_id for p in predictions if p.status == "predicted" and over_host(p, profile, host))
+    predicted_ = [p for p in predictions if p.status == "predicted"]
+    host_oom = frozenset(p.cell_id for p in predicted_ if verdict(p, profile, host) == "host_oom")
     return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id, host_oom)
 
 

@@ -339,3 +339,24 @@ def test_a_gpu_without_a_host_figure_asks_for_host_ram_in_one_line(capsys):
     assert Advice.model_validate_json(capsys.readouterr().out).host_memory_bytes == 384e9
     # without offload cells nothing is asked
     assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "L4:2", "--filter", "one_adapter-none-ddp"]) == 0
+
+
+def test_host_need_is_per_rank_times_the_ranks_on_a_node_and_the_device_comes_first():
+    from bench.advise.host import HostMemory, host_need, verdict
+    from bench.estimate.predict import Prediction
+    from bench.matrix.profiles import gpu_profile
+
+    profile = gpu_profile("A100-80G:8", 2, "mistral-7b")  # 16 ranks over 2 nodes: 8 on each
+    host = HostMemory(1000e9, "--host-ram")
+
+    def cell(world: int, host_bytes: float, device: str) -> Prediction:
+        return Prediction(cell_id="x", hardware="h", workload="w", status="predicted", world_size=world,
+                          host_bytes=host_bytes, verdict=device)  # fmt: skip
+
+    assert host_need(cell(16, 100e9, "fits"), profile) == 800e9  # 8 ranks on the node, not 16
+    assert host_need(cell(1, 100e9, "fits"), profile) == 100e9  # +1rank
+    assert verdict(cell(16, 100e9, "fits"), profile, host) == "fits"
+    assert verdict(cell(16, 150e9, "fits"), profile, host) == "host_oom"
+    assert verdict(cell(16, 150e9, "tight"), profile, host) == "host_oom"
+    assert verdict(cell(16, 150e9, "predicted_oom"), profile, host) == "predicted_oom"
+    assert verdict(cell(16, 150e9, "fits"), profile, None) == "fits"  # nothing to hold it against
