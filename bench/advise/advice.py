@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.advise.fixes import smallest_fix
+from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration
 from bench.estimate.speed.matrix import speeds_of
@@ -38,7 +39,9 @@ class CellAdvice(BaseModel):
     recipes: list[str]
     """The recipe entries (scenarios/recipes.yaml) the cell runs with; a newcomer row leaves their settings out."""
     devices: int
-    verdict: Literal["fits", "tight", "predicted_oom", "unknown"]
+    verdict: Literal["fits", "tight", "predicted_oom", "host_oom", "unknown"]
+    """host_oom: the device would hold it, the host memory of a node would not (`host_need_bytes` > the advice's
+    `host_memory_bytes`); ranked with the cells that do not fit, never chosen. A cell over both is predicted_oom."""
     total_bytes: float
     range_low_bytes: float | None
     range_high_bytes: float | None
@@ -49,12 +52,15 @@ class CellAdvice(BaseModel):
     train_bytes: float
     load_bytes: float
     host_bytes: float
+    host_need_bytes: float = 0.0
+    """Host memory the cell needs on one node: host_bytes per rank times its ranks on the node (0: no offload)."""
     usable_bytes: float | None
     margin_bytes: float | None
     terms: dict[str, float]
     notes: list[str]
     fix: FixAdvice | None
-    """tight or predicted_oom only: the smallest change under which it is predicted to fit (null: none found)."""
+    """tight, predicted_oom or host_oom only: the smallest change under which it is predicted to fit, on the device
+    and in the host memory (null: none found)."""
 
 
 class Pick(BaseModel):
@@ -80,6 +86,11 @@ class Advice(BaseModel):
     devices_per_node: int
     nodes: int
     memory_per_device_bytes: float | None
+    host_memory_bytes: float | None = None
+    """The host memory of one node the offload cells are held against (null: not known, and no cell offloads)."""
+    host_memory_origin: str | None = None
+    """Where host_memory_bytes comes from: `--host-ram`, or the GPU catalog's node (`catalog default: NVIDIA DGX
+    H100, 2,048 GB for 8 GPUs ...`)."""
     precision: str
     model: str
     max_length: int
@@ -180,19 +191,25 @@ def advise(
     predictions: list[Prediction],
     cells: dict[str, Cell],
     prefer: str = "fastest",
+    host: HostMemory | None = None,
 ) -> Advice:
     """`predictions` (predict_all's, of `cells` by id) ranked as `prefer` says, each non-fitting cell with its
-    smallest fix."""
+    smallest fix; the offload cells held against `host`, the host memory of one node (None: not checked)."""
     calibration = load_calibration()
+
+    def fits(prediction: Prediction) -> bool:
+        return prediction.verdict == "fits" and not over_host(prediction, profile, host)
+
     speeds = speeds_of(profile, workload, [cells[p.cell_id] for p in predictions if p.status == "predicted"])
     entries = []
     for p in predictions:
         if p.status != "predicted":
             continue
         cell = cells[p.cell_id]
+        shown = verdict(p, profile, host)
         fix = None
-        if p.verdict in ("tight", "predicted_oom"):
-            found = smallest_fix(cell, profile, workload, calibration)
+        if shown in ("tight", "predicted_oom", "host_oom"):
+            found = smallest_fix(cell, profile, workload, calibration, fits)
             if found is not None:
                 fix = FixAdvice(
                     change=found.change.what,
@@ -212,7 +229,7 @@ def advise(
                 setup=str(cell.setup),
                 recipes=list(resolve(cell, profile.device).entries),
                 devices=devices_used(p, profile),
-                verdict=p.verdict or "unknown",
+                verdict=shown,
                 total_bytes=p.total_bytes or 0.0,
                 range_low_bytes=p.range_low_bytes,
                 range_high_bytes=p.range_high_bytes,
@@ -220,6 +237,7 @@ def advise(
                 train_bytes=p.train_bytes or 0.0,
                 load_bytes=p.load_bytes or 0.0,
                 host_bytes=p.host_bytes,
+                host_need_bytes=host_need(p, profile),
                 usable_bytes=p.usable_bytes,
                 margin_bytes=p.margin_bytes,
                 terms=p.terms,
@@ -236,6 +254,8 @@ def advise(
         devices_per_node=profile.device_count,
         nodes=profile.nodes,
         memory_per_device_bytes=None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB,
+        host_memory_bytes=None if host is None else host.bytes_per_node,
+        host_memory_origin=None if host is None else host.describe(profile.device_count),
         precision=profile.precision,
         model=workload.name,
         max_length=train.max_length,

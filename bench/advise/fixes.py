@@ -120,13 +120,21 @@ class Fix:
     prediction: Prediction
 
 
-def smallest_fix(cell: Cell, profile: HardwareProfile, workload: Workload, calibration: Calibration) -> Fix | None:
-    """The first change (PROPOSALS order) under which `cell` is predicted to fit on `profile`; None when none does."""
+def smallest_fix(
+    cell: Cell,
+    profile: HardwareProfile,
+    workload: Workload,
+    calibration: Calibration,
+    fits: Callable[[Prediction], bool] | None = None,
+) -> Fix | None:
+    """The first change (PROPOSALS order) under which `cell` is predicted to fit on `profile`; None when none does.
+    `fits`: what fitting means (default: the device verdict `fits`; `advise` adds the host memory of a node, so that
+    no fix it proposes is host_oom)."""
     for propose in PROPOSALS:
         for change in propose(cell, workload):
             if not_applicable_reason(change.cell, profile) is not None:
                 continue
             prediction = predict_cell(change.cell, profile, change.workload, calibration)
-            if prediction.verdict == "fits":
+            if prediction.verdict == "fits" if fits is None else fits(prediction):
                 return Fix(change, prediction)
     return None

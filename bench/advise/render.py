@@ -37,6 +37,37 @@ def _fix(entry: CellAdvice) -> str:
     return f"{entry.fix.change}{flags}{into}: {_gb(entry.fix.total_bytes)}, margin {_gb(entry.fix.margin_bytes)}"
 
 
+def _host(advice: Advice, entry: CellAdvice) -> str:
+    """Per rank, and for an offload cell the need of a node against the node's host memory."""
+    if not entry.host_bytes:
+        return "—"
+    per_rank = f"{_gb(entry.host_bytes)}/rank"
+    if advice.host_memory_bytes is None:
+        return per_rank
+    need = f"{_gb(entry.host_need_bytes)} of {_gb(advice.host_memory_bytes)} per node"
+    over = entry.host_need_bytes > advice.host_memory_bytes
+    return f"{per_rank}, **{need}**" if over else f"{per_rank}, {need}"
+
+
+def _host_line(advice: Advice) -> list[str]:
+    if advice.host_memory_bytes is None:
+        return []
+    return [
+        f"host memory {advice.host_memory_bytes / GB:,.0f} GB per node ({advice.host_memory_origin}): each offload "
+        "cell's host need, its host memory per rank times its ranks on a node, is held against it (host OOM when "
+        "over).",
+        "",
+    ]
+
+
+VERDICT_LABELS = {"fits": "fits", "tight": "tight", "predicted_oom": "OOM", "host_oom": "host OOM"}
+HOST_NOTE = (
+    "Host need per node = the offloaded state per rank (the estimator's host_bytes) x the ranks on the node; not "
+    "counted: the model's load on the host before sharding (a whole copy per rank without accelerate's "
+    "cpu_ram_efficient_loading), the libraries' own resident memory and the operating system's."
+)
+
+
 def to_markdown(advice: Advice, limit: int | None = None) -> str:
     a = advice
     memory = _gb(a.memory_per_device_bytes)
@@ -50,6 +81,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"{', '.join(a.lora_targets)}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
         f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
         "",
+        *_host_line(a),
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
         f"Ranked: fitting cells first, {RANKED_BY[a.prefer]} (--prefer); tight cells next; for each cell that does "
         "not fit, the smallest change predicted to make it fit.",
@@ -63,8 +95,8 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     shown = a.cells if limit is None else a.cells[:limit]
     for c in shown:
         setup = c.setup + (f" ({', '.join(c.recipes)})" if c.recipes else "")
-        verdict = {"fits": "fits", "tight": "tight", "predicted_oom": "OOM"}.get(c.verdict, c.verdict)
-        host = _gb(c.host_bytes) if c.host_bytes else "—"
+        verdict = VERDICT_LABELS.get(c.verdict, c.verdict)
+        host = _host(a, c)
         lines.append(
             f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
             f"| {_gb(c.margin_bytes)} | {host} | {_speed(c.tokens_per_s)} | {_fix(c)} |"
@@ -72,6 +104,8 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     if limit is not None and len(a.cells) > limit:
         lines.append(f"| … | {len(a.cells) - limit} more (--top 0 shows every cell) | | | | | | | | |")
     notes = sorted({n for c in a.cells for n in c.notes})
+    if any(c.host_bytes for c in shown):
+        notes.append(HOST_NOTE)
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
     lines += ["", "## To run it", ""]
@@ -109,6 +143,7 @@ COLUMNS = (
     "train_bytes",
     "load_bytes",
     "host_bytes",
+    "host_need_bytes",
     "usable_bytes",
     "margin_bytes",
     "fix_change",
@@ -144,6 +179,7 @@ def to_csv(advice: Advice) -> str:
                 f"{c.train_bytes:.0f}",
                 f"{c.load_bytes:.0f}",
                 f"{c.host_bytes:.0f}",
+                f"{c.host_need_bytes:.0f}",
                 "" if c.usable_bytes is None else f"{c.usable_bytes:.0f}",
                 "" if c.margin_bytes is None else f"{c.margin_bytes:.0f}",
                 fix.change if fix else "",

@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.advice import advise
     from bench.advise.command import run_plan, to_run
+    from bench.advise.host import host_memory, require_host_memory
     from bench.advise.render import to_csv, to_json, to_markdown
 
     profile, workload, by_id, predictions = predicted(args)
-    advice = advise(profile, workload, predictions, by_id, args.prefer)
+    host = host_memory(profile, args.host_ram)
+    require_host_memory(profile, host, predictions)
+    advice = advise(profile, workload, predictions, by_id, args.prefer, host)
     chosen = to_run(advice)
     if chosen is not None:
         cell_id, change, extra = chosen
@@ -86,22 +89,39 @@ def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfil
     """One point of the decision page: what `python -m bench advise ARGV` ranks, and the flags its commands carry."""
     import shlex
 
+    from bench.advise.host import host_memory, verdict
     from bench.report.decide_data import PointResult
 
     args = _parser().parse_args(["advise", *argv])
     profile, _, by_id, predictions = predicted(args, matrix)
     usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
-    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id)
+    host = host_memory(profile, args.host_ram)
+    predicted_ = [p for p in predictions if p.status == "predicted"]
+    host_oom = frozenset(p.cell_id for p in predicted_ if verdict(p, profile, host) == "host_oom")
+    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id, host_oom)
 
 
 def _fixed_cell(advice, cell_id: str, by_id: dict):
-    """A fix's cell that is not among the advised ones (e.g. a precompute_ref row the matrix has no row for)."""
-    from bench.advise.fixes import smallest_fix  # noqa: F401  (the fix was found there; rebuild it from its id)
+    """A fix's cell that is not among the advised ones: a row of the matrix the narrowing (--filter, --init, ...)
+    left out (the fix changes the setup), or a precompute_ref row the matrix has no row for."""
     from bench.matrix.axes import Option
+    from bench.matrix.scenario import expand, load_matrix
 
-    base = cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")
-    cell = by_id[base]
+    every = {c.id: c for c in expand(load_matrix())} | by_id
+    if cell_id in every:
+        return every[cell_id]
+    cell = every[cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")]
     return cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
+
+
+def _gigabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GB, a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GB, got {text!r}")
+    return value
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
@@ -116,6 +136,14 @@ def register(sub: "argparse._SubParsersAction") -> None:
     narrow.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     for axis in AXES:
         narrow.add_argument(f"--{axis}", default=None, help=f"comma-separated: {', '.join(AXES[axis])}")
+    p.add_argument(
+        "--host-ram",
+        type=_gigabytes,
+        default=None,
+        metavar="GB",
+        help="the host memory of one node, GB, that offload cells are held against (default: the GPU catalog's "
+        "typical node for the GPU, pro rata to the GPUs per node; required where the catalog has none)",
+    )
     p.add_argument(
         "--prefer",
         choices=["fastest", "fewest-gpus", "faithful"],

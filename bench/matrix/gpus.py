@@ -25,6 +25,19 @@ class Interconnect(Strict):
     gb_s: float | None = Field(default=None, gt=0, description="GB/s as the vendor states it (total bidirectional)")
 
 
+class HostNode(Strict):
+    """A typical server (or cloud instance) that carries the GPU: its host memory and how many of the GPUs it holds."""
+
+    system: str = Field(min_length=1, max_length=80)
+    gpus: int = Field(ge=1)
+    memory_gb: float = Field(gt=0)
+    """The host memory of the whole node as its vendor states it, GB; a figure stated in GiB is written as it stands
+    (read as GB, it is about 7 % under the real memory: the conservative side)."""
+
+    def per_gpu_gb(self) -> float:
+        return self.memory_gb / self.gpus
+
+
 class GpuSpec(Strict):
     """One card of the GPU catalog (scenarios/gpus.yaml): its published figures and their sources."""
 
@@ -44,19 +57,30 @@ class GpuSpec(Strict):
     host_link: Interconnect | None = None
     """The host <-> device link (PCIe) where the device-to-device link is another; absent: the interconnect is PCIe
     and is the host link too."""
+    host_node: HostNode | None = None
+    """A typical node that carries the GPU, for its host memory (`advise` holds offload cells against it); absent
+    where no figure was found: then `--host-ram` is asked for."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _every_number_sourced(self) -> "GpuSpec":
-        unknown = set(self.sources) - {"default", *NUMBERS}
+        unknown = set(self.sources) - {"default", "host_node", *NUMBERS}
         if unknown:
-            raise ValueError(f"sources: unknown figure {sorted(unknown)[0]!r}; known: default, {', '.join(NUMBERS)}")
+            raise ValueError(
+                f"sources: unknown figure {sorted(unknown)[0]!r}; known: default, host_node, {', '.join(NUMBERS)}"
+            )
+        if self.host_node is not None and "host_node" not in self.sources:
+            raise ValueError("host_node has no source (sources.host_node: the server's or instance's own page)")
+        if self.host_node is None and "host_node" in self.sources:
+            raise ValueError("sources.host_node names a source for a host_node the entry does not have")
         for figure in NUMBERS:
             link = self.sources.get(figure, self.sources.get("default"))
             if link is None:
                 raise ValueError(f"{figure} has no source (sources.{figure} or sources.default)")
             if not link.startswith("https://"):
                 raise ValueError(f"sources: {link!r} is not an https:// link")
+        if self.host_node is not None and not self.sources["host_node"].startswith("https://"):
+            raise ValueError(f"sources: {self.sources['host_node']!r} is not an https:// link")
         for pattern in self.driver_names:
             try:
                 re.compile(pattern)

@@ -39,6 +39,7 @@ VERDICT_BADGES = {
     "fits": "FITS",
     "tight": "TIGHT",
     "predicted_oom": "OOM",
+    "host_oom": "HOST OOM",
     "unknown": "?",
     "not_applicable": "N/A",
 }

@@ -39,6 +39,8 @@ class PointResult:
     usable_bytes: float | None
     predictions: list[Prediction]
     cells: dict[str, Cell]
+    host_oom: frozenset[str] = frozenset()
+    """Cells whose offloaded state is over the host memory of a node (`advise`'s host_oom; bench/advise/host.py)."""
 
 
 PointPredictor = Callable[[list[str], list[Cell]], tuple[HardwareProfile, PointResult]]
@@ -139,7 +141,8 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
                 continue
             breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), mb(value)))
             size[at] = (mb(p.total_bytes), breakdowns(breakdown), mb(p.host_bytes))
-            mark[at] = VERDICT_CODES[verdicts(p.verdict or "unknown")]
+            verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
+            mark[at] = VERDICT_CODES[verdicts(verdict)]
         encoded.append(
             [point.flags, mb(point.usable_bytes), sizes(tuple(size)), marks("".join(mark)), not_applicable(tuple(why))]
         )

@@ -16,6 +16,7 @@ MEANINGS = {
     "fits": "predicted to fit",
     "tight": "the PREDICTED range straddles the device's memory (the estimator's verdict)",
     "predicted_oom": "predicted out of memory",
+    "host_oom": "fits the device, but its offloaded state is over the host memory of a node (advise --host-ram)",
     "unknown": "no memory figure",
     "not_applicable": "cannot run on this hardware",
 }

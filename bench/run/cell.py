@@ -29,7 +29,7 @@ from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
-    from bench.run.slots import Placement
+    from bench.run.slots import SlotPlacement
 
 
 MIN_FREE_BYTES = 16 << 20
@@ -126,7 +126,7 @@ def run_cell(
     prediction: PredictionSummary | None = None,
     fresh: bool = True,
     timeout_s: float | None = None,
-    placement: "Placement | None" = None,
+    placement: "SlotPlacement | None" = None,
 ) -> ResultRecord:
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
     (a scheduler job an earlier run submitted is still writing into it). `placement`: its devices when cells run

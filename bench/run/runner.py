@@ -26,7 +26,7 @@ from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
-from bench.run.slots import Device, machine_devices
+from bench.run.slots import DeviceSlot, machine_devices
 from bench.run.unrecorded import Unrecorded, append_or_keep
 
 BUDGET_FILE = "budget.json"
@@ -164,7 +164,7 @@ def execute(
     return [done[c.id] for c in cells if c.id in done]
 
 
-def shareable_devices(ctx: RunContext) -> list[Device]:
+def shareable_devices(ctx: RunContext) -> list[DeviceSlot]:
     """The devices cells can share: the machine's (bench/run/slots.py) where the local executor runs them; none
     under any other executor."""
     if getattr(ctx.executor, "name", None) != "local" or ctx.untested:

@@ -18,7 +18,7 @@ from bench.run.budget import TimeBudget
 from bench.run.cell import RunContext, run_cell
 from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
-from bench.run.slots import Device, Placement, need, pick, start_order
+from bench.run.slots import DeviceSlot, SlotPlacement, need, pick, start_order
 from bench.run.unrecorded import append_or_keep
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
@@ -28,7 +28,7 @@ from bench.worker.spec import WorkerSpec
 class Running:
     cell: Cell
     trial: int
-    placement: Placement
+    placement: SlotPlacement
     started: float
     """Epoch seconds."""
     ended: float | None = None
@@ -59,7 +59,7 @@ def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
 def run_side_by_side(
     ctx: RunContext,
     todo: list[tuple[Cell, int]],
-    devices: list[Device],
+    devices: list[DeviceSlot],
     predictions: dict[str, PredictionSummary | None],
     done: dict[str, ResultRecord],
     repeats: int,
@@ -109,7 +109,7 @@ def run_side_by_side(
                 pending.remove(item)
                 for index in indexes:
                     free.remove(index)
-                placement = Placement(tuple(indexes), tuple(devices[i] for i in indexes))
+                placement = SlotPlacement(tuple(indexes), tuple(devices[i] for i in indexes))
                 timeout = budget.cell_timeout(ctx.profile.timeout_s) if budget is not None else None
                 run = Running(cell, trial, placement, time.time())
                 spans.append(run)

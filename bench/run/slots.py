@@ -20,7 +20,7 @@ VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceSlot:
     """One device a cell can take: a GPU (its CUDA_VISIBLE_DEVICES id) or a group of cores."""
 
     gpu: str | None = None
@@ -28,12 +28,12 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Placement:
+class SlotPlacement:
     """The devices one cell runs on."""
 
     indexes: tuple[int, ...]
     """Their places among the machine's devices."""
-    devices: tuple[Device, ...]
+    devices: tuple[DeviceSlot, ...]
 
     @property
     def first(self) -> int:
@@ -71,16 +71,16 @@ def core_ranges(cores: Sequence[int]) -> str:
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
-def machine_devices(profile: HardwareProfile, run_env: dict[str, str], cores: Sequence[int]) -> list[Device]:
+def machine_devices(profile: HardwareProfile, run_env: dict[str, str], cores: Sequence[int]) -> list[DeviceSlot]:
     """The devices the run hands out: its GPUs on a CUDA profile, `core_slots` groups of `cores` on a CPU profile;
     one device (nothing to share) elsewhere."""
     if profile.device == "cuda" and run_env.get(VISIBLE_ENV):
-        return [Device(gpu=g.strip()) for g in run_env[VISIBLE_ENV].split(",") if g.strip()]
+        return [DeviceSlot(gpu=g.strip()) for g in run_env[VISIBLE_ENV].split(",") if g.strip()]
     if profile.device == "cpu" and profile.core_slots and len(cores) >= profile.core_slots:
         size = len(cores) // profile.core_slots
         ordered = sorted(cores)
-        return [Device(cores=tuple(ordered[i * size : (i + 1) * size])) for i in range(profile.core_slots)]
-    return [Device()]
+        return [DeviceSlot(cores=tuple(ordered[i * size : (i + 1) * size])) for i in range(profile.core_slots)]
+    return [DeviceSlot()]
 
 
 def need(cell: Cell, profile: HardwareProfile, world: int, gpus: int, total: int) -> int:

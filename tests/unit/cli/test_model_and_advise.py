@@ -281,3 +281,82 @@ def test_default_lora_targets_follow_a_model_that_fuses_its_projections(capsys):
 def test_a_max_length_beyond_the_models_positions_is_warned_about(capsys):
     assert main(["predict", "--gpu", "A10:1", "--model", "phi-3-mini-4k", "--max-length", "16384"]) == 0
     assert "warning: max length 16384 is over phi-3-mini-4k's max_position_embeddings (4096)" in capsys.readouterr().err
+
+
+FULL_70B_OFFLOAD = ["advise", "--model", "llama-3.1-70b", "--gpu", "A100-80G:2", "--filter",
+                    "two_models-none-fsdp_offload", "--format", "json"]  # fmt: skip
+"""Full DPO of a 70B with FSDP offload: about 22 GB on each device, about 635 GB of host memory per rank."""
+
+
+def test_offload_over_the_host_memory_is_host_oom(capsys):
+    small = Advice.model_validate_json(_stdout(capsys, [*FULL_70B_OFFLOAD, "--host-ram", "256"]))
+    (cell,) = small.cells
+    assert cell.verdict == "host_oom" and small.chosen is None and small.picks == []
+    assert cell.margin_bytes > 0  # the device would hold it: the host would not
+    assert cell.host_need_bytes == pytest.approx(2 * cell.host_bytes) and cell.host_need_bytes > 256e9
+    assert (small.host_memory_bytes, small.host_memory_origin) == (256e9, "--host-ram")
+    assert cell.fix is not None and cell.fix.cell_id != cell.cell_id  # a smaller setup, itself within the host memory
+    large = Advice.model_validate_json(_stdout(capsys, [*FULL_70B_OFFLOAD, "--host-ram", "4096"]))
+    assert large.cells[0].verdict == "fits" and large.chosen == cell.cell_id
+    md = _stdout(capsys, [*FULL_70B_OFFLOAD[:-2], "--host-ram", "256"])
+    assert "| host OOM |" in md and f"**{cell.host_need_bytes / 1e9:,.1f} GB of 256.0 GB per node**" in md
+    assert "host memory 256 GB per node (--host-ram)" in md
+
+
+def test_no_fix_proposed_is_over_the_host_memory(capsys):
+    """The fix search holds every change against the host memory too: a host_oom cell's fix, asked again with the
+    same host memory, fits on the device and in the host memory (not host_oom)."""
+    base = ["advise", "--model", "llama-3.1-70b", "--gpu", "A100-80G:2", "--format", "json", "--host-ram", "256"]
+    advice = Advice.model_validate_json(_stdout(capsys, [*base, "--init", "two_models"]))
+    fixed = [c for c in advice.cells if c.verdict == "host_oom" and c.fix is not None]
+    assert fixed
+    for c in fixed[:2]:
+        again = Advice.model_validate_json(_stdout(capsys, [*base, *c.fix.flags, "--filter", c.fix.cell_id]))
+        assert [a.verdict for a in again.cells] == ["fits"], (c.cell_id, c.fix)
+
+
+def test_the_default_host_memory_is_the_catalogs_node_and_is_shown(capsys):
+    from bench.matrix.gpus import gpu
+
+    node = gpu("A100-80G").host_node
+    advice = Advice.model_validate_json(_stdout(capsys, FULL_70B_OFFLOAD))
+    assert advice.host_memory_bytes == pytest.approx(node.memory_gb / node.gpus * 2 * 1e9)
+    assert advice.host_memory_origin.startswith(f"catalog default: {node.system}, {node.memory_gb:,.0f} GB for 8 GPUs")
+    md = _stdout(capsys, ["advise", "--model", "llama-3.1-70b", "--gpu", "H100-SXM:8", "--filter", "*-fsdp_offload"])
+    assert (
+        "host memory 2,048 GB per node (catalog default: NVIDIA DGX H100, 2,048 GB for 8 GPUs; --host-ram to change)"
+        in md
+    )
+
+
+def test_a_gpu_without_a_host_figure_asks_for_host_ram_in_one_line(capsys):
+    argv = ["advise", "--model", "qwen2.5-7b", "--gpu", "L4:2", "--filter", "two_models-none-fsdp_offload"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: L4: the GPU catalog has no host memory figure")
+    assert "pass --host-ram GB" in err
+    assert main([*argv, "--host-ram", "384", "--format", "json"]) == 0
+    assert Advice.model_validate_json(capsys.readouterr().out).host_memory_bytes == 384e9
+    # without offload cells nothing is asked
+    assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "L4:2", "--filter", "one_adapter-none-ddp"]) == 0
+
+
+def test_host_need_is_per_rank_times_the_ranks_on_a_node_and_the_device_comes_first():
+    from bench.advise.host import HostMemory, host_need, verdict
+    from bench.estimate.predict import Prediction
+    from bench.matrix.profiles import gpu_profile
+
+    profile = gpu_profile("A100-80G:8", 2, "mistral-7b")  # 16 ranks over 2 nodes: 8 on each
+    host = HostMemory(1000e9, "--host-ram")
+
+    def cell(world: int, host_bytes: float, device: str) -> Prediction:
+        return Prediction(cell_id="x", hardware="h", workload="w", status="predicted", world_size=world,
+                          host_bytes=host_bytes, verdict=device)  # fmt: skip
+
+    assert host_need(cell(16, 100e9, "fits"), profile) == 800e9  # 8 ranks on the node, not 16
+    assert host_need(cell(1, 100e9, "fits"), profile) == 100e9  # +1rank
+    assert verdict(cell(16, 100e9, "fits"), profile, host) == "fits"
+    assert verdict(cell(16, 150e9, "fits"), profile, host) == "host_oom"
+    assert verdict(cell(16, 150e9, "tight"), profile, host) == "host_oom"
+    assert verdict(cell(16, 150e9, "predicted_oom"), profile, host) == "predicted_oom"
+    assert verdict(cell(16, 150e9, "fits"), profile, None) == "fits"  # nothing to hold it against

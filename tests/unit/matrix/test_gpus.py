@@ -162,3 +162,34 @@ def test_cards_outside_the_catalog_are_not_taken_for_a_neighbour() -> None:
 
     for other in ("NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A40", "cpu"):
         assert identify(other) is None, other
+
+
+def test_every_host_memory_figure_has_its_own_https_source():
+    entries = [g for g in load_catalog().gpus if g.host_node is not None]
+    assert {g.name for g in entries} >= {"T4", "A10", "A10G", "A100-80G", "H100-SXM", "H200", "B200", "MI300X"}
+    for entry in entries:
+        assert entry.sources["host_node"].startswith("https://"), entry.name
+        assert entry.sources["host_node"] != entry.sources.get("default"), entry.name  # the server's own page
+        assert entry.host_node.memory_gb > 0 and entry.host_node.gpus >= 1, entry.name
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"host_node": {"system": "Some server", "gpus": 8, "memory_gb": 1024}}, "host_node has no source"),
+        ({"sources": {"default": "https://example.com/a", "host_node": "https://example.com/b"}}, "does not have"),
+        (
+            {
+                "host_node": {"system": "Some server", "gpus": 8, "memory_gb": 1024},
+                "sources": {"default": "https://example.com/a", "host_node": "http://example.com/b"},
+            },
+            "is not an https:// link",
+        ),
+    ],
+)
+def test_a_host_memory_figure_needs_a_source(change, message):
+    catalog = load_catalog().model_dump()
+    entry = next(g for g in catalog["gpus"] if g["name"] == "L4")
+    entry.update(change)
+    with pytest.raises(ValueError, match=message):
+        Catalog.model_validate(catalog)

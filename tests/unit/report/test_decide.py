@@ -101,3 +101,15 @@ def test_page_names_its_data_and_uses_no_emoji(data):
 def test_processes_give_the_same_data(data):
     points, commands = predict_grid(DecisionPageJob(GRID, advise_point, jobs=2))
     assert encode(GRID, points, commands) == data
+
+
+def test_offload_over_the_nodes_host_memory_is_shown_host_oom(data, capsys, tmp_path):
+    """One T4 of an AWS g4dn.12xlarge (192 GiB for 4) has 48 GB of host memory: full DPO of Qwen2.5-7B offloaded to
+    it does not fit there, whatever the device says; the page says so as `advise` does, and its legend explains it."""
+    point = (GRID.models[1], "T4", 1, 1024, 4)
+    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 1024, 4))
+    over = {cid for cid, c in page.items() if c["verdict"] == "host_oom"}
+    assert over and all(page[cid]["host_mb"] > 48_000 for cid in over)
+    advice = _advise(capsys, tmp_path, advise_argv(*point))
+    assert over == {c["cell_id"] for c in advice["cells"] if c["verdict"] == "host_oom"}
+    assert ">HOST OOM</span>" in render_page(GRID, data)

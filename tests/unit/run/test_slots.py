@@ -5,7 +5,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.run.side_by_side import Running, shared_with
-from bench.run.slots import Device, Placement, core_ranges, machine_devices, need, pick, start_order
+from bench.run.slots import DeviceSlot, SlotPlacement, core_ranges, machine_devices, need, pick, start_order
 
 
 def cell(backend: str = Backend.SINGLE, init: str = Init.ONE_ADAPTER) -> Cell:
@@ -49,14 +49,14 @@ def test_the_machines_devices_are_its_gpus_or_its_core_groups():
     assert [d.gpu for d in gpus] == [str(i) for i in range(8)]
     cores = machine_devices(load_profile("cpu-slots"), {}, [0, 1, 2, 3, 4])
     assert [d.cores for d in cores] == [(0, 1), (2, 3)]
-    assert machine_devices(load_profile("cpu"), {}, [0, 1]) == [Device()]  # nothing to share
-    assert machine_devices(load_profile("cpu-slots"), {}, [0]) == [Device()]  # fewer cores than groups
+    assert machine_devices(load_profile("cpu"), {}, [0, 1]) == [DeviceSlot()]  # nothing to share
+    assert machine_devices(load_profile("cpu-slots"), {}, [0]) == [DeviceSlot()]  # fewer cores than groups
 
 
 def test_a_placement_names_its_mask_and_its_environment():
-    gpus = Placement((2, 3), (Device(gpu="2"), Device(gpu="3")))
+    gpus = SlotPlacement((2, 3), (DeviceSlot(gpu="2"), DeviceSlot(gpu="3")))
     assert (gpus.env, gpus.cores, gpus.label, gpus.first) == ({"CUDA_VISIBLE_DEVICES": "2,3"}, None, "GPUs 2,3", 2)
-    cores = Placement((1,), (Device(cores=(2, 3)),))
+    cores = SlotPlacement((1,), (DeviceSlot(cores=(2, 3)),))
     assert (cores.env, cores.cores, cores.label) == ({}, [2, 3], "cores 2-3")
     assert core_ranges([0, 1, 2, 3, 6, 8, 9]) == "0-3,6,8-9"
 
@@ -68,7 +68,7 @@ def test_cells_that_share_the_machine_start_before_those_that_take_all_of_it():
 
 
 def test_a_record_names_the_cells_that_ran_at_some_moment_beside_it():
-    placement = Placement((0,), (Device(),))
+    placement = SlotPlacement((0,), (DeviceSlot(),))
     a = Running(cell(), 0, placement, started=0.0, ended=10.0)
     b = Running(cell(init=Init.TWO_MODELS), 0, placement, started=5.0, ended=None)  # still running
     c = Running(cell(init=Init.TWO_ADAPTERS), 0, placement, started=11.0, ended=12.0)  # after a ended
