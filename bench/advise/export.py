@@ -305,10 +305,24 @@ def _yaml(config: dict[str, Any]) -> str:
     return "\n".join(head) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 
-def _launch_sh(command: list[str], launcher: str) -> str:
-    exports = []
+def visible_devices(spec: Any) -> str | None:
+    """launch.sh's CUDA_VISIBLE_DEVICES line where the cell uses fewer of the machine's GPUs than it has (as `run`
+    gives it: bench/worker/placement.py cell_devices): the first ones of those visible, else of 0..N-1. A single
+    process that sees several GPUs is refused by TRL ("does not support nn.DataParallel"); the deepspeed launcher
+    takes every visible GPU. None: every GPU."""
+    from bench.worker.placement import cell_devices
+
+    used, every = cell_devices(spec), spec.profile.device_count
+    if spec.profile.device != "cuda" or used >= every:
+        return None
+    default = ",".join(str(i) for i in range(every))
+    return f'export CUDA_VISIBLE_DEVICES=$(echo "${{CUDA_VISIBLE_DEVICES:-{default}}}" | cut -d, -f1-{used})'
+
+
+def _launch_sh(command: list[str], launcher: str, devices: str | None) -> str:
+    exports = [] if devices is None else [devices]
     if launcher == "mpirun":  # mpirun forwards these to the ranks (-x); torch's rendezvous reads them
-        exports = [
+        exports += [
             "export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}",
             f"export MASTER_PORT=${{MASTER_PORT:-{EXAMPLE_PORT}}}",
         ]
@@ -407,7 +421,7 @@ def export_files(
     if reasons:
         files[SCRIPT_FILE] = recipe_script(spec, reasons)
     files |= native
-    files[LAUNCH_FILE] = _launch_sh(command, str(cell.launcher))
+    files[LAUNCH_FILE] = _launch_sh(command, str(cell.launcher), visible_devices(spec))
     files[README_FILE] = _readme(spec, command, list(files), reasons, change)
     return files
 
