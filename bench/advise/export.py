@@ -204,7 +204,7 @@ dpo.yaml's (TRL's ScriptArguments, DPOConfig and ModelConfig); this script, not 
 
 Written by `python -m bench advise --export`; run it with launch.sh."""
 
-import torch
+{typing}import torch
 from datasets import load_dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer, ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
@@ -283,7 +283,7 @@ def recipe_script(spec: Any, reasons: list[str]) -> str:
     helpers = ""
     if placement == "balanced_io_first":
         functions = (models.io_first, models.io_module_names, models.balanced_io_first_map)
-        helpers = "\nfrom typing import Any\n\n\n" + "\n\n".join(inspect.getsource(f) for f in functions)
+        helpers = "\n\n" + "\n\n".join(inspect.getsource(f) for f in functions)
     keep = init_spec(spec.cell.init).reference == "separate_model" and spec.recipe.settings.reference != "precomputed"
     return SCRIPT.format(
         model=spec.assets.model,
@@ -293,6 +293,7 @@ def recipe_script(spec: Any, reasons: list[str]) -> str:
         keep_reference=keep,
         device_map=placement,
         helpers=helpers,
+        typing="from typing import Any\n\n" if helpers else "",
     )
 
 
