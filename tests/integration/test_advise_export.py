@@ -14,6 +14,7 @@ import yaml
 
 from bench.advise.export import CONFIG_FILE, DATASET_PLACEHOLDER, LAUNCH_FILE, SCRIPT_FILE
 from bench.assets.prepare import prepare
+from bench.cli import main
 from bench.matrix.profiles import load_workload
 from bench.paths import SCENARIOS_DIR
 
@@ -40,13 +41,13 @@ def dataset(tmp_path_factory) -> Path:
     return folder
 
 
-def _export(folder: Path, checkpoint: Path, cell: str) -> None:
+def _export(folder: Path, checkpoint: Path, cell: str, capsys) -> None:
     """The CPU profile with a memory figure (`cpu` has none: nothing is predicted to fit), tiny's settings."""
-    argv = [sys.executable, "-m", "bench", "advise", "--hw", "cpu-budget-4g", "--workload", "tiny", "--model",
-            str(checkpoint), "--filter", cell, "--export", str(folder)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "random weights and synthetic data" in done.stdout and "--export" in done.stdout
+    argv = ["advise", "--hw", "cpu-budget-4g", "--workload", "tiny", "--model", str(checkpoint), "--filter", cell,
+            "--export", str(folder)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "random weights and synthetic data" in out and "--export" in out
 
 
 def _train(folder: Path, dataset: Path) -> subprocess.CompletedProcess:
@@ -73,9 +74,9 @@ def _train(folder: Path, dataset: Path) -> subprocess.CompletedProcess:
     ("cell", "script"),
     [("one_adapter-none-single", False), ("two_adapters-none-single", True)],
 )
-def test_exported_recipe_trains_the_model(checkpoint, dataset, tmp_path, cell, script):
+def test_exported_recipe_trains_the_model(checkpoint, dataset, tmp_path, capsys, cell, script):
     folder = tmp_path / "recipe"
-    _export(folder, checkpoint, cell)
+    _export(folder, checkpoint, cell, capsys)
     settings = yaml.safe_load((folder / CONFIG_FILE).read_text())
     assert settings["model_name_or_path"] == str(checkpoint) and settings["dataset_name"] == DATASET_PLACEHOLDER
     assert (folder / SCRIPT_FILE).exists() == script
