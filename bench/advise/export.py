@@ -297,8 +297,16 @@ def recipe_script(spec: Any, reasons: list[str]) -> str:
     )
 
 
-def _yaml(config: dict[str, Any]) -> str:
+MODEL_NOTE = (
+    "model_name_or_path is the workload's name (the benchmark trained its architecture with random weights): put the "
+    "Hub id or the folder of your model there"
+)
+"""Without --model: what the recipe says of the model it names."""
+
+
+def _yaml(config: dict[str, Any], model_named: bool) -> str:
     head = [
+        *([] if model_named else [f"# {MODEL_NOTE}."]),
         "# TRL's DPO settings (ScriptArguments, DPOConfig, ModelConfig), from the benchmark's own trainer arguments.",
         f"# dataset_name {DATASET_PLACEHOLDER} is a placeholder: put a Hub dataset, or the absolute path of a",
         "# folder of prompt/chosen/rejected rows (a train.jsonl); launch.sh will not start until it is replaced.",
@@ -345,7 +353,9 @@ def _launch_sh(command: list[str], launcher: str, devices: str | None) -> str:
     )
 
 
-def _readme(spec: Any, command: list[str], files: list[str], reasons: list[str], change: str | None) -> str:
+def _readme(
+    spec: Any, command: list[str], files: list[str], reasons: list[str], change: str | None, model_named: bool
+) -> str:
     cell = spec.cell
     lines = [
         f"# DPO recipe: `{spec.assets.model}` as `{cell.id}` on {spec.profile.name}",
@@ -356,7 +366,8 @@ def _readme(spec: Any, command: list[str], files: list[str], reasons: list[str],
         "",
         *([f"The setup did not fit as it was; this recipe applies: {change}.", ""] if change else []),
         "1. In `dpo.yaml`, replace `dataset_name: " + DATASET_PLACEHOLDER + "` with a Hub dataset or the absolute "
-        "path of a folder of prompt/chosen/rejected rows (e.g. `train.jsonl`).",
+        "path of a folder of prompt/chosen/rejected rows (e.g. `train.jsonl`)."
+        + ("" if model_named else f" Its {MODEL_NOTE}."),
         "2. Run it:",
         "",
         "```",
@@ -418,12 +429,13 @@ def export_files(
     spec = recipe_spec(cell, profile, workload, model)
     reasons = script_reasons(spec)
     command = launch_command(spec, script=bool(reasons))
-    files = {CONFIG_FILE: _yaml(trl_config(spec))}
+    model_named = not (model == workload.name and workload.model.weights == "random")
+    files = {CONFIG_FILE: _yaml(trl_config(spec), model_named)}
     if reasons:
         files[SCRIPT_FILE] = recipe_script(spec, reasons)
     files |= native
     files[LAUNCH_FILE] = _launch_sh(command, str(cell.launcher), visible_devices(spec))
-    files[README_FILE] = _readme(spec, command, list(files), reasons, change)
+    files[README_FILE] = _readme(spec, command, list(files), reasons, change, model_named)
     return files
 
 

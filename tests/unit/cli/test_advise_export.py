@@ -146,3 +146,12 @@ def test_export_of_another_method_is_one_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert "--export writes dpo recipes only" in err and "not --method sft" in err and "\n" not in err
     assert not list(tmp_path.iterdir())
+
+
+def test_without_a_model_the_recipe_says_to_name_one(capsys, tmp_path):
+    assert main(["advise", "--gpu", "A10:2", "--export", str(tmp_path)]) == 0
+    capsys.readouterr()
+    settings = yaml.safe_load((tmp_path / CONFIG_FILE).read_text())
+    assert settings["model_name_or_path"] == "mistral-7b"
+    for name in (CONFIG_FILE, README_FILE):
+        assert "put the Hub id or the folder of your model there" in (tmp_path / name).read_text(), name
