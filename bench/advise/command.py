@@ -33,6 +33,12 @@ def run_plan(
     argv = ["python", "-m", "bench", "run", *base_flags, *extra, "--filter", cell.id]
     if cell.method != "dpo":
         argv[4:4] = ["--method", str(cell.method)]
+    return RunPlan(cell_id=cell.id, change=change, command=shlex.join(argv), files=native_files(cell, profile))
+
+
+def native_files(cell: Cell, profile: HardwareProfile) -> dict[str, str]:
+    """File name -> content: the deepspeed.json and accelerate.yaml `run` writes for the cell (none for a plain one),
+    the DeepSpeed file named relative to the folder both are in."""
     backend = backend_spec(cell.backend)
     files: dict[str, str] = {}
     ds_file = None
@@ -41,4 +47,4 @@ def run_plan(
         files[DEEPSPEED_FILE] = json.dumps(deepspeed_config(backend), indent=2) + "\n"
     if launcher_spec(cell.launcher).reads_accelerate_config:
         files[ACCELERATE_FILE] = yaml.safe_dump(accelerate_config(cell, profile, EXAMPLE_PORT, ds_file))
-    return RunPlan(cell_id=cell.id, change=change, command=shlex.join(argv), files=files)
+    return files

@@ -6,6 +6,8 @@ import io
 from bench.advise.advice import Advice, CellAdvice
 from bench.units import GB, bytes_text
 
+CHECK_LABEL = "a check of this setup on random weights and synthetic data (a few steps), not training your model"
+"""What the printed `python -m bench run ... --filter CELL` line is (the recipe: `advise --export`)."""
 RANKED_BY = {
     "fastest": "the most PREDICTED tokens/s first",
     "fewest-gpus": "the fewest GPUs first, then the fastest",
@@ -115,7 +117,14 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         if a.run.change:
             lines.append(f"No cell fits as it is; `{a.run.cell_id}` is predicted to fit with: {a.run.change}.")
             lines.append("")
-        lines += ["```", a.run.command, "```"]
+        lines += [
+            f"`bench run` below is {CHECK_LABEL}. `--export DIR` writes the recipe that trains your model in this "
+            "setup (launch line, accelerate/DeepSpeed config, TRL's DPO settings; docs/advise.md).",
+            "",
+            "```",
+            a.run.command,
+            "```",
+        ]
         for name, text in a.run.files.items():
             lines += ["", f"`{name}` (what `run` writes for the cell):", "", "```", text.rstrip("\n"), "```"]
     return "\n".join(lines) + "\n"

@@ -23,6 +23,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.host import host_memory, require_host_memory
     from bench.advise.render import to_csv, to_json, to_markdown
 
+    if args.export is not None:
+        from bench.advise.export import check_method
+        from bench.matrix.scenario import parse_methods
+
+        check_method(parse_methods(args.method))
     profile, workload, by_id, predictions = predicted(args)
     host = host_memory(profile, args.host_ram)
     require_host_memory(profile, host, predictions)
@@ -32,6 +37,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
         cell_id, change, extra = chosen
         cell = by_id.get(cell_id) or _fixed_cell(advice, cell_id, by_id)
         advice = advice.model_copy(update={"run": run_plan(cell, profile, target_flags(args), change, extra)})
+        if args.export is not None:
+            export(args, cell, change, extra)
+    elif args.export is not None:
+        from bench.errors import BenchError
+
+        raise BenchError("--export: no setup is predicted to fit, not even with one change; nothing to export")
     if args.format == "json":
         text = to_json(advice)
     elif args.format == "csv":
@@ -40,6 +51,22 @@ def cmd_advise(args: argparse.Namespace) -> int:
         text = to_markdown(advice, args.top or None)
     write_or_print(text, args.output)
     return 0
+
+
+def export(args: argparse.Namespace, cell: "Cell", change: str | None, extra: list[str]) -> None:
+    """Write the recipe of `cell` under the settings asked plus the fix's `extra` flags into --export's folder."""
+    from pathlib import Path
+
+    from bench.advise.command import native_files
+    from bench.advise.export import export_files, model_id, write_export
+    from bench.cli.target import _say_once
+
+    fixed = _parser().parse_args(["advise", *target_flags(args), *extra]) if extra else args
+    profile, workload = target(fixed)
+    files = export_files(cell, profile, workload, model_id(args.model, workload), native_files(cell, profile), change)
+    folder = Path(args.export)
+    write_export(folder, files)
+    _say_once(f"--export: wrote {', '.join(files)} to {folder} (README.md says how to run it)")
 
 
 def predicted(
@@ -154,4 +181,11 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--format", choices=["md", "json", "csv"], default="md", help="json keys: docs/advise.md")
     p.add_argument("--top", type=int, default=25, help="md: rows shown (0: every cell; default: %(default)s)")
     p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--export",
+        default=None,
+        metavar="DIR",
+        help="write the recipe that trains your model in the chosen setup (launch.sh, dpo.yaml for TRL's DPO script, "
+        "the accelerate/DeepSpeed configs) into DIR; `dpo.yaml`'s dataset_name is a placeholder to replace",
+    )
     p.set_defaults(func=cmd_advise)

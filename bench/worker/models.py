@@ -18,7 +18,9 @@ from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""A profile's precision as torch's dtype name (what from_pretrained loads and computes in; TRL's ModelConfig.dtype)."""
+DTYPES = {precision: getattr(torch, name) for precision, name in DTYPE_NAMES.items()}
 
 
 @dataclass
@@ -30,8 +32,9 @@ class Built:
     peft_config: Any
 
 
-def quantization_kwargs(quant: Quant, compute_dtype: torch.dtype, settings: Settings) -> dict[str, Any] | None:
-    """BitsAndBytesConfig's keyword arguments for the cell (None: not quantized). Pure."""
+def quantization_kwargs(quant: Quant, compute_dtype: Any, settings: Settings) -> dict[str, Any] | None:
+    """BitsAndBytesConfig's keyword arguments for the cell (None: not quantized); `compute_dtype` a torch dtype, or
+    its name for a config file (bench/advise/export.py). Pure."""
     if quant == Quant.INT8:
         return {"load_in_8bit": True}
     if quant == Quant.NF4:
@@ -138,17 +141,22 @@ def load_causal_lm(spec: WorkerSpec) -> Any:
     return load_pretrained(spec)
 
 
+def lora_kwargs(spec: WorkerSpec, task_type: str = "CAUSAL_LM") -> dict[str, Any]:
+    """LoraConfig's keyword arguments for the cell (also what an exported recipe writes). Pure."""
+    lora = spec.workload.lora
+    return {
+        "r": lora.r,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": list(lora.target_modules),
+        "task_type": task_type,
+    }
+
+
 def lora_config(spec: WorkerSpec, task_type: str = "CAUSAL_LM") -> Any:
     from peft import LoraConfig
 
-    lora = spec.workload.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        task_type=task_type,
-    )
+    return LoraConfig(**lora_kwargs(spec, task_type))
 
 
 def build_models(spec: WorkerSpec, load: Callable[[WorkerSpec], Any] | None = None, task: str = "CAUSAL_LM") -> Built:
