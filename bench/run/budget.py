@@ -88,6 +88,12 @@ class TimeBudget:
     def slowdown(self) -> float:
         return max(1.0, statistics.median(self.slowdowns)) if self.slowdowns else 1.0
 
+    def not_run(self, cell: Cell) -> str:
+        """Why `cell` is left out, for the progress line."""
+        return (
+            f"not run: predicted {self.predicted_s(cell):.0f} s, {max(0.0, self.left()):.0f} s of the time budget left"
+        )
+
     def fits(self, cell: Cell, now: float | None = None) -> bool:
         return self.predicted_s(cell) <= self.left(now)
 

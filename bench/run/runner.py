@@ -123,12 +123,7 @@ def execute(
         label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")
         if budget is not None and not budget.fits(cell):
             over_budget.append((cell, budget.predicted_s(cell)))
-            print(
-                f"[{index:>3}/{len(todo)}] {label:<40} not run: predicted {budget.predicted_s(cell):.0f} s, "
-                f"{max(0.0, budget.left()):.0f} s of the time budget left",
-                file=out,
-                flush=True,
-            )
+            print(f"[{index:>3}/{len(todo)}] {label:<40} {budget.not_run(cell)}", file=out, flush=True)
             continue
         timeout = budget.cell_timeout(ctx.profile.timeout_s) if budget is not None else None
         before = lines

@@ -91,12 +91,7 @@ def run_side_by_side(
                 if budget is not None and not budget.fits(cell):
                     pending.remove(item)
                     over_budget.append((cell, budget.predicted_s(cell)))
-                    print(
-                        f"      {cell.id:<40} not run: predicted {budget.predicted_s(cell):.0f} s, "
-                        f"{max(0.0, budget.left()):.0f} s of the time budget left",
-                        file=out,
-                        flush=True,
-                    )
+                    print(f"      {cell.id:<40} {budget.not_run(cell)}", file=out, flush=True)
                     continue
                 count = needs[cell.id]
                 if count >= total and running:

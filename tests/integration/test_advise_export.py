@@ -13,24 +13,11 @@ import pytest
 import yaml
 
 from bench.advise.export import CONFIG_FILE, DATASET_PLACEHOLDER, LAUNCH_FILE, SCRIPT_FILE
-from bench.assets.prepare import prepare
 from bench.cli import main
-from bench.matrix.profiles import load_workload
 from bench.paths import SCENARIOS_DIR
 
 pytestmark = pytest.mark.integration
 STEPS = 2
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tiny = prepare(load_workload("tiny"))
-    folder = tmp_path_factory.mktemp("checkpoint") / "tiny-llama"
-    AutoModelForCausalLM.from_pretrained(tiny.model).save_pretrained(str(folder))
-    AutoTokenizer.from_pretrained(tiny.tokenizer).save_pretrained(str(folder))
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.assets.prepare import prepare
-from bench.matrix.profiles import load_workload
 from bench.paths import SCENARIOS_DIR
 from bench.results.store import load_results
 
 pytestmark = pytest.mark.integration
 CELL = "one_adapter-none-single"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tiny = prepare(load_workload("tiny"))
-    folder = tmp_path_factory.mktemp("checkpoint") / "tiny-llama"
-    AutoModelForCausalLM.from_pretrained(tiny.model).save_pretrained(str(folder))
-    AutoTokenizer.from_pretrained(tiny.tokenizer).save_pretrained(str(folder))
-    return folder
 
 
 def test_pretrained_from_local_folder_trains(checkpoint: Path, tmp_path: Path):
