@@ -59,5 +59,9 @@ class Executor(Protocol):
     python: str
     """Interpreter that runs workers and launchers where this executor runs them."""
     image: str | None
+    concurrent: bool
+    """True: a scheduler orders the cells, and the runner hands it every cell at once (bench/run/in_flight.py)."""
+    memory_budget_bytes: int | None
+    """Each rank's memory limit where this executor enforces one (a memory cgroup per rank); None: none."""
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome: ...

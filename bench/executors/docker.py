@@ -191,6 +191,8 @@ class DockerExecutor:
     """Cells run in containers of one pinned image."""
 
     name = "docker"
+    concurrent = False
+    memory_budget_bytes = None
 
     def __init__(self, spec: ContainerSpec, image_id: str, python: str = PYTHON_IN_IMAGE) -> None:
         self.spec = spec

@@ -101,6 +101,7 @@ class LocalExecutor:
     """Cells run as process groups on this machine, in this interpreter's environment."""
 
     name = "local"
+    concurrent = False
     image = None
 
     def __init__(

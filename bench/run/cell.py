@@ -183,7 +183,7 @@ def run_cell(
         mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
-        memory_budget_bytes=getattr(ctx.executor, "memory_budget_bytes", None),
+        memory_budget_bytes=ctx.executor.memory_budget_bytes,
         prediction=prediction,
         timeout_s=limit,
     )

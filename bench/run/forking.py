@@ -11,8 +11,9 @@ would not be its own; on GPUs the server may only import what leaves CUDA untouc
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
+from bench.executors.base import Executor
+from bench.executors.local import LocalExecutor
 from bench.matrix.profiles import HardwareProfile
 from bench.run.launch import shared_env
 
@@ -22,13 +23,13 @@ PRELOAD = {"cpu": "bench.worker.preload:cpu"}
 ACCELERATOR_PRELOAD = "bench.worker.preload:accelerator"
 
 
-def why_fresh(choice: str, executor: Any, profile: HardwareProfile) -> str | None:
+def why_fresh(choice: str, executor: Executor, profile: HardwareProfile) -> str | None:
     """Pure: why the cells start fresh under this choice, executor and profile; None: they fork."""
     if choice == "fresh":
         return "--start fresh"
-    if getattr(executor, "name", None) != "local":
-        return f"the {getattr(executor, 'name', 'unknown')} executor starts each cell where no fork server runs"
-    if getattr(executor, "memory_budget_bytes", None) is not None:
+    if not isinstance(executor, LocalExecutor):
+        return f"the {executor.name} executor starts each cell where no fork server runs"
+    if executor.memory_budget_bytes is not None:
         return "under a per-rank memory budget a forked rank's library pages stay charged to the fork server's cgroup"
     if choice == "auto" and profile.device != "cpu":
         return f"forking on {profile.device} is not yet validated (--start forked asks for it)"
@@ -37,12 +38,12 @@ def why_fresh(choice: str, executor: Any, profile: HardwareProfile) -> str | Non
 
 @contextlib.contextmanager
 def fork_server(
-    choice: str, executor: Any, profile: HardwareProfile, run_env: dict[str, str], log: Path
+    choice: str, executor: Executor, profile: HardwareProfile, run_env: dict[str, str], log: Path
 ) -> Iterator[Callable[[], str]]:
     """Start the fork server where the cells fork (it imports while the run prepares); yields `serve`, which waits
     for it, hands it to the executor and returns the line to print. The server ends with the block."""
     why = why_fresh(choice, executor, profile)
-    if why is not None:
+    if why is not None or not isinstance(executor, LocalExecutor):
         yield lambda: f"cells start fresh: {why}"
         return
     log.parent.mkdir(parents=True, exist_ok=True)

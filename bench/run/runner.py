@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 from bench.errors import BenchError
+from bench.executors.local import LocalExecutor
 from bench.files import write_whole
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
@@ -99,7 +100,7 @@ def execute(
         file=out,
         flush=True,
     )
-    if getattr(ctx.executor, "concurrent", False):  # a scheduler runs all cells at once (bench/run/in_flight.py)
+    if ctx.executor.concurrent:
         from bench.run.in_flight import run_in_flight
 
         run_in_flight(ctx, todo, predictions, done, out)
@@ -162,7 +163,7 @@ def execute(
 def shareable_devices(ctx: RunContext) -> list[DeviceSlot]:
     """The devices cells can share: the machine's (bench/run/slots.py) where the local executor runs them; none
     under any other executor."""
-    if getattr(ctx.executor, "name", None) != "local" or ctx.untested:
+    if not isinstance(ctx.executor, LocalExecutor) or ctx.untested:
         return []
     return machine_devices(ctx.profile, ctx.launch_env, sorted(os.sched_getaffinity(0)))
 

@@ -11,6 +11,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from bench.executors.local import LocalExecutor
 from bench.matrix.cell import Cell
 from bench.matrix.scenario import world_size
 from bench.results.schema import PredictionSummary, ResultRecord
@@ -69,6 +70,9 @@ def run_side_by_side(
     """Run `todo` side by side; every record is appended as its cell ends. Without a `budget` (whose coverage order
     stands) the cells that share the machine go first, then those that take all of it. Returns the cells the time
     budget left out, with their predictions."""
+    executor = ctx.executor
+    if not isinstance(executor, LocalExecutor):
+        raise TypeError(f"cells run side by side under the local executor only, not {executor.name}")
     total = len(devices)
     needs = {c.id: cell_needs(ctx, c, total) for c, _ in todo}
     pending = list(todo)
@@ -136,7 +140,7 @@ def run_side_by_side(
                 print(line, file=out, flush=True)
     except BaseException:
         left = [label(r, repeats) for r in running.values()]
-        ctx.executor.stop_all()  # type: ignore[attr-defined]
+        executor.stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         if left:
             print(f"\nstopped {', '.join(left)}: not recorded", file=out, flush=True)

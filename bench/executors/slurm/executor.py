@@ -279,6 +279,8 @@ class SlurmExecutor:
     image = None
     concurrent = True
     """The runner starts every cell at once and lets the cluster order them (bench/run/in_flight.py)."""
+    memory_budget_bytes = None
+    """The job's memory request bounds the node, not each rank (`node_memory_gb`)."""
 
     def __init__(
         self,

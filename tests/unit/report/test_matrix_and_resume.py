@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+from types import SimpleNamespace
 
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
@@ -10,6 +11,9 @@ from bench.results.schema import ResultRecord, Status
 from bench.results.store import append_result, load_results
 from bench.run import runner
 from tests.unit.results.test_results import record
+
+NO_EXECUTOR = SimpleNamespace(name="none", concurrent=False, memory_budget_bytes=None)
+"""Where `run_cell` is replaced: what the runner reads of an executor, and nothing that runs."""
 
 
 def test_matrix_grid_marks_and_footnotes():
@@ -40,7 +44,7 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
         Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun"),
         Cell(init="two_models", quant="int8", backend="single", launcher="python"),
     ]
-    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=NO_EXECUTOR)
     runner.execute(ctx, cells[:1], out=io.StringIO())
     assert ran == ["one_adapter-none-single"]
     records = runner.execute(ctx, cells, out=io.StringIO())
@@ -61,7 +65,7 @@ def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, 
 
     monkeypatch.setattr(runner, "run_cell", fake_run_cell)
     cell = Cell(init="one_adapter", quant="none", backend="single", launcher="python")
-    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=NO_EXECUTOR)
     runner.execute(ctx, [cell], repeats=2, out=io.StringIO())
     runner.execute(ctx, [cell], repeats=3, out=io.StringIO())
     assert ran == [(cell.id, 0), (cell.id, 1), (cell.id, 2)]

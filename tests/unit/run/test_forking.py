@@ -1,17 +1,30 @@
 """Where a run's cells fork from its fork server and where they start fresh (pure)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from bench.executors.local import LocalExecutor
 from bench.matrix.profiles import load_profile
 from bench.run.forking import why_fresh
 
 
 @dataclass
-class Executor:
-    name: str = "local"
+class Other:
+    """An executor other than the local one (docker, slurm: their cells start where no fork server runs)."""
+
+    name: str
+    image: str | None = None
+    python: str = "python3"
+    concurrent: bool = False
     memory_budget_bytes: int | None = None
+
+
+def Executor(name: str = "local", memory_budget_bytes: int | None = None):  # noqa: N802 (stands for either kind)
+    if name == "local":
+        return LocalExecutor(Path.cwd(), memory_budget_bytes=memory_budget_bytes)
+    return Other(name, memory_budget_bytes=memory_budget_bytes)
 
 
 @pytest.mark.parametrize(

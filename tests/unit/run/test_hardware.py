@@ -297,6 +297,7 @@ def test_runner_records_untested_without_running(tmp_path: Path):
 
     class NoExecutor:
         name, image, python = "never", None, sys.executable
+        concurrent, memory_budget_bytes = False, None
 
         def run(self, *args: object) -> None:
             raise AssertionError("an untested cell must not run")

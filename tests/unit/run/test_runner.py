@@ -29,6 +29,7 @@ class FakeExecutor:
     """Writes what the planned ranks would report, from the spec file the plan names."""
 
     name, image, python = "fake", None, sys.executable
+    concurrent, memory_budget_bytes = False, None
 
     def __init__(
         self, engagement: Engagement, exit_code: int = 0, error: str | None = None, timed_out: bool = False

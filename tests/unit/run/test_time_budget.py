@@ -2,12 +2,16 @@
 bench/run/runner.py)."""
 
 import json
+from types import SimpleNamespace
 
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 from bench.results.schema import Metrics, ResultRecord
 from bench.run.budget import AXES, TimeBudget, coverage_order, first_pass, values
+
+NO_EXECUTOR = SimpleNamespace(name="none", concurrent=False, memory_budget_bytes=None)
+"""Where `run_cell` is replaced: what the runner reads of an executor, and nothing that runs."""
 
 
 def runnable(profile: str) -> list[Cell]:
@@ -90,7 +94,7 @@ def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_pa
 
     monkeypatch.setattr(runner, "run_cell", fake_run_cell)
     monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: clock[0])
-    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=None)
+    ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=NO_EXECUTOR)
     # the first cell is predicted 15 + 3 s of 20: it runs; then 5 s are left for a cell predicted 12 + 3 s
     budget = TimeBudget(20.0, 30, lambda c: 0.1, start_up_guess_s=15.0, started=0.0)
     out = tmp_path / "out.txt"
