@@ -6,9 +6,9 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from bench.errors import BenchError
+from bench.executors.choice import Where
 from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
 from bench.matrix.gpus import GpuSpec, identify
@@ -22,8 +22,6 @@ that report 22-24 GB to CUDA."""
 MEMORY_CEILING = 1.15
 """Without --emulate a device bigger than this would give memory answers that do not hold on the profile."""
 
-Where = Literal["local", "image"]
-"""Where the cells run: in this venv (local executor) or in the flavor's docker image."""
 
 MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 """Oldest NVIDIA Linux driver that runs a CUDA build of each major release, for every minor release of it (minor

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import run as cli_run
+from bench.executors import choice as executor_choice
 from bench.matrix.profiles import load_profile
 from bench.paths import PROJECT_ROOT
 
@@ -76,7 +76,7 @@ def test_the_devices_are_checked_where_the_cells_will_run(monkeypatch, choice, h
     """auto runs a GPU profile in the cuda image when an engine answers: its GPUs are the driver's then, whatever
     this venv's torch is (the README's `make bench HW=2xA10` on a box with docker)."""
     asked: list[bool] = []
-    monkeypatch.setattr(cli_run.images, "engine_available", lambda: asked.append(True) or engine)
-    assert cli_run.cells_run_in(choice, load_profile(hw)) == where
+    monkeypatch.setattr(executor_choice.images, "engine_available", lambda: asked.append(True) or engine)
+    assert executor_choice.cells_run_in(choice, load_profile(hw)) == where
     if hw == "cpu":
         assert asked == []  # a CPU profile asks no engine before it runs

@@ -21,7 +21,7 @@ class Other:
     memory_budget_bytes: int | None = None
 
 
-def Executor(name: str = "local", memory_budget_bytes: int | None = None):  # noqa: N802 (stands for either kind)
+def Executor(name: str = "local", memory_budget_bytes: int | None = None):
     if name == "local":
         return LocalExecutor(Path.cwd(), memory_budget_bytes=memory_budget_bytes)
     return Other(name, memory_budget_bytes=memory_budget_bytes)
