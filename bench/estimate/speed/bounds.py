@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 MAX_MATMUL_FRACTION = max(m / t for m, t in MAMF_TFLOPS.values() if t != 432)
 """The best NVIDIA or AMD achievable matmul fraction measured (A100 SXM, 271.2 of 312)."""
 
+COVERED_BY = {
+    "single": ("single", "data_parallel", "sharded"),
+    "data_parallel": ("data_parallel", "sharded"),
+    "sharded": ("sharded",),
+}
+"""The backend families whose figures count for a kind's: a run with less communication can reach at least what
+one with more reached per GPU, so a sharded figure is evidence for a single-GPU kind too (never the reverse)."""
+
 BACKEND_FAMILIES = {
     "single": "single",
     "device_map": "single",
@@ -72,11 +80,12 @@ class PublishedMfu:
 
     @property
     def comparable(self) -> bool:
-        """False where the figure is above the best measured achievable matmul fraction of any card
-        (devices.MAMF_TFLOPS: A100 SXM, 86.9 %): no run reaches that on a whole step, so the source's tokens are
-        not this convention's (torchtune's LoRA rows: 90 % on the RTX 4090, 147 % on the A6000). Kept as data,
-        never a bound."""
-        return self.mfu <= MAX_MATMUL_FRACTION
+        """False where the hardware utilisation it implies is above the best measured achievable matmul fraction
+        of any card (devices.MAMF_TFLOPS: A100 SXM, 86.9 %): no run reaches that on a whole step, so the source's
+        tokens or setup are not what this convention assumes (torchtune's LoRA rows, 91 % on the RTX 4090 and
+        148 % on the A6000, and its full A6000 row, 107 % with the recompute counted). Kept as data, never a
+        bound."""
+        return self.hfu <= MAX_MATMUL_FRACTION
 
 
 def llama_shape(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int) -> ModelShape:
@@ -360,13 +369,23 @@ def kind_of(cell: "Cell", gpu_name: str, matmul_params: float) -> Kind:
     )
 
 
+def _matches(figure: PublishedMfu, kind: Kind, level: tuple[str, ...]) -> bool:
+    for key in level:
+        if key == "backend":
+            if figure.backend not in COVERED_BY[kind.backend]:
+                return False
+        elif getattr(figure, key) != getattr(kind, key):
+            return False
+    return True
+
+
 def bound(kind: Kind) -> tuple[float, list[PublishedMfu], tuple[str, ...]] | None:
     """The best published hardware utilisation (PublishedMfu.hfu) for `kind`: (the figure, the figures of the
     level it came from, that level); None where no comparable figure of its size and adapter was found (no bound:
     docs/estimator.md lists them). A prediction's MFU bound is this over its own hardware ratio (mfu_bound): at
     equal method, adapter and checkpointing the two ratios are equal and the bound is the published MFU itself."""
     for level in KIND_LEVELS:
-        mine = [f for f in figures() if f.comparable and all(getattr(f, k) == getattr(kind, k) for k in level)]
+        mine = [f for f in figures() if f.comparable and _matches(f, kind, level)]
         if mine:
             return max(f.hfu for f in mine), mine, level
     return None

@@ -17,7 +17,8 @@ CALIBRATION_FILE = Path(__file__).with_name("speed_calibration.json")
 
 class ClassConstants(BaseModel):
     efficiency: float
-    """Achieved fraction of the dense peak on the model's matmuls."""
+    """Achieved fraction of the device's matmul rate on the model's matmuls: of the dense peak x the card's
+    measured achievable fraction on GPUs (devices.matmul_fraction), of the measured matmul rate on CPU."""
     step_overhead_s: float = 0.0
     """Fixed per step: the Python, trainer and launch work that no FLOP or byte count sees."""
     collective_latency_s: float = 0.0

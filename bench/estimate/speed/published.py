@@ -1,6 +1,6 @@
-"""The published throughput rows (../shared/published/memory.yaml: torchtune's tokens/s, Qwen's s/it) as step
-setups the speed model can predict. Each row states the configuration its source gives; what the source leaves
-open is an assumption named in `assumed`."""
+"""The published throughput rows (../shared/published/memory.yaml: torchtune's tokens/s; Qwen's s/it, every
+length of its LoRA and Q-LoRA rows from QWEN_README) as step setups the speed model can predict. Each row states
+the configuration its source gives; what the source leaves open is an assumption named in `assumed`."""
 
 import functools
 from dataclasses import dataclass

@@ -226,8 +226,8 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
 
 
 def fit(results: Path, host: HostRate) -> SpeedCalibration:
-    """Fit the CPU constants on CPU_FIT_RUNS, the GPU efficiency on published.FITTED and the GPU step overhead on
-    the measured GPU cells (fit_gpu); nothing else."""
+    """Fit the CPU constants on CPU_FIT_RUNS and the GPU constants on published.FITTED with GPU_FIT_RUNS (fit_gpu);
+    nothing else."""
     fit_rows = [m for m in measured_cells(results, host) if m.run in CPU_FIT_RUNS]
     if not fit_rows:
         raise BenchError(f"none of the fit runs {', '.join(CPU_FIT_RUNS)} under {results}")
