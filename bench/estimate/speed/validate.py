@@ -368,7 +368,8 @@ def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | No
         '# PREDICTED tokens/s held against measurements (speed model, docs/estimator.md "Speed")',
         "",
         "error = predicted / measured tokens/s - 1; rho = Spearman's rank correlation of predicted and measured "
-        "tokens/s over the run's ok cells. `fitted`: the run's rows fitted the CPU constants (the rest are held out).",
+        "tokens/s over the run's ok cells. `fitted`: the run's rows fitted the CPU or GPU constants (the rest are "
+        "held out).",
         "",
         "| run | workload | cells | median abs error | max abs error | Spearman rho | fitted | CPU figures |",
         "|---|---|---|---|---|---|---|---|",
