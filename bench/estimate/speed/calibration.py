@@ -17,7 +17,8 @@ CALIBRATION_FILE = Path(__file__).with_name("speed_calibration.json")
 
 class ClassConstants(BaseModel):
     efficiency: float
-    """Achieved fraction of the dense peak on the model's matmuls."""
+    """Achieved fraction of the device's matmul rate on the model's matmuls: of the dense peak x the card's
+    measured achievable fraction on GPUs (devices.matmul_fraction), of the measured matmul rate on CPU."""
     step_overhead_s: float = 0.0
     """Fixed per step: the Python, trainer and launch work that no FLOP or byte count sees."""
     collective_latency_s: float = 0.0
@@ -30,9 +31,20 @@ class ClassConstants(BaseModel):
     """Per quantized linear call (bitsandbytes' dispatch and dequantization launch)."""
     overlap: float = 0.0
     """Fraction of the compute a backend's communication can hide behind (0: none)."""
+    trl_step_s: float = 0.0
+    """Per step of a TRL trainer beyond the other stacks' step overhead (its collation of chosen and rejected,
+    metrics gathered every step): fitted on this project's TRL cells against the published rows' stacks. CPU: 0,
+    its step_overhead_s is TRL's already."""
+    layer_pass_s: float = 0.0
+    """Per decoder-layer pass (forward, backward, recompute, forward without gradient, per micro-step): the launch
+    and Python time of eager PyTorch's kernels, which no FLOP or byte count sees (work.layer_passes)."""
+    activation_traffic: bool = False
+    """Whether the elementwise ops' and LoRA branches' memory traffic is a term of its own (work.activation_bytes).
+    The CPU constants were fitted before the term existed and absorb it: False there."""
     log_error_low: float = 0.0
     log_error_high: float = 0.0
-    """10th and 90th percentile of ln(measured / predicted s/step) on the fitted rows: the range."""
+    """10th and 90th percentile of ln(measured / predicted s/step): the range. CPU: on the fitted rows; GPU: on the
+    held-out rows (validate.GPU_HELD_OUT), none of which set a constant."""
     fitted: list[str] = []
     """Which of the constants above were fitted (the rest are stated priors)."""
     fitted_on: list[str] = []

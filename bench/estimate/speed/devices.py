@@ -12,6 +12,71 @@ from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
 from bench.matrix.profiles import HardwareProfile
 from bench.units import GB
 
+MAMF_SOURCE = (
+    "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+    "#maximum-achievable-matmul-flops-comparison-table"
+)
+MAMF_TFLOPS = {
+    "A100-80G": (271.2, 312),
+    "A100-40G": (271.2, 312),
+    "H100-SXM": (794.5, 989),
+    "H200": (794.5, 989),
+    "B200": (1745.0, 2250),
+    "MI300X": (668.4, 1300),
+    "Gaudi2": (418.7, 432),
+    "Gaudi3": (1243.0, 1677),
+}
+"""Maximum Achievable Matmul FLOPS (BF16, no sparsity; best mean over a brute-force search of shapes) and the
+theoretical figure beside it, per catalog entry, from MAMF_SOURCE's table: "NVIDIA A100 SXM" (both A100 entries
+are SXM4), "NVIDIA H100 SXM" (its note: "H200 is the same"), "NVIDIA B200 SXM", "AMD MI300X" (the
+PYTORCH_TUNABLEOP_ENABLED=1 row), "Intel Gaudi 2", "Intel Gaudi 3"."""
+MAMF_PRIOR = min(m / t for name, (m, t) in MAMF_TFLOPS.items() if name[0] in "ABH")
+"""For a card the table does not measure (A10, L4, T4, the GeForce and RTX cards, H100 PCIe, L40S): the lowest
+NVIDIA fraction in it (B200, 77.6 %). A prior, not a measurement of that card."""
+
+
+def matmul_fraction(name: str) -> tuple[float, str]:
+    """The achievable fraction of the dense peak on large bf16 matmuls for a catalog entry, and where it is from."""
+    if name in MAMF_TFLOPS:
+        m, t = MAMF_TFLOPS[name]
+        return m / t, f"MAMF {m} of {t} TFLOP/s ({MAMF_SOURCE})"
+    return MAMF_PRIOR, f"no MAMF row: the lowest NVIDIA one, {MAMF_PRIOR:.3f} ({MAMF_SOURCE})"
+
+
+GENERATIONS = {
+    "T4": "turing",
+    "A10": "ampere",
+    "A10G": "ampere",
+    "RTX-3090": "ampere",
+    "RTX-A6000": "ampere",
+    "A100-40G": "ampere",
+    "A100-80G": "ampere",
+    "L4": "ada",
+    "RTX-4090": "ada",
+    "L40S": "ada",
+    "H100-PCIe": "hopper",
+    "H100-SXM": "hopper",
+    "H200": "hopper",
+    "RTX-5090": "blackwell",
+    "B200": "blackwell",
+    "MI300X": "cdna3",
+    "Gaudi2": "gaudi",
+    "Gaudi3": "gaudi",
+}
+"""Card generation of each GPU catalog entry (scenarios/gpus.yaml): the vendors' architecture names."""
+FLASH_ATTENTION_2 = "https://huggingface.co/papers/2307.08691"
+FLASH_ATTENTION_3 = "https://huggingface.co/papers/2407.08608"
+ATTENTION_FRACTION = {"hopper": 0.35, "blackwell": 0.35}
+"""Fraction of the dense peak the attention kernel reaches (torch SDPA's flash backend is FlashAttention-2):
+"FlashAttention-2 achieving only 35% utilization on the H100 GPU" (FLASH_ATTENTION_3's abstract; Blackwell, with
+no figure of its own, takes Hopper's); every other card the low end of "50-73% of the theoretical maximum FLOPs/s
+on A100" (FLASH_ATTENTION_2's abstract), ATTENTION_FRACTION_DEFAULT."""
+ATTENTION_FRACTION_DEFAULT = 0.73
+
+
+def attention_fraction(name: str) -> float:
+    return ATTENTION_FRACTION.get(GENERATIONS.get(name, ""), ATTENTION_FRACTION_DEFAULT)
+
 
 @dataclass(frozen=True)
 class DeviceFigures:
@@ -25,6 +90,11 @@ class DeviceFigures:
     host_link_bytes_s: float
     """Host <-> device (PCIe); on CPU the host is the device: its memory bandwidth."""
     source: str
+    matmul_fraction: float = 1.0
+    """Achievable fraction of `peak_flops` on large matmuls (matmul_fraction; CPU: 1, its rate is measured)."""
+    attention_fraction: float = 1.0
+    """Fraction of `peak_flops` the attention kernel reaches (attention_fraction); 1 on CPU: its attention is in
+    the compute term at the measured rate."""
 
 
 def _one_way(entry: GpuSpec, figure: str, gb_s: float | None) -> float:
@@ -46,6 +116,8 @@ def card_figures(entry: GpuSpec, peak_tflops: float | None = None) -> DeviceFigu
         interconnect_bytes_s=_one_way(entry, "interconnect", entry.interconnect.gb_s),
         host_link_bytes_s=_one_way(entry, "host link", entry.host_link_gb_s()),
         source=entry.source("memory_bandwidth_gbs"),
+        matmul_fraction=matmul_fraction(entry.name)[0],
+        attention_fraction=attention_fraction(entry.name),
     )
 
 

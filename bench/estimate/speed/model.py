@@ -49,6 +49,8 @@ class StepSetup:
     separate model sharded with it)."""
     param_modules: int
     gather_units: int
+    trl: bool = True
+    """A TRL trainer runs the step (every cell of this project; the published rows ran other stacks)."""
 
 
 def method_shape(shape: ModelShape, output: str) -> ModelShape:
@@ -71,6 +73,8 @@ def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len:
     precomputed = reference_plan(cell, resolve(cell, profile.device).settings, workload).precomputed
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
+    b = 4 if profile.precision == "fp32" else 2
+    adapted = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
     step = work.StepShape(
         shape=shape,
         seq_len=float(seq_len or workload.train.max_length),
@@ -81,8 +85,11 @@ def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len:
         no_grad_forwards=no_grad_forwards(cell.method, precomputed),
         vocab=shapes.vocab,
         output=method.output,
+        layer_bytes=work.layer_elementwise_bytes(
+            shapes.hidden, shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim, shapes.intermediate, b
+        ),
+        adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
     )
-    b = 4 if profile.precision == "fp32" else 2
     quantized = shapes.linear_weights if quant.quantized else 0
     q = QUANT_BYTES[str(cell.quant)]
     separate = init.reference == "separate_model" and not precomputed
@@ -111,23 +118,35 @@ def step_terms(
     optimizer_sharded = sharding.optimizer in (Placement.SHARDED, Placement.OFFLOADED) and world > 1
     updated = step.trainable_params / (world if optimizer_sharded else 1)
     optimizer_on_host = sharding.optimizer == Placement.OFFLOADED
-    compute_s = work.step_flops(step) / (device.peak_flops * constants.efficiency)
+    flops = work.step_flops(step)
+    attention_s = 0.0
+    if device.attention_fraction < 1.0:
+        flops = work.matmul_flops(step)
+        attention_s = work.attention_flops(step) / (device.peak_flops * device.attention_fraction)
+    compute_s = flops / (device.peak_flops * device.matmul_fraction * constants.efficiency)
     passes = work.weight_passes(step)
     dequant = work.dequant_bytes(setup.quantized_params, setup.quant_bytes, setup.compute_bytes, passes)
     terms = {
         "compute": compute_s,
+        **({"attention": attention_s} if attention_s else {}),
         "logprob_tiles": work.logprob_bytes(step) / device.memory_bytes_s,
         "dequant": dequant / device.memory_bytes_s + quant_calls(setup) * constants.quant_call_s,
     }
-    adam_s = work.optimizer_bytes(updated) / (host_bytes_s if optimizer_on_host else device.memory_bytes_s)
+    if constants.activation_traffic:
+        terms["elementwise"] = work.activation_bytes(step) / device.memory_bytes_s
+    sharded_engine = spec.deepspeed is not None or bool(spec.fsdp_version)
+    master = setup.compute_bytes if sharded_engine and setup.compute_bytes < 4 else 0
+    adam_s = work.optimizer_bytes(updated, master) / (host_bytes_s if optimizer_on_host else device.memory_bytes_s)
     terms["optimizer_cpu_adam" if optimizer_on_host else "optimizer"] = adam_s
     gathers = gathering_passes(setup)
     grad_bytes = step.trainable_params * setup.compute_bytes
     traffic = traffic_of(setup)
     comm_s = traffic.bytes / device.interconnect_bytes_s + traffic.calls * constants.collective_latency_s
-    backward_s = compute_s * _backward_share(step)
-    hideable = {"backward": backward_s, "forward_backward": compute_s}.get(traffic.overlappable, 0.0)
+    backward_s = (compute_s + attention_s) * _backward_share(step)
+    hideable = {"backward": backward_s, "forward_backward": compute_s + attention_s}.get(traffic.overlappable, 0.0)
     terms["communication"] = comm.exposed_seconds(comm_s, hideable, constants.overlap)
+    if constants.overlap > 0 and traffic.overlappable == "forward_backward" and world > 1:
+        terms["communication"] += first_fetch_seconds(setup, device)
     if spec.offloads:
         host = offload.optimizer_offload_bytes(grad_bytes / world, updated * setup.compute_bytes)
         if sharding.params == Placement.OFFLOADED:
@@ -137,8 +156,19 @@ def step_terms(
         constants.step_overhead_s
         + (constants.multi_process_step_s if world > 1 else 0.0)
         + (constants.offload_step_s if spec.offloads else 0.0)
+        + (constants.trl_step_s if setup.trl else 0.0)
     )
+    if constants.layer_pass_s:
+        terms["layer_launches"] = constants.layer_pass_s * work.layer_passes(step)
     return terms
+
+
+def first_fetch_seconds(setup: StepSetup, device: DeviceFigures) -> float:
+    """What prefetching cannot hide under ZeRO-3 and FSDP: the first unit's gather of every gathering pass, which
+    nothing computes beside (DeepSpeed's and FSDP's prefetch fetch the next unit while the current one computes)."""
+    units = setup.gather_units if setup.backend.fsdp_version else setup.param_modules
+    unit_bytes = setup.policy_bytes / max(1, units)
+    return gathering_passes(setup) * comm.ring_gather_or_scatter(unit_bytes, setup.world) / device.interconnect_bytes_s
 
 
 def quant_calls(setup: StepSetup) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.estimate.speed import published
+from bench.estimate.speed import published, work
 from bench.estimate.speed.calibration import (
     ClassConstants,
     HostRate,
@@ -229,8 +229,8 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
 
 
 def fit(results: Path, host: HostRate) -> SpeedCalibration:
-    """Fit the CPU constants on CPU_FIT_RUNS, the GPU efficiency on published.FITTED and the GPU step overhead on
-    the measured GPU cells (fit_gpu); nothing else."""
+    """Fit the CPU constants on CPU_FIT_RUNS and the GPU constants on published.FITTED with GPU_FIT_RUNS (fit_gpu);
+    nothing else."""
     fit_rows = [m for m in measured_cells(results, host) if m.run in CPU_FIT_RUNS]
     if not fit_rows:
         raise BenchError(f"none of the fit runs {', '.join(CPU_FIT_RUNS)} under {results}")
@@ -263,41 +263,100 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
     return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
 
 
+GPU_FIT_RUNS = ("1xH200/20261126-182033",)
+"""This project's GPU run the GPU constants are fitted on, with published.FITTED (named before the fit): every other
+measured GPU run (1xH200/20261126-182856, 1xA10/20261126-182033) is held out."""
+NCCL_LATENCY_S = 6e-6
+"""Per collective call on GPUs, a stated prior (no multi-GPU run of this project measures it): "When I run with 2
+GPUs the latency is approximately 6us" (an NCCL all-reduce of 128 B..64 KiB on an HGX 8x H100 node, NVLSTree,
+CUDA graphs; https://github.com/NVIDIA/nccl/issues/1259): the floor of a small collective, without the launch
+and Python around it."""
+UNIT_GPU = ClassConstants(efficiency=1.0, activation_traffic=True, collective_latency_s=NCCL_LATENCY_S)
+"""UNIT with the GPU's own terms: the elementwise and LoRA traffic over the memory bandwidth, the NCCL latency."""
+GPU_FEATURES = ("compute", "step_overhead_s", "trl_step_s", "layer_pass_s", "quant_call_s")
+"""The columns of the GPU fit: compute at the card's achievable matmul rate (coefficient 1/efficiency), 1 per step,
+1 per step of a TRL row (this project's cells), decoder-layer passes per step (work.layer_passes), quantized linear
+calls per step (model.quant_calls)."""
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    id: str
+    setup: StepSetup
+    device: DeviceFigures
+    measured_s: float
+
+
+def gpu_rows(cells: list[MeasuredSpeed]) -> list[GpuRow]:
+    """Every GPU row with a measured step time: the published rows, then this project's GPU cells."""
+    rows = [
+        GpuRow(
+            r.id,
+            published.setup_of(r),
+            _published_device(r),
+            published.setup_of(r).step.tokens / r.measured_tokens_per_s,
+        )
+        for r in published.ROWS
+    ]
+    rows += [GpuRow(m.run, m.setup, m.device, m.s_per_step) for m in cells if m.device.device_class == "gpu"]
+    return rows
+
+
 def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
-    """The GPU constants, each from what defines it: the efficiency from the published rows in published.FITTED
-    (large steps, where compute is nearly all of the time), then the per-step overhead from this project's measured
-    GPU cells (on the card that ran them, at their measured sequence lengths: short steps, where launches, the
-    trainers' Python between kernels and gradient checkpointing's re-entry show), by least squares weighted
-    1/measured (relative error), at least 0."""
+    """The GPU constants from the named rows only (published.FITTED and GPU_FIT_RUNS): GPU_FEATURES together by
+    bounded least squares (scipy.optimize.lsq_linear) weighted 1/measured (relative error), every constant at least
+    0 and the efficiency at most 1 (no GEMM beats the card's measured achievable matmul rate), over the
+    modelled rest (log-prob tiles, elementwise and LoRA traffic, dequantization, optimizer, communication). The
+    range is the 10th-90th percentile of ln(measured / predicted) over every other GPU row: the held-out ones."""
     import numpy as np
+    from scipy.optimize import lsq_linear
 
-    rows = [r for r in published.ROWS if r.id in published.FITTED]
+    fitted_on = [*published.FITTED, *GPU_FIT_RUNS]
     host_bytes_s = host.memory_gbps * GB
-    bare = [step_terms(published.setup_of(r), _published_device(r), UNIT, host_bytes_s) for r in rows]
-    seconds = np.array([published.setup_of(r).step.tokens / r.measured_tokens_per_s for r in rows])
-    c = np.array([t["compute"] for t in bare])
-    rest = np.array([sum(t.values()) - t["compute"] for t in bare])
-    weight = 1.0 / seconds
-    inverse = float(np.sum(c * (seconds - rest) * weight**2) / np.sum((c * weight) ** 2))
-
-    measured = [m for m in cells if m.device.device_class == "gpu"]
-    own = [step_terms(m.setup, m.device, UNIT, host_bytes_s) for m in measured]
-    own_s = np.array([m.s_per_step for m in measured])
-    modelled = np.array([inverse * t["compute"] + sum(t.values()) - t["compute"] for t in own])
-    overhead = max(0.0, float(np.sum((own_s - modelled) / own_s**2) / np.sum(1.0 / own_s**2))) if measured else 0.0
-    gpu = ClassConstants(
-        efficiency=1.0 / inverse,
-        step_overhead_s=overhead,
-        overlap=1.0,
-        fitted=["efficiency", "step_overhead_s", "log_error_low", "log_error_high"],
-        fitted_on=[*published.FITTED, *sorted({m.run for m in measured})],
-        note="efficiency from the published rows, step overhead from this project's own GPU cells (1B and 2.7B "
-        "models, a few pairs per step, one card); collective latency unmeasured on GPUs (0); overlap 1: DDP's "
-        "bucketed all-reduce and ZeRO-3's prefetch run beside the backward on their own streams (Li et al. 2020; "
-        "Rajbhandari et al. 2020). hpu uses these constants, unvalidated.",
+    rows = gpu_rows(cells)
+    fit_rows = [r for r in rows if r.id in fitted_on]
+    held_out = [r for r in rows if r.id not in fitted_on]
+    if len(fit_rows) < 2 * len(GPU_FEATURES):
+        raise BenchError(f"fitting {len(GPU_FEATURES)} GPU constants needs {2 * len(GPU_FEATURES)} rows")
+    bare = [step_terms(r.setup, r.device, UNIT_GPU, host_bytes_s) for r in fit_rows]
+    measured = np.array([r.measured_s for r in fit_rows])
+    design = np.array(
+        [
+            [
+                t["compute"],
+                1.0,
+                float(r.setup.trl),
+                float(work.layer_passes(r.setup.step)),
+                float(quant_calls(r.setup)),
+            ]
+            for t, r in zip(bare, fit_rows, strict=True)
+        ]
     )
-    predicted = [*(inverse * c + rest + overhead), *(modelled + overhead)]
-    gpu.log_error_low, gpu.log_error_high = log_error_range([float(p) for p in predicted], [*seconds, *own_s])
+    rest = np.array([sum(t.values()) - t["compute"] for t in bare])
+    weight = 1.0 / measured
+    lower = [1.0] + [0.0] * (len(GPU_FEATURES) - 1)
+    found = lsq_linear(design * weight[:, None], (measured - rest) * weight, bounds=(lower, np.inf)).x
+    gpu = ClassConstants(
+        efficiency=1.0 / float(found[0]),
+        step_overhead_s=float(found[1]),
+        trl_step_s=float(found[2]),
+        layer_pass_s=float(found[3]),
+        quant_call_s=float(found[4]),
+        collective_latency_s=NCCL_LATENCY_S,
+        overlap=1.0,
+        activation_traffic=True,
+        fitted=[*GPU_FEATURES[1:], "efficiency", "log_error_low", "log_error_high"],
+        fitted_on=fitted_on,
+        note="efficiency (of the card's achievable matmul rate), step overhead, TRL's extra per step, "
+        "per-layer-pass time and per quantized call fitted together on Qwen-7B LoRA and Q-LoRA (transformers "
+        "Trainer + PEFT, one A100) at 256, 1024 and 4096 tokens and this project's first H200 run (TRL, 1B); the "
+        "range from the held-out GPU rows (every other published row and GPU run); collective latency a prior "
+        "(6 us, NVIDIA/nccl#1259: an H100 node's small all-reduce); overlap 1: DDP's bucketed all-reduce and "
+        "ZeRO-3's prefetch run beside the backward on their own streams (Li et al. 2020; Rajbhandari et al. 2020). "
+        "hpu uses these constants, unvalidated.",
+    )
+    predicted = [sum(step_terms(r.setup, r.device, gpu, host_bytes_s).values()) for r in held_out]
+    gpu.log_error_low, gpu.log_error_high = log_error_range(predicted, [r.measured_s for r in held_out])
     return gpu
 
 
@@ -312,7 +371,8 @@ def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | No
         '# PREDICTED tokens/s held against measurements (speed model, docs/estimator.md "Speed")',
         "",
         "error = predicted / measured tokens/s - 1; rho = Spearman's rank correlation of predicted and measured "
-        "tokens/s over the run's ok cells. `fitted`: the run's rows fitted the CPU constants (the rest are held out).",
+        "tokens/s over the run's ok cells. `fitted`: the run's rows fitted the CPU or GPU constants (the rest are "
+        "held out).",
         "",
         "| run | workload | cells | median abs error | max abs error | Spearman rho | fitted | CPU figures |",
         "|---|---|---|---|---|---|---|---|",

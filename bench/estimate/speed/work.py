@@ -7,7 +7,7 @@ of it: the recompute of gradient checkpointing and, for LoRA, the weight gradien
 
 from dataclasses import dataclass
 
-from bench.judge.mfu import ModelShape
+from bench.judge.mfu import ModelShape, flops_per_token
 
 ADAM_BYTES_PER_PARAM = 28
 """AdamW in fp32 reads parameter, gradient and both moments (4 x 4 bytes) and writes parameter and moments
@@ -18,6 +18,9 @@ read them for the log-sum-exp, write the log-probs; the backward reads the softm
 writes the logits' gradient (torch's log_softmax forward and backward kernels)."""
 LOGPROB_PASSES_NO_GRAD = 3
 """The forward's three passes alone (a reference forward)."""
+ELEMENTWISE_BACKWARD_PASSES = 2
+"""An elementwise op's backward reads what its forward saved and the incoming gradient and writes the outgoing
+gradient: about twice its forward's traffic (torch.autograd's derivatives of mul, add, pow, silu, cat)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,12 @@ class StepShape:
     vocab: int
     output: str
     """bench/matrix/methods.py Output: fused_logprobs, full_logits or scalar."""
+    layer_bytes: float = 0.0
+    """Memory traffic of one decoder layer's elementwise ops per token in one forward (layer_elementwise_bytes)."""
+    adapter_bytes: float = 0.0
+    """Memory traffic of the LoRA branches per token in one forward, over every adapted linear (adapter_bytes)."""
+    micro_steps: int = 1
+    """Forward/backward passes per optimizer step (gradient accumulation): `sequences` is over all of them."""
 
     @property
     def tokens(self) -> float:
@@ -53,7 +62,8 @@ def forward_flops_per_token(shape: ModelShape, seq_len: float) -> float:
 def backward_flops_per_token(shape: ModelShape, seq_len: float, adapters: bool) -> float:
     """Twice the forward: the gradients of the activations and of the weights (Kaplan et al. 2020, section 2.1).
     A LoRA policy's frozen weights get no gradient (Hu et al. 2021, section 4.1): the activation half alone; the
-    adapters' own products are below 1% of N at r=8..64 and are left out."""
+    adapters' own products are below 1% of N at r=8..64 and are left out. (Attention has no weights: its backward
+    is twice its forward either way; attention_flops counts that, this keeps the CPU fit's count.)"""
     forward = forward_flops_per_token(shape, seq_len)
     return forward if adapters else 2.0 * forward
 
@@ -80,9 +90,47 @@ def step_flops(step: StepShape) -> float:
     return per_token * step.tokens
 
 
-def optimizer_bytes(trainable_params: float) -> float:
-    """Memory traffic of the AdamW step over the parameters this rank updates."""
-    return ADAM_BYTES_PER_PARAM * trainable_params
+def _attention_per_token(step: StepShape) -> float:
+    s = step.shape
+    return 4.0 * s.layers * s.heads * s.head_dim * step.seq_len
+
+
+def attention_flops(step: StepShape) -> float:
+    """The attention's FLOPs in a step (QK^T and AV, 4LHQT per forward): each forward, the recompute, and a backward
+    of twice the forward (dQ, dK, dV) whether the weights are trained or not. They run in the FlashAttention
+    kernel, not as GEMMs (devices.attention_fraction)."""
+    passes = 1.0 + 2.0 + float(step.checkpointing) + step.no_grad_forwards
+    return _attention_per_token(step) * passes * step.tokens
+
+
+def attention_in_step_flops(step: StepShape) -> float:
+    """The attention's part of step_flops, whose LoRA backward counts it once (backward_flops_per_token)."""
+    backward = 1.0 if step.adapters else 2.0
+    passes = 1.0 + backward + float(step.checkpointing) + step.no_grad_forwards
+    return _attention_per_token(step) * passes * step.tokens
+
+
+def matmul_flops(step: StepShape) -> float:
+    """step_flops without the attention: the GEMMs."""
+    return step_flops(step) - attention_in_step_flops(step)
+
+
+def hardware_ratio(shape: ModelShape, seq_len: float, adapters: bool, checkpointing: bool, no_grad: int) -> float:
+    """Hardware FLOPs per token (the GEMMs and attention of matmul_flops and attention_flops) over model FLOPs per
+    token (bench/judge/mfu.py's convention, which leaves out the recompute and counts a LoRA policy's frozen
+    weights' gradients): HFU / MFU."""
+    step = StepShape(shape, seq_len, 1, 0, adapters, checkpointing, no_grad, 0, "fused_logprobs")
+    hardware = (matmul_flops(step) + attention_flops(step)) / step.tokens
+    return hardware / flops_per_token(shape, seq_len, no_grad == 0, no_grad)
+
+
+def optimizer_bytes(trainable_params: float, master_copy_bytes: int = 0) -> float:
+    """Memory traffic of the AdamW step over the parameters this rank updates. `master_copy_bytes`: a compute dtype
+    of that many bytes under an engine that keeps an fp32 master copy (DeepSpeed's bf16/fp16 ZeRO, whose fp32
+    partition bench/estimate/terms.py counts in memory): each step casts the gradients up (read b, write 4) and the
+    updated master down (read 4, write b), 2 x (4 + b) bytes more per parameter."""
+    extra = 2 * (4 + master_copy_bytes) if master_copy_bytes else 0
+    return (ADAM_BYTES_PER_PARAM + extra) * trainable_params
 
 
 def logprob_bytes(step: StepShape) -> float:
@@ -104,3 +152,70 @@ def dequant_bytes(quantized_params: int, quant_bytes: float, compute_bytes: int,
     (Linear4bit: dequantize_4bit then matmul; Linear8bitLt likewise where no int8 kernel runs, as on CPU): read the
     quantized bytes, write the full-precision copy."""
     return passes * quantized_params * (quant_bytes + compute_bytes)
+
+
+def layer_elementwise_bytes(
+    hidden: int, q_dim: int, kv_dim: int, intermediate: int, compute_bytes: int, fused_norm_rope: bool = False
+) -> float:
+    """Bytes one eager decoder layer (transformers' Llama layout: RMSNorm, attention with RoPE, SwiGLU MLP) reads and
+    writes per token in one forward outside its matmuls, each op one pass over its tensors (eager PyTorch does not
+    fuse them; FLOP counts do not see them):
+    - two RMSNorms, each: cast to fp32, pow, mean, multiply by rsqrt, cast back, multiply by the weight
+      (transformers LlamaRMSNorm): 28 + 4 x compute_bytes bytes per hidden element;
+    - two residual adds: read two, write one;
+    - RoPE on queries and keys (apply_rotary_pos_emb: x cos, rotate_half's neg and cat, x sin, add): 10 passes;
+    - the attention output made contiguous before o_proj: one read, one write;
+    - SwiGLU (act_fn(gate) x up): the activation reads and writes the gate, the product reads two and writes one.
+    Attention itself is one fused kernel (SDPA / FlashAttention) and counted in FLOPs. `fused_norm_rope`: a model
+    code that calls fused RMSNorm and rotary kernels (flash-attn's, as Qwen-7B's modeling_qwen.py does where they
+    are installed): one read and one write each."""
+    b = compute_bytes
+    if fused_norm_rope:
+        return float(
+            2 * 2 * b * hidden + 2 * 3 * b * hidden + 2 * b * (q_dim + kv_dim) + 2 * b * q_dim + 5 * b * intermediate
+        )
+    norms = 2 * (28 + 4 * b) * hidden
+    residuals = 2 * 3 * b * hidden
+    rope = 10 * b * (q_dim + kv_dim)
+    attention_out = 2 * b * q_dim
+    mlp = 5 * b * intermediate
+    return float(norms + residuals + rope + attention_out + mlp)
+
+
+ADAPTER_BYTES = 4
+"""Bytes per element of a PEFT LoRA weight: get_peft_model keeps bf16/fp16 adapters in float32
+(autocast_adapter_dtype=True, the default)."""
+
+
+def adapter_bytes(adapted: list[tuple[int, int]], compute_bytes: int, dropout: bool, peft: bool = True) -> float:
+    """Bytes the LoRA branches move per token in one forward, over the adapted linears' (in, out) features, with b
+    the compute dtype's bytes. `peft`: PEFT's layer (peft.tuners.lora.layer.Linear.forward) casts the input to the
+    float32 adapter (`x = self._cast_input_dtype(x, lora_A.weight.dtype)`: read b, write ADAPTER_BYTES) and the
+    trainer's bf16 autocast casts it back for lora_A's matmul (read ADAPTER_BYTES, write b); then, as for any
+    LoRA (`result + lora_B(lora_A(dropout(x))) * scaling`): lora_A reads b (a rank-r matmul is memory-bound),
+    lora_B writes b, the scaling reads and writes b, the add reads two and writes one. A dropout above 0 reads and
+    writes the input once more (in float32 under PEFT)."""
+    b = compute_bytes
+    a = ADAPTER_BYTES if peft else b
+    inp = (2 * b + 2 * a if peft else 0) + b + (2 * a if dropout else 0)
+    out = 6 * b
+    return float(sum(inp * i + out * o for i, o in adapted))
+
+
+def elementwise_passes(step: StepShape) -> float:
+    """Forward-equivalents of elementwise traffic per step: the forward, its backward (ELEMENTWISE_BACKWARD_PASSES),
+    the recompute, the forwards without gradient."""
+    return 1 + ELEMENTWISE_BACKWARD_PASSES + int(step.checkpointing) + step.no_grad_forwards
+
+
+def activation_bytes(step: StepShape) -> float:
+    """The decoder layers' elementwise traffic and the LoRA branches' over one rank's step."""
+    per_token = step.shape.layers * step.layer_bytes + (step.adapter_bytes if step.adapters else 0.0)
+    return per_token * elementwise_passes(step) * step.tokens
+
+
+def layer_passes(step: StepShape) -> int:
+    """Decoder-layer passes per optimizer step (weight_passes x layers x micro-steps): eager PyTorch launches each
+    layer's few dozen kernels once per pass, and on a fast GPU with few tokens the launches, not the math, set
+    the time."""
+    return weight_passes(step) * step.shape.layers * step.micro_steps
