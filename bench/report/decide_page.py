@@ -6,7 +6,7 @@ import json
 from markupsafe import Markup
 
 from bench.report.cells import VERDICT_BADGES
-from bench.report.decide_data import FLAGS, VERDICT_CODES
+from bench.report.decide_data import FLAGS, TOKENS, VERDICT_CODES
 from bench.report.decide_grid import DecisionGrid
 from bench.report.templating import render
 
@@ -40,6 +40,7 @@ def render_page(grid: DecisionGrid, data: dict) -> str:
         "codes": VERDICT_CODES,
         "labels": VERDICT_BADGES,
         "flags": FLAGS,
+        "tokens": TOKENS,
         "defaults": DEFAULTS,
     }
     return render(

@@ -13,7 +13,7 @@ from bench.report.decide_data import Decision, encode, predict_grid
 from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
 from bench.report.pipeline import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
-from bench.report.site import ConfigFile, ProfileView, render_site
+from bench.report.site import INDEX, ConfigFile, ProfileView, site_pages
 from bench.report.summary import summarize
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
@@ -209,7 +209,8 @@ def publish(
     method_cells: Mapping[str, list[str]] | None = None,
     decision: Decision | None = None,
 ) -> tuple[Path, Path]:
-    """Write results_dir/README.md and site_dir/index.html; returns both paths. `cell_ids`: DPO's cells;
+    """Write results_dir/README.md, site_dir/index.html and a page per hardware profile; returns the README's and
+    the index's paths. `cell_ids`: DPO's cells;
     `method_cells`: every other method's (method -> cell ids); `decision`: the decision page's grid and how to
     predict it (none: no page)."""
     runs = discover(results_dir, cell_ids, added, method_cells)
@@ -220,10 +221,14 @@ def publish(
     site_dir.mkdir(parents=True, exist_ok=True)
     if decision is not None:
         write_decision(site_dir, decision)
-    index = site_dir / "index.html"
-    page = render_site(views, now_iso(), predicted_section(load_predicted(results_dir)), decision is not None)
-    write_whole(index, redact(page))
-    return readme, index
+    predicted = {m.hardware: predicted_section([m]) for m in load_predicted(results_dir)}
+    pages = site_pages(views, now_iso(), predicted, decision is not None)
+    for stale in sorted(site_dir.glob("hw-*.html")):
+        if stale.name not in pages:
+            stale.unlink()
+    for name, page in pages.items():
+        write_whole(site_dir / name, redact(page))
+    return readme, site_dir / INDEX
 
 
 def write_decision(site_dir: Path, decision: Decision) -> Path:

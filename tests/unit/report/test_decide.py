@@ -1,6 +1,7 @@
 """The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms and
 commands read back equal what `python -m bench advise --format json` prints."""
 
+import functools
 import json
 import re
 
@@ -44,23 +45,37 @@ def _advise(capsys, tmp_path, argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_page_data_equals_advise(data, point, capsys, tmp_path):
+    """Sizes as the page shows them (GB, one decimal), tokens/s, the picks and their reasons: advise's."""
     model, gpu, count, length, batch = point
     advice = _advise(capsys, tmp_path, advise_argv(*point))
     page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
     advised = {c["cell_id"]: c for c in advice["cells"]}
-    shown = {cid: c for cid, c in page.items() if c["verdict"] != "not_applicable"}
+    shown = {cid: c for cid, c in page["cells"].items() if c["verdict"] != "not_applicable"}
     assert set(shown) == set(advised)
-    assert sum(c["verdict"] == "not_applicable" for c in page.values()) == advice["not_applicable"]
+    assert sum(c["verdict"] == "not_applicable" for c in page["cells"].values()) == advice["not_applicable"]
+    shown_gb = functools.partial(pytest.approx, abs=0.051)
     for cell_id, cell in advised.items():
         on_page = shown[cell_id]
         assert on_page["verdict"] == cell["verdict"], cell_id
-        assert on_page["total_mb"] == pytest.approx(cell["total_bytes"] / 1e6, abs=0.5), cell_id
-        assert on_page["margin_mb"] == pytest.approx(cell["margin_bytes"] / 1e6, abs=1.0), cell_id
-        assert on_page["host_mb"] == pytest.approx(cell["host_bytes"] / 1e6, abs=0.5), cell_id
-        assert on_page["terms_mb"] == {k: round(v / 1e6) for k, v in cell["terms"].items()}, cell_id
+        assert on_page["total"] == shown_gb(cell["total_bytes"] / 1e9), cell_id
+        assert on_page["low"] == shown_gb(cell["range_low_bytes"] / 1e9), cell_id
+        assert on_page["high"] == shown_gb(cell["range_high_bytes"] / 1e9), cell_id
+        assert on_page["margin"] == pytest.approx(cell["margin_bytes"] / 1e9, abs=0.101), cell_id
+        assert on_page["host"] == shown_gb(cell["host_bytes"] / 1e9), cell_id
+        assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
+        if cell["verdict"] == "fits":
+            assert on_page["tokens_per_s"] == round(cell["tokens_per_s"]), cell_id
+    picks = [{"kind": p["kind"], "cell_id": p["cell_id"], "reason": p["reason"]} for p in advice["picks"]]
+    assert page["picks"] == picks
     run = advice["run"]
     if advice["chosen"] is not None:
-        assert page[advice["chosen"]]["command"] == run["command"]
+        assert page["cells"][advice["chosen"]]["command"] == run["command"]
+
+
+def test_a_point_where_something_fits_has_the_three_picks(data, capsys, tmp_path):
+    page = read_point(data, point_index(data, "qwen2.5-7b", "A10", 2, 2048, 1))
+    assert [p["kind"] for p in page["picks"]] == ["fastest", "fewest-gpus", "faithful"]
+    assert all("PREDICTED tokens/s" in p["reason"] and "@" not in p["reason"] for p in page["picks"])
 
 
 def test_every_point_is_where_the_page_looks_for_it(data):
@@ -72,9 +87,9 @@ def test_every_point_is_where_the_page_looks_for_it(data):
 
 def test_a_point_that_runs_out_of_memory_is_shown_so(data):
     """Qwen2.5-7B with two full models on one T4 cannot fit: the page must not say it does."""
-    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))
+    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))["cells"]
     assert page["two_models-none-single"]["verdict"] == "predicted_oom"
-    assert page["two_models-none-single"]["margin_mb"] < 0
+    assert page["two_models-none-single"]["margin"] < 0
     assert page["one_adapter-none-ddp"]["verdict"] == "not_applicable"
 
 
