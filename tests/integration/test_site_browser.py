@@ -46,6 +46,8 @@ def browse(url: str, tmp_path: Path, *mode: str, window: tuple[int, int] = WINDO
         "--disable-dev-shm-usage",
         f"--user-data-dir={profile}",
         f"--window-size={window[0]},{window[1]}",
+        # The decision page inflates its data asynchronously: let the page's tasks finish before the dump.
+        "--virtual-time-budget=10000",
         *mode,
         url,
     ]
@@ -246,7 +248,7 @@ def assert_marks_are_ascii(dom: str) -> None:
 # own (on `load`), optionally clicks a cell, and writes the boxes it measured (document coordinates, CSS px) into
 # <body data-probe>, which --dump-dom returns.
 PROBE = """<script>
-window.addEventListener('load', function(){
+function measure(){
   function box(e){
     if (!e) return null;
     var r = e.getBoundingClientRect();
@@ -269,6 +271,10 @@ window.addEventListener('load', function(){
   out.heads = Array.prototype.map.call(document.querySelectorAll('table.decide thead th'), box);
   out.cells = Array.prototype.map.call(document.querySelectorAll('table.decide tbody td'), box);
   document.body.setAttribute('data-probe', JSON.stringify(out));
+}
+window.addEventListener('load', function wait(){
+  // After the page's own script: it marks <html data-ready> once it rendered.
+  if (document.documentElement.getAttribute('data-ready')) measure(); else setTimeout(wait, 20);
 });
 </script>"""
 

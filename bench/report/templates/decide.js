@@ -115,7 +115,7 @@
     return [
       ['memory per device', gb(v.total) + ' of ' + gb(usable) + ' usable', 'total'],
       ['range', range(v), 'range'],
-      ['host memory per rank', v.host ? gb(v.host) + ' (not checked)' : 'none', 'host'],
+      ['host memory per rank', (v.host ? gb(v.host) + ' (not checked against the host)' : '0 GB (nothing offloaded)'), 'host'],
       ['tokens/s', tokens(v.tokens), 'tokens']
     ];
   }
@@ -253,8 +253,33 @@
     });
   }
 
+  function unpack(data){
+    // The per-point arrays come gzipped in base64 (bench/report/decide_data.py `pack`): the browser inflates them.
+    if (!data.packed) return Promise.resolve(data);
+    var text = atob(data.packed), bytes = new Uint8Array(text.length);
+    for (var i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return new Response(stream).json().then(function(big){
+      // Sizes come a field at a time (all totals, all lows, ...): back to a row per point, a cell's fields together.
+      var fields = big.sizes, rows = [];
+      for (var r = 0; r < fields[0].length; r++) {
+        var row = [];
+        for (var c = 0; c < fields[0][r].length; c++) for (var f = 0; f < fields.length; f++) row.push(fields[f][r][c]);
+        rows.push(row);
+      }
+      big.sizes = rows;
+      for (var k in big) data[k] = big[k];
+      delete data.packed;
+      return data;
+    });
+  }
+
   document.addEventListener('DOMContentLoaded', function(){
-    D = window.DECIDE;
+    unpack(window.DECIDE).then(start);
+  });
+
+  function start(data){
+    D = data;
     CFG = JSON.parse(document.getElementById('decide-config').textContent);
     UNIT = D.unit / 1e9;
     var chosen = asked(), problems = [];
@@ -279,5 +304,5 @@
     warn(problems);
     render();
     document.documentElement.setAttribute('data-ready', '1');
-  });
+  }
 })();

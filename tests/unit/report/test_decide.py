@@ -1,6 +1,8 @@
 """The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms and
 commands read back equal what `python -m bench advise --format json` prints."""
 
+import base64
+import copy
 import functools
 import json
 import re
@@ -11,7 +13,7 @@ from bench.cli import main
 from bench.cli.advise import advise_point
 from bench.matrix.gpus import load_catalog
 from bench.paths import SCENARIOS_DIR
-from bench.report.decide_data import Decision, encode, point_index, predict_grid, read_point
+from bench.report.decide_data import PACKED, Decision, encode, point_index, predict_grid, read_point, unpack
 from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_argv, load_grid
 from bench.report.decide_page import DATA_FILE, data_script, render_page
 
@@ -116,3 +118,14 @@ def test_page_names_its_data_and_uses_no_emoji(data):
 def test_processes_give_the_same_data(data):
     points, commands = predict_grid(Decision(GRID, advise_point, jobs=2))
     assert encode(GRID, points, commands) == data
+
+
+def test_the_data_file_is_packed_the_same_every_time_and_reads_back(data):
+    """No time stamp anywhere (the gzip header's is zero): an unchanged grid gives the same bytes."""
+    script = data_script(data)
+    assert script == data_script(copy.deepcopy(data))
+    shipped = json.loads(script.removeprefix("window.DECIDE=").removesuffix(";\n"))
+    assert set(shipped) & set(PACKED) == set() and shipped["packed"]
+    assert unpack(shipped) == json.loads(json.dumps(data))
+    assert not re.search(r"20\d\d-\d\d-\d\d", script)
+    assert base64.b64decode(shipped["packed"])[4:8] == b"\0\0\0\0", "the gzip header carries no time"
