@@ -116,16 +116,22 @@ def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfil
     """One point of the decision page: what `python -m bench advise ARGV` ranks, and the flags its commands carry."""
     import shlex
 
+    from bench.advise.advice import advise
     from bench.advise.host import host_memory, verdict
     from bench.report.decide_data import PointResult
 
     args = _parser().parse_args(["advise", *argv])
-    profile, _, by_id, predictions = predicted(args, matrix)
+    profile, workload, by_id, predictions = predicted(args, matrix)
     usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
     host = host_memory(profile, args.host_ram)
     predicted_ = [p for p in predictions if p.status == "predicted"]
     host_oom = frozenset(p.cell_id for p in predicted_ if verdict(p, profile, host) == "host_oom")
-    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id, host_oom)
+    # The picks and the speeds are advise's own, over the fitting cells: the others' fixes are not on the page.
+    fitting = [p for p in predicted_ if p.verdict == "fits" and p.cell_id not in host_oom]
+    advice = advise(profile, workload, fitting, by_id, args.prefer, host)
+    speeds = {c.cell_id: c.tokens_per_s for c in advice.cells}
+    picks = tuple((p.kind, p.cell_id, p.reason) for p in advice.picks)
+    return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id, host_oom, speeds, picks)
 
 
 def _fixed_cell(advice, cell_id: str, by_id: dict):

@@ -13,8 +13,11 @@ values, since most repeat across points:
 MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
 """
 
+import base64
+import gzip
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction
@@ -22,7 +25,6 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_argv
 from bench.report.grid import build_grid, row_label
-from bench.units import MB
 
 VERDICT_CODES = "abcdefghij"
 """A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
@@ -41,6 +43,10 @@ class PointResult:
     cells: dict[str, Cell]
     host_oom: frozenset[str] = frozenset()
     """Cells whose offloaded state is over the host memory of a node (`advise`'s host_oom; bench/advise/host.py)."""
+    speeds: dict[str, float | None] = field(default_factory=dict)
+    """PREDICTED tokens/s of the cells that fit (advise's ranking figure), by cell id."""
+    picks: tuple[tuple[str, str, str], ...] = ()
+    """advise's three picks among the fitting cells: (kind, cell id, reason); empty when none fits."""
 
 
 PointPredictor = Callable[[list[str], list[Cell]], tuple[HardwareProfile, PointResult]]
@@ -101,8 +107,26 @@ def command_of(template: str, flags: str) -> str:
     return template.replace(FLAGS, flags)
 
 
-def mb(value: float | None) -> int | None:
-    return None if value is None else round(value / MB)
+UNIT = 1e8
+"""Sizes are integers of 0.1 GB (10^8 bytes): the page shows GB with one decimal."""
+TOKENS = "@T@"
+"""Stands for a pick's PREDICTED tokens/s in its reason (the number is the cell's, in the point's speeds)."""
+PICKS = ("fastest", "fewest-gpus", "faithful")
+
+
+def units(value: float | None) -> int | None:
+    return None if value is None else round(value / UNIT)
+
+
+def tokens(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def reason_template(reason: str, tokens_per_s: float | None) -> str:
+    """advise's reason with its tokens/s figure as TOKENS (the table of reasons stays small)."""
+    if tokens_per_s is None:
+        return reason
+    return reason.replace(f"{tokens_per_s:,.0f} PREDICTED", f"{TOKENS} PREDICTED", 1)
 
 
 class _Table:
@@ -119,9 +143,10 @@ class _Table:
 
 
 def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, str]) -> dict:
-    """The page's data. `points` in `grid.points()` order; `commands`: cell id -> its command template."""
+    """The page's data. `points` in `grid.points()` order; `commands`: cell id -> its command template.
+    Deterministic: the same points give the same data (tables in first-seen order, no time stamps)."""
     verdicts, terms, reasons, breakdowns = _Table(), _Table(), _Table(), _Table()
-    sizes, marks, not_applicable, cell_ids = _Table(), _Table(), _Table(), _Table()
+    sizes, marks, not_applicable, cell_ids, why_picked = _Table(), _Table(), _Table(), _Table(), _Table()
     cells: dict[str, Prediction] = {}
     for point in points:
         for p in point.predictions:
@@ -130,27 +155,50 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
     setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
     encoded = []
     for point in points:
-        size: list[tuple | None] = [None] * len(cell_ids.index)
+        by_cell = {p.cell_id: p for p in point.predictions}
+        size: list[int | None] = []
         mark = [VERDICT_ABSENT] * len(cell_ids.index)
         why: list[int | None] = [None] * len(cell_ids.index)
-        for p in point.predictions:
-            at = cell_ids(p.cell_id)
+        speeds: list[int | None] = []
+        for cell_id, at in cell_ids.index.items():
+            p = by_cell.get(cell_id)
+            if p is None:
+                continue
             if p.status != "predicted":
                 mark[at] = VERDICT_NOT_APPLICABLE
                 why[at] = reasons(p.reason)
                 continue
-            breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), mb(value)))
-            size[at] = (mb(p.total_bytes), breakdowns(breakdown), mb(p.host_bytes))
+            breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), units(value)))
+            total = units(p.total_bytes) or 0
+            low = None if p.range_low_bytes is None else total - (units(p.range_low_bytes) or 0)
+            high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
+            size += [total, low, high, units(p.host_bytes), breakdowns(breakdown)]
             verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
             mark[at] = VERDICT_CODES[verdicts(verdict)]
+            if verdict == "fits":
+                speeds.append(tokens(point.speeds.get(cell_id)))
+        picked = [
+            x
+            for kind, cell_id, reason in point.picks
+            for x in (cell_ids(cell_id), why_picked(reason_template(reason, point.speeds.get(cell_id))))
+        ]
         encoded.append(
-            [point.flags, mb(point.usable_bytes), sizes(tuple(size)), marks("".join(mark)), not_applicable(tuple(why))]
+            [
+                point.flags,
+                units(point.usable_bytes),
+                marks("".join(mark)),
+                not_applicable(tuple(why)),
+                sizes(tuple(size)),
+                speeds,
+                picked,
+            ]
         )
     layout = build_grid(cells[c] for c in cell_ids.values())
     position = {c: i for i, c in enumerate(cell_ids.values())}
     return {
         "predicted": "PREDICTED",
         "estimator_version": VERSION,
+        "unit": UNIT,
         "models": [{"name": m.name, "flag": m.flag} for m in grid.models],
         "gpus": list(grid.gpus),
         "counts": list(grid.counts),
@@ -159,6 +207,8 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
         "verdicts": verdicts.values(),
         "terms": terms.values(),
         "reasons": reasons.values(),
+        "picks": list(PICKS),
+        "pick_reasons": why_picked.values(),
         "cells": [
             {
                 "id": c,
@@ -177,11 +227,41 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
         ],
         "variants": [position[c] for c in layout.variants],
         "breakdowns": [list(b) for b in breakdowns.values()],
-        "sizes": [[None if s is None else list(s) for s in row] for row in sizes.values()],
+        "sizes": [list(s) for s in sizes.values()],
         "marks": marks.values(),
         "not_applicable": [list(row) for row in not_applicable.values()],
         "points": encoded,
     }
+
+
+PACKED = ("reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
+"""The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
+DecompressionStream."""
+SIZE_FIELDS = 5
+"""A size row is [total, low, high, host, breakdown] per predicted cell: packed a field at a time (all the rows'
+totals, then all their lows, ...), which gzip compresses to about 60 % of the rows as they are."""
+
+
+def pack(data: dict) -> dict:
+    """`data` with PACKED as one base64 string of gzipped JSON. Deterministic (no time stamp in the gzip header), so an
+    unchanged grid gives the same bytes."""
+    big = {k: data[k] for k in PACKED}
+    big["sizes"] = [[row[f::SIZE_FIELDS] for row in data["sizes"]] for f in range(SIZE_FIELDS)]
+    text = json.dumps(big, separators=(",", ":")).encode()
+    packed = base64.b64encode(gzip.compress(text, compresslevel=9, mtime=0)).decode("ascii")
+    return {**{k: v for k, v in data.items() if k not in PACKED}, "packed": packed}
+
+
+def unpack(data: dict) -> dict:
+    """pack's inverse (what the page's script does)."""
+    if "packed" not in data:
+        return data
+    big = json.loads(gzip.decompress(base64.b64decode(data["packed"])))
+    fields = big["sizes"]
+    big["sizes"] = [
+        [v for values in zip(*(f[r] for f in fields), strict=True) for v in values] for r in range(len(fields[0]))
+    ]
+    return {**{k: v for k, v in data.items() if k != "packed"}, **big}
 
 
 def _at(position: dict[str, int], cell_id: str | None) -> int | None:
@@ -202,11 +282,14 @@ def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, b
     return at
 
 
-def read_point(data: dict, at: int) -> dict[str, dict]:
-    """Cell id -> {verdict, total_mb, margin_mb, host_mb, terms_mb} (or {verdict: not_applicable, reason}) at point
-    `at`: the encoding read back, as the page's script reads it."""
-    flags, usable, sizes, marks, why = data["points"][at]
-    cells = {}
+def read_point(data: dict, at: int) -> dict:
+    """The encoding of point `at` read back, as the page's script reads it: {"cells": cell id -> {verdict, total,
+    low, high, margin, host, tokens_per_s, terms, command} (sizes in GB, rounded as shown) or {verdict:
+    not_applicable, reason}; "picks": [{kind, cell_id, reason}]}."""
+    flags, usable, marks, why, sizes, speeds, picked = data["points"][at]
+    unit = data["unit"] / 1e9
+    values, fast = iter(data["sizes"][sizes]), iter(speeds)
+    cells: dict[str, dict] = {}
     for i, mark in enumerate(data["marks"][marks]):
         cell_id = data["cells"][i]["id"]
         if mark == VERDICT_ABSENT:
@@ -214,14 +297,26 @@ def read_point(data: dict, at: int) -> dict[str, dict]:
         if mark == VERDICT_NOT_APPLICABLE:
             cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
             continue
-        total, breakdown, host = data["sizes"][sizes][i]
+        total, low, high, host, breakdown = (next(values) for _ in range(5))
         pairs = data["breakdowns"][breakdown]
+        verdict = data["verdicts"][VERDICT_CODES.index(mark)]
         cells[cell_id] = {
-            "verdict": data["verdicts"][VERDICT_CODES.index(mark)],
-            "total_mb": total,
-            "margin_mb": None if usable is None else usable - total,
-            "host_mb": host,
-            "terms_mb": {data["terms"][pairs[k]]: pairs[k + 1] for k in range(0, len(pairs), 2)},
+            "verdict": verdict,
+            "total": round(total * unit, 1),
+            "low": None if low is None else round((total - low) * unit, 1),
+            "high": None if high is None else round((total + high) * unit, 1),
+            "margin": None if usable is None else round((usable - total) * unit, 1),
+            "host": round(host * unit, 1),
+            "tokens_per_s": next(fast) if verdict == "fits" else None,
+            "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},
             "command": command_of(data["cells"][i]["command"], flags),
         }
-    return cells
+    picks = []
+    for k in range(0, len(picked), 2):
+        cell_id = data["cells"][picked[k]]["id"]
+        speed = cells[cell_id]["tokens_per_s"]
+        reason = data["pick_reasons"][picked[k + 1]]
+        if speed is not None:
+            reason = reason.replace(TOKENS, f"{speed:,}")
+        picks.append({"kind": data["picks"][k // 2], "cell_id": cell_id, "reason": reason})
+    return {"cells": cells, "picks": picks}

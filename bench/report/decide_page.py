@@ -6,7 +6,7 @@ import json
 from markupsafe import Markup
 
 from bench.report.cells import VERDICT_BADGES
-from bench.report.decide_data import FLAGS, VERDICT_CODES
+from bench.report.decide_data import FLAGS, TOKENS, VERDICT_CODES, pack
 from bench.report.decide_grid import DecisionGrid
 from bench.report.templating import render
 
@@ -30,7 +30,8 @@ def _json(value: object) -> str:
 
 
 def data_script(data: dict) -> str:
-    return "window.DECIDE=" + _json(data) + ";\n"
+    """The data file: its small tables as JSON, the per-point arrays packed (decide_data.pack)."""
+    return "window.DECIDE=" + _json(pack(data)) + ";\n"
 
 
 def render_page(grid: DecisionGrid, data: dict) -> str:
@@ -41,6 +42,7 @@ def render_page(grid: DecisionGrid, data: dict) -> str:
         "codes": VERDICT_CODES,
         "labels": VERDICT_BADGES,
         "flags": FLAGS,
+        "tokens": TOKENS,
         "defaults": DEFAULTS,
     }
     return render(

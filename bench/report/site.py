@@ -1,4 +1,5 @@
-"""The static results site: one self-contained index.html (inline CSS, JS and SVG, nothing fetched).
+"""The static results site: a short index.html linking one self-contained page per hardware profile (inline CSS,
+JS and SVG, nothing fetched), and the decision page (decide_page.py).
 
 Pure: `ProfileView`s in, HTML text out. This module builds what each part of the page shows (the view data); the
 HTML is in the Jinja templates of bench/report/templates/ (page.html and the macros it imports), the plots' SVG comes
@@ -513,12 +514,16 @@ def profile_page(view: ProfileView) -> ProfilePage:
     )
 
 
-def render_site(views: list[ProfileView], generated_at: str, predicted: str = "", decide: bool = False) -> str:
-    """`predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones;
+def render_site(
+    views: list[ProfileView], generated_at: str, predicted: str = "", decide: bool = False, title: str | None = None
+) -> str:
+    """One page of `views` (publish writes one per hardware profile: its measured views, DPO's first);
+    `predicted`: the rendered predicted matrices (bench/report/predicted_site.py), shown after the measured ones;
     `decide`: link the decision page (decide.html)."""
     return render(
         "page.html",
         decide=decide,
+        title=title or " · ".join(dict.fromkeys(v.hardware for v in views)) or "results",
         profiles=[profile_page(v) for v in views],
         generated_at=generated_at,
         legend=legend(BADGES),
@@ -526,3 +531,46 @@ def render_site(views: list[ProfileView], generated_at: str, predicted: str = ""
         status_css=Markup(status_css()),
         predicted=Markup(predicted),
     )
+
+
+INDEX = "index.html"
+
+
+def page_name(hardware: str) -> str:
+    """The file of a hardware profile's page."""
+    return "hw-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", hardware) + ".html"
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """A line of the index: a hardware profile's page, what it holds."""
+
+    hardware: str
+    page: str
+    runs: list[tuple[str, str, bool, str]]
+    """(method, run name, complete, status counts) of each measured view."""
+    predicted: bool
+
+
+def status_counts(view: ProfileView) -> str:
+    counts: dict[str, int] = {}
+    for summary in view.cells.values():
+        counts[summary.status] = counts.get(summary.status, 0) + 1
+    return ", ".join(f"{counts[s.value]} {s.value}" for s in Status if s.value in counts)
+
+
+def site_pages(
+    views: list[ProfileView], generated_at: str, predicted: dict[str, str] | None = None, decide: bool = False
+) -> dict[str, str]:
+    """File name -> HTML: index.html and a page per hardware profile (its views, then its predicted matrix).
+    `predicted`: hardware -> its rendered predicted section."""
+    predicted = predicted or {}
+    hardware = sorted({v.hardware for v in views} | set(predicted))
+    pages, entries = {}, []
+    for name in hardware:
+        mine = [v for v in views if v.hardware == name]
+        pages[page_name(name)] = render_site(mine, generated_at, predicted.get(name, ""), decide, name)
+        runs = [(v.method, v.run_name, v.complete, status_counts(v)) for v in mine]
+        entries.append(IndexEntry(name, page_name(name), runs, name in predicted))
+    pages[INDEX] = render("index.html", decide=decide, entries=entries, generated_at=generated_at)
+    return pages

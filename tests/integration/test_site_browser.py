@@ -31,7 +31,7 @@ def chromium() -> str:
     return found
 
 
-def browse(url: str, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess:
+def browse(url: str, tmp_path: Path, *mode: str, window: tuple[int, int] = WINDOW) -> subprocess.CompletedProcess:
     profile = tmp_path / f"chromium-profile-{len(list(tmp_path.glob('chromium-profile-*')))}"
     argv = [
         chromium(),
@@ -45,7 +45,9 @@ def browse(url: str, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess:
         "--disable-sync",
         "--disable-dev-shm-usage",
         f"--user-data-dir={profile}",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--window-size={window[0]},{window[1]}",
+        # The decision page inflates its data asynchronously: let the page's tasks finish before the dump.
+        "--virtual-time-budget=10000",
         *mode,
         url,
     ]
@@ -83,30 +85,40 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_dom_after_load_has_matrices_cells_and_plots(site, tmp_path):
-    dom = browse(site.as_uri(), tmp_path, "--dump-dom").stdout
-    page = parse(dom)
-    assert page.find("html", **{"data-ready": "1"}), "the inline script did not run"
-    tables = page.find("table", **{"class": "matrix"})
-    assert [t["data-hardware"] for t in tables] == ["2xA10", "cpu"]
+    index = parse(browse(site.as_uri(), tmp_path, "--dump-dom").stdout)
+    assert index.find("html", **{"data-ready": "1"}), "the index's script did not run"
+    assert [a["href"] for a in index.find("a") if (a.get("href") or "").startswith("hw-")] == [
+        "hw-2xA10.html",
+        "hw-cpu.html",
+    ]
+    assert not index.find("table", **{"class": "matrix"}), "the index only links the profiles' pages"
     for hardware in ("2xA10", "cpu"):
+        page = parse(browse(site.with_name(f"hw-{hardware}.html").as_uri(), tmp_path, "--dump-dom").stdout)
+        assert page.find("html", **{"data-ready": "1"}), "the inline script did not run"
+        tables = page.find("table", **{"class": "matrix"})
+        assert [t["data-hardware"] for t in tables] == [hardware]
         links = {a["data-cell"] for a in page.find("a") if (a.get("href") or "").startswith(f"#cell-{hardware}-")}
         assert links == set(cell_ids())
-        panels = {
-            d["data-cell"]
-            for d in page.find("details", **{"class": "panel"})
-            if d["id"].startswith(f"cell-{hardware}-")
-        }
+        panels = {d["data-cell"] for d in page.find("details", **{"class": "panel"})}
         assert panels == set(cell_ids())
-    assert len(page.find("svg", **{"class": "plot scatter"})) == 2
-    assert len(page.find("svg", **{"class": "plot winners"})) == 2
-    points = [a["id"] for t, a in page.tags if t == "g" and (a.get("id") or "").startswith("point-")]
-    assert len(points) == len(set(points)) == 16  # a dot per ok cell, 8 per profile
-    assert all(p.removeprefix("point-").split("-", 1)[1] in cell_ids() for p in points)
-    assert not page.find("details", **{"class": "panel", "open": ""}), "no panel is open without a fragment"
+        assert len(page.find("svg", **{"class": "plot scatter"})) == 1
+        assert len(page.find("svg", **{"class": "plot winners"})) == 1
+        points = [a["id"] for t, a in page.tags if t == "g" and (a.get("id") or "").startswith("point-")]
+        assert len(points) == len(set(points)) == 8  # a dot per ok cell
+        assert all(p.removeprefix(f"point-{hardware}-") in cell_ids() for p in points)
+        assert not page.find("details", **{"class": "panel", "open": ""}), "no panel is open without a fragment"
+        assert page.find("a", href="index.html"), "the page links back to the index"
+
+
+def test_index_is_one_screen_and_a_profile_page_is_one_profile(site, tmp_path):
+    _, index, _ = probe(site, "", tmp_path)
+    assert index["scrollHeight"] <= WINDOW[1], "the index fits in one window"
+    _, cpu, _ = probe(site.with_name("hw-cpu.html"), "", tmp_path)
+    assert cpu["scrollHeight"] > WINDOW[1]  # a matrix, plots and 13 panels
 
 
 def test_fragment_opens_the_cell_panel(site, tmp_path):
-    url = site.as_uri() + "#cell-cpu-one_adapter-none-zero2"
+    url = site.with_name("hw-cpu.html").as_uri() + "#cell-cpu-one_adapter-none-zero2"
     page = parse(browse(url, tmp_path, "--dump-dom").stdout)
     opened = [d["id"] for d in page.find("details", **{"class": "panel"}) if "open" in d]
     assert opened == ["cell-cpu-one_adapter-none-zero2"]
@@ -115,7 +127,7 @@ def test_fragment_opens_the_cell_panel(site, tmp_path):
 
 def test_screenshot_renders(site, tmp_path):
     shot = tmp_path / "site.png"
-    browse(site.as_uri(), tmp_path, f"--screenshot={shot}")
+    browse(site.with_name("hw-cpu.html").as_uri(), tmp_path, f"--screenshot={shot}")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
@@ -142,6 +154,11 @@ def decide(tmp_path_factory) -> Path:
     (scenarios / "decide.yaml").write_text(DECIDE_YAML, encoding="utf-8")
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
     return results / "site" / "decide.html"
+
+
+def shown_gb(value: float) -> str:
+    """A size as the page shows it: GB, one decimal."""
+    return f"{round(value / 1e8) / 10:.1f} GB"
 
 
 def point_url(page: Path, point: dict[str, str]) -> str:
@@ -172,7 +189,7 @@ def test_decision_page_shows_the_verdicts_advise_gives(decide, tmp_path, capsys)
     assert set(shown) == set(advised)
     for cell_id, cell in advised.items():
         assert shown[cell_id]["data-verdict"] == cell["verdict"], cell_id
-        assert int(shown[cell_id]["data-total-mb"]) == round(cell["total_bytes"] / 1e6), cell_id
+        assert shown[cell_id]["data-total"] == shown_gb(cell["total_bytes"]), cell_id
     verdicts = {c["verdict"] for c in advised.values()}
     assert {"fits", "predicted_oom"} <= verdicts, "the point shows both colours"
     table = page.find("table", **{"class": "matrix decide"})
@@ -194,7 +211,7 @@ def test_decision_page_screenshot_is_drawn_without_tofu(decide, tmp_path):
 
 
 def test_measured_site_marks_are_text_not_emoji(site, tmp_path):
-    assert_marks_are_ascii(browse(site.as_uri(), tmp_path, "--dump-dom").stdout)
+    assert_marks_are_ascii(browse(site.with_name("hw-cpu.html").as_uri(), tmp_path, "--dump-dom").stdout)
 
 
 class Marks(HTMLParser):
@@ -225,3 +242,160 @@ def assert_marks_are_ascii(dom: str) -> None:
     drawn_as_boxes = sorted({t for t in marks.texts if not t.isascii()})
     assert not drawn_as_boxes, f"marks that need an emoji font: {drawn_as_boxes[:5]}"
     assert not EMOJI.search(dom), "no emoji anywhere on the page"
+
+
+# The decision page's layout, measured in Chromium: a copy of the page with a probe script that runs after the page's
+# own (on `load`), optionally clicks a cell, and writes the boxes it measured (document coordinates, CSS px) into
+# <body data-probe>, which --dump-dom returns.
+PROBE = """<script>
+function measure(){
+  function box(e){
+    if (!e) return null;
+    var r = e.getBoundingClientRect();
+    return {top: r.top + scrollY, bottom: r.bottom + scrollY, left: r.left + scrollX, right: r.right + scrollX};
+  }
+  var out = {innerWidth: innerWidth, scrollWidth: document.documentElement.scrollWidth,
+             scrollHeight: document.documentElement.scrollHeight};
+  var click = %s;
+  if (click) {
+    var cell = document.querySelector('.dcell[data-cell="' + click + '"]');
+    cell.click();
+    out.clicked = box(cell);
+    var row = cell.closest('tr');
+    out.next_row = box(row.nextElementSibling && row.nextElementSibling.nextElementSibling);
+    out.detail = box(document.getElementById('detail'));
+  }
+  out.answer = box(document.getElementById('answer'));
+  out.picks = Array.prototype.map.call(document.querySelectorAll('.pick'), box);
+  out.grid = box(document.querySelector('table.decide'));
+  out.heads = Array.prototype.map.call(document.querySelectorAll('table.decide thead th'), box);
+  out.cells = Array.prototype.map.call(document.querySelectorAll('table.decide tbody td'), box);
+  document.body.setAttribute('data-probe', JSON.stringify(out));
+}
+window.addEventListener('load', function wait(){
+  // After the page's own script: it marks <html data-ready> once it rendered.
+  if (document.documentElement.getAttribute('data-ready')) measure(); else setTimeout(wait, 20);
+});
+</script>"""
+
+
+def probe(page: Path, fragment: str, tmp_path: Path, click: str | None = None, window: tuple[int, int] = WINDOW):
+    """(the DOM after the probe ran, what it measured, a screenshot under tmp_path) of `page#fragment`."""
+    copy = page.with_name(f"probe-{tmp_path.name}-{page.stem}.html")
+    html = page.read_text(encoding="utf-8")
+    copy.write_text(html.replace("</body>", PROBE % json.dumps(click) + "</body>"), encoding="utf-8")
+    url = copy.as_uri() + fragment
+    dom = browse(url, tmp_path, "--dump-dom", window=window).stdout
+    shot = tmp_path / f"{page.stem}.png"
+    browse(url, tmp_path, f"--screenshot={shot}", window=window)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == window
+    found = [a["data-probe"] for a in parse(dom).find("body") if a.get("data-probe")]
+    assert found, "the probe did not run"
+    return parse(dom), json.loads(found[0]), shot
+
+
+def fragment(point: dict[str, str]) -> str:
+    return "#" + "&".join(f"{k}={v}" for k, v in point.items())
+
+
+def test_decision_page_opens_on_advises_three_picks(decide, tmp_path, capsys):
+    page, boxes, _ = probe(decide, fragment(POINT), tmp_path)
+    out = tmp_path / "advice.json"
+    assert main([*ADVISE, "--format", "json", "--output", str(out)]) == 0
+    capsys.readouterr()
+    advice = json.loads(out.read_text(encoding="utf-8"))
+    cells = {c["cell_id"]: c for c in advice["cells"]}
+    picks = page.find("article")
+    assert [(p["data-kind"], p["data-cell"]) for p in picks] == [(p["kind"], p["cell_id"]) for p in advice["picks"]]
+    assert len(picks) == 3
+    for pick in picks:
+        cell = cells[pick["data-cell"]]
+        assert pick["data-total"] == shown_gb(cell["total_bytes"])
+        assert pick["data-tokens"] == str(round(cell["tokens_per_s"]))
+    page_dom = browse(point_url(decide, POINT), tmp_path, "--dump-dom").stdout
+    text = html_text(page_dom)
+    for p in advice["picks"]:
+        assert p["reason"] in text, "the pick's reason is advise's"
+        cell = cells[p["cell_id"]]
+        assert shown_gb(cell["range_low_bytes"]) + " – " + shown_gb(cell["range_high_bytes"]) + " PREDICTED" in text
+    assert advice["run"]["command"] in text, "the chosen cell's command is on the page"
+    figures = [a["data-figure"] for a in parse(page_dom).find("dd")]
+    assert figures == ["total", "range", "host", "tokens"] * 3
+    assert text.count(" PREDICTED") >= 12, "every figure of the picks is labelled PREDICTED"
+    # The answer is on top: above the grid, within the first screen.
+    assert boxes["answer"]["top"] < 300
+    assert all(p["bottom"] < boxes["grid"]["top"] for p in boxes["picks"])
+    assert max(p["bottom"] for p in boxes["picks"]) < WINDOW[1]
+
+
+def test_a_click_opens_the_details_right_under_the_cell(decide, tmp_path):
+    cell = "one_adapter-none-zero3"
+    page, boxes, _ = probe(decide, fragment(POINT), tmp_path, click=cell)
+    opened = [d["data-cell"] for d in page.find("div", **{"class": "detail"}) if "data-cell" in d]
+    assert opened == [cell], "one cell's details, the clicked one's"
+    clicked, detail = boxes["clicked"], boxes["detail"]
+    assert 0 <= detail["top"] - clicked["bottom"] < 20, "the details open right below the clicked cell"
+    assert detail["left"] < clicked["right"] and detail["bottom"] <= boxes["next_row"]["top"]
+    assert detail["bottom"] - detail["top"] < 900, "the details fit on a screen"
+
+
+def test_every_column_is_visible_in_a_1280_px_window(decide, tmp_path):
+    narrow = (1280, 900)
+    _, boxes, _ = probe(decide, fragment(POINT), tmp_path, window=narrow)
+    assert boxes["innerWidth"] == narrow[0]
+    assert boxes["scrollWidth"] <= narrow[0], "no horizontal scrolling"
+    assert len(boxes["heads"]) == 11 and boxes["cells"]
+    for box in boxes["heads"] + boxes["cells"] + boxes["picks"]:
+        assert box["left"] >= 0 and box["right"] <= narrow[0], box
+    assert boxes["grid"]["right"] <= narrow[0]
+
+
+@pytest.mark.parametrize(
+    ("query", "axis", "value", "nearest"),
+    [("?gpu=Z80", "gpu", "Z80", ["A10", "T4"]), ("#count=3&gpu=a10", "count", "3", ["2", "1"])],
+)
+def test_an_out_of_grid_value_in_the_url_is_named_with_the_nearest_choices(
+    decide, tmp_path, query, axis, value, nearest
+):
+    dom = browse(decide.as_uri() + query, tmp_path, "--dump-dom").stdout
+    page = parse(dom)
+    assert page.find("html", **{"data-ready": "1"})
+    box = page.find("div", id="out-of-grid")
+    assert box and "hidden" not in box[0], "the page says so"
+    lines = page.find("p", **{"data-axis": axis})
+    assert lines and lines[0]["data-value"] == value
+    text = html_text(dom)
+    assert f"{axis}={value}" in text and "not on this page's grid" in text
+    assert "Nearest valid choices: " + ", ".join(nearest) in text
+    selected = {a["value"] for a in page.find("option") if "selected" in a}
+    assert nearest[0] in selected, "the nearest choice is shown"
+
+
+def test_an_in_grid_url_shows_no_warning(decide, tmp_path):
+    page = parse(browse(point_url(decide, POINT), tmp_path, "--dump-dom").stdout)
+    assert "hidden" in page.find("div", id="out-of-grid")[0]
+
+
+class Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        self.skip += tag in ("script", "style", "template")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.skip -= tag in ("script", "style", "template")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.parts.append(data)
+
+
+def html_text(dom: str) -> str:
+    """The page's visible text (scripts, styles and templates left out), whitespace collapsed."""
+    text = Text()
+    text.feed(dom)
+    return re.sub(r"\s+", " ", "".join(text.parts))

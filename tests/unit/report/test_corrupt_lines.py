@@ -7,7 +7,7 @@ from pathlib import Path
 from bench.cli import main
 from bench.results.store import load_results
 from tests.unit.report.test_compare import rec, write_run
-from tests.unit.report.test_publish import build_results
+from tests.unit.report.test_publish import build_results, site_text
 
 CELLS = ("one_adapter-none-single", "two_models-none-single")
 
@@ -76,5 +76,5 @@ def test_publish_warns_and_publishes_the_other_lines(tmp_path, capsys):
     path = corrupt(results / "2xA10" / "20260101-000000", line=3)
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
     warned(capsys.readouterr().err, path, 3)
-    page = (results / "site" / "index.html").read_text(encoding="utf-8")
+    page = site_text(results / "site")
     assert "two_models-none-single" in page

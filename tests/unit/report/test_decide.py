@@ -1,6 +1,9 @@
 """The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms and
 commands read back equal what `python -m bench advise --format json` prints."""
 
+import base64
+import copy
+import functools
 import json
 import re
 
@@ -10,7 +13,15 @@ from bench.cli import main
 from bench.cli.advise import advise_point
 from bench.matrix.gpus import load_catalog
 from bench.paths import SCENARIOS_DIR
-from bench.report.decide_data import DecisionPageJob, encode, point_index, predict_grid, read_point
+from bench.report.decide_data import (
+    PACKED,
+    DecisionPageJob,
+    encode,
+    point_index,
+    predict_grid,
+    read_point,
+    unpack,
+)
 from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_argv, load_grid
 from bench.report.decide_page import DATA_FILE, data_script, render_page
 
@@ -44,23 +55,37 @@ def _advise(capsys, tmp_path, argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_page_data_equals_advise(data, point, capsys, tmp_path):
+    """Sizes as the page shows them (GB, one decimal), tokens/s, the picks and their reasons: advise's."""
     model, gpu, count, length, batch = point
     advice = _advise(capsys, tmp_path, advise_argv(*point))
     page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
     advised = {c["cell_id"]: c for c in advice["cells"]}
-    shown = {cid: c for cid, c in page.items() if c["verdict"] != "not_applicable"}
+    shown = {cid: c for cid, c in page["cells"].items() if c["verdict"] != "not_applicable"}
     assert set(shown) == set(advised)
-    assert sum(c["verdict"] == "not_applicable" for c in page.values()) == advice["not_applicable"]
+    assert sum(c["verdict"] == "not_applicable" for c in page["cells"].values()) == advice["not_applicable"]
+    shown_gb = functools.partial(pytest.approx, abs=0.051)
     for cell_id, cell in advised.items():
         on_page = shown[cell_id]
         assert on_page["verdict"] == cell["verdict"], cell_id
-        assert on_page["total_mb"] == pytest.approx(cell["total_bytes"] / 1e6, abs=0.5), cell_id
-        assert on_page["margin_mb"] == pytest.approx(cell["margin_bytes"] / 1e6, abs=1.0), cell_id
-        assert on_page["host_mb"] == pytest.approx(cell["host_bytes"] / 1e6, abs=0.5), cell_id
-        assert on_page["terms_mb"] == {k: round(v / 1e6) for k, v in cell["terms"].items()}, cell_id
+        assert on_page["total"] == shown_gb(cell["total_bytes"] / 1e9), cell_id
+        assert on_page["low"] == shown_gb(cell["range_low_bytes"] / 1e9), cell_id
+        assert on_page["high"] == shown_gb(cell["range_high_bytes"] / 1e9), cell_id
+        assert on_page["margin"] == pytest.approx(cell["margin_bytes"] / 1e9, abs=0.101), cell_id
+        assert on_page["host"] == shown_gb(cell["host_bytes"] / 1e9), cell_id
+        assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
+        if cell["verdict"] == "fits":
+            assert on_page["tokens_per_s"] == round(cell["tokens_per_s"]), cell_id
+    picks = [{"kind": p["kind"], "cell_id": p["cell_id"], "reason": p["reason"]} for p in advice["picks"]]
+    assert page["picks"] == picks
     run = advice["run"]
     if advice["chosen"] is not None:
-        assert page[advice["chosen"]]["command"] == run["command"]
+        assert page["cells"][advice["chosen"]]["command"] == run["command"]
+
+
+def test_a_point_where_something_fits_has_the_three_picks(data, capsys, tmp_path):
+    page = read_point(data, point_index(data, "qwen2.5-7b", "A10", 2, 2048, 1))
+    assert [p["kind"] for p in page["picks"]] == ["fastest", "fewest-gpus", "faithful"]
+    assert all("PREDICTED tokens/s" in p["reason"] and "@" not in p["reason"] for p in page["picks"])
 
 
 def test_every_point_is_where_the_page_looks_for_it(data):
@@ -72,9 +97,9 @@ def test_every_point_is_where_the_page_looks_for_it(data):
 
 def test_a_point_that_runs_out_of_memory_is_shown_so(data):
     """Qwen2.5-7B with two full models on one T4 cannot fit: the page must not say it does."""
-    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))
+    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))["cells"]
     assert page["two_models-none-single"]["verdict"] == "predicted_oom"
-    assert page["two_models-none-single"]["margin_mb"] < 0
+    assert page["two_models-none-single"]["margin"] < 0
     assert page["one_adapter-none-ddp"]["verdict"] == "not_applicable"
 
 
@@ -107,9 +132,20 @@ def test_offload_over_the_nodes_host_memory_is_shown_host_oom(data, capsys, tmp_
     """One T4 of an AWS g4dn.12xlarge (192 GiB for 4) has 48 GB of host memory: full DPO of Qwen2.5-7B offloaded to
     it does not fit there, whatever the device says; the page says so as `advise` does, and its legend explains it."""
     point = (GRID.models[1], "T4", 1, 1024, 4)
-    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 1024, 4))
+    page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 1024, 4))["cells"]
     over = {cid for cid, c in page.items() if c["verdict"] == "host_oom"}
-    assert over and all(page[cid]["host_mb"] > 48_000 for cid in over)
+    assert over and all(page[cid]["host"] > 48 for cid in over)
     advice = _advise(capsys, tmp_path, advise_argv(*point))
     assert over == {c["cell_id"] for c in advice["cells"] if c["verdict"] == "host_oom"}
     assert ">HOST OOM</span>" in render_page(GRID, data)
+
+
+def test_the_data_file_is_packed_the_same_every_time_and_reads_back(data):
+    """No time stamp anywhere (the gzip header's is zero): an unchanged grid gives the same bytes."""
+    script = data_script(data)
+    assert script == data_script(copy.deepcopy(data))
+    shipped = json.loads(script.removeprefix("window.DECIDE=").removesuffix(";\n"))
+    assert set(shipped) & set(PACKED) == set() and shipped["packed"]
+    assert unpack(shipped) == json.loads(json.dumps(data))
+    assert not re.search(r"20\d\d-\d\d-\d\d", script)
+    assert base64.b64decode(shipped["packed"])[4:8] == b"\0\0\0\0", "the gzip header carries no time"

@@ -95,7 +95,8 @@ def test_the_site_has_a_view_per_method_and_the_pipeline_row(tmp_path):
     readme, index = publish(
         results, results / "site", ["one_adapter-none-single"], None, {"kto": ["kto-one_adapter-none-single"]}
     )
-    page = index.read_text()
+    assert 'href="hw-cpu.html"' in index.read_text()
+    page = (index.parent / "hw-cpu.html").read_text()  # both methods' views on the profile's page
     assert 'id="hw-cpu"' in page and 'id="hw-cpu-kto"' in page and "cpu · kto · trl.KTOTrainer" in page
     assert 'data-cell="kto-one_adapter-none-single"' in page and 'data-cell="one_adapter-none-single"' in page
     assert "Pipeline: SFT → merge → DPO → merge → generate" in page and "s-not_run" in page

@@ -119,13 +119,34 @@ def build_results(root: Path) -> tuple[Path, Path]:
     return results, scenarios
 
 
+def site_text(site: Path) -> str:
+    """Every hardware profile's page of the site, one after the other (index.html links them)."""
+    pages = sorted(site.glob("hw-*.html"))
+    assert pages, f"{site}: no profile page"
+    return "".join(p.read_text(encoding="utf-8") for p in pages)
+
+
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Path, str, str]:
     results, scenarios = build_results(tmp_path)
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
     readme = (results / "README.md").read_text(encoding="utf-8")
-    page = (results / "site" / "index.html").read_text(encoding="utf-8")
-    return results, readme, page
+    return results, readme, site_text(results / "site")
+
+
+def test_index_is_short_and_links_a_page_per_profile(published):
+    results, _, _ = published
+    site = results / "site"
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert sorted(p.name for p in site.glob("hw-*.html")) == ["hw-2xA10.html", "hw-cpu.html"]
+    assert 'href="hw-2xA10.html"' in index and 'href="hw-cpu.html"' in index
+    assert "<details" not in index and 'class="matrix"' not in index and len(index) < 8_000
+    for page in ("hw-2xA10.html", "hw-cpu.html"):
+        text = (site / page).read_text(encoding="utf-8")
+        assert text.count('<table class="matrix"') == 1 and 'href="index.html"' in text
+    (site / "hw-gone.html").write_text("a profile no longer published", encoding="utf-8")
+    assert main(["--results", str(results), "--scenarios", str(results.parent / "scenarios"), "publish"]) == 0
+    assert not (site / "hw-gone.html").exists()
 
 
 def test_readme_indexes_profiles_with_a_matrix_and_their_latest_complete_run(published):
@@ -261,7 +282,7 @@ def test_secrets_never_reach_the_site(tmp_path, monkeypatch):
     message = "auth failed for s3cr3t-value-123 ghp_" + "a" * 30
     write_run(results / "cpu" / "20260103-000000", [rec(c, Status.ERROR, message=message) for c in cell_ids()])
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
-    page = (results / "site" / "index.html").read_text()
+    page = site_text(results / "site")
     assert "auth failed for ***" in page
     assert "s3cr3t-value-123" not in page and "ghp_aaaa" not in page
 
@@ -313,7 +334,7 @@ def test_a_run_without_env_json_is_indexed_with_dashes(tmp_path):
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
     (a10,) = [line for line in (results / "README.md").read_text().splitlines() if line.startswith("| 2xA10 |")]
     assert a10.endswith("| — | — | — | — | — | — |")
-    assert "workload ? · image none (local venv)" in html.unescape((results / "site" / "index.html").read_text())
+    assert "workload ? · image none (local venv)" in html.unescape(site_text(results / "site"))
 
 
 # ---------------------------------------------------------------- one grid, one label for MATRIX.md and the site

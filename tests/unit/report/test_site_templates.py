@@ -59,13 +59,18 @@ def page(tmp_path_factory) -> str:
     results, scenarios = build_results(tmp_path_factory.mktemp("site"))
     write_predicted("2xA10", results, "Current validation on measured cells: a line for the test.")
     assert main(["--results", str(results), "--scenarios", str(scenarios), "publish"]) == 0
-    return (results / "site" / "index.html").read_text(encoding="utf-8")
+    site = results / "site"
+    return "".join((site / name).read_text(encoding="utf-8") for name in ("hw-2xA10.html", "hw-cpu.html"))
 
 
 def test_every_part_of_the_page_for_the_fixture(page):
+    """The two profiles' pages, one after the other: each a whole page, together every part."""
+    pages = [p + "</html>\n" for p in page.split("</html>\n")[:-1]]
+    assert len(pages) == 2
+    for one in pages:
+        assert one.startswith('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">')
+        assert not Page(one).open  # every element closed, in order
     parsed = Page(page)
-    assert page.startswith('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">') and page.endswith("</html>\n")
-    assert not parsed.open  # every element closed, in order
     assert [a["id"] for a in parsed.find("section", **{"class": "profile"})] == ["hw-2xA10", "hw-cpu"]
     for hardware in ("2xA10", "cpu"):
         for cell_id in cell_ids():
@@ -118,6 +123,7 @@ def test_text_from_the_records_is_escaped_wherever_it_lands(tmp_path):
 
 
 def test_the_templates_line_breaks_never_reach_the_page(page):
+    page = page.split("</html>\n")[0] + "</html>\n"
     assert page.endswith("</html>\n") and all("\n" not in t for t in Page(page.removesuffix("\n")).text)
     outside = page
     for tag in RAW:  # what is left once the RAW elements' text is cut out: one line and the final line break
