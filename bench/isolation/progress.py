@@ -11,6 +11,7 @@ last (saving, evaluation) no file exists and nothing is judged: only the cell's 
 only, no TRL: the executors and the workers both use this module.
 """
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,41 @@ def step_file(folder: Path, rank: int) -> Path:
     return folder / f"{PREFIX}{rank}"
 
 
+class StepMarks:
+    """One rank's progress file, kept open while it trains: each mark overwrites the last in place with one write of
+    a fixed-width line, which also sets the modification time. Opening and truncating the file at every mark cost
+    ~160 us, two marks a step: 1 % of a 30 ms CPU step."""
+
+    def __init__(self, folder: Path, rank: int) -> None:
+        self.path = step_file(folder, rank)
+        self._fd: int | None = None
+
+    def mark(self, phase: Phase, step: int) -> None:
+        """The rank began or ended training step `step` now."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.pwrite(self._fd, f"{phase} {step:>12}\n".encode(), 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def end(self) -> None:
+        """Training ended: the file goes (nothing is judged after the last step)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
 def mark(folder: Path, rank: int, phase: Phase, step: int) -> None:
-    """Rank `rank` began or ended training step `step` now (the file's modification time)."""
-    step_file(folder, rank).write_text(f"{phase} {step}\n", encoding="utf-8")
+    """One mark, the file closed after it (what StepMarks writes, for a rank that marks once)."""
+    marks = StepMarks(folder, rank)
+    marks.mark(phase, step)
+    marks.close()
 
 
 def end_steps(folder: Path, rank: int) -> None:
-    step_file(folder, rank).unlink(missing_ok=True)
+    StepMarks(folder, rank).end()
 
 
 def read_mark(path: Path) -> Mark | None:

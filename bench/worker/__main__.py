@@ -98,7 +98,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
     report.rank = trainer.accelerator.process_index
-    recorder.progress = (Path(spec.out_dir), report.rank)
+    recorder.progress = progress.StepMarks(Path(spec.out_dir), report.rank)
     report.load_s = time.perf_counter() - started
 
     on_cuda = memory.cuda_used()
@@ -116,7 +116,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     memory.reset_peak_rss()
 
     trainer.train()
-    progress.end_steps(*recorder.progress)
+    recorder.progress.end()
 
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now

@@ -5,7 +5,6 @@ token count, memory, the training loss and the trainer's reward accuracy, with n
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,8 +62,8 @@ class StepRecorder(TrainerCallback):
         self.reward_accuracies: list[float | None] = []
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
-        self.progress: tuple[Path, int] | None = None
-        """(folder, rank) where each step's beginning and end are marked for the runner's progress watchdog
+        self.progress: progress.StepMarks | None = None
+        """Where each step's beginning and end are marked for the runner's progress watchdog
         (bench/isolation/progress.py)."""
         self._synchronize = torch.cuda.is_available()
 
@@ -85,11 +84,11 @@ class StepRecorder(TrainerCallback):
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
         if self.progress is not None:
-            progress.mark(*self.progress, "ended", len(self.step_ends))
+            self.progress.mark("ended", len(self.step_ends))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:
-            progress.mark(*self.progress, "began", len(self.step_ends) + 1)
+            self.progress.mark("began", len(self.step_ends) + 1)
 
     def _sync(self) -> None:
         if self._synchronize and torch.cuda.is_initialized():
