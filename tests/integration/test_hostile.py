@@ -149,12 +149,16 @@ def test_a_corrupt_line_is_named_by_every_reader_and_the_others_are_read(tmp_pat
 
 def test_runs_that_overlap_on_one_machine_mark_each_others_records(tmp_path):
     """Runner A trains a 2-rank cell; runner B of another run starts meanwhile, names A, and trains a cell: both
-    records say the machine was shared, and compare leaves them out of its verdicts unless asked."""
+    records say the machine was shared, and compare leaves them out of its verdicts unless asked. A's steps are
+    slowed (slow_step, 1 s each) so that they outlast B's start: a forked cell trains 30 steps in about 2 s."""
     first = "one_adapter-none-ddp"
     argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--hw", "cpu", "--executor", "local"]
     output = tmp_path / "a.out"
+    slow = {**os.environ, "BENCH_FAULT": "slow_step", "BENCH_FAULT_DELAY_MS": "1000"}
     with output.open("w") as out:
-        runner = subprocess.Popen([*argv, "--filter", first, "--run-id", "a"], stdout=out, stderr=subprocess.STDOUT)
+        runner = subprocess.Popen(
+            [*argv, "--filter", first, "--run-id", "a"], stdout=out, stderr=subprocess.STDOUT, env=slow
+        )
     try:
         wait_until(lambda: len(rank_pids(str(tmp_path), first)) == 2, f"two live ranks of {first}", runner, 300)
         second = bench_run(tmp_path, CELL, {}, run_id="b")
