@@ -133,7 +133,11 @@ def test_a_rank_whose_runner_is_already_gone_dies_at_once():
     runner = subprocess.Popen([sys.executable, "-c", "pass"])
     runner.wait()
     env = os.environ | {lifeline.RUNNER_ENV: str(runner.pid)}
-    rank = subprocess.Popen([sys.executable, "-c", RANK, "pidfd"], stdout=subprocess.PIPE, text=True, env=env)
+    # in a session of its own, as a cell's ranks are: it ends its group, which must not be this test's (where pytest
+    # leads its own session, as under `setsid make test`, the group would be pytest's)
+    rank = subprocess.Popen(
+        [sys.executable, "-c", RANK, "pidfd"], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     assert rank.wait(timeout=30) == -signal.SIGKILL
 
 
