@@ -8,6 +8,8 @@ import pytest
 
 from bench.paths import PROJECT_ROOT, RESULTS_DIR
 
+AB_FILE = "ab.json"
+"""An A/B folder (`make compare-ab`: results/ab/<timestamp>/) holds its two sides' runs below it, and this."""
 CITATION = re.compile(r"results/([A-Za-z0-9x.-]+)/(\d{8}-[A-Za-z0-9-]+)")
 CITING = sorted(
     [PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").glob("*.md"), *(PROJECT_ROOT / "bench").rglob("*.py")]
@@ -28,7 +30,7 @@ def test_every_cited_run_exists(path: Path):
     missing = [
         f"results/{hw}/{run}"
         for hw, run in sorted(cited_runs(path.read_text(encoding="utf-8")))
-        if not (RESULTS_DIR / hw / run / "results.jsonl").is_file()
+        if not (RESULTS_DIR / hw / run / AB_FILE if hw == "ab" else RESULTS_DIR / hw / run / "results.jsonl").is_file()
     ]
     assert missing == [], f"{path.relative_to(PROJECT_ROOT)} cites runs that are not committed"
 
