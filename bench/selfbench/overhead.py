@@ -5,12 +5,18 @@
 
 The plain side is the suite's rank without the suite's measurement, and nothing else: each round it trains the cell
 from the spec.json the round's suite run wrote (`plain_dpo --spec`: the worker's thread setting and imports, in the
-worker's order, then the same model, tokenizer, data and DPOConfig), in a fresh interpreter (as a user's script
-starts) with the environment the suite's launcher gives the cell (bench/run/launch.py plan_launch) and its output to
-a file, as the cell's log. Before issue 42 it differed from the suite's rank in three ways besides the measurement:
+worker's order, then the same model, tokenizer, data and DPOConfig), started as the suite's cells start (`--start`,
+decided by bench/run/forking.py: forked from a fork server that imported the libraries with the same preload and
+environment, or a fresh interpreter), with the environment the suite's launcher gives the cell (bench/run/launch.py
+plan_launch) and its output to a file, as the cell's log. `--plain-start fresh` starts the plain side as a user's
+script starts whatever the suite does: against forked cells it measures the fork's own effect as well.
+
+Before issue 42 the plain side differed from the suite's rank in three ways besides the measurement:
 it built its own spec (the whole matrix expanded, the assets prepared) before training, so its heap held other
 objects in another layout; it started with this process's environment plus three thread variables, not the cell's;
 and its output went to a pipe this process read. Over 3 rounds on an Intel box the suite ran 2-10 % faster than it.
+After that, forked suite cells still ran ~2 % faster than the plain script in a fresh interpreter (6 rounds, twice),
+while fresh suite cells did not: the way the process starts was the last difference.
 
 Each round runs both, the order alternating so drift on a shared machine hits both sides alike. Reports every round,
 and for steady tokens/s, median step speed and CPU time per step the median suite/plain ratio, its min-max spread
@@ -19,17 +25,22 @@ window by tens of percent: read the spread, CPU time per step moves least with n
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from bench.executors.local import cell_env, venv_python
+from bench.executors.local import LocalExecutor, cell_env, venv_python
+from bench.isolation.fork_server import ForkServer
+from bench.matrix.profiles import load_profile
 from bench.paths import PROJECT_ROOT
 from bench.results.layout import RunFolder
 from bench.results.store import load_results
+from bench.run.forking import CHOICES, fork_server
 from bench.run.launch import SPEC_FILE, plan_launch
 from bench.worker.spec import WorkerSpec
 
@@ -66,21 +77,30 @@ def plain_environment(spec_path: Path, python: str) -> dict[str, str]:
     return cell_env(plan_launch(spec, spec_path.parent, 0, python).env)
 
 
-def plain_speed(spec_path: Path, log: Path) -> Speed:
+@contextlib.contextmanager
+def plain_starter(start: str, hw: str, log: Path) -> Iterator[tuple[ForkServer | None, str]]:
+    """The fork server the plain side forks from where the suite's cells fork under `start` (started as a run
+    starts its own), else None; and the line that says how the plain side starts."""
+    executor = LocalExecutor(PROJECT_ROOT)
+    with fork_server(start, executor, load_profile(hw), {}, log) as serve:
+        line = serve()
+        yield executor.fork_server, line
+
+
+def plain_speed(spec_path: Path, log: Path, server: ForkServer | None) -> Speed:
     python = venv_python(sys.executable)
+    argv = [python, "-m", "bench.selfbench.plain_dpo", "--spec", str(spec_path)]
+    env = plain_environment(spec_path, python)
+    if server is not None:
+        argv, env = server.route(argv, python), env | server.env
     with log.open("w") as out:
-        done = subprocess.run(
-            [python, "-m", "bench.selfbench.plain_dpo", "--spec", str(spec_path)],
-            cwd=PROJECT_ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=plain_environment(spec_path, python),
-            check=False,
-        )
+        done = subprocess.run(argv, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
     lines = log.read_text().splitlines()
     if done.returncode != 0:
         raise RuntimeError(f"plain run failed: {''.join(lines[-30:])}")
     result = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+    if server is not None and result.get("fresh_reason"):
+        raise RuntimeError(f"the plain side did not fork: {result['fresh_reason']}")
     return float(result["tokens_per_s"]), float(result["step_time_median_s"]), float(result["cpu_s_per_step_median"])
 
 
@@ -96,18 +116,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell", default="one_adapter-none-single")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--hw", default="cpu")
-    parser.add_argument("--start", choices=["auto", "forked", "fresh"], default="auto", help="the suite's run --start")
+    parser.add_argument("--start", choices=CHOICES, default="auto", help="the suite's run --start")
+    parser.add_argument(
+        "--plain-start", choices=["same", "fresh"], default="same", help="same: as the suite's cells start (default)"
+    )
     args = parser.parse_args(argv)
     kinds = {"tokens/s": [], "median step speed": [], "CPU time per step": []}
-    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+    plain_start = args.start if args.plain_start == "same" else "fresh"
+    with (
+        tempfile.TemporaryDirectory(prefix="overhead-") as tmp,
+        plain_starter(plain_start, args.hw, Path(tmp) / "fork-server.log") as (server, how),
+    ):
+        print(f"plain side: {how}", flush=True)
         for index in range(args.rounds):
             log = Path(tmp) / f"plain-{index}.log"
             if index % 2 == 0:
                 suite, spec = suite_speed(args.cell, args.hw, Path(tmp), args.start)
-                plain = plain_speed(spec, log)
+                plain = plain_speed(spec, log, server)
             else:
                 # the spec of the previous round's suite run: the same cell, assets and settings
-                plain = plain_speed(spec, log)
+                plain = plain_speed(spec, log, server)
                 suite, spec = suite_speed(args.cell, args.hw, Path(tmp), args.start)
             kinds["tokens/s"].append((suite[0], plain[0]))
             kinds["median step speed"].append((1 / suite[1], 1 / plain[1]))
@@ -125,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         result = summarise(pairs)
         verdict = "within" if result["overhead"] <= GOAL else "above"
         print(
-            f"{args.cell} on {args.hw} (--start {args.start}), {args.rounds} round(s), suite/plain {label} ratio: "
+            f"{args.cell} on {args.hw} (--start {args.start}, plain {args.plain_start}), {args.rounds} round(s), "
+            f"suite/plain {label} ratio: "
             f"median {result['ratio_median']:.3f} (min {result['ratio_min']:.3f}, max {result['ratio_max']:.3f}); "
             f"overhead {result['overhead']:+.1%} ({verdict} the {GOAL:.0%} goal)"
         )

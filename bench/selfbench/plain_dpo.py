@@ -23,6 +23,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench.assets.prepare import cell_dataset, prepare
+from bench.isolation.zygote_client import FRESH_ENV
 from bench.matrix.axes import Backend
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
@@ -88,7 +89,8 @@ def from_spec(path: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
         dataset = cell_dataset(rows, Path(out_dir) / "dataset")
         assets = spec.assets.model_copy(update={"dataset": dataset})
-        return steady_speed(spec.model_copy(update={"assets": assets, "out_dir": out_dir}))
+        speed = steady_speed(spec.model_copy(update={"assets": assets, "out_dir": out_dir}))
+    return speed | {"fresh_reason": os.environ.get(FRESH_ENV)}
 
 
 def main(argv: list[str] | None = None) -> int:
