@@ -322,6 +322,7 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
 def _spec(args: argparse.Namespace) -> Any:
     from bench.assets.prepare import cell_dataset, prepare
     from bench.matrix.backends import backend_spec
+    from bench.matrix.methods import method_spec
     from bench.matrix.profiles import load_profile, load_workload
     from bench.run.launch import deepspeed_config
     from bench.selfbench.plain_dpo import matrix_cell
@@ -333,7 +334,8 @@ def _spec(args: argparse.Namespace) -> Any:
     profile = load_profile(args.hw)
     workload = load_workload(args.workload or profile.workload)
     assets = prepare(workload)
-    assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, Path(args.out_dir) / "dataset")})
+    rows = assets.dataset_for(method_spec(cell.method).data)  # the method's form: SFT's completions, KTO's unpaired
+    assets = assets.model_copy(update={"dataset": cell_dataset(rows, Path(args.out_dir) / "dataset")})
     deepspeed = None
     if backend_spec(cell.backend).deepspeed is not None:  # one rank of the cell's DeepSpeed config
         deepspeed = str(Path(args.out_dir) / "deepspeed.json")
