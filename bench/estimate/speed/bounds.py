@@ -1,7 +1,8 @@
 """The best PUBLISHED model-FLOPs utilisation per kind of setup, and the MFU a PREDICTED speed implies: what no
 prediction may exceed (tests/unit/estimate/test_speed_bounds.py holds a grid of predictions to it).
 
-A kind is (method, adapter, backend family, card generation). Every figure is in this project's MFU convention
+A kind is (method, adapter, backend family, card generation). The figures are data (scenarios/published/mfu.yaml);
+every one is turned into this project's MFU convention
 (bench/judge/mfu.py: 6N + 12LHQT per token for a training step, 2N + 4LHQT more per forward without gradient, T the
 run's maximum length, the card's dense datasheet peak): computed from the source's own throughput and model shape,
 or the source's stated MFU where its convention is that one. A kind without a figure of its own takes the best of
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from bench.estimate.speed import published
 from bench.estimate.speed.devices import GENERATIONS, MAMF_TFLOPS
+from bench.estimate.speed.mfu_sources import FigureRow, LlamaLayout, mfu_file
 from bench.estimate.speed.work import hardware_ratio
 from bench.judge.mfu import ModelShape, flops_per_token
 
@@ -88,26 +90,14 @@ class PublishedMfu:
         return self.hfu <= MAX_MATMUL_FRACTION
 
 
-def llama_shape(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int) -> ModelShape:
+def llama_shape(config: LlamaLayout) -> ModelShape:
     """The MFU shape of a Llama-layout decoder from its config numbers: per layer the q, k, v, o projections and the
     three SwiGLU matrices, plus the untied LM head (bench/judge/mfu.py: input embeddings do no matmul)."""
+    hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     head_dim = hidden // heads
-    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * intermediate
-    return ModelShape(layers * per_layer + vocab * hidden, layers, heads, head_dim, vocab * hidden, hidden)
-
-
-QWEN_7B = llama_shape(4096, 32, 32, 32, 11008, 151936)
-"""Qwen/Qwen-7B (published.QWEN_7B)."""
-LLAMA31_8B = llama_shape(4096, 32, 32, 8, 14336, 128256)
-"""meta-llama/Llama-3.1-8B (published.LLAMA31_8B)."""
-LLAMA2_7B = llama_shape(4096, 32, 32, 32, 11008, 32000)
-"""meta-llama/Llama-2-7b-hf config.json (fms-fsdp trains a replica of it)."""
-LLAMA2_13B = llama_shape(5120, 40, 40, 40, 13824, 32000)
-"""meta-llama/Llama-2-13b-hf config.json."""
-LLAMA2_70B = llama_shape(8192, 80, 64, 8, 28672, 32000)
-"""meta-llama/Llama-2-70b-hf config.json."""
-OLMO2_7B = llama_shape(4096, 32, 32, 32, 11008, 100352)
-"""allenai/OLMo-2-1124-7B config.json: hidden 4096, 32 layers and heads, intermediate 11008, vocab 100352."""
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * config.intermediate_size
+    layers, head = config.num_hidden_layers, config.vocab_size * hidden
+    return ModelShape(layers * per_layer + head, layers, heads, head_dim, head, hidden)
 
 
 def ratio(shape: ModelShape, seq_len: int, adapter: str, checkpointing: bool) -> float:
@@ -122,19 +112,28 @@ def computed(tokens_per_s_per_gpu: float, shape: ModelShape, seq_len: int, peak_
     return tokens_per_s_per_gpu * flops / (peak_tflops * 1e12)
 
 
-TORCHTUNE = "https://github.com/pytorch/torchtune/blob/main/README.md"
-FMS_FSDP = "https://github.com/foundation-model-stack/fms-fsdp/blob/main/README.md"
-OPEN_INSTRUCT_1466 = "https://github.com/allenai/open-instruct/pull/1466"
-MODULA_1 = "https://github.com/modula-systems/modula/pull/1"
-LLM_FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/benchmarking/README.md"
-LLM_FOUNDRY_HOW = (
-    "stated by the source: mfu = (6 x n_params + 12 x n_layers x d_model x seq_len) x tokens/s / (GPUs x peak), "
-    "this convention"
-)
 COMPUTED = "computed: tokens/s per GPU x flops/token (bench/judge/mfu.py, T = the source's length) / datasheet peak"
 
 
+def from_row(row: FigureRow) -> PublishedMfu:
+    """A figure of scenarios/published/mfu.yaml in this project's convention."""
+    kind = row.kind
+    head = (row.id, row.url, row.figure, row.stack, kind.method, kind.adapter, kind.backend, kind.generation, kind.size)
+    if row.stated is not None:
+        stated = row.stated
+        hfu_ratio = stated.hfu_percent / stated.mfu_percent if stated.hfu_percent is not None else 1.0
+        return PublishedMfu(*head, stated.mfu_percent / 100, row.note or "stated by the source", hfu_ratio)
+    run = row.throughput
+    assert run is not None  # mfu_sources.mfu_file: one of the two
+    shape = llama_shape(mfu_file().models[run.model])
+    how = COMPUTED + (f"; {row.note}" if row.note else "")
+    mfu = computed(run.tokens_per_s_per_gpu, shape, run.seq_len, run.peak_tflops, ref=False)
+    return PublishedMfu(*head, mfu, how, ratio(shape, run.seq_len, kind.adapter, run.checkpointing))
+
+
 def _qwen() -> list[PublishedMfu]:
+    """Qwen-7B's LoRA and Q-LoRA rows on one A100, every length of its s/it table."""
+    shape = llama_shape(mfu_file().models["qwen-7b"])
     rows = []
     for kind, table in (("lora", published.QWEN7B_LORA_S_PER_IT), ("qlora", published.QWEN7B_QLORA_S_PER_IT)):
         for seq, s_per_it in table.items():
@@ -150,9 +149,9 @@ def _qwen() -> list[PublishedMfu]:
                     "single",
                     "ampere",
                     "small",
-                    computed(8 * seq / s_per_it, QWEN_7B, seq, 312, ref=False),
+                    computed(8 * seq / s_per_it, shape, seq, 312, ref=False),
                     COMPUTED,
-                    ratio(QWEN_7B, seq, kind, checkpointing=True),
+                    ratio(shape, seq, kind, checkpointing=True),
                 )
             )
     return rows
@@ -161,177 +160,7 @@ def _qwen() -> list[PublishedMfu]:
 @functools.cache
 def figures() -> tuple[PublishedMfu, ...]:
     """Every published figure, by kind."""
-    tt = "torchtune, torch.compile, packed sequences"
-    return (
-        *_qwen(),
-        PublishedMfu(
-            "torchtune: full, 1x RTX 4090",
-            TORCHTUNE,
-            "Llama-3.1-8B full, 1x RTX 4090: 1650 tokens/s (batch 2, packed to 2048)",
-            tt,
-            "sft",
-            "full",
-            "single",
-            "ada",
-            "small",
-            computed(1650, LLAMA31_8B, 2048, 165, ref=False),
-            COMPUTED,
-            ratio(LLAMA31_8B, 2048, "full", checkpointing=True),
-        ),
-        PublishedMfu(
-            "torchtune: LoRA, 1x RTX 4090",
-            TORCHTUNE,
-            "Llama-3.1-8B LoRA, 1x RTX 4090: 3083 tokens/s",
-            tt,
-            "sft",
-            "lora",
-            "single",
-            "ada",
-            "small",
-            computed(3083, LLAMA31_8B, 2048, 165, ref=False),
-            COMPUTED,
-            ratio(LLAMA31_8B, 2048, "lora", checkpointing=True),
-        ),
-        PublishedMfu(
-            "torchtune: QLoRA, 1x RTX 4090",
-            TORCHTUNE,
-            "Llama-3.1-8B QLoRA, 1x RTX 4090: 2413 tokens/s",
-            tt,
-            "sft",
-            "qlora",
-            "single",
-            "ada",
-            "small",
-            computed(2413, LLAMA31_8B, 2048, 165, ref=False),
-            COMPUTED,
-            ratio(LLAMA31_8B, 2048, "qlora", checkpointing=True),
-        ),
-        PublishedMfu(
-            "torchtune: full, 1x A6000",
-            TORCHTUNE,
-            "Llama-3.1-8B full, 1x A6000: 2579 tokens/s",
-            tt,
-            "sft",
-            "full",
-            "single",
-            "ampere",
-            "small",
-            computed(2579, LLAMA31_8B, 2048, 154.8, ref=False),
-            COMPUTED,
-            ratio(LLAMA31_8B, 2048, "full", checkpointing=True),
-        ),
-        PublishedMfu(
-            "torchtune: LoRA, 1x A6000",
-            TORCHTUNE,
-            "Llama-3.1-8B LoRA, 1x A6000: 4699 tokens/s",
-            tt,
-            "sft",
-            "lora",
-            "single",
-            "ampere",
-            "small",
-            computed(4699, LLAMA31_8B, 2048, 154.8, ref=False),
-            COMPUTED,
-            ratio(LLAMA31_8B, 2048, "lora", checkpointing=True),
-        ),
-        PublishedMfu(
-            "fms-fsdp: 7b, 128x A100, HSDP",
-            FMS_FSDP,
-            "7b, 128 * A100, HSDP, no activation checkpointing, batch 2: 3760 token/gpu/sec (a Llama2-7B replica, "
-            "4k context)",
-            "PyTorch FSDP + SDPA (FlashAttention 2)",
-            "sft",
-            "full",
-            "sharded",
-            "ampere",
-            "small",
-            computed(3760, LLAMA2_7B, 4096, 312, ref=False),
-            COMPUTED,
-            ratio(LLAMA2_7B, 4096, "full", checkpointing=False),
-        ),
-        PublishedMfu(
-            "fms-fsdp: 13b, 128x A100, HSDP",
-            FMS_FSDP,
-            "13b, 128 * A100, HSDP, no activation checkpointing, batch 1: 1700 token/gpu/sec",
-            "PyTorch FSDP + SDPA (FlashAttention 2)",
-            "sft",
-            "full",
-            "sharded",
-            "ampere",
-            "small",
-            computed(1700, LLAMA2_13B, 4096, 312, ref=False),
-            COMPUTED,
-            ratio(LLAMA2_13B, 4096, "full", checkpointing=False),
-        ),
-        PublishedMfu(
-            "fms-fsdp: 70b, 128x A100, FSDP",
-            FMS_FSDP,
-            "70b, 128 * A100, FSDP, activation checkpointing, batch 6: 380 token/gpu/sec",
-            "PyTorch FSDP + SDPA (FlashAttention 2)",
-            "sft",
-            "full",
-            "sharded",
-            "ampere",
-            "large",
-            computed(380, LLAMA2_70B, 4096, 312, ref=False),
-            COMPUTED,
-            ratio(LLAMA2_70B, 4096, "full", checkpointing=True),
-        ),
-        PublishedMfu(
-            "open-instruct #1466: DPO, OLMo2-7B, 2x8 H100",
-            OPEN_INSTRUCT_1466,
-            "DPO, 2 nodes x 8 H100, OLMo2-7B, 16k seq len, 16-way FSDP, packing + compile, bs=32: MFU 22.48%, "
-            "5,282 TPS/GPU",
-            "open-instruct (cached reference log-probs), torch.compile, packing",
-            "dpo",
-            "full",
-            "sharded",
-            "hopper",
-            "small",
-            computed(5282, OLMO2_7B, 16384, 989, ref=False),
-            COMPUTED + "; the source's own 22.48% counts attention at the packed documents' lengths, this at 16k; "
-            "its activation_memory_budget=0.1 keeps a tenth of the activations and recomputes the rest: counted as "
-            "checkpointing",
-            ratio(OLMO2_7B, 16384, "full", checkpointing=True),
-        ),
-        *(
-            PublishedMfu(
-                f"llm-foundry: {model}, {gpus}x {card}, seq {seq}",
-                LLM_FOUNDRY,
-                f"MPT-{model}, seq {seq}, {gpus} GPUs, {card}, FULL_SHARD: MFU {mfu}, HFU {hfu}",
-                "MosaicML Composer + FSDP, FlashAttention",
-                "sft",
-                "full",
-                "sharded",
-                generation,
-                size,
-                mfu / 100,
-                LLM_FOUNDRY_HOW + "; HFU/MFU as the source states them (its HFU counts the recompute)",
-                hfu / mfu,
-            )
-            for model, seq, gpus, card, generation, size, mfu, hfu in (
-                ("7b", 2048, 8, "a100_80gb", "ampere", "small", 64.23, 64.23),
-                ("30b", 512, 8, "a100_80gb", "ampere", "large", 56.4, 75.2),
-                ("70b", 2048, 64, "a100_80gb", "ampere", "large", 53.33, 71.1),
-                ("7b", 2048, 8, "h100_80gb", "hopper", "small", 46.44, 46.44),
-                ("30b", 2048, 32, "h100_80gb", "hopper", "large", 43.92, 58.57),
-                ("70b", 2048, 64, "h100_80gb", "hopper", "large", 42.57, 56.76),
-            )
-        ),
-        PublishedMfu(
-            "modula #1: GPT, 1x A10",
-            MODULA_1,
-            "On an A10 ... tokens/gpu/sec: 14982.88  MFU: 43.46% (assuming an A10 has peak 16 bit 125 TFLOPs)",
-            "nanoGPT-style PyTorch training script",
-            "sft",
-            "full",
-            "single",
-            "ampere",
-            "small",
-            0.4346,
-            "stated by the source against the A10's 125 TFLOP/s (nanoGPT's 6N + 12LHQT: this convention)",
-        ),
-    )
+    return (*_qwen(), *(from_row(row) for row in mfu_file().figures))
 
 
 KIND_LEVELS = (

@@ -6,30 +6,14 @@ import functools
 from dataclasses import dataclass
 
 from bench.estimate.speed import work
+from bench.estimate.speed.mfu_sources import model_config
 from bench.estimate.speed.model import StepSetup
 from bench.judge.mfu import ModelShape, shape_of
 from bench.matrix.axes import Backend
 from bench.matrix.backends import backend_spec
 
-LLAMA31_8B = {
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-}
-"""meta-llama/Llama-3.1-8B config.json."""
-QWEN_7B = {
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "vocab_size": 151936,
-}
-"""Qwen/Qwen-7B config.json (its intermediate_size 22016 counts both halves of the SwiGLU: 11008 each), as the
-Llama layout it matches."""
+MODELS = {"llama31": "llama-3.1-8b", "qwen7b": "qwen-7b"}
+"""The rows' models, by their names in scenarios/published/mfu.yaml (their config.json numbers)."""
 QWEN_README = "https://github.com/QwenLM/Qwen/blob/main/README.md"
 QWEN7B_LORA_S_PER_IT = {256: 1.2, 512: 1.5, 1024: 2.8, 2048: 5.2, 4096: 10.1, 8192: 21.3}
 QWEN7B_QLORA_S_PER_IT = {256: 3.0, 512: 3.0, 1024: 3.5, 2048: 7.0, 4096: 11.6, 8192: 22.3}
@@ -155,7 +139,7 @@ def _model(model: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     with torch.device("meta"):
-        return LlamaForCausalLM(LlamaConfig(**{"llama31": LLAMA31_8B, "qwen7b": QWEN_7B}[model]))
+        return LlamaForCausalLM(LlamaConfig(**model_config(MODELS[model])))
 
 
 @functools.cache
@@ -173,7 +157,7 @@ def _shapes(model: str) -> tuple[ModelShape, int, int]:
 def _layer_bytes(model: str) -> float:
     """Qwen-7B's own model code calls flash-attn's fused RMSNorm and rotary kernels (its README has them installed
     with FlashAttention for speed); torchtune's rows ran under torch.compile, which fuses them too."""
-    c = {"llama31": LLAMA31_8B, "qwen7b": QWEN_7B}[model]
+    c = model_config(MODELS[model])
     head_dim = c["hidden_size"] // c["num_attention_heads"]
     return work.layer_elementwise_bytes(
         c["hidden_size"],
