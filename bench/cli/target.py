@@ -112,8 +112,8 @@ def _fitted_to_model(workload: Workload, targets_given: bool, config_file: Path)
             f"warning: max length {workload.train.max_length} is over {workload.name}'s max_position_embeddings "
             f"({positions}): the model was not trained on positions that far"
         )
-    paths = [lin.name for lin in shapes_from_config(str(config_file)).linears]
-    names = sorted({path.split(".")[-1] for path in paths})
+    shapes = shapes_from_config(str(config_file))
+    paths, names = [lin.name for lin in shapes.linears], shapes.linear_names()
     targets = workload.lora.target_modules
     missing = [t for t in targets if t not in names]
     if not missing:
@@ -151,8 +151,7 @@ def _expanded(settings: TrainingSettings, config_file: Path | None) -> TrainingS
         raise BenchError(f"--lora-targets {ALL_LINEAR}: the workload has no local config.json to read the names from")
     from bench.estimate.shapes import shapes_from_config
 
-    names = sorted({lin.name.split(".")[-1] for lin in shapes_from_config(str(config_file)).linears})
-    return settings.model_copy(update={"lora_targets": tuple(names)})
+    return settings.model_copy(update={"lora_targets": tuple(shapes_from_config(str(config_file)).linear_names())})
 
 
 def target_flags(args: argparse.Namespace) -> list[str]:

@@ -54,6 +54,10 @@ class ModelShapes:
         """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
         return sum(rows * cols for rows, cols in self.lora_tensors(r, target_modules))
 
+    def linear_names(self) -> list[str]:
+        """The decoder's linear layer names, as LoRA targets name them (the last part of each path), sorted."""
+        return sorted({lin.name.split(".")[-1] for lin in self.linears})
+
     def lora_targets(self, target_modules: list[str]) -> list[Linear]:
         """The linears LoRA adapts; `all-linear` (PEFT's shorthand) targets every decoder linear."""
         targets = set(target_modules)
