@@ -1,7 +1,10 @@
 """What is read off a model's config.json by building the model on the meta device (its shapes for the estimator, its
 matmul shape for MFU), kept on disk: that build needs torch and transformers, whose imports take most of a `predict`
 or an `advise`. An entry is keyed by the config's bytes and the transformers release that builds the model (its
-classes decide the modules), so an edited config or another release builds it again."""
+classes decide the modules), so an edited config or another release builds it again.
+
+The configs shipped under scenarios/ (models/, workloads/) have their entries committed too (SHIPPED_DIR, written
+by `python -m bench predict --hw all --write`): the first `predict` or `advise` of a shipped model imports neither."""
 
 import contextlib
 import hashlib
@@ -12,24 +15,64 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from bench.files import write_whole
+from bench.paths import SCENARIOS_DIR
+
 CACHE_ENV = "BENCH_SHAPES_CACHE"
-"""The cache's folder (default: ~/.cache/dpo-bench/shapes); `off`: nothing is kept."""
+"""The cache's folder (default: ~/.cache/dpo-bench/shapes); `off`: nothing is kept or read, every shape is built."""
+SHIPPED_DIR = SCENARIOS_DIR / "shapes"
+"""The committed entries of the shipped configs (shipped_configs), built with the pinned transformers."""
 
 T = TypeVar("T")
+
+
+def shipped_configs() -> list[Path]:
+    """The config.json files shipped under scenarios/: the models `--model` names, the workloads' models."""
+    return sorted(SCENARIOS_DIR.glob("models/*/config.json")) + sorted(SCENARIOS_DIR.glob("workloads/*/config.json"))
+
+
+def entry_name(kind: str, config_file: Path) -> str | None:
+    """The entry's file name: its kind and a hash of the config's bytes and the transformers release; None when the
+    config or transformers cannot be read."""
+    try:
+        content = config_file.read_bytes()
+        release = importlib.metadata.version("transformers")
+    except (OSError, importlib.metadata.PackageNotFoundError):
+        return None
+    return f"{kind}-{hashlib.sha256(content + release.encode()).hexdigest()}.json"
 
 
 def cache_file(kind: str, config_file: Path) -> Path | None:
     """Where `kind` of this config is kept; None when nothing is (the cache off, the config or transformers
     unreadable)."""
     folder = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "dpo-bench" / "shapes")
-    if folder == "off":
+    name = entry_name(kind, config_file)
+    if folder == "off" or name is None:
+        return None
+    return Path(folder) / name
+
+
+def _read(path: Path, decode: Callable[[dict], T]) -> T | None:
+    if not path.is_file():
         return None
     try:
-        content = config_file.read_bytes()
-        release = importlib.metadata.version("transformers")
-    except (OSError, importlib.metadata.PackageNotFoundError):
-        return None
-    return Path(folder) / f"{kind}-{hashlib.sha256(content + release.encode()).hexdigest()}.json"
+        return decode(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a torn or older entry: built again
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, json.dumps(data, sort_keys=True))
+
+
+def ship(kind: str, config_file: Path, encoded: dict) -> Path:
+    """Commit-ready: `encoded` as the shipped entry of `kind` for this config."""
+    name = entry_name(kind, config_file)
+    if name is None:
+        raise ValueError(f"{config_file}: unreadable, or transformers is not installed")
+    _write(SHIPPED_DIR / name, encoded)
+    return SHIPPED_DIR / name
 
 
 def cached(
@@ -37,16 +80,12 @@ def cached(
 ) -> T:
     """`decode` of the kept entry, else `build()`, kept for next time (written whole or not at all)."""
     kept = cache_file(kind, config_file)
-    if kept is not None and kept.is_file():
-        try:
-            return decode(json.loads(kept.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a torn or older entry: built again
+    if kept is not None:
+        for place in (kept, SHIPPED_DIR / kept.name):
+            if (found := _read(place, decode)) is not None:
+                return found
     value = build()
     if kept is not None:
         with contextlib.suppress(OSError):
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            partial = kept.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(json.dumps(encode(value)), encoding="utf-8")
-            partial.replace(kept)
+            _write(kept, encode(value))
     return value

@@ -25,6 +25,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for hardware in predicted_profiles() if args.hw == "all" else [args.hw]:
             for path in write_predicted(hardware, Path(args.results), line):
                 print(f"written: {path}")
+        if args.hw == "all":
+            from bench.estimate.shipped_shapes import write_shipped
+
+            print(f"written: {len(write_shipped())} shape entries of the shipped configs")
         return 0
     from bench.estimate.speed.matrix import speeds_for
     from bench.matrix.scenario import parse_methods

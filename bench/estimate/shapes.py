@@ -92,7 +92,7 @@ def shapes_for(workload: Workload) -> ModelShapes:
 @functools.cache
 def shapes_from_config(config_file: str) -> ModelShapes:
     """The shapes of the model `config_file` describes (kept on disk: bench/assets/config_cache.py)."""
-    return cached("shapes", Path(config_file), lambda: _built_on_meta(config_file), dataclasses.asdict, _from_json)
+    return cached("shapes", Path(config_file), lambda: built_on_meta(config_file), dataclasses.asdict, _from_json)
 
 
 def _from_json(data: dict) -> ModelShapes:
@@ -100,7 +100,7 @@ def _from_json(data: dict) -> ModelShapes:
     return ModelShapes(**data, linears=linears)
 
 
-def _built_on_meta(config_file: str) -> ModelShapes:
+def built_on_meta(config_file: str) -> ModelShapes:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

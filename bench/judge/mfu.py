@@ -125,10 +125,10 @@ def model_shape(model_ref: str) -> ModelShape | None:
     config_file = Path(model_ref) / "config.json"
     if not config_file.is_file():
         return None
-    return cached("mfu", config_file, lambda: _built_on_meta(model_ref), dataclasses.asdict, lambda d: ModelShape(**d))
+    return cached("mfu", config_file, lambda: built_on_meta(model_ref), dataclasses.asdict, lambda d: ModelShape(**d))
 
 
-def _built_on_meta(model_ref: str) -> ModelShape:
+def built_on_meta(model_ref: str) -> ModelShape:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -1,13 +1,15 @@
-"""The shapes kept on disk (bench/assets/config_cache.py): a second `predict` of a model imports neither torch nor
-transformers, and an edited config, a torn entry or the cache turned off builds on the meta device again."""
+"""The shapes kept on disk (bench/assets/config_cache.py): a shipped model's first `predict` and any model's second
+import neither torch nor transformers, and an edited config, a torn entry or the cache turned off builds on the meta
+device again."""
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-from bench.assets.config_cache import CACHE_ENV, cache_file, cached
+from bench.assets.config_cache import CACHE_ENV, SHIPPED_DIR, cache_file, cached, entry_name
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
 
 PREDICT = """
@@ -26,19 +28,32 @@ def predict(model: str, cache: str) -> tuple[str, str]:
     return done.stdout, done.stderr.strip().splitlines()[-1]
 
 
-def test_a_second_predict_imports_neither_torch_nor_transformers(tmp_path):
+def test_a_shipped_model_and_a_second_predict_import_neither_torch_nor_transformers(tmp_path):
     model = tmp_path / "qwen"
-    shutil.copytree(SCENARIOS_DIR / "models" / "qwen2.5-7b", model)
+    shutil.copytree(SCENARIOS_DIR / "models" / "qwen2.5-7b", model)  # the same bytes: the shipped entries serve it
+    shipped, imported_shipped = predict(str(model), str(tmp_path / "cache"))
+    assert imported_shipped == "IMPORTED False False"
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
     first, imported_first = predict(str(model), str(tmp_path / "cache"))
     second, imported_second = predict(str(model), str(tmp_path / "cache"))
     assert imported_first == "IMPORTED True True" and imported_second == "IMPORTED False False"
-    assert json.loads(first) == json.loads(second)
-    config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
-    edited, imported_edited = predict(str(model), str(tmp_path / "cache"))
-    assert imported_edited == "IMPORTED True True" and json.loads(edited) != json.loads(first)
+    assert json.loads(first) == json.loads(second) != json.loads(shipped)
     _, off = predict(str(model), "off")
     assert off == "IMPORTED True True"
+
+
+def test_the_shipped_entries_are_those_the_shipped_configs_need_and_what_a_build_gives():
+    from bench.estimate.shapes import built_on_meta, shapes_from_config
+    from bench.estimate.shipped_shapes import expected_entries
+
+    assert {path.name for path in SHIPPED_DIR.glob("*.json")} == expected_entries(), (
+        "stale or missing: `python -m bench predict --hw all --write` writes them"
+    )
+    config = SCENARIOS_DIR / "models" / "phi-3-mini-4k" / "config.json"
+    kept = SHIPPED_DIR / str(entry_name("shapes", config))
+    assert json.loads(kept.read_text()) == json.loads(json.dumps(dataclasses.asdict(built_on_meta(str(config)))))
+    assert shapes_from_config(str(config)) == built_on_meta(str(config))
 
 
 def test_a_torn_entry_is_built_again(tmp_path, monkeypatch):
