@@ -18,7 +18,7 @@ from bench.results.layout import ENV_FILE, RESULTS_FILE
 from bench.results.schema import ResultRecord, Status
 from bench.results.store import load_results
 from bench.secrets import redact
-from bench.units import MiB
+from bench.units import bytes_text
 
 DEFAULT_THRESHOLD = 0.05
 FAIL_KINDS = ("status", "throughput", "memory", "cpu")
@@ -476,4 +476,4 @@ def _cpu_ms(value: float) -> str:
 
 
 def _mib(value: float) -> str:
-    return f"{value / MiB:,.1f} MiB"
+    return bytes_text(value, "MiB", 1)

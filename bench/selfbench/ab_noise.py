@@ -41,7 +41,7 @@ from bench.results.env import read_env
 from bench.results.schema import Metrics, Status
 from bench.results.store import load_results
 from bench.selfbench.ab import WORKING_TREE, Runner, Side, run_ab, run_process
-from bench.units import MiB
+from bench.units import bytes_text
 
 RELIABLE = 0.9
 """Share of the subsets that must flag an injected slowdown for it to count as detected reliably."""
@@ -165,7 +165,7 @@ def _fmt(metric: str, value: float) -> str:
     if metric == "CPU s/step":
         return f"{value * 1000:,.1f} ms"
     if metric == "memory":
-        return f"{value / MiB:,.1f} MiB"
+        return bytes_text(value, "MiB", 1)
     return f"{value:,.0f}"
 
 
