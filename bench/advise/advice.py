@@ -11,7 +11,7 @@ from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration
 from bench.estimate.speed.matrix import speeds_of
 from bench.matrix.backends import backend_spec
-from bench.matrix.cell import Cell
+from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.recipes import resolve
 from bench.units import GB
@@ -26,15 +26,10 @@ class FixAdvice(BaseModel):
     margin_bytes: float
 
 
-class CellAdvice(BaseModel):
+class CellAdvice(CellAxes):
     rank: int
     """1 = the chosen cell. Fitting cells first, in the order `prefer` names (ORDERS); then tight cells, then the rest,
     closest to fitting first."""
-    cell_id: str
-    method: str
-    init: str
-    quant: str
-    backend: str
     setup: str
     recipes: list[str]
     """The recipe entries (scenarios/recipes.yaml) the cell runs with; a newcomer row leaves their settings out."""
@@ -221,11 +216,7 @@ def advise(
         entries.append(
             CellAdvice(
                 rank=0,
-                cell_id=p.cell_id,
-                method=p.method,
-                init=p.init,
-                quant=p.quant,
-                backend=p.backend,
+                **CellAxes.of(cell),
                 setup=str(cell.setup),
                 recipes=list(resolve(cell, profile.device).entries),
                 devices=devices_used(p, profile),

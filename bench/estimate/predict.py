@@ -15,7 +15,7 @@ from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
-from bench.matrix.cell import Cell
+from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -54,13 +54,7 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
     return Calibration.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-class Prediction(BaseModel):
-    cell_id: str
-    method: str = "dpo"
-    init: str = ""
-    quant: str = ""
-    backend: str = ""
-    """The cell's axes, so that a reader of the CSV can place it in a matrix without parsing the id."""
+class Prediction(CellAxes):
     hardware: str
     workload: str
     estimator_version: str = VERSION
@@ -136,15 +130,7 @@ def predict_cell(
     """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call. `cpu`: the
     CPU features of the machine the cell runs on (env.json `cpu_features`), which choose the kernels of a CPU cell's
     bf16 matmuls (bench/estimate/cpu_kernels.py); None: the CPU the CPU figures were validated on (AMD EPYC)."""
-    base = {
-        "cell_id": cell.id,
-        "method": str(cell.method),
-        "init": str(cell.init),
-        "quant": str(cell.quant),
-        "backend": str(cell.backend),
-        "hardware": profile.name,
-        "workload": workload.name,
-    }
+    base = CellAxes.of(cell) | {"hardware": profile.name, "workload": workload.name}
     reason = not_applicable_reason(cell, profile)
     if reason is not None:
         return Prediction(**base, status="not_applicable", reason=reason)

@@ -13,7 +13,7 @@ from bench.judge.engagement import mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
-from bench.matrix.cell import Cell
+from bench.matrix.cell import Cell, CellAxes
 from bench.results.schema import ErrorClass, PredictionSummary, ProcessStart, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
 from bench.units import GiB
@@ -68,11 +68,7 @@ class Expectation:
 def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
     return ResultRecord(
         run_id=run.run_id,
-        cell_id=cell.id,
-        method=cell.method,
-        init=cell.init,
-        quant=cell.quant,
-        backend=cell.backend,
+        **CellAxes.of(cell),
         launcher=cell.launcher,
         options=[str(o) for o in cell.options],
         setup=cell.setup,

@@ -1,7 +1,7 @@
 """A cell of the matrix: one init x quant x backend combination with its launcher, world size, options and setup, and
 its id."""
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
@@ -66,3 +66,26 @@ class Cell(Strict):
     @property
     def uses_adapters(self) -> bool:
         return init_spec(self.init).adapters
+
+
+class CellAxes(BaseModel):
+    """A cell as a result record, a prediction and an advice entry name it: its id, and the axes a reader (of a CSV,
+    a JSON line) places it by in a matrix without parsing the id. Each of them extends this one model."""
+
+    cell_id: str
+    method: str = Method.DPO.value
+    """The training method; records from before methods were an axis are DPO's."""
+    init: str
+    quant: str
+    backend: str
+
+    @staticmethod
+    def of(cell: Cell) -> dict[str, str]:
+        """The fields of `cell`, for the constructor of a model that extends this one."""
+        return {
+            "cell_id": cell.id,
+            "method": str(cell.method),
+            "init": str(cell.init),
+            "quant": str(cell.quant),
+            "backend": str(cell.backend),
+        }

@@ -5,6 +5,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
+from bench.matrix.cell import CellAxes
+
 
 SCHEMA_VERSION = 1
 
@@ -255,17 +257,11 @@ class Metrics(BaseModel):
     (`export --format pytest-benchmark`); empty in older records."""
 
 
-class ResultRecord(BaseModel):
+class ResultRecord(CellAxes):
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    cell_id: str
     trial: int = 0
     """Repeat index (0-based) when a run measures each cell several times (--repeats)."""
-    method: str = "dpo"
-    """The training method (bench/matrix/methods.py); records from before methods were an axis are DPO's."""
-    init: str
-    quant: str
-    backend: str
     launcher: str
     options: list[str] = []
     setup: str = "recipe"

@@ -350,8 +350,9 @@ def test_host_need_is_per_rank_times_the_ranks_on_a_node_and_the_device_comes_fi
     host = HostMemory(1000e9, "--host-ram")
 
     def cell(world: int, host_bytes: float, device: str) -> Prediction:
-        return Prediction(cell_id="x", hardware="h", workload="w", status="predicted", world_size=world,
-                          host_bytes=host_bytes, verdict=device)  # fmt: skip
+        return Prediction(cell_id="x", init="one_adapter", quant="none", backend="zero3_offload", hardware="h",
+                          workload="w", status="predicted", world_size=world, host_bytes=host_bytes,
+                          verdict=device)  # fmt: skip
 
     assert host_need(cell(16, 100e9, "fits"), profile) == 800e9  # 8 ranks on the node, not 16
     assert host_need(cell(1, 100e9, "fits"), profile) == 100e9  # +1rank
