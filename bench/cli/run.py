@@ -1,9 +1,9 @@
 """`list`, `run`, `matrix` and `images`: plan the matrix, run it on this machine, tabulate the run."""
 
 import argparse
+import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bench.cli.common import (
     INTERRUPTED,
@@ -19,9 +19,6 @@ from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
-
-if TYPE_CHECKING:
-    from bench.run.budget import TimeBudget
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -70,106 +67,40 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(
     args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path, started: float
 ) -> int:
-    from bench.assets.prepare import PreparedAssets, prepare
-    from bench.estimate.gate import predictor
-    from bench.executors.choice import cells_run_in, select_executor
-    from bench.matrix.known_issues import known_issues
-    from bench.matrix.packages import PACKAGES
     from bench.report.matrix import render
-    from bench.results.env import environment_fingerprint, write_env
     from bench.results.runs import run_is_complete
     from bench.results.store import load_results
-    from bench.run.cell import RunContext
-    from bench.run.preflight import Preflight, preflight
     from bench.run.progress import summary
-    from bench.run.runner import execute
+    from bench.run.session import RunRequest, run_session
 
-    known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     matrix_cells = all_cells(args)
     cells = select(matrix_cells, args.filter)
-    if profile.nodes > 1 and args.executor != "slurm":
-        raise BenchError(f"profile {profile.name} spans {profile.nodes} nodes: use --executor slurm (docs/slurm.md)")
-    if args.executor == "slurm":  # before anything is prepared: one line when this machine cannot submit jobs
-        from bench.executors.slurm.jobs import require_commands
-
-        require_commands()
-    # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
-    where = cells_run_in(args.executor, profile)
-    machine = Preflight() if where is None else preflight(profile, args.emulate, where=where)
-    if machine.emulated_from:
-        print(
-            f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
-            "memory answers hold for the profile, speed is the real GPU's (docs/hardware.md)",
-            flush=True,
-        )
-    if machine.card is not None:
-        peak = machine.peak_tflops(profile)
-        against = f"{peak:g} TFLOP/s {profile.precision}" if peak else f"no published {profile.precision} peak: no MFU"
-        print(f"card: the GPU catalog's {machine.card.name} (MFU against {against})", flush=True)
-    elif profile.device != "cpu" and where is not None:
-        print(
-            f"notice: the card is not in the GPU catalog (scenarios/gpus.yaml): MFU against {profile.name}'s peak "
-            f"({profile.peak_tflops} TFLOP/s), not the card's",
-            flush=True,
-        )
-    if machine.untested_reason:
-        print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
-        assets = PreparedAssets(model="", tokenizer="", dataset="")
-    else:
-        print(f"preparing workload {workload.name} (model, tokenizer, dataset) ...", flush=True)
-        assets = prepare(workload)
-    lock = images.lock_file(profile.image_flavor)
-    if args.executor == "slurm" and not machine.untested_reason:
+    slurm = None
+    if args.executor == "slurm":
         from bench.executors.slurm.options import slurm_executor
 
-        executor = slurm_executor(args, profile, run_dir)
-    else:
-        executor = select_executor("local" if machine.untested_reason else args.executor, profile, run_dir, assets)
-        if where == "image" and executor.name == "local" and not machine.untested_reason:
-            # auto fell back to this venv (no image could be built): its own torch must see the devices
-            machine = preflight(profile, args.emulate, where="local")
-    env = environment_fingerprint(profile.name, workload.name, executor.name, lock, executor.image)
-    if executor.name == "docker":
-        # the versions the cells really run with: the image's, not this interpreter's
-        inside = images.image_report(executor.image, PACKAGES)
-        env = env.merged(inside | {"image_tag": images.image_tag(profile.image_flavor)})
-    write_env(run_dir, env)
-    ctx = RunContext(
+        slurm = functools.partial(slurm_executor, args)
+    request = RunRequest(
         run_id,
         run_dir,
         profile,
         workload,
-        assets,
-        executor,
-        machine.launch_env,
-        machine.emulated_from,
-        untested=machine.untested_reason,
-        versions=env.packages,
-        predict=predictor(machine.memory_profile(profile), workload, env.cpu_features),
+        cells,
+        args.executor,
+        started,
+        slurm=slurm,
+        emulate=args.emulate,
+        start=args.start,
+        force=args.force,
+        repeats=args.repeats,
+        time_budget_min=args.time_budget,
+        exclusive=args.exclusive,
         run_predicted_oom=args.run_predicted_oom,
-        peak_tflops=machine.peak_tflops(profile),
     )
-    from bench.run.forking import fork_server
-
-    choice = "fresh" if machine.untested_reason else args.start
-    with fork_server(choice, executor, profile, machine.launch_env, run_dir / "logs" / "fork-server.log") as serve:
-        if executor.name == "local" and not machine.untested_reason:
-            from bench.executors.local import extensions_dir
-            from bench.run.host_ops import ensure_built, needs_host_ops
-
-            if needs_host_ops(c for c in cells if not_applicable_reason(c, profile) is None):
-                print(ensure_built(executor.python, extensions_dir(), run_dir / "host-ops.log"), flush=True)
-        budget = None
-        if args.time_budget is not None:
-            budget = time_budget(args.time_budget * 60, profile, workload, cells, started)
-        if line := serve():
-            print(line, flush=True)
-        try:
-            records = execute(
-                ctx, cells, force=args.force, repeats=args.repeats, budget=budget, exclusive=args.exclusive
-            )
-        except KeyboardInterrupt:
-            return INTERRUPTED  # the runner has stopped the cell and said how to resume
+    try:
+        records = run_session(request)
+    except KeyboardInterrupt:
+        return INTERRUPTED  # the runner has stopped the cell and said how to resume
     selected = {c.id for c in cells}
     recorded = load_results(run_dir)
     trials = [r for r in recorded.records if r.cell_id in selected]
@@ -181,22 +112,6 @@ def _run(
     else:
         print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
     return 0
-
-
-def time_budget(
-    seconds: float, profile: HardwareProfile, workload: Workload, cells: list, started: float
-) -> "TimeBudget":
-    """The run's TimeBudget: the speed model's slow end per step for each cell (bench/estimate/speed)."""
-    from bench.estimate.speed.matrix import speeds_of
-    from bench.run.budget import TimeBudget
-
-    speeds = speeds_of(profile, workload, cells)
-
-    def step_seconds(cell) -> float | None:
-        speed = speeds.get(cell.id)
-        return speed.s_per_step_high if speed is not None else None
-
-    return TimeBudget(seconds, workload.train.steps, step_seconds, profile.start_up_s, started=started)
 
 
 def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | None = None) -> Path:

@@ -1,0 +1,185 @@
+"""One `run` of the matrix on this machine once the CLI has parsed it: the machine checked (devices, card, emulation),
+the workload's assets prepared, the executor chosen, the environment recorded (env.json), the fork server and the
+DeepSpeed host ops made ready, and the cells executed (bench/run/runner.py). What the run printed as its table is
+the CLI's (bench/cli/run.py)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.assets.prepare import PreparedAssets, prepare
+from bench.errors import BenchError
+from bench.estimate.gate import predictor
+from bench.executors import docker_images as images
+from bench.executors.base import Executor
+from bench.executors.choice import cells_run_in, select_executor
+from bench.executors.local import LocalExecutor, extensions_dir
+from bench.matrix.cell import Cell
+from bench.matrix.known_issues import known_issues
+from bench.matrix.packages import PACKAGES
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.scenario import not_applicable_reason
+from bench.results.env import environment_fingerprint, write_env
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import ResultRecord
+from bench.run.budget import TimeBudget
+from bench.run.cell import RunContext
+from bench.run.forking import fork_server
+from bench.run.preflight import Preflight, preflight
+from bench.run.runner import execute
+
+SlurmFactory = Callable[[HardwareProfile, Path], Executor]
+"""Builds the Slurm executor of a run from the options the CLI parsed (bench/executors/slurm/options.py)."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `run` was asked, parsed."""
+
+    run_id: str
+    run_dir: Path
+    profile: HardwareProfile
+    workload: Workload
+    cells: list[Cell]
+    executor: str
+    """auto, docker, local or slurm."""
+    started: float
+    """time.monotonic() at the command's start: a time budget counts from it."""
+    slurm: SlurmFactory | None = None
+    emulate: bool = False
+    start: str = "auto"
+    force: bool = False
+    repeats: int = 1
+    time_budget_min: float | None = None
+    exclusive: bool = False
+    run_predicted_oom: bool = False
+
+
+def run_session(request: RunRequest) -> list[ResultRecord]:
+    """Run the request's cells; the records of this session. KeyboardInterrupt passes through once the runner has
+    stopped the running cell and said how to resume."""
+    known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
+    profile = request.profile
+    if profile.nodes > 1 and request.executor != "slurm":
+        raise BenchError(f"profile {profile.name} spans {profile.nodes} nodes: use --executor slurm (docs/slurm.md)")
+    if request.executor == "slurm":  # before anything is prepared: one line when this machine cannot submit jobs
+        from bench.executors.slurm.jobs import require_commands
+
+        require_commands()
+    # the cells of a Slurm run go to the cluster's nodes: this machine (the submit host) needs none of the devices
+    where = cells_run_in(request.executor, profile)
+    machine = checked_machine(request, where)
+    if machine.untested_reason:
+        print(f"notice: {machine.untested_reason}; every cell is recorded `untested`", flush=True)
+        assets = PreparedAssets(model="", tokenizer="", dataset="")
+    else:
+        print(f"preparing workload {request.workload.name} (model, tokenizer, dataset) ...", flush=True)
+        assets = prepare(request.workload)
+    executor, machine = chosen_executor(request, machine, where, assets)
+    env = recorded_environment(request, executor)
+    ctx = RunContext(
+        request.run_id,
+        request.run_dir,
+        profile,
+        request.workload,
+        assets,
+        executor,
+        machine.launch_env,
+        machine.emulated_from,
+        untested=machine.untested_reason,
+        versions=env.packages,
+        predict=predictor(machine.memory_profile(profile), request.workload, env.cpu_features),
+        run_predicted_oom=request.run_predicted_oom,
+        peak_tflops=machine.peak_tflops(profile),
+    )
+    choice = "fresh" if machine.untested_reason else request.start
+    log = request.run_dir / "logs" / "fork-server.log"
+    with fork_server(choice, executor, profile, machine.launch_env, log) as serve:
+        if isinstance(executor, LocalExecutor) and not machine.untested_reason:
+            host_ops_ready(executor.python, request)
+        budget = None
+        if request.time_budget_min is not None:
+            budget = time_budget(
+                request.time_budget_min * 60, profile, request.workload, request.cells, request.started
+            )
+        if line := serve():
+            print(line, flush=True)
+        return execute(
+            ctx, request.cells, force=request.force, repeats=request.repeats, budget=budget, exclusive=request.exclusive
+        )
+
+
+def checked_machine(request: RunRequest, where: str | None) -> Preflight:
+    """The devices the cells will see (none to check for a Slurm run), with a line on the card and any emulation."""
+    profile = request.profile
+    machine = Preflight() if where is None else preflight(profile, request.emulate, where=where)
+    if machine.emulated_from:
+        print(
+            f"emulating {profile.card} ({profile.memory_per_device_gb:g} GB per device) on {machine.emulated_from}: "
+            "memory answers hold for the profile, speed is the real GPU's (docs/hardware.md)",
+            flush=True,
+        )
+    if machine.card is not None:
+        peak = machine.peak_tflops(profile)
+        against = f"{peak:g} TFLOP/s {profile.precision}" if peak else f"no published {profile.precision} peak: no MFU"
+        print(f"card: the GPU catalog's {machine.card.name} (MFU against {against})", flush=True)
+    elif profile.device != "cpu" and where is not None:
+        print(
+            f"notice: the card is not in the GPU catalog (scenarios/gpus.yaml): MFU against {profile.name}'s peak "
+            f"({profile.peak_tflops} TFLOP/s), not the card's",
+            flush=True,
+        )
+    return machine
+
+
+def chosen_executor(
+    request: RunRequest, machine: Preflight, where: str | None, assets: PreparedAssets
+) -> tuple[Executor, Preflight]:
+    """The run's executor, and the machine as the cells will see it: where `auto` fell back from an image to this
+    venv, its own torch must see the devices (checked again)."""
+    if request.executor == "slurm" and not machine.untested_reason:
+        if request.slurm is None:
+            raise ValueError("a Slurm run needs the executor's options")
+        return request.slurm(request.profile, request.run_dir), machine
+    kind = "local" if machine.untested_reason else request.executor
+    executor = select_executor(kind, request.profile, request.run_dir, assets)
+    if where == "image" and executor.name == "local" and not machine.untested_reason:
+        machine = preflight(request.profile, request.emulate, where="local")
+    return executor, machine
+
+
+def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerprint:
+    """The run's env.json, written: this interpreter's versions, or the image's where the cells run in one."""
+    flavor = request.profile.image_flavor
+    env = environment_fingerprint(
+        request.profile.name, request.workload.name, executor.name, images.lock_file(flavor), executor.image
+    )
+    if executor.name == "docker":
+        inside = images.image_report(executor.image, PACKAGES)
+        env = env.merged(inside | {"image_tag": images.image_tag(flavor)})
+    write_env(request.run_dir, env)
+    return env
+
+
+def host_ops_ready(python: str, request: RunRequest) -> None:
+    """DeepSpeed's CPU ops built (for the cells' interpreter `python`) before the first cell that needs them, not
+    inside its timed run."""
+    from bench.run.host_ops import ensure_built, needs_host_ops
+
+    if needs_host_ops(c for c in request.cells if not_applicable_reason(c, request.profile) is None):
+        print(ensure_built(python, extensions_dir(), request.run_dir / "host-ops.log"), flush=True)
+
+
+def time_budget(
+    seconds: float, profile: HardwareProfile, workload: Workload, cells: list, started: float
+) -> TimeBudget:
+    """The run's TimeBudget: the speed model's slow end per step for each cell (bench/estimate/speed)."""
+    from bench.estimate.speed.matrix import speeds_of
+
+    speeds = speeds_of(profile, workload, cells)
+
+    def step_seconds(cell: Cell) -> float | None:
+        speed = speeds.get(cell.id)
+        return speed.s_per_step_high if speed is not None else None
+
+    return TimeBudget(seconds, workload.train.steps, step_seconds, profile.start_up_s, started=started)
