@@ -169,7 +169,11 @@ def register(sub: "argparse._SubParsersAction") -> None:
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.set_defaults(func=cmd_list)
+    _register_run(sub)
+    _register_others(sub)
 
+
+def _register_run(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("run", help="run (or resume) the matrix on this machine")
     add_target_arguments(p, hw_default="cpu")
     add_method_argument(p)
@@ -200,6 +204,11 @@ def register(sub: "argparse._SubParsersAction") -> None:
         metavar="SECONDS",
         help="wall-clock limit of one cell (default: the profile's timeout_s)",
     )
+    _add_how_cells_run(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--exclusive",
         action="store_true",
@@ -237,8 +246,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     from bench.executors.slurm.options import add_slurm_arguments
 
     add_slurm_arguments(p)
-    p.set_defaults(func=cmd_run)
 
+
+def _register_others(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "first-contact",
         help="on a GPU box: pick the card's profile, prepare, run the time-boxed one-GPU matrix and phi-2 on an "
