@@ -66,6 +66,20 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
+    _register_compare(sub)
+    _register_compare_ab(sub)
+    p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
+    p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
+    p.add_argument(
+        "--jobs",
+        type=positive,
+        default=os.cpu_count() or 1,
+        help="processes predicting the decision page's grid (default: the CPUs, %(default)s)",
+    )
+    p.set_defaults(func=cmd_publish)
+
+
+def _register_compare(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "compare",
         help="Markdown diff of two runs (status changes, then throughput and memory), for PR comments",
@@ -96,6 +110,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--json", default=None, help="also write a machine-readable JSON version here")
     p.set_defaults(func=cmd_compare)
 
+
+def _register_compare_ab(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "compare-ab",
         help="interleaved A/B: run two git refs alternately (A B B A ...) on this machine, then compare them",
@@ -119,13 +135,3 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--output", default=None, help="also write the Markdown here")
     p.add_argument("--json", default=None, help="also write the comparison as JSON here")
     p.set_defaults(func=cmd_compare_ab)
-
-    p = sub.add_parser("publish", help="regenerate results/README.md and the static site results/site/")
-    p.add_argument("--out", default=None, help="site folder (default: <results>/site)")
-    p.add_argument(
-        "--jobs",
-        type=positive,
-        default=os.cpu_count() or 1,
-        help="processes predicting the decision page's grid (default: the CPUs, %(default)s)",
-    )
-    p.set_defaults(func=cmd_publish)
