@@ -110,6 +110,17 @@ def built_on_meta(config_file: str) -> ModelShapes:
     return shapes_of(model)
 
 
+def _intermediate(config) -> int:
+    """The MLP's inner width a token passes through: a mixture of experts' top-k experts count as one wider MLP."""
+    intermediate = (
+        getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * config.hidden_size
+    )
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if getattr(config, "num_local_experts", None) and top_k:
+        intermediate *= top_k
+    return intermediate
+
+
 def shapes_of(model) -> ModelShapes:
     import torch
 
@@ -145,12 +156,6 @@ def shapes_of(model) -> ModelShapes:
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    intermediate = (
-        getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * config.hidden_size
-    )
-    top_k = getattr(config, "num_experts_per_tok", None)
-    if getattr(config, "num_local_experts", None) and top_k:
-        intermediate *= top_k
     return ModelShapes(
         total=total,
         embeddings=embeddings,
@@ -164,7 +169,7 @@ def shapes_of(model) -> ModelShapes:
         largest_block=largest_block,
         linears=tuple(linears),
         hidden=config.hidden_size,
-        intermediate=intermediate,
+        intermediate=_intermediate(config),
         layers=config.num_hidden_layers,
         heads=heads,
         kv_heads=kv_heads,
