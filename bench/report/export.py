@@ -10,6 +10,7 @@ import statistics
 
 from bench.report.compare import Run
 from bench.report.summary import summarize
+from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.units import MiB
 
@@ -153,6 +154,16 @@ def pytest_benchmark_json(run: Run) -> dict:
                 "stats": pb_stats(data),
             }
         )
+    return {
+        **_machine_and_commit(env, profile),
+        "benchmarks": benchmarks,
+        "datetime": (env.created_at if env is not None else None) or dt.datetime.now(dt.UTC).isoformat(),
+        "version": PYTEST_BENCHMARK_VERSION,
+    }
+
+
+def _machine_and_commit(env: EnvFingerprint | None, profile: str) -> dict:
+    """pytest-benchmark's machine_info and commit_info, from the run's env.json (blank where it has none)."""
     machine = env.hardware if env is not None else None
     return {
         "machine_info": {
@@ -174,7 +185,4 @@ def pytest_benchmark_json(run: Run) -> dict:
             "branch": None,
             "time": env.created_at if env is not None else None,
         },
-        "benchmarks": benchmarks,
-        "datetime": (env.created_at if env is not None else None) or dt.datetime.now(dt.UTC).isoformat(),
-        "version": PYTEST_BENCHMARK_VERSION,
     }
