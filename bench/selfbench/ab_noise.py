@@ -197,6 +197,14 @@ def to_markdown(facts: dict, aa: list[Judged], slow: list[dict]) -> str:
             "experiment is `--pairs 10` or more.",
             "",
         ]
+    lines += _aa_section(aa, k, pairs)
+    lines += _slowdown_section(slow, k, pairs)
+    lines += _smallest_section(slow, bool(facts.get("smoke")))
+    return "\n".join(lines) + "\n"
+
+
+def _aa_section(aa: list[Judged], k: int, pairs: int) -> list[str]:
+    lines: list[str] = []
     false = [r for r in aa if r.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)]
     judged = [r for r in aa if r.verdict != Verdict.NO_VERDICT]
     lines += [
@@ -214,6 +222,11 @@ def to_markdown(facts: dict, aa: list[Judged], slow: list[dict]) -> str:
         f"{_p(r.p_value)} | {r.verdict} | {_share(r.flagged, r.subsets)} |"
         for r in aa
     ]
+    return lines
+
+
+def _slowdown_section(slow: list[dict], k: int, pairs: int) -> list[str]:
+    lines: list[str] = []
     lines += [
         "",
         "## Injected slowdowns (`BENCH_FAULT=slow_step` on the head)",
@@ -232,10 +245,15 @@ def to_markdown(facts: dict, aa: list[Judged], slow: list[dict]) -> str:
                 f"| `{r.cell}` | {entry['slowdown']:g} % | {entry['delay_ms']:.1f} ms | {r.metric} | {r.change:+.1%} | "
                 f"{_p(r.p_value)} | {r.verdict} | {_share(r.regression, r.subsets)} |"
             )
+    return lines
+
+
+def _smallest_section(slow: list[dict], smoke: bool) -> list[str]:
+    lines: list[str] = []
     lines += ["", "## Smallest slowdown detected reliably", ""]
     for metric in SPEED:
         found = smallest_reliable(slow, metric)
-        none = f"not judged (fewer than {MIN_TRIALS} pairs)" if facts.get("smoke") else "none of those tried"
+        none = f"not judged (fewer than {MIN_TRIALS} pairs)" if smoke else "none of those tried"
         text = ", ".join(f"`{cell}`: {f'{p:g} %' if p is not None else none}" for cell, p in found.items())
         lines.append(f"- {metric}: {text or '—'}")
     lines += [
@@ -243,7 +261,7 @@ def to_markdown(facts: dict, aa: list[Judged], slow: list[dict]) -> str:
         "CPU s/step (process CPU time of the lead rank per step) is the measure less sensitive to co-tenant load; "
         "tokens/s is wall time. Raw runs: the folders listed in the JSON beside this file.",
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # ---------------------------------------------------------------- main
