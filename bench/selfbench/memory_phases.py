@@ -222,6 +222,27 @@ def _top_files(diff: list[Any], n: int = 12) -> list[tuple[str, float]]:
     return sorted(by_file.items(), key=lambda kv: -kv[1])[:n]
 
 
+def _rank_usage_file(cell_dir: str | None) -> Path | None:
+    """The probe rank's memory usage file (cgroup v1, else v2); None without a cgroup."""
+    if not cell_dir:
+        return None
+    v1 = Path(cell_dir) / "rank0" / "memory.usage_in_bytes"
+    return v1 if v1.exists() else Path(cell_dir) / "rank0" / "memory.current"
+
+
+def _figures(spec: Any, mode: str, snapshots: dict[str, "Snapshot"], peaks: Any) -> dict[str, Any]:
+    """The snapshots and each phase's peaks above the baseline snapshot, MiB."""
+    baseline = snapshots["baseline"]
+    return {
+        "cell": spec.cell.id,
+        "workload": spec.workload.name,
+        "mode": mode,
+        "snapshots": {k: asdict(v) for k, v in snapshots.items()},
+        "phase_peaks_cgroup": {k: v - (baseline.cgroup or 0.0) for k, v in peaks.cgroup.items()},
+        "phase_peaks_rss_anon": {k: v - baseline.rss_anon for k, v in peaks.rss_anon.items()},
+    }
+
+
 def child(args: argparse.Namespace) -> dict[str, Any]:
     from bench.isolation import cgroups
 
@@ -232,10 +253,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     spec = _spec(args)
     torch.set_num_threads(spec.profile.threads_per_process)
-    cell_dir = os.environ.get(cgroups.CELL_ENV)
-    cgroup_file = Path(cell_dir) / "rank0" / "memory.usage_in_bytes" if cell_dir else None
-    if cgroup_file is not None and not cgroup_file.exists():
-        cgroup_file = Path(cell_dir) / "rank0" / "memory.current"
+    cgroup_file = _rank_usage_file(os.environ.get(cgroups.CELL_ENV))
 
     def usage() -> int | None:
         return int(cgroup_file.read_text()) if cgroup_file is not None else None
@@ -254,12 +272,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
         tracemalloc.start()
         traced = [tracemalloc.take_snapshot()]
-    profiler = None
-    if profiling:
-        from torch.profiler import ProfilerActivity, profile
-
-        profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        profiler.__enter__()
+    profiler = _started_profiler() if profiling else None
     sampler.start()
 
     class Steps(TrainerCallback):
@@ -277,25 +290,33 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     instrument(sampler, trainer, profiling)
     trainer.train()
     peaks = sampler.stop()
-    result: dict[str, Any] = {
-        "cell": spec.cell.id,
-        "workload": spec.workload.name,
-        "mode": args.mode,
-        "snapshots": {k: asdict(v) for k, v in snapshots.items()},
-        "phase_peaks_cgroup": {k: v - (baseline.cgroup or 0.0) for k, v in peaks.cgroup.items()},
-        "phase_peaks_rss_anon": {k: v - baseline.rss_anon for k, v in peaks.rss_anon.items()},
-    }
+    result = _figures(spec, args.mode, snapshots, peaks)
     if profiler is not None:
         profiler.__exit__(None, None, None)
         trace_file = Path(args.trace or Path(args.out_dir) / "trace.json")
         profiler.export_chrome_trace(str(trace_file))
         result.update(tensor_timeline(json.loads(trace_file.read_text())))
     if args.mode == "tracemalloc":
-        end = tracemalloc.take_snapshot()
-        result["python_heap_build"] = _top_files(traced[1].compare_to(traced[0], "filename"))
-        result["python_heap_train"] = _top_files(end.compare_to(traced[1], "filename"))
-        result["python_heap_total"] = sum(s.size_diff for s in end.compare_to(traced[0], "filename")) / MiB
+        result.update(_heap_growth(traced[0], traced[1], tracemalloc.take_snapshot()))
     return result
+
+
+def _started_profiler() -> Any:
+    """torch.profiler recording CPU memory events, started."""
+    from torch.profiler import ProfilerActivity, profile
+
+    profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    profiler.__enter__()
+    return profiler
+
+
+def _heap_growth(start: Any, built: Any, end: Any) -> dict[str, Any]:
+    """Python-heap growth by file (tracemalloc snapshots) while the trainer was built and while it trained."""
+    return {
+        "python_heap_build": _top_files(built.compare_to(start, "filename")),
+        "python_heap_train": _top_files(end.compare_to(built, "filename")),
+        "python_heap_total": sum(s.size_diff for s in end.compare_to(start, "filename")) / MiB,
+    }
 
 
 def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapshot], usage: Any) -> Any:
