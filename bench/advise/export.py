@@ -22,8 +22,9 @@ import yaml
 
 from bench.advise.command import EXAMPLE_PORT
 from bench.errors import BenchError
+from bench.launchers import LaunchInputs, launcher_spec
 from bench.matrix.axes import Method
-from bench.matrix.backends import LaunchInputs, backend_spec, launcher_spec
+from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.profiles import HardwareProfile, Workload

@@ -4,7 +4,7 @@ Planning is pure: `plan_launch` returns the argv, the environment and the conten
 needs (the worker spec, accelerate.yaml, deepspeed.json); `write_files` puts them on disk. The files go next to
 the cell's results (configs/<cell-id>/) so a user can reuse them: accelerate.yaml is accelerate's own
 ClusterConfig; deepspeed.json is a DeepSpeed config whose batch/precision fields are `auto`, filled in by the HF
-Trainer integration. How each launcher builds its argv and tells ranks who they are: bench/matrix/backends.py.
+Trainer integration. How each launcher builds its argv and tells ranks who they are: bench/launchers/.
 """
 
 import json
@@ -18,7 +18,8 @@ import yaml
 
 from bench.executors.base import LaunchPlan
 from bench.isolation.zygote_rules import per_process
-from bench.matrix.backends import BackendSpec, LauncherSpec, LaunchInputs, backend_spec, launcher_spec
+from bench.launchers import LauncherSpec, LaunchInputs, launcher_spec
+from bench.matrix.backends import BackendSpec, backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.recipes import Settings, resolve
@@ -137,8 +138,8 @@ def launch_argv(launcher: LauncherSpec, inputs: LaunchInputs, python: str) -> li
     script's name."""
     beside = Path(python).parent / launcher.program if launcher.program else None
     if launcher.module is None or beside is None or beside.exists() or not Path(python).exists():
-        return launcher.argv(launcher, inputs, program_path(python, launcher.program))
-    _, *rest = launcher.argv(launcher, inputs, launcher.program or python)
+        return launcher.argv(inputs, program_path(python, launcher.program))
+    _, *rest = launcher.argv(inputs, launcher.program or python)
     return [python, "-m", launcher.module, *rest]
 
 
@@ -192,7 +193,7 @@ def plan_launch(
         gpus=devices > 0,
     )
     threads = host_threads(backend, profile, world_size(cell, profile), os.cpu_count() or 1)
-    env = _base_env(profile, port, threads) | (dict(launcher.root_env) if as_root else {}) | dict(run_env or {})
+    env = _base_env(profile, port, threads) | launcher.environment(as_root) | dict(run_env or {})
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(

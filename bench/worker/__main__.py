@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from bench.isolation import zygote_child
 from bench.isolation.shm_segments import remove_group_segments
 from bench.isolation.zygote_client import FRESH_ENV
-from bench.matrix.backends import launcher_spec, rank_from_env
+from bench.launchers import rank_from_env, torch_rank_env
 from bench.secrets import redact
 from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
@@ -33,33 +33,17 @@ from bench.worker.spec import WorkerSpec
 if TYPE_CHECKING:
     from bench.worker import faults
 
-TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-
 
 def launcher_rank(spec: WorkerSpec) -> int:
-    """This process's global rank, as its launcher tells it (bench/matrix/backends.py)."""
+    """This process's global rank, as its launcher tells it (bench/launchers/)."""
     return rank_from_env(spec.cell.launcher, dict(os.environ))[0]
 
 
-def torch_rank_env(launcher: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """RANK, LOCAL_RANK and WORLD_SIZE from a launcher that tells ranks who they are in its own variables (mpirun's
-    OMPI_COMM_WORLD_*), where they are not set already. Pure.
-
-    On GPUs accelerate forms a process group only when LOCAL_RANK is set (accelerate/state.py, PartialState and
-    `_prepare_backend`); it reads OMPI_COMM_WORLD_* on its CPU path only (get_cpu_distributed_information), so
-    mpirun's ranks would each train alone."""
-    names = launcher_spec(launcher).rank_env
-    if names is None or names == TORCH_RANK_ENV or any(name in environ for name in TORCH_RANK_ENV):
-        return {}
-    if not all(name in environ for name in names):
-        return {}
-    return dict(zip(TORCH_RANK_ENV, (str(v) for v in rank_from_env(launcher, dict(environ))), strict=True))
-
-
 def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """torch_rank_env on accelerators only. On the CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself
-    (get_cpu_distributed_information), the path every CPU run has taken; with torch's variables set as well, one
-    mpirun cell in the docker CI stage hung in the gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
+    """torch's rank variables from the launcher's own (bench/launchers/ torch_rank_env), on accelerators only. On the
+    CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself (get_cpu_distributed_information), the path
+    every CPU run has taken; with torch's variables set as well, one mpirun cell in the docker CI stage hung in the
+    gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
     return {} if spec.profile.device == "cpu" else torch_rank_env(spec.cell.launcher, environ)
 
 

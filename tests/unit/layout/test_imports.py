@@ -14,6 +14,7 @@ BENCH = PROJECT_ROOT / "bench"
 LAYERS = (
     ("errors", "files", "paths", "secrets", "units"),
     ("matrix",),
+    ("launchers",),
     ("assets", "isolation", "results"),
     ("worker",),
     ("executors",),

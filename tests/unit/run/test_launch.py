@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from bench.assets.prepare import PreparedAssets
-from bench.matrix.backends import BACKENDS, LAUNCHERS, rank_from_env
+from bench.launchers import LAUNCHERS, rank_from_env
+from bench.matrix.backends import BACKENDS
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
@@ -139,7 +140,7 @@ def test_each_launcher_tells_ranks_who_they_are():
 def test_a_venv_over_system_packages_runs_each_launcher_as_a_module_of_its_own_interpreter(tmp_path):
     """make setup WHEELHOUSE= makes a venv whose accelerate and torchrun are the box's: their scripts are not beside
     the venv's interpreter, and the box's would run the box's Python without the venv's packages."""
-    from bench.matrix.backends import LaunchInputs
+    from bench.launchers import LaunchInputs
     from bench.run.launch import launch_argv
 
     venv = tmp_path / "venv" / "bin"
