@@ -25,7 +25,8 @@ from pydantic import BaseModel, ValidationError
 from bench.executors.base import LaunchPlan, Outcome
 from bench.files import write_whole
 from bench.isolation import lifeline, progress
-from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
+from bench.isolation.cgroups import CgroupUnavailable, cell_cgroups, remove_cgroup
+from bench.isolation.deferred_sigint import DeferredSigint
 from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 

@@ -13,8 +13,7 @@ BENCH = PROJECT_ROOT / "bench"
 
 LAYERS = (
     ("errors", "files", "paths", "secrets", "units"),
-    ("matrix",),
-    ("launchers",),
+    ("matrix", "launchers"),
     ("assets", "isolation", "results"),
     ("worker",),
     ("executors",),
