@@ -4,8 +4,18 @@ command lines are made of."""
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.launchers.job import JobLaunch, NodeLayout, one_launcher_per_node
+
+
+def program_path(python: str, name: str | None) -> str:
+    """The launcher installed beside the interpreter (same venv), else whatever PATH has; None: the interpreter."""
+    if name is None:
+        return python
+    candidate = Path(python).parent / name
+    return str(candidate) if candidate.exists() else name
+
 
 TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 """torch's own rank variables (global rank, local rank, world size): what torchrun sets and accelerate reads."""
@@ -54,6 +64,19 @@ class LauncherSpec:
     @property
     def multi_process(self) -> bool:
         return self.rank_env is not None
+
+    def command(self, inputs: LaunchInputs, python: str) -> list[str]:
+        """The launcher's command line on one machine, for the interpreter `python`. Its script beside the
+        interpreter where it is installed there; else the module the script runs, through this interpreter (`python
+        -m torch.distributed.run`): a venv over a box's system packages (make setup WHEELHOUSE=) has no `accelerate`
+        or `torchrun` script of its own, and the system's would run the system's interpreter, without the packages
+        the venv added; packages installed with `pip --target` have no scripts at all. An interpreter that is not on
+        this machine (a plan for another: a container, a test) keeps the script's name."""
+        beside = Path(python).parent / self.program if self.program else None
+        if self.module is None or beside is None or beside.exists() or not Path(python).exists():
+            return self.argv(inputs, program_path(python, self.program))
+        _, *rest = self.argv(inputs, self.program or python)
+        return [python, "-m", self.module, *rest]
 
     def environment(self, as_root: bool) -> dict[str, str]:
         """What the launcher itself needs in the launch environment, beyond what every cell gets."""

@@ -18,7 +18,7 @@ import yaml
 
 from bench.executors.base import LaunchPlan
 from bench.isolation.zygote_rules import per_process
-from bench.launchers import LauncherSpec, LaunchInputs, launcher_spec
+from bench.launchers import LaunchInputs, launcher_spec
 from bench.matrix.backends import BackendSpec, backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
@@ -121,28 +121,6 @@ def accelerate_config(
     ).to_dict()
 
 
-def program_path(python: str, name: str | None) -> str:
-    """The launcher installed beside the interpreter (same venv), else whatever PATH has; None: the interpreter."""
-    if name is None:
-        return python
-    candidate = Path(python).parent / name
-    return str(candidate) if candidate.exists() else name
-
-
-def launch_argv(launcher: LauncherSpec, inputs: LaunchInputs, python: str) -> list[str]:
-    """The launcher's command line. Its script beside the interpreter where it is installed there; else the module
-    the script runs, through this interpreter (`python -m torch.distributed.run`): a venv over a box's system
-    packages (make setup WHEELHOUSE=) has no `accelerate` or `torchrun` script of its own, and the system's would run
-    the system's interpreter, without the packages the venv added; packages installed with `pip --target` have no
-    scripts at all. An interpreter that is not on this machine (a plan for another: a container, a test) keeps the
-    script's name."""
-    beside = Path(python).parent / launcher.program if launcher.program else None
-    if launcher.module is None or beside is None or beside.exists() or not Path(python).exists():
-        return launcher.argv(inputs, program_path(python, launcher.program))
-    _, *rest = launcher.argv(inputs, launcher.program or python)
-    return [python, "-m", launcher.module, *rest]
-
-
 def cell_visible_devices(run_devices: str, count: int) -> str:
     """Pure: the first `count` of the run's devices (CUDA_VISIBLE_DEVICES ids, host numbering)."""
     ids = [item.strip() for item in run_devices.split(",") if item.strip()]
@@ -197,7 +175,7 @@ def plan_launch(
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(
-        argv=launch_argv(launcher, inputs, python),
+        argv=launcher.command(inputs, python),
         env=env,
         files=files,
         ranks=world_size(cell, profile),
