@@ -7,10 +7,12 @@ from pathlib import Path
 import yaml
 
 from bench.advise.advice import Advice, RunPlan
-from bench.matrix.backends import backend_spec, launcher_spec
+from bench.launchers import launcher_spec
+from bench.launchers.accelerate import accelerate_config
+from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
-from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, accelerate_config, deepspeed_config
+from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, deepspeed_config
 
 EXAMPLE_PORT = 29500
 """The rendezvous port shown in accelerate.yaml (`run` picks a free one)."""

@@ -22,8 +22,9 @@ import yaml
 
 from bench.advise.command import EXAMPLE_PORT
 from bench.errors import BenchError
+from bench.launchers import LaunchInputs, launcher_spec
 from bench.matrix.axes import Method
-from bench.matrix.backends import LaunchInputs, backend_spec, launcher_spec
+from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -183,7 +184,7 @@ def script_reasons(spec: Any) -> list[str]:
 def launch_command(spec: Any, script: bool) -> list[str]:
     """The cell's launcher line (the launcher table's argv, as `run` builds it) running TRL's DPO script, or
     dpo_recipe.py, on dpo.yaml."""
-    from bench.run.launch import ACCELERATE_FILE, launch_argv
+    from bench.run.launch import ACCELERATE_FILE
 
     cell, profile = spec.cell, spec.profile
     launcher = launcher_spec(cell.launcher)
@@ -195,7 +196,7 @@ def launch_command(spec: Any, script: bool) -> list[str]:
         accelerate_config=ACCELERATE_FILE if launcher.reads_accelerate_config else None,
         gpus=profile.device == "cuda",
     )
-    return launch_argv(launcher, inputs, "python")
+    return launcher.command(inputs, "python")
 
 
 SCRIPT = '''"""DPO of {model} as the dpo-bench cell `{cell_id}` trains it, with TRL's DPOTrainer: the settings are

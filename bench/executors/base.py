@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bench.isolation.cgroups import RankMemory
-from bench.matrix.backends import LaunchInputs
+from bench.launchers import LaunchInputs
 
 RUN_DIR_LABEL = "dpo-bench.run-dir"
 """Among the labels of a cell (Executor.run): its run folder, absolute. A container carries it, so the next run finds
@@ -23,7 +23,7 @@ class LaunchPlan:
     """Worker processes the launch starts (each joins its own memory cgroup under a per-rank budget)."""
     launcher: str | None = None
     inputs: LaunchInputs | None = None
-    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/matrix/multinode.py)."""
+    """What `argv` was built from: a scheduler rebuilds it for each node of a job (bench/launchers/)."""
     devices: int = 0
     """GPUs the cell gets on each node (0: none); `env` names them in CUDA_VISIBLE_DEVICES where the run chose them."""
     progress_dir: Path | None = None

@@ -18,14 +18,17 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import BaseModel, ValidationError
 
 from bench.executors.base import LaunchPlan, Outcome
 from bench.files import write_whole
 from bench.isolation import lifeline, progress
-from bench.isolation.cgroups import CgroupUnavailable, DeferredSigint, cell_cgroups, remove_cgroup
+from bench.isolation.cgroups import CellCgroups, CgroupUnavailable, cell_cgroups, remove_cgroup
+from bench.isolation.deferred_sigint import DeferredSigint
 from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
@@ -316,65 +319,12 @@ def run_local(
             if memory_budget_bytes is not None:
                 cell = stack.enter_context(cell_cgroups(token, plan.ranks, memory_budget_bytes))
                 env = env | cell.env
-
-            def before_exec() -> None:  # in the launcher, between fork and exec
-                lifeline.die_with_parent(runner)
-                if plan.cores:
-                    os.sched_setaffinity(0, plan.cores)
-                if cell:
-                    cell.add_self()
-
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=before_exec,
-                )
-            except FileNotFoundError as exc:
-                log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
-                log.flush()
+            process = _start_launcher(argv, cwd, env, log, runner, plan.cores, cell)
+            if process is None:
                 return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
-            except subprocess.SubprocessError as exc:  # only the preexec_fn raises this
-                raise CgroupUnavailable(
-                    f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
-                ) from exc
-            timed_out = interrupted = False
-            stalled = None
-            with _running_lock:
-                _running[token] = (process, fork_server)
-            try:
-                if live_file is not None:
-                    live = LiveCell(
-                        runner_pid=runner,
-                        cell=log_path.stem,
-                        process_group=process.pid,
-                        token=token,
-                        cgroup=str(cell.path) if cell else None,
-                        master_addr=plan.env.get("MASTER_ADDR"),
-                        master_port=plan.env.get("MASTER_PORT"),
-                        extensions_dir=env["TORCH_EXTENSIONS_DIR"],
-                        started_epoch=started_epoch,
-                    )
-                    _write_live(live_file, live)
-                with sigint.allow():
-                    stalled = wait_watching(process, timeout_s, plan)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            except KeyboardInterrupt:
-                interrupted = True
-                raise
-            finally:
-                # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-                kill_cell(process, token, 0.0 if interrupted else GRACE_S, fork_server)
-                with _running_lock:
-                    _running.pop(token, None)
-                remove_group_segments(plan.env)
-                remove_stale_build_locks(Path(env["TORCH_EXTENSIONS_DIR"]), started_epoch)
+            launched = _Launched(process, token, plan, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
+            live = launched.live(runner, log_path.stem, str(cell.path) if cell else None)
+            timed_out, stalled = launched.wait(timeout_s, sigint, live_file, live)
             rank_memory = cell.read() if cell else []
     finally:
         if live_file is not None:  # the cell and its cgroups are gone (or reported left over by cell_cgroups)
@@ -389,6 +339,99 @@ def run_local(
         rank_memory=rank_memory,
         stalled=stalled,
     )
+
+
+@dataclass(frozen=True)
+class _Launched:
+    """A cell's launcher once started: what naming it, waiting for it and cleaning up after it need."""
+
+    process: subprocess.Popen
+    token: str
+    plan: LaunchPlan
+    extensions_dir: str
+    started_epoch: float
+    fork_server: ForkServer | None
+
+    def live(self, runner: int, cell: str, cgroup: str | None) -> LiveCell:
+        return LiveCell(
+            runner_pid=runner,
+            cell=cell,
+            process_group=self.process.pid,
+            token=self.token,
+            cgroup=cgroup,
+            master_addr=self.plan.env.get("MASTER_ADDR"),
+            master_port=self.plan.env.get("MASTER_PORT"),
+            extensions_dir=self.extensions_dir,
+            started_epoch=self.started_epoch,
+        )
+
+    def wait(
+        self, timeout_s: float, sigint: DeferredSigint, live_file: Path | None, live: LiveCell
+    ) -> tuple[bool, str | None]:
+        """Name the cell in `live_file`, wait for it (Ctrl-C is let through only here), then kill what is left of it
+        and clean up after it: (timed out, the progress watchdog's reason when its steps stalled)."""
+        timed_out = interrupted = False
+        stalled = None
+        with _running_lock:
+            _running[self.token] = (self.process, self.fork_server)
+        try:
+            if live_file is not None:
+                _write_live(live_file, live)
+            with sigint.allow():
+                stalled = wait_watching(self.process, timeout_s, self.plan)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
+            kill_cell(self.process, self.token, 0.0 if interrupted else GRACE_S, self.fork_server)
+            with _running_lock:
+                _running.pop(self.token, None)
+            remove_group_segments(self.plan.env)
+            remove_stale_build_locks(Path(self.extensions_dir), self.started_epoch)
+        return timed_out, stalled
+
+
+def _start_launcher(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: BinaryIO,
+    runner: int,
+    cores: list[int] | None,
+    cell: CellCgroups | None,
+) -> subprocess.Popen | None:
+    """The launcher started in a session of its own, armed to die with the runner, on the plan's cores and, under a
+    budget, inside the cell's cgroup; None where its program does not exist (the log says so)."""
+
+    def before_exec() -> None:  # in the launcher, between fork and exec
+        lifeline.die_with_parent(runner)
+        if cores:
+            os.sched_setaffinity(0, cores)
+        if cell:
+            cell.add_self()
+
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=before_exec,
+        )
+    except FileNotFoundError as exc:
+        log.write(f"launcher not found: {exc.filename}: No such file or directory\n".encode())
+        log.flush()
+        return None
+    except subprocess.SubprocessError as exc:  # only the preexec_fn raises this
+        raise CgroupUnavailable(
+            f"per-rank memory budget: could not move the launcher into {cell.path if cell else '?'} ({exc})"
+        ) from exc
 
 
 def wait_watching(process: subprocess.Popen, timeout_s: float, plan: LaunchPlan) -> str | None:

@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.errors import BenchError
+from bench.isolation.deferred_sigint import DeferredSigint
 
 CELL_ENV = "BENCH_CGROUP_DIR"
 PREFIX = "dpo-bench-"
@@ -131,67 +131,6 @@ class MemoryCgroup:
     @property
     def files(self) -> Files:
         return FILES[self.version]
-
-
-# --- SIGINT deferral -------------------------------------------------------------------------------------------
-
-
-class DeferredSigint:
-    """While entered (main thread only), SIGINT is recorded instead of raising KeyboardInterrupt, so setup and
-    cleanup are never cut half-way; a recorded SIGINT is delivered on exit (and at once when `allow` opens).
-
-    Nested deferrals deliver to the enclosing one. Inside `allow()` the previous handler is back in force: the
-    long waits go there, so a Ctrl-C still stops a cell at once.
-    """
-
-    def __init__(self) -> None:
-        self.previous: Callable | int | None = None
-        self.active = False
-        self.pending = False
-
-    def _record(self, signum: int, frame: object) -> None:
-        self.pending = True
-
-    def __enter__(self) -> "DeferredSigint":
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is None or previous == signal.SIG_IGN:
-            return self
-        self.previous = previous
-        signal.signal(signal.SIGINT, self._record)
-        self.active = True
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if not self.active:
-            return
-        signal.signal(signal.SIGINT, self.previous)
-        self.active = False
-        if self.pending:
-            self.pending = False
-            if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
-                self._deliver()
-
-    def _deliver(self) -> None:
-        if callable(self.previous):
-            self.previous(signal.SIGINT, None)
-        elif self.previous == signal.SIG_DFL:
-            signal.raise_signal(signal.SIGINT)
-
-    @contextmanager
-    def allow(self) -> Iterator[None]:
-        if not self.active:
-            yield
-            return
-        try:
-            signal.signal(signal.SIGINT, self.previous)
-            if self.pending:
-                self.pending = False
-                self._deliver()
-            yield
-        finally:
-            signal.signal(signal.SIGINT, self._record)
 
 
 # --- detection -------------------------------------------------------------------------------------------------

@@ -136,19 +136,7 @@ class Server:
     def serve(self, connection: socket.socket) -> None:
         """Answer one request: refuse it, or fork its child."""
         try:
-            header, fds, _, _ = socket.recv_fds(connection, HEADER.size, 3)
-            if len(header) < HEADER.size or len(fds) != 3:
-                raise ValueError("malformed request")
-            (size,) = HEADER.unpack(header)
-            if size > REQUEST_LIMIT:
-                raise ValueError("request too large")
-            data = b""
-            while len(data) < size:
-                chunk = connection.recv(size - len(data))
-                if not chunk:
-                    raise ValueError("request cut short")
-                data += chunk
-            body = json.loads(data)
+            body, fds = read_request(connection)
         except (OSError, ValueError) as exc:
             print(f"zygote: dropped a request: {exc}", file=sys.stderr, flush=True)
             connection.close()
@@ -238,6 +226,24 @@ def preload(spec: str) -> float:
         else:
             os.environ[NVML_CHECK_ENV] = before
     return time.perf_counter() - started
+
+
+def read_request(connection: socket.socket) -> tuple[dict, list[int]]:
+    """One request off the socket: its JSON body and the client's three standard streams (file descriptors).
+    ValueError for a request that is malformed, too large or cut short."""
+    header, fds, _, _ = socket.recv_fds(connection, HEADER.size, 3)
+    if len(header) < HEADER.size or len(fds) != 3:
+        raise ValueError("malformed request")
+    (size,) = HEADER.unpack(header)
+    if size > REQUEST_LIMIT:
+        raise ValueError("request too large")
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ValueError("request cut short")
+        data += chunk
+    return json.loads(data), fds
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bench.matrix.backends import LAUNCHERS
+from bench.launchers import LAUNCHERS
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import KnownIssue, find_known_issue, known_issues
 from bench.results.schema import ErrorClass, Status

@@ -1,4 +1,4 @@
-"""One description per backend and per launcher: everything the suite knows about each, in one place.
+"""One description per backend: everything the suite knows about each, in one place (each launcher's: bench/launchers/).
 
 Launch plans, engagement checks, failure classification, the worker (rank environment, model placement), MFU and
 the reports read these descriptions; a new backend is one entry here plus whatever its worker path needs.
@@ -6,8 +6,6 @@ What a combination of backend, init and quantization needs to work (placement, q
 the reference model) is its recipe: scenarios/recipes.yaml, read by bench/matrix/recipes.py.
 """
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -261,147 +259,5 @@ BACKENDS: dict[Backend, BackendSpec] = {
 }
 
 
-@dataclass(frozen=True)
-class LaunchInputs:
-    """What any launcher's command line is made of."""
-
-    python: str
-    processes: int
-    port: int
-    worker: tuple[str, ...]
-    """`-m bench.worker SPEC.json`"""
-    accelerate_config: str | None = None
-    gpus: bool = False
-    """The ranks run on the GPUs the launch environment's CUDA_VISIBLE_DEVICES names (cuda profiles)."""
-
-
-@dataclass(frozen=True)
-class LauncherSpec:
-    name: Launcher
-    summary: str
-    program: str | None
-    """Executable installed beside the interpreter (or on PATH); None: the interpreter itself."""
-    rank_env: tuple[str, str, str] | None
-    """(global rank, local rank, world size) variables each rank finds; None: a single process, rank 0 of 1."""
-    argv: Callable[["LauncherSpec", LaunchInputs, str], list[str]]
-    """Built from the inputs and the resolved program path."""
-    module: str | None = None
-    """The Python module that executable runs (`python -m <module>` where no script is beside the interpreter)."""
-    reads_accelerate_config: bool = False
-    """Launched with a generated accelerate.yaml, which also carries the DeepSpeed config (otherwise the worker
-    passes it to TrainingArguments(deepspeed=))."""
-    rank_exit: re.Pattern[str] | None = None
-    """How the launcher reports a rank that died: named groups `rank` and `code` (exit code) or `signal`."""
-    root_env: tuple[tuple[str, str], ...] = ()
-    """Extra environment when run as root."""
-
-    @property
-    def multi_process(self) -> bool:
-        return self.rank_env is not None
-
-
-def _python_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
-    return [program, *inputs.worker]
-
-
-def _torchrun_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
-    return [program, "--standalone", f"--nproc_per_node={inputs.processes}", *inputs.worker]
-
-
-def _accelerate_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
-    if inputs.accelerate_config is None:
-        raise ValueError("accelerate needs its generated config file")
-    return [program, "launch", "--config_file", inputs.accelerate_config, *inputs.worker]
-
-
-def _deepspeed_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
-    module, *rest = inputs.worker[1:]  # `-m bench.worker SPEC` -> `--module bench.worker SPEC`
-    # On GPUs no --num_gpus: with it the launcher drops CUDA_VISIBLE_DEVICES and takes GPUs 0..n-1; without it, it
-    # turns the variable into `--include localhost:<ids>` itself (deepspeed/launcher/runner.py, main()).
-    processes = [] if inputs.gpus else [f"--num_gpus={inputs.processes}"]
-    return [
-        program,
-        *processes,
-        f"--master_port={inputs.port}",
-        "--no_local_rank",
-        "--module",
-        module,
-        *rest,
-    ]
-
-
-def _mpirun_argv(spec: LauncherSpec, inputs: LaunchInputs, program: str) -> list[str]:
-    forwarded = [arg for name in ("MASTER_ADDR", "MASTER_PORT") for arg in ("-x", name)]
-    return [program, "-np", str(inputs.processes), "--oversubscribe", *forwarded, inputs.python, *inputs.worker]
-
-
-_TORCHELASTIC_RANK_EXIT = re.compile(r"rank\s*:\s*(?P<rank>\d+)[^\n]*\n\s*exitcode\s*:\s*(?P<code>-\d+)")
-_TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-
-LAUNCHERS: dict[Launcher, LauncherSpec] = {
-    spec.name: spec
-    for spec in (
-        LauncherSpec(
-            name=Launcher.PYTHON,
-            summary="the worker module run by the interpreter: one process",
-            program=None,
-            rank_env=None,
-            argv=_python_argv,
-        ),
-        LauncherSpec(
-            name=Launcher.TORCHRUN,
-            summary="torch.distributed.run, standalone rendezvous on this machine",
-            program="torchrun",
-            module="torch.distributed.run",
-            rank_env=_TORCH_RANK_ENV,
-            argv=_torchrun_argv,
-            rank_exit=_TORCHELASTIC_RANK_EXIT,
-        ),
-        LauncherSpec(
-            name=Launcher.ACCELERATE,
-            summary="`accelerate launch` with a generated accelerate.yaml (torchrun underneath)",
-            program="accelerate",
-            module="accelerate.commands.accelerate_cli",
-            rank_env=_TORCH_RANK_ENV,
-            argv=_accelerate_argv,
-            reads_accelerate_config=True,
-            rank_exit=_TORCHELASTIC_RANK_EXIT,
-        ),
-        LauncherSpec(
-            name=Launcher.DEEPSPEED,
-            summary="the `deepspeed` launcher (pdsh-free, one node)",
-            program="deepspeed",
-            module="deepspeed.launcher.runner",
-            rank_env=_TORCH_RANK_ENV,
-            argv=_deepspeed_argv,
-        ),
-        LauncherSpec(
-            name=Launcher.MPIRUN,
-            summary="Open MPI's mpirun; accelerate reads OMPI_COMM_WORLD_* for the rank",
-            program="mpirun",
-            rank_env=("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-            argv=_mpirun_argv,
-            rank_exit=re.compile(
-                r"process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)"
-            ),
-            root_env=(("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")),
-        ),
-    )
-}
-
-
 def backend_spec(backend: Backend | str) -> BackendSpec:
     return BACKENDS[Backend(backend)]
-
-
-def launcher_spec(launcher: Launcher | str) -> LauncherSpec:
-    return LAUNCHERS[Launcher(launcher)]
-
-
-def rank_from_env(launcher: Launcher | str, environ: dict[str, str]) -> tuple[int, int, int]:
-    """(rank, local rank, world size) as `launcher` tells each process; (0, 0, 1) for a single process."""
-    names = launcher_spec(launcher).rank_env
-    if names is None:
-        return 0, 0, 1
-    rank, local, world = (environ.get(name) for name in names)
-    return int(rank or 0), int(local or 0), int(world or 1)

@@ -27,9 +27,7 @@ class HardwareProfile(Strict):
     device: Device
     device_count: int = Field(ge=1, description="devices one process can split a model over (device_map); per node")
     processes: int = Field(ge=1, description="world size of multi-process backends, over every node")
-    nodes: int = Field(
-        default=1, ge=1, description="machines one cell spans (slurm executor, bench/matrix/multinode.py)"
-    )
+    nodes: int = Field(default=1, ge=1, description="machines one cell spans (slurm executor, bench/launchers/job.py)")
     node_memory_gb: float | None = Field(default=None, gt=0, description="slurm executor: --mem of each node of a cell")
     gpu: str | None = Field(
         default=None,

@@ -56,15 +56,22 @@ def cpu_model() -> str | None:
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
 
 
+def cuda_gpus() -> list[DetectedGpu]:
+    """The CUDA devices this interpreter's torch sees (within CUDA_VISIBLE_DEVICES, in torch's numbering): the one
+    enumeration of them, for env.json and for the preflight (bench/run/preflight.py detect)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    return [DetectedGpu(name=p.name, memory_bytes=int(p.total_memory)) for p in props]
+
+
 def detect_hardware() -> HostHardware:
     import torch
 
     cuda = torch.cuda.is_available()
-    gpus = []
-    if cuda:
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append(DetectedGpu(name=props.name, memory_bytes=props.total_memory))
+    gpus = cuda_gpus()
     return HostHardware(
         machine=platform.machine(),
         cpu_model=cpu_model(),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
-from bench.executors.base import RUN_DIR_LABEL, Executor
+from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
@@ -148,6 +148,30 @@ def run_cell(
     spec = WorkerSpec(
         cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
     )
+    plan = _written_plan(ctx, spec, config_dir, placement)
+    labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
+    labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
+    log_path = folder.log(cell.id, trial)
+    limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
+    started = now_iso()
+    try:
+        outcome = ctx.executor.run(plan, log_path, limit, labels)
+    finally:
+        redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
+    free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
+    shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
+    reports, problems = read_rank_reports(out_dir)
+    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
+    ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
+    record = finished_record(ctx.facts, cell, _expectation(ctx, spec, prediction, limit), ran)
+    if why := disk_full_failure(record, free):
+        raise DiskFull(why)
+    return record
+
+
+def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement: "SlotPlacement | None") -> LaunchPlan:
+    """The cell's launch plan for the executor's interpreter, on its own devices and cores when cells run side by
+    side, its files written."""
     run_env = ctx.launch_env | (placement.env if placement is not None else {})
     plan = plan_launch(
         spec,
@@ -160,22 +184,15 @@ def run_cell(
         slot=placement.first if placement is not None else None,
     )
     write_files(plan)
+    return plan
+
+
+def _expectation(ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float) -> Expectation:
+    """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget and time limit."""
+    cell, train = spec.cell, ctx.workload.train
     world = world_size(cell, ctx.profile)
-    labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.run.preflight": ctx.profile.name}
-    labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
-    log_path = folder.log(cell.id, trial)
-    limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
-    started = now_iso()
-    try:
-        outcome = ctx.executor.run(plan, log_path, limit, labels)
-    finally:
-        redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
-    free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
-    shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
-    reports, problems = read_rank_reports(out_dir)
-    train = ctx.workload.train
     precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
-    expect = Expectation(
+    return Expectation(
         world_size=world,
         warmup_steps=train.warmup_steps,
         steps=train.steps,
@@ -187,9 +204,3 @@ def run_cell(
         prediction=prediction,
         timeout_s=limit,
     )
-    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
-    ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    record = finished_record(ctx.facts, cell, expect, ran)
-    if why := disk_full_failure(record, free):
-        raise DiskFull(why)
-    return record

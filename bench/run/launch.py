@@ -3,8 +3,9 @@
 Planning is pure: `plan_launch` returns the argv, the environment and the content of every file the launch
 needs (the worker spec, accelerate.yaml, deepspeed.json); `write_files` puts them on disk. The files go next to
 the cell's results (configs/<cell-id>/) so a user can reuse them: accelerate.yaml is accelerate's own
-ClusterConfig; deepspeed.json is a DeepSpeed config whose batch/precision fields are `auto`, filled in by the HF
-Trainer integration. How each launcher builds its argv and tells ranks who they are: bench/matrix/backends.py.
+ClusterConfig (bench/launchers/accelerate.py); deepspeed.json is a DeepSpeed config whose batch/precision fields are
+`auto`, filled in by the HF Trainer integration. How each launcher builds its argv and tells ranks who they are:
+bench/launchers/.
 """
 
 import json
@@ -18,10 +19,10 @@ import yaml
 
 from bench.executors.base import LaunchPlan
 from bench.isolation.zygote_rules import per_process
-from bench.matrix.backends import BackendSpec, LauncherSpec, LaunchInputs, backend_spec, launcher_spec
-from bench.matrix.cell import Cell
+from bench.launchers import LaunchInputs, launcher_spec
+from bench.launchers.accelerate import accelerate_config
+from bench.matrix.backends import BackendSpec, backend_spec
 from bench.matrix.profiles import HardwareProfile
-from bench.matrix.recipes import Settings, resolve
 from bench.matrix.scenario import world_size
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
@@ -57,89 +58,6 @@ def deepspeed_config(backend: BackendSpec) -> dict:
         "fp16": {"enabled": "auto"},
         "zero_allow_untested_optimizer": True,
     }
-
-
-def fsdp_config(backend: BackendSpec, settings: Settings) -> dict | None:
-    """accelerate's fsdp_config: the backend's FSDP version and wrapping, plus what the recipe sets."""
-    if not backend.fsdp_version:
-        return None
-    config: dict = {
-        "fsdp_version": backend.fsdp_version,
-        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-        "fsdp_reshard_after_forward": True,
-    }
-    if backend.fsdp_cpu_offload:
-        config["fsdp_offload_params"] = True
-    if settings.fsdp_cpu_ram_efficient_loading is not None:
-        config["fsdp_cpu_ram_efficient_loading"] = settings.fsdp_cpu_ram_efficient_loading
-    return config
-
-
-def accelerate_deepspeed_config(deepspeed_file: Path | None, settings: Settings) -> dict | None:
-    """accelerate's deepspeed_config: the generated DeepSpeed file, plus what the recipe sets."""
-    if deepspeed_file is None:
-        return None
-    config: dict = {"deepspeed_config_file": str(deepspeed_file)}
-    if settings.zero3_init_flag is not None:
-        config["zero3_init_flag"] = settings.zero3_init_flag
-    return config
-
-
-def accelerate_config(
-    cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None, settings: Settings | None = None
-) -> dict:
-    """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save. `settings`:
-    the cell's recipe (resolved from scenarios/recipes.yaml when not given)."""
-    from accelerate.commands.config.config_args import ClusterConfig
-
-    backend = backend_spec(cell.backend)
-    if backend.accelerate_type is None:
-        raise ValueError(f"accelerate cannot launch backend {cell.backend}")
-    settings = resolve(cell, profile.device).settings if settings is None else settings
-    fsdp = fsdp_config(backend, settings)
-    deepspeed = accelerate_deepspeed_config(deepspeed_file, settings)
-    return ClusterConfig(
-        compute_environment="LOCAL_MACHINE",
-        # `use_cpu: true` makes `accelerate launch` start ONE process whatever num_processes says; MULTI_GPU with
-        # use_cpu false starts real gloo ranks on a CPU-only machine (the worker's DPOConfig sets use_cpu itself).
-        distributed_type=backend.accelerate_type,
-        # With a deepspeed_config_file accelerate refuses its own precision setting: the DeepSpeed file decides.
-        mixed_precision=None if deepspeed else ("no" if profile.precision == "fp32" else profile.precision),
-        use_cpu=False,
-        num_processes=world_size(cell, profile),
-        num_machines=1,
-        machine_rank=0,
-        main_process_ip="127.0.0.1",
-        main_process_port=port,
-        rdzv_backend="static",
-        same_network=True,
-        deepspeed_config=deepspeed,
-        fsdp_config=fsdp,
-        debug=False,
-    ).to_dict()
-
-
-def program_path(python: str, name: str | None) -> str:
-    """The launcher installed beside the interpreter (same venv), else whatever PATH has; None: the interpreter."""
-    if name is None:
-        return python
-    candidate = Path(python).parent / name
-    return str(candidate) if candidate.exists() else name
-
-
-def launch_argv(launcher: LauncherSpec, inputs: LaunchInputs, python: str) -> list[str]:
-    """The launcher's command line. Its script beside the interpreter where it is installed there; else the module
-    the script runs, through this interpreter (`python -m torch.distributed.run`): a venv over a box's system
-    packages (make setup WHEELHOUSE=) has no `accelerate` or `torchrun` script of its own, and the system's would run
-    the system's interpreter, without the packages the venv added; packages installed with `pip --target` have no
-    scripts at all. An interpreter that is not on this machine (a plan for another: a container, a test) keeps the
-    script's name."""
-    beside = Path(python).parent / launcher.program if launcher.program else None
-    if launcher.module is None or beside is None or beside.exists() or not Path(python).exists():
-        return launcher.argv(launcher, inputs, program_path(python, launcher.program))
-    _, *rest = launcher.argv(launcher, inputs, launcher.program or python)
-    return [python, "-m", launcher.module, *rest]
 
 
 def cell_visible_devices(run_devices: str, count: int) -> str:
@@ -192,11 +110,11 @@ def plan_launch(
         gpus=devices > 0,
     )
     threads = host_threads(backend, profile, world_size(cell, profile), os.cpu_count() or 1)
-    env = _base_env(profile, port, threads) | (dict(launcher.root_env) if as_root else {}) | dict(run_env or {})
+    env = _base_env(profile, port, threads) | launcher.environment(as_root) | dict(run_env or {})
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(
-        argv=launch_argv(launcher, inputs, python),
+        argv=launcher.command(inputs, python),
         env=env,
         files=files,
         ranks=world_size(cell, profile),

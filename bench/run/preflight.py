@@ -1,5 +1,6 @@
 """What this machine has, whether a hardware profile fits it, and how `--emulate` runs a smaller profile on
-bigger GPUs. Runner side: nothing here imports TRL; torch is imported only inside detect()."""
+bigger GPUs. Runner side: nothing here imports TRL; torch is imported only inside detect() (the CUDA devices torch
+sees: bench/results/env.py cuda_gpus)."""
 
 import importlib.util
 import os
@@ -13,6 +14,7 @@ from bench.executors.docker_images import image_cuda_build
 from bench.matrix.axes import Device
 from bench.matrix.gpus import GpuSpec, identify
 from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.results.env import cuda_gpus
 from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
@@ -144,13 +146,13 @@ def detect(where: Where = "local") -> Detected:
         return replace(driver, cuda_build=image_cuda_build()) if driver else Detected(device="cpu", hpu_stack=hpu_stack)
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    gpus = cuda_gpus()
+    if gpus:
         return Detected(
             device="cuda",
-            count=len(props),
-            names=tuple(p.name for p in props),
-            memory_bytes=tuple(int(p.total_memory) for p in props),
+            count=len(gpus),
+            names=tuple(gpu.name for gpu in gpus),
+            memory_bytes=tuple(gpu.memory_bytes or 0 for gpu in gpus),
             hpu_stack=hpu_stack,
             visible_devices=os.environ.get(VISIBLE_ENV),
             driver_version=driver.driver_version if driver else None,

@@ -13,7 +13,7 @@ from bench.executors.local import LocalExecutor
 from bench.files import write_whole
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
-from bench.results.schema import ResultRecord, Status
+from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.results.store import (
     DISK_FULL_ERRNOS,
     DiskFull,
@@ -24,7 +24,7 @@ from bench.results.store import (
     report_problems,
 )
 from bench.run.budget import TimeBudget, coverage_order
-from bench.run.cell import RunContext, plan_cells, run_cell
+from bench.run.cell import CellPlan, RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
 from bench.run.slots import DeviceSlot, machine_devices
@@ -68,38 +68,14 @@ def execute(
     existing = load_results(ctx.run_dir, quiet=True)
     report_problems(existing.problems, out)
     done = existing.latest_by_cell()
-    lines = len(existing.records)  # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
     plans = plan_cells(cells, ctx.profile, ctx.untested, ctx.predict, ctx.run_predicted_oom)
     predictions = {p.cell.id: p.prediction for p in plans}
     runnable = [p.cell for p in plans if p.not_run is None]
     skipped = [p for p in plans if p.not_run is not None]
-    for plan in skipped:
-        if force or plan.cell.id not in done:
-            status, reason = plan.not_run
-            record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso(), plan.prediction)
-            append_result(ctx.run_dir, record)
-            lines += 1
-            done[plan.cell.id] = record
-
-    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
-    recorded = {
-        (r.cell_id, r.trial)
-        for r in existing.records
-        if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
-    }
-    if budget is not None:
-        runnable = coverage_order(runnable, budget.predicted_s)
-    todo = [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
-    resumed = len(runnable) * repeats - len(todo)
-    trials = f" x {repeats} trials" if repeats > 1 else ""
-    not_run = Counter(plan.not_run[0] for plan in skipped)
-    counts = [f"{len(todo)} cell(s){trials} to run", f"{resumed} already recorded"]
-    counts += [f"{count} {status.replace('_', ' ')}" for status, count in not_run.items()]
-    print(
-        f"run {ctx.run_id}: {', '.join(counts)} -> {ctx.run_dir}",
-        file=out,
-        flush=True,
-    )
+    # valid lines in results.jsonl, to tell after a Ctrl-C whether a cell was recorded
+    lines = len(existing.records) + _record_not_run(ctx, skipped, done, force)
+    todo = _trials_to_run(ctx, existing.records, runnable, repeats, force, budget)
+    _announce(ctx, todo, len(runnable) * repeats - len(todo), repeats, skipped, out)
     if ctx.executor.concurrent:
         from bench.run.in_flight import run_in_flight
 
@@ -115,9 +91,66 @@ def execute(
             kept = len(load_results(ctx.run_dir, quiet=True).records)
             stop = stop_disk_full if isinstance(exc, DiskFull) else stop_unwritable
             raise stop(ctx, "the cells that were running", str(exc), kept) from None
-        if budget is not None:
-            report_budget(ctx, budget, [c for c, _ in todo], over, out)
-        return [done[c.id] for c in cells if c.id in done]
+    else:
+        over = _run_in_order(ctx, todo, predictions, done, repeats, budget, out, lines)
+    if budget is not None:
+        report_budget(ctx, budget, [c for c, _ in todo], over, out)
+    return [done[c.id] for c in cells if c.id in done]
+
+
+def _record_not_run(ctx: RunContext, skipped: list[CellPlan], done: dict[str, ResultRecord], force: bool) -> int:
+    """Record the cells that will not run (not yet recorded, or all with `force`); how many records were appended."""
+    appended = 0
+    for plan in skipped:
+        if force or plan.cell.id not in done:
+            status, reason = plan.not_run
+            record = not_run_record(ctx.facts, plan.cell, plan.world, status, reason, now_iso(), plan.prediction)
+            append_result(ctx.run_dir, record)
+            appended += 1
+            done[plan.cell.id] = record
+    return appended
+
+
+def _trials_to_run(
+    ctx: RunContext,
+    records: list[ResultRecord],
+    runnable: list[Cell],
+    repeats: int,
+    force: bool,
+    budget: TimeBudget | None,
+) -> list[tuple[Cell, int]]:
+    """The (cell, trial) pairs not recorded yet (all with `force`), in coverage order under a budget."""
+    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
+    recorded = {
+        (r.cell_id, r.trial) for r in records if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
+    }
+    if budget is not None:
+        runnable = coverage_order(runnable, budget.predicted_s)
+    return [(c, t) for c in runnable for t in range(repeats) if force or (c.id, t) not in recorded]
+
+
+def _announce(
+    ctx: RunContext, todo: list[tuple[Cell, int]], resumed: int, repeats: int, skipped: list[CellPlan], out
+) -> None:
+    trials = f" x {repeats} trials" if repeats > 1 else ""
+    not_run = Counter(plan.not_run[0] for plan in skipped)
+    counts = [f"{len(todo)} cell(s){trials} to run", f"{resumed} already recorded"]
+    counts += [f"{count} {status.replace('_', ' ')}" for status, count in not_run.items()]
+    print(f"run {ctx.run_id}: {', '.join(counts)} -> {ctx.run_dir}", file=out, flush=True)
+
+
+def _run_in_order(
+    ctx: RunContext,
+    todo: list[tuple[Cell, int]],
+    predictions: dict[str, PredictionSummary | None],
+    done: dict[str, ResultRecord],
+    repeats: int,
+    budget: TimeBudget | None,
+    out,
+    lines: int,
+) -> list[tuple[Cell, float]]:
+    """One trial after another, each recorded as it ends; returns the cells the budget left out (with their
+    predicted time). `lines`: the records results.jsonl holds before the first."""
     started = time.monotonic()
     over_budget: list[tuple[Cell, float]] = []
     for index, (cell, trial) in enumerate(todo, start=1):
@@ -146,18 +179,21 @@ def execute(
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
             print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
             raise
-        except DiskFull as exc:
-            raise stop_disk_full(ctx, label, str(exc), lines) from None
-        except Unrecorded as exc:
-            raise stop_unwritable(ctx, label, str(exc), lines) from None
-        except OSError as exc:
-            what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
-            if exc.errno not in DISK_FULL_ERRNOS:
-                raise stop_unwritable(ctx, label, what, lines) from None
-            raise stop_disk_full(ctx, label, what, lines) from None
-    if budget is not None:
-        report_budget(ctx, budget, [c for c, _ in todo], over_budget, out)
-    return [done[c.id] for c in cells if c.id in done]
+        except (DiskFull, Unrecorded, OSError) as exc:
+            raise _stopped(ctx, label, exc, lines) from None
+    return over_budget
+
+
+def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int) -> Exception:
+    """The one-line stop for a cell whose record could not be written: the disk is full, or the folder unwritable."""
+    if isinstance(exc, DiskFull):
+        return stop_disk_full(ctx, label, str(exc), lines)
+    if isinstance(exc, Unrecorded):
+        return stop_unwritable(ctx, label, str(exc), lines)
+    what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
+    if exc.errno not in DISK_FULL_ERRNOS:
+        return stop_unwritable(ctx, label, what, lines)
+    return stop_disk_full(ctx, label, what, lines)
 
 
 def shareable_devices(ctx: RunContext) -> list[DeviceSlot]:

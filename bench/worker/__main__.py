@@ -25,41 +25,27 @@ from typing import TYPE_CHECKING
 from bench.isolation import zygote_child
 from bench.isolation.shm_segments import remove_group_segments
 from bench.isolation.zygote_client import FRESH_ENV
-from bench.matrix.backends import launcher_spec, rank_from_env
+from bench.launchers import rank_from_env, torch_rank_env
 from bench.secrets import redact
 from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 if TYPE_CHECKING:
     from bench.worker import faults
-
-TORCH_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+    from bench.worker.measure import StepRecorder
+    from bench.worker.nvml import NvmlSampler
 
 
 def launcher_rank(spec: WorkerSpec) -> int:
-    """This process's global rank, as its launcher tells it (bench/matrix/backends.py)."""
+    """This process's global rank, as its launcher tells it (bench/launchers/)."""
     return rank_from_env(spec.cell.launcher, dict(os.environ))[0]
 
 
-def torch_rank_env(launcher: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """RANK, LOCAL_RANK and WORLD_SIZE from a launcher that tells ranks who they are in its own variables (mpirun's
-    OMPI_COMM_WORLD_*), where they are not set already. Pure.
-
-    On GPUs accelerate forms a process group only when LOCAL_RANK is set (accelerate/state.py, PartialState and
-    `_prepare_backend`); it reads OMPI_COMM_WORLD_* on its CPU path only (get_cpu_distributed_information), so
-    mpirun's ranks would each train alone."""
-    names = launcher_spec(launcher).rank_env
-    if names is None or names == TORCH_RANK_ENV or any(name in environ for name in TORCH_RANK_ENV):
-        return {}
-    if not all(name in environ for name in names):
-        return {}
-    return dict(zip(TORCH_RANK_ENV, (str(v) for v in rank_from_env(launcher, dict(environ))), strict=True))
-
-
 def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """torch_rank_env on accelerators only. On the CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself
-    (get_cpu_distributed_information), the path every CPU run has taken; with torch's variables set as well, one
-    mpirun cell in the docker CI stage hung in the gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
+    """torch's rank variables from the launcher's own (bench/launchers/ torch_rank_env), on accelerators only. On the
+    CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself (get_cpu_distributed_information), the path
+    every CPU run has taken; with torch's variables set as well, one mpirun cell in the docker CI stage hung in the
+    gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
     return {} if spec.profile.device == "cpu" else torch_rank_env(spec.cell.launcher, environ)
 
 
@@ -71,8 +57,6 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder, record_losses
-    from bench.worker.nvml import NvmlSampler, nvml_ids
-    from bench.worker.placement import process_devices, splits_layers
     from bench.worker.stages import stage_for
 
     # the launch sets the threads (more for a host optimizer step: bench/run/launch.py host_threads)
@@ -81,12 +65,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     import_libraries(spec)
     report.baseline_rss_bytes = memory.current_rss_bytes()
     report.baseline_cgroup_bytes = cgroups.own_usage_bytes() if os.environ.get(cgroups.CELL_ENV) else None
-    devices = None
-    nvml_sampler = None
-    if torch.cuda.is_available():
-        local_rank = rank_from_env(spec.cell.launcher, dict(os.environ))[1]
-        devices = process_devices(splits_layers(spec), torch.cuda.device_count(), local_rank)
-        nvml_sampler = NvmlSampler.start_if_available(nvml_ids(os.environ.get("CUDA_VISIBLE_DEVICES"), devices))
+    devices, nvml_sampler = _own_devices(spec)
     recorder = StepRecorder(devices)
     callbacks = [recorder]
     if fault:
@@ -101,6 +80,37 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     recorder.progress = progress.StepMarks(Path(spec.out_dir), report.rank)
     report.load_s = time.perf_counter() - started
 
+    on_cuda = _read_load_peak(report, recorder, devices)
+    trainer.train()
+    recorder.progress.end()
+    _record_training(report, recorder, nvml_sampler, on_cuda)
+    evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
+    if evaluate is not None:  # after the peaks are read: what the learning check needs, not what training took
+        report.pair_accuracy, report.pairs_evaluated = evaluate(spec, trainer)
+    if spec.save_dir is not None:
+        trainer.save_model(spec.save_dir)  # every rank calls it; the main process writes
+    shutdown_distributed()
+
+
+def _own_devices(spec: WorkerSpec) -> "tuple[list[int] | None, NvmlSampler | None]":
+    """The CUDA devices this rank uses (None without CUDA), and the NVML sampler started on them where NVML is."""
+    import torch
+
+    from bench.worker.nvml import NvmlSampler, nvml_ids
+    from bench.worker.placement import process_devices, splits_layers
+
+    if not torch.cuda.is_available():
+        return None, None
+    local_rank = rank_from_env(spec.cell.launcher, dict(os.environ))[1]
+    devices = process_devices(splits_layers(spec), torch.cuda.device_count(), local_rank)
+    return devices, NvmlSampler.start_if_available(nvml_ids(os.environ.get("CUDA_VISIBLE_DEVICES"), devices))
+
+
+def _read_load_peak(report: RankReport, recorder: "StepRecorder", devices: list[int] | None) -> bool:
+    """The memory the load took (read now, or on CUDA when training begins), then the peaks reset for training's;
+    whether the figures are CUDA's."""
+    from bench.worker import memory
+
     on_cuda = memory.cuda_used()
     report.memory_kind = "cuda_allocated" if on_cuda else "rss"
     if on_cuda:
@@ -114,9 +124,14 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     else:
         report.load_peak_bytes = memory.peak_rss_bytes()
     memory.reset_peak_rss()
+    return on_cuda
 
-    trainer.train()
-    recorder.progress.end()
+
+def _record_training(
+    report: RankReport, recorder: "StepRecorder", nvml_sampler: "NvmlSampler | None", on_cuda: bool
+) -> None:
+    """What the recorder saw of the steps, and the training peaks, into the rank's report."""
+    from bench.worker import memory
 
     report.train_start = recorder.train_start
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
@@ -125,15 +140,9 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:
-        report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks(devices)
+        report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks(recorder.devices)
     else:
         report.train_peak_bytes = report.host_peak_rss_bytes
-    evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
-    if evaluate is not None:  # after the peaks are read: what the learning check needs, not what training took
-        report.pair_accuracy, report.pairs_evaluated = evaluate(spec, trainer)
-    if spec.save_dir is not None:
-        trainer.save_model(spec.save_dir)  # every rank calls it; the main process writes
-    shutdown_distributed()
 
 
 def shutdown_distributed() -> None:

@@ -8,8 +8,8 @@ that much more optimistic than the real smaller card.
 
 import os
 
+from bench.launchers import rank_from_env
 from bench.matrix.axes import Launcher
-from bench.matrix.backends import rank_from_env
 
 MEMORY_FRACTION_ENV = "BENCH_EMULATE_MEMORY_FRACTION"
 

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from bench.errors import BenchError
-from bench.matrix.multinode import JOB_VARIABLES, JobLaunch
+from bench.launchers.job import JOB_VARIABLES, JobLaunch
 from bench.matrix.yaml_schema import Strict
 
 DOCKER_LABEL = "dpo-bench.slurm-job"

@@ -22,7 +22,8 @@ from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.local import read_tail
 from bench.executors.slurm.containers import ContainerSpec, wrap
 from bench.executors.slurm.jobs import Accounting, JobRegistry, JobState, cancel, controller_states, submit
-from bench.matrix.multinode import JOB_VARIABLES, NodeLayout, job_launch, quote
+from bench.launchers import job_launch
+from bench.launchers.job import JOB_VARIABLES, NodeLayout, quote
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import PROJECT_ROOT

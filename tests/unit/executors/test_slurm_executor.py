@@ -24,8 +24,9 @@ from bench.executors.slurm.executor import (
 )
 from bench.executors.slurm.jobs import JobRegistry, JobState, jobcomp_state, parse_fields, state_from_fields
 from bench.judge.slurm_states import with_job_state
+from bench.launchers import job_launch
+from bench.launchers.job import NodeLayout
 from bench.matrix.cell import Cell
-from bench.matrix.multinode import NodeLayout, job_launch
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord

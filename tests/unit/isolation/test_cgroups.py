@@ -20,7 +20,6 @@ from bench.isolation.cgroups import (
     CELL_ENV,
     CgroupFs,
     CgroupUnavailable,
-    DeferredSigint,
     RankMemory,
     cell_cgroups,
     check_available,
@@ -288,23 +287,6 @@ def test_remove_stale_takes_only_old_empty_cells(tmp_path):
     assert remove_stale(fs, min_age_s=0) == [own / "dpo-bench-dead"]
     assert sorted(p.name for p in own.iterdir() if p.is_dir()) == ["dpo-bench-busy", "other"]
     assert fs.killed == []
-
-
-def test_deferred_sigint_holds_ctrl_c_until_the_end_or_allow():
-    with pytest.raises(KeyboardInterrupt), DeferredSigint():
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-        reached = True
-    assert reached
-    steps = []
-    with pytest.raises(KeyboardInterrupt), DeferredSigint() as sigint:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-        steps.append("deferred")
-        with sigint.allow():
-            steps.append("not reached")
-    assert steps == ["deferred"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 # --- the real kernel (this machine kind: root, cgroup v1) ------------------------------------------------------

@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 from bench.judge.classify import classify, first_error_line
+from bench.launchers import LAUNCHERS
 from bench.matrix.axes import Backend, Init, Launcher, Quant
-from bench.matrix.backends import LAUNCHERS
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
 from bench.results.schema import ErrorClass, Status

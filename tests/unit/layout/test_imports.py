@@ -13,7 +13,7 @@ BENCH = PROJECT_ROOT / "bench"
 
 LAYERS = (
     ("errors", "files", "paths", "secrets", "units"),
-    ("matrix",),
+    ("matrix", "launchers"),
     ("assets", "isolation", "results"),
     ("worker",),
     ("executors",),

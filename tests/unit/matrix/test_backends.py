@@ -1,7 +1,8 @@
 """The per-backend and per-launcher descriptions are consistent with each other and with the axes."""
 
+from bench.launchers import LAUNCHERS
 from bench.matrix.axes import Backend, Launcher
-from bench.matrix.backends import BACKENDS, LAUNCHERS, Placement
+from bench.matrix.backends import BACKENDS, Placement
 
 
 def test_every_axis_value_is_described_once():

@@ -21,6 +21,7 @@ import yaml
 from bench.assets.prepare import PreparedAssets
 from bench.executors.docker import container_spec, docker_run_argv
 from bench.executors.slurm.executor import SlurmOptions, sbatch_options
+from bench.launchers import torch_rank_env
 from bench.matrix.axes import Init, Launcher, Setup
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
@@ -28,7 +29,6 @@ from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, world_size
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, plan_launch
 from bench.run.preflight import GB, Detected, preflight
-from bench.worker.__main__ import torch_rank_env
 from bench.worker.placement import device_map_setting, splits_layers
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments

@@ -60,6 +60,23 @@ def test_detect_on_this_machine_says_cpu():
     assert found.device == "cpu" and found.count == 0 and not found.hpu_stack
 
 
+def test_the_preflight_and_env_json_count_the_same_cuda_devices(monkeypatch):
+    """One enumeration of torch's CUDA devices (results/env.py cuda_gpus) serves the preflight and env.json."""
+    import torch
+
+    from bench.results.env import cuda_gpus
+
+    cards = [types.SimpleNamespace(name="NVIDIA A10", total_memory=23 * 2**30)] * 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cards))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: cards[i])
+    found = detect()
+    assert [(gpu.name, gpu.memory_bytes) for gpu in cuda_gpus()] == list(
+        zip(found.names, found.memory_bytes, strict=True)
+    )
+    assert found.device == "cuda" and found.count == 2 and found.names == ("NVIDIA A10", "NVIDIA A10")
+
+
 def test_gpu_profile_on_cpu_machine_is_one_clear_line():
     error = check_profile(load_profile("2xA10"), CPU, emulate=False)
     assert str(error) == "profile 2xA10 needs 2 cuda devices with >= 24 GB; this machine has 0 cuda devices"

@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from bench.assets.prepare import PreparedAssets
-from bench.matrix.backends import BACKENDS, LAUNCHERS, rank_from_env
+from bench.launchers import LAUNCHERS, rank_from_env
+from bench.matrix.backends import BACKENDS
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
@@ -139,8 +140,7 @@ def test_each_launcher_tells_ranks_who_they_are():
 def test_a_venv_over_system_packages_runs_each_launcher_as_a_module_of_its_own_interpreter(tmp_path):
     """make setup WHEELHOUSE= makes a venv whose accelerate and torchrun are the box's: their scripts are not beside
     the venv's interpreter, and the box's would run the box's Python without the venv's packages."""
-    from bench.matrix.backends import LaunchInputs
-    from bench.run.launch import launch_argv
+    from bench.launchers import LaunchInputs
 
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
@@ -148,15 +148,15 @@ def test_a_venv_over_system_packages_runs_each_launcher_as_a_module_of_its_own_i
     python.write_text("")
     inputs = LaunchInputs(python=str(python), processes=2, port=1, worker=("-m", "bench.worker", "s.json"),
                           accelerate_config="a.yaml")  # fmt: skip
-    torchrun = launch_argv(LAUNCHERS["torchrun"], inputs, str(python))
+    torchrun = LAUNCHERS["torchrun"].command(inputs, str(python))
     assert torchrun[:3] == [str(python), "-m", "torch.distributed.run"] and "--nproc_per_node=2" in torchrun
-    accelerate = launch_argv(LAUNCHERS["accelerate"], inputs, str(python))
+    accelerate = LAUNCHERS["accelerate"].command(inputs, str(python))
     assert accelerate[:4] == [str(python), "-m", "accelerate.commands.accelerate_cli", "launch"]
-    deepspeed = launch_argv(LAUNCHERS["deepspeed"], inputs, str(python))
+    deepspeed = LAUNCHERS["deepspeed"].command(inputs, str(python))
     assert deepspeed[:3] == [str(python), "-m", "deepspeed.launcher.runner"] and "--module" in deepspeed
     (venv / "deepspeed").write_text("")  # installed into the venv: its own script
-    assert launch_argv(LAUNCHERS["deepspeed"], inputs, str(python))[0] == str(venv / "deepspeed")
-    assert launch_argv(LAUNCHERS["mpirun"], inputs, str(python))[0] == "mpirun"  # a binary: no module to run
+    assert LAUNCHERS["deepspeed"].command(inputs, str(python))[0] == str(venv / "deepspeed")
+    assert LAUNCHERS["mpirun"].command(inputs, str(python))[0] == "mpirun"  # a binary: no module to run
 
 
 def test_offload_cells_on_a_gpu_share_the_hosts_cores_for_their_optimizer_step():

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.assets.prepare import PreparedAssets
+from bench.launchers import job_launch, node_argv
+from bench.launchers.job import NodeLayout, quote
 from bench.matrix.cell import Cell
-from bench.matrix.multinode import NodeLayout, job_launch, node_argv, quote
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import plan_launch
 from bench.worker.spec import WorkerSpec

@@ -36,11 +36,13 @@ class FakeExecutor:
     ) -> None:
         self.engagement, self.exit_code, self.error, self.timed_out = engagement, exit_code, error, timed_out
         self.plans: list[LaunchPlan] = []
+        self.labels: list[dict[str, str]] = []
         self.datasets: list[Path] = []
         self.losses = lambda steps: [0.6931472 - 0.05 * s for s in range(steps)]
 
     def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         self.plans.append(plan)
+        self.labels.append(labels)
         spec = WorkerSpec.read(plan.argv[-1])  # written before the launch
         self.datasets.append(Path(spec.assets.dataset))
         assert (Path(spec.assets.dataset) / "state.json").is_file()
@@ -86,6 +88,13 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     assert (tmp_path / record.config_files[0]).is_file()
     assert load_results(tmp_path).records == [record]
     assert executor.plans[0].argv[0].endswith("torchrun")
+    # what a container is labelled with: the run, the cell, the profile's name, the run folder
+    assert executor.labels[0] == {
+        "dpo-bench.run": "r1",
+        "dpo-bench.cell": DDP.id,
+        "dpo-bench.profile": cpu_profile.name,
+        "dpo-bench.run-dir": str(tmp_path.resolve()),
+    }
     # the cell loaded the dataset through its own folder, removed with its caches once the cell ended
     assert executor.datasets == [tmp_path / "cells" / DDP.id / "dataset"]
     assert not executor.datasets[0].exists()

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from bench.assets.prepare import PreparedAssets
+from bench.launchers import torch_rank_env
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
 from bench.run.launch import free_port
 from bench.worker import memory, models
-from bench.worker.__main__ import torch_rank_env
 from bench.worker.measure import StepRecorder
 from bench.worker.placement import cell_devices, device_map_setting, process_devices, splits_layers
 from bench.worker.spec import WorkerSpec
