@@ -191,7 +191,7 @@ def test_decision_page_shows_the_verdicts_advise_gives(decide, tmp_path, capsys)
         assert shown[cell_id]["data-verdict"] == cell["verdict"], cell_id
         assert shown[cell_id]["data-total"] == shown_gb(cell["total_bytes"]), cell_id
     verdicts = {c["verdict"] for c in advised.values()}
-    assert {"fits", "predicted_oom"} <= verdicts, "the point shows both colours"
+    assert {"fits", "oom"} <= verdicts, "the point shows both colours"
     table = page.find("table", **{"class": "matrix decide"})
     assert table and table[0]["data-point"] == " ".join(ADVISE[1:])
 
