@@ -321,7 +321,7 @@ def test_decision_page_opens_on_advises_three_picks(decide, tmp_path, capsys):
         assert shown_gb(cell["range_low_bytes"]) + " – " + shown_gb(cell["range_high_bytes"]) + " PREDICTED" in text
     assert advice["run"]["command"] in text, "the chosen cell's command is on the page"
     figures = [a["data-figure"] for a in parse(page_dom).find("dd")]
-    assert figures == ["total", "range", "host", "tokens"] * 3
+    assert figures == ["total", "range", "chance", "host", "tokens"] * 3
     assert text.count(" PREDICTED") >= 12, "every figure of the picks is labelled PREDICTED"
     # The answer is on top: above the grid, within the first screen.
     assert boxes["answer"]["top"] < 300

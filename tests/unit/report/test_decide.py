@@ -72,6 +72,7 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         assert on_page["high"] == shown_gb(cell["range_high_bytes"] / 1e9), cell_id
         assert on_page["margin"] == pytest.approx(cell["margin_bytes"] / 1e9, abs=0.101), cell_id
         assert on_page["host"] == shown_gb(cell["host_bytes"] / 1e9), cell_id
+        assert on_page["fit_percent"] == round(100 * cell["fit_probability"]), cell_id
         assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
         if cell["verdict"] == "fits":
             assert on_page["tokens_per_s"] == round(cell["tokens_per_s"]), cell_id
