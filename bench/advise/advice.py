@@ -10,6 +10,7 @@ from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction, load_calibration
 from bench.estimate.speed.matrix import speeds_of
+from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -28,19 +29,26 @@ class FixAdvice(BaseModel):
 
 class CellAdvice(CellAxes):
     rank: int
-    """1 = the chosen cell. Fitting cells first, in the order `prefer` names (ORDERS); then tight cells, then the rest,
-    closest to fitting first."""
+    """1 = the chosen cell. Fitting cells first, in the order `prefer` names (ORDERS); then likely_fits, likely_oom,
+    then the rest, closest to fitting first."""
     setup: str
     recipes: list[str]
     """The recipe entries (scenarios/recipes.yaml) the cell runs with; a newcomer row leaves their settings out."""
     devices: int
-    verdict: Literal["fits", "tight", "predicted_oom", "host_oom", "unknown"]
-    """host_oom: the device would hold it, the host memory of a node would not (`host_need_bytes` > the advice's
-    `host_memory_bytes`); ranked with the cells that do not fit, never chosen. A cell over both is predicted_oom."""
+    verdict: Literal["fits", "likely_fits", "likely_oom", "oom", "host_oom", "unknown"]
+    """The device's verdict (bench/estimate/uncertainty.verdict), or host_oom: the device would hold it, the host
+    memory of a node would not (`host_need_bytes` > the advice's `host_memory_bytes`); ranked with the cells that do
+    not fit, never chosen. A cell over both is oom. Only `fits` is chosen."""
+    fit_probability: float | None = None
+    """The share of comparable measurements' errors under which the device holds it (null: no measured rows)."""
     total_bytes: float
     range_low_bytes: float | None
     range_high_bytes: float | None
-    """The PREDICTED total's range, from the validation errors of its kind of cell (docs/estimator.md)."""
+    """The PREDICTED total's 80 % interval, from the validation errors of comparable cells (docs/estimator.md)."""
+    range_pool: str = ""
+    """Which rows made the interval: comparable ones, or the wider pool it fell back to (and why)."""
+    wider_pool: bool = False
+    """The interval and P(fit) are a wider pool's: too few comparable rows."""
     tokens_per_s: float | None
     """PREDICTED training throughput over every rank (the speed model, docs/estimator.md "Speed"); null where the
     device's figures are not published."""
@@ -54,8 +62,8 @@ class CellAdvice(CellAxes):
     terms: dict[str, float]
     notes: list[str]
     fix: FixAdvice | None
-    """tight, predicted_oom or host_oom only: the smallest change under which it is predicted to fit, on the device
-    and in the host memory (null: none found)."""
+    """Every verdict but fits: the smallest change under which it is predicted to fit (`fits`), on the device and in
+    the host memory (null: none found)."""
 
 
 class Pick(BaseModel):
@@ -113,8 +121,8 @@ def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
     return backend_spec(prediction.backend).devices_per_cell(prediction.world_size, profile.device_count)
 
 
-VERDICT_ORDER = {"fits": 0, "tight": 1}
-"""Fitting cells first, then tight ones (their PREDICTED range straddles the device's memory), then the rest."""
+VERDICT_ORDER = {"fits": 0, "likely_fits": 1, "likely_oom": 2}
+"""Fitting cells first, then the likely ones, then the rest (oom, host_oom, unknown)."""
 QUANT_FAITHFULNESS = {"none": 0, "int8": 1, "nf4": 2}
 """How close to the model's own weights a cell trains: the training precision, then 8-bit, then 4-bit."""
 PREFERENCES = ("fastest", "fewest-gpus", "faithful")
@@ -142,7 +150,7 @@ def _order(prefer: str):
         fits = entry.verdict == "fits"
         preferred = ORDERS[prefer](entry) if fits else ()
         return (
-            VERDICT_ORDER.get(entry.verdict, 2),
+            VERDICT_ORDER.get(entry.verdict, len(VERDICT_ORDER)),
             preferred,
             -(entry.margin_bytes or 0.0),
             entry.setup != "recipe",
@@ -203,7 +211,7 @@ def advise(
         cell = cells[p.cell_id]
         shown = verdict(p, profile, host)
         fix = None
-        if shown in ("tight", "predicted_oom", "host_oom"):
+        if shown not in ("fits", "unknown"):
             found = smallest_fix(cell, profile, workload, calibration, fits)
             if found is not None:
                 fix = FixAdvice(
@@ -221,9 +229,12 @@ def advise(
                 recipes=list(resolve(cell, profile.device).entries),
                 devices=devices_used(p, profile),
                 verdict=shown,
+                fit_probability=p.fit_probability,
                 total_bytes=p.total_bytes or 0.0,
                 range_low_bytes=p.range_low_bytes,
                 range_high_bytes=p.range_high_bytes,
+                range_pool=pool_label(p.error_kind, p.range_kind, p.range_rows),
+                wider_pool=p.range_kind is not None and p.range_kind != p.error_kind,
                 tokens_per_s=speeds[p.cell_id].tokens_per_s if p.cell_id in speeds else None,
                 train_bytes=p.train_bytes or 0.0,
                 load_bytes=p.load_bytes or 0.0,

@@ -67,9 +67,9 @@ def over_host(prediction: Prediction, profile: HardwareProfile, host: HostMemory
 
 def verdict(prediction: Prediction, profile: HardwareProfile, host: HostMemory | None) -> str:
     """The device's verdict, or host_oom where the device would hold the cell and the host memory of a node would
-    not (a cell over both stays predicted_oom: the device is the first limit)."""
+    not (a cell over both stays oom: the device is the first limit)."""
     device = prediction.verdict or "unknown"
-    return "host_oom" if device != "predicted_oom" and over_host(prediction, profile, host) else device
+    return "host_oom" if device != "oom" and over_host(prediction, profile, host) else device
 
 
 def require_host_memory(profile: HardwareProfile, host: HostMemory | None, predictions: list[Prediction]) -> None:

@@ -62,7 +62,24 @@ def _host_line(advice: Advice) -> list[str]:
     ]
 
 
-VERDICT_LABELS = {"fits": "fits", "tight": "tight", "predicted_oom": "OOM", "host_oom": "host OOM"}
+VERDICT_LABELS = {
+    "fits": "fits",
+    "likely_fits": "likely fits",
+    "likely_oom": "likely OOM",
+    "oom": "OOM",
+    "host_oom": "host OOM",
+}
+
+
+def _verdict(entry: CellAdvice) -> str:
+    """`likely OOM (P(fit) 31 %)`, and `*` where its interval came from a wider pool than comparable cells."""
+    label = VERDICT_LABELS.get(entry.verdict, entry.verdict)
+    if entry.fit_probability is None or entry.verdict == "host_oom":
+        return label
+    wider = "*" if entry.wider_pool else ""
+    return f"{label} (P(fit) {entry.fit_probability:.0%}){wider}"
+
+
 HOST_NOTE = (
     "Host need per node = the offloaded state per rank (the estimator's host_bytes) x the ranks on the node; not "
     "counted: the model's load on the host before sharding (a whole copy per rank without accelerate's "
@@ -85,8 +102,10 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         "",
         *_host_line(a),
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
-        f"Ranked: fitting cells first, {RANKED_BY[a.prefer]} (--prefer); tight cells next; for each cell that does "
-        "not fit, the smallest change predicted to make it fit.",
+        f"Ranked: fitting cells first, {RANKED_BY[a.prefer]} (--prefer); likely_fits, then likely_oom next; for each "
+        "cell that does not fit, the smallest change predicted to make it fit. P(fit): the share of comparable "
+        "measurements' errors (docs/estimator.md) under which the device holds the cell; the range is their 80 % "
+        "interval; `*`: too few comparable rows, a wider pool's (`--format json` names it).",
         "",
         *[f"- **{p.kind}**: `{p.cell_id}`, {p.reason}" for p in a.picks],
         *([""] if a.picks else []),
@@ -97,7 +116,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     shown = a.cells if limit is None else a.cells[:limit]
     for c in shown:
         setup = c.setup + (f" ({', '.join(c.recipes)})" if c.recipes else "")
-        verdict = VERDICT_LABELS.get(c.verdict, c.verdict)
+        verdict = _verdict(c)
         host = _host(a, c)
         lines.append(
             f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
@@ -145,6 +164,7 @@ COLUMNS = (
     "setup",
     "devices",
     "verdict",
+    "fit_probability",
     "total_bytes",
     "range_low_bytes",
     "range_high_bytes",
@@ -181,6 +201,7 @@ def to_csv(advice: Advice) -> str:
                 c.setup,
                 c.devices,
                 c.verdict,
+                "" if c.fit_probability is None else f"{c.fit_probability:.3f}",
                 f"{c.total_bytes:.0f}",
                 "" if c.range_low_bytes is None else f"{c.range_low_bytes:.0f}",
                 "" if c.range_high_bytes is None else f"{c.range_high_bytes:.0f}",

@@ -59,10 +59,13 @@ def cmd_validate_estimate(args: argparse.Namespace) -> int:
 
         write_or_print(published.to_markdown(published.published_rows()), args.output)
         return 0
-    from bench.estimate.validate import to_markdown, validate
+    from bench.estimate.published import published_rows
+    from bench.estimate.validate import coverage, current_spreads, to_markdown, validate
 
     rows, skipped = validate(Path(args.results))
-    write_or_print(to_markdown(rows, skipped), args.output)
+    published = published_rows()
+    covered = coverage(rows, published, current_spreads(rows, published))
+    write_or_print(to_markdown(rows, skipped, covered), args.output)
     return 0
 
 
@@ -84,8 +87,8 @@ def cmd_validate_speed(args: argparse.Namespace) -> int:
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "predict",
-        help="PREDICTED per-device memory of every cell (load, train, terms) and fits / predicted_oom, and PREDICTED "
-        "tokens/s, from configs",
+        help="PREDICTED per-device memory of every cell (load, train, terms), its verdict (fits, likely_fits, "
+        "likely_oom, oom) with the probability of fitting, and PREDICTED tokens/s, from configs",
     )
     add_target_arguments(p)
     add_method_argument(p)

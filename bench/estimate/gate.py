@@ -1,5 +1,6 @@
 """The estimator in a run: every cell's prediction for its record, and which cells are predicted to run out of
-memory by a clear margin (recorded `predicted_oom`, not run, unless the run says --run-predicted-oom)."""
+memory by a clear margin (verdict `oom` and 20 % over: recorded `predicted_oom`, not run, unless the run says
+--run-predicted-oom)."""
 
 import sys
 from collections.abc import Callable
@@ -53,7 +54,7 @@ def predictor(profile: HardwareProfile, workload: Workload, cpu: CpuFeatures | N
 
 
 def clearly_out_of_memory(summary: PredictionSummary | None) -> bool:
-    if summary is None or summary.verdict != "predicted_oom" or not summary.usable_bytes or not summary.total_bytes:
+    if summary is None or summary.verdict != "oom" or not summary.usable_bytes or not summary.total_bytes:
         return False
     return summary.total_bytes > summary.usable_bytes * (1 + CLEAR_MARGIN)
 

@@ -1,5 +1,5 @@
 """Cell + hardware profile + workload -> a typed Prediction: per-device bytes at load and in training, the breakdown
-by term, usable memory, verdict (fits / predicted_oom) and margin. Configs only; no weights, no device."""
+by term, usable memory, verdict (fits, likely_fits, likely_oom, oom) and margin. Configs only; no weights, no device."""
 
 import json
 from dataclasses import dataclass
@@ -92,11 +92,16 @@ class Prediction(CellAxes):
     optimizer state, which CUDA evicts to the host rather than fail an allocation."""
     range_low_bytes: float | None = None
     range_high_bytes: float | None = None
-    """Where total is expected to fall, from the validation errors of this kind of cell (`error_kind`)."""
+    """The stated interval (bench/estimate/uncertainty.LEVEL) of the measured total, from the errors of the pool
+    `range_kind`: this kind of cell's (`error_kind`), or a wider one where it has too few rows."""
     error_kind: str | None = None
+    range_kind: str | None = None
+    range_rows: int | None = None
     usable_bytes: float | None = None
+    fit_probability: float | None = None
+    """The share of the pool's errors under which the measured total stays within usable memory."""
     verdict: MemoryVerdict | None = None
-    """fits, tight (the range straddles usable memory), predicted_oom (all of the range above it), unknown."""
+    """fits, likely_fits, likely_oom, oom (from fit_probability, bench/estimate/uncertainty.verdict), unknown."""
     margin_bytes: float | None = None
     """usable - total (negative: short by that much)."""
     notes: list[str] = []
@@ -176,13 +181,16 @@ def predict_cell(
         kind = "device"
         total = train + const.context_bytes + const.allocator_slack * train
     usable = usable_bytes(profile)
-    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend), method_of(cell, knobs).name)
-    spread = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
-    if profile.device == "cpu":
-        bounds = uncertainty.measured_range(train, spread)
-        bounds = None if bounds is None else (bounds[0] + total - train, bounds[1] + total - train)
-    else:
-        bounds = uncertainty.measured_range(total, spread)
+    setup = uncertainty.setup_kind(init_spec(cell.init).adapters, quant_spec(cell.quant).quantized)
+    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend), method_of(cell, knobs).name, setup)
+    pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
+    spread = None if pool is None else pool[1]
+    # a CPU cell's errors are of its model memory (train), the library baseline added after
+    figure, baseline = (train, total - train) if profile.device == "cpu" else (total, 0.0)
+    bounds = uncertainty.measured_range(figure, spread, baseline)
+    probability = (
+        None if spread is None or usable is None else uncertainty.fit_probability(figure, usable, spread, baseline)
+    )
     return Prediction(
         **base,
         status="predicted",
@@ -202,8 +210,11 @@ def predict_cell(
         range_low_bytes=None if bounds is None else bounds[0],
         range_high_bytes=None if bounds is None else bounds[1],
         error_kind=error_kind,
+        range_kind=None if pool is None else pool[0],
+        range_rows=None if spread is None else spread.rows,
         usable_bytes=usable,
-        verdict=uncertainty.verdict(total, usable, bounds),
+        fit_probability=probability,
+        verdict=uncertainty.verdict(total, usable, probability),
         margin_bytes=None if usable is None else usable - total,
         notes=notes,
     )

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from bench.estimate import uncertainty
 from bench.estimate.knobs import Knobs
 from bench.matrix.axes import Backend, Init, Launcher, Quant
 from bench.matrix.cell import Cell
@@ -77,6 +78,14 @@ class PublishedMemoryRow(BaseModel):
     figure: str
     reason: str | None = None
     comparable: bool = True
+    error_kind: str = ""
+    """The pool its memory error joins (bench/estimate/uncertainty.cell_kind): a single CUDA device and the setup's
+    kind; the rows are of other trainers (mostly SFT) and go into DPO's pools, as tests of the same mechanisms."""
+
+    @property
+    def row_id(self) -> str:
+        """Its id in bench/estimate/held_out.txt."""
+        return f"published:{self.source_id}:{self.label}"
 
 
 def load_entries(folder: Path = PUBLISHED_DIR) -> list[dict[str, Any]]:
@@ -216,6 +225,8 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -
             figure=FIGURE_OF_KIND[kind].removesuffix("_bytes"),
         )
     row.comparable = setup.comparable
+    kind = uncertainty.setup_kind(setup.init != "full", (setup.quant or "none") != "none")
+    row.error_kind = uncertainty.cell_kind("cuda", "cuda_allocated", "single", "dpo", kind)
     if abs(row.error or 0.0) > LIMIT or not setup.comparable:
         row.reason = setup.reason
     return row
@@ -247,6 +258,10 @@ def to_markdown(rows: list[PublishedMemoryRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def errors_by_kind(rows: list[PublishedMemoryRow]) -> dict[str, list[float]]:
-    """The published rows' memory errors, for every CUDA prediction's range (kind `cuda`)."""
-    return {"cuda": [r.memory_error for r in rows if r.memory_error is not None and r.comparable]}
+def errors_by_kind(rows: list[PublishedMemoryRow], held_out: frozenset[str] = frozenset()) -> dict[str, list[float]]:
+    """The comparable published rows' memory errors by pool, the held-out rows left out."""
+    found: dict[str, list[float]] = {}
+    for r in rows:
+        if r.memory_error is not None and r.comparable and r.row_id not in held_out:
+            found.setdefault(r.error_kind, []).append(r.memory_error)
+    return found

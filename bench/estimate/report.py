@@ -65,10 +65,13 @@ def to_markdown(
         "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
         "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` what is held against usable memory "
         "(GPU: the nvidia-smi figure = reserved + CUDA context + NCCL buffers; CPU: train + library baseline), "
-        "`range` where the measured total is expected from the validation errors of this kind of cell; verdict "
-        "✅ fits (all of the range inside), ⚠️ tight (the range straddles the limit), 💥 predicted_oom (all of it "
-        "above); `host` what an offload backend keeps in host memory per rank instead (on CPU the host is the "
-        "device: it is part of train). Regenerate: `make predicted` (every GPU profile) or "
+        "`range` the 80 % interval of the measured total from the validation errors of comparable cells (a wider "
+        "pool, named in `pool`, where fewer than 5 exist); `P(fit)` the share of those errors under which the "
+        "measured total stays within usable memory; verdict ✅ fits (P(fit) 90 % or more), ☑️ likely_fits "
+        "(50-90 %), ⚠️ likely_oom (10-50 %), 💥 oom (10 % or less), never on the side of fitting when the total is "
+        "more than 10 % over (nor of running out when 10 % under); `host` what an offload backend keeps in host "
+        "memory per rank instead (on CPU the host is the device: it is part of train). Regenerate: "
+        "`make predicted` (every GPU profile) or "
         "`python -m bench predict --hw " + first.hardware + " --write`. Method: docs/estimator.md.",
         "",
     ]
@@ -78,20 +81,21 @@ def to_markdown(
     if speeds is not None:
         lines += [SPEED_NOTE, ""]
     lines += [
-        f"| cell | verdict | margin | total | range | train | load | host | {speed_head}largest terms |",
-        f"|---|---|---|---|---|---|---|---|{speed_rule}---|",
+        "| cell | verdict | P(fit) | margin | total | range | pool | train | load | host | "
+        f"{speed_head}largest terms |",
+        f"|---|---|---|---|---|---|---|---|---|---|{speed_rule}---|",
     ]
     for p in predictions:
         speed = "" if speeds is None else _speed(speeds.get(p.cell_id)) + " | "
         if p.status == "not_applicable":
-            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
         terms = ", ".join(f"{k} {_memory(v, device)}" for k, v in top)
         mark = VERDICT_MARK.get(p.verdict or "", p.verdict or "—")
         lines.append(
-            f"| {p.cell_id} | {mark} | {_memory(p.margin_bytes, device)} "
-            f"| {_memory(p.total_bytes, device)} | {_range(p, device)} | {_memory(p.train_bytes, device)} "
+            f"| {p.cell_id} | {mark} | {_probability(p)} | {_memory(p.margin_bytes, device)} "
+            f"| {_memory(p.total_bytes, device)} | {_range(p, device)} | {_pool(p)} | {_memory(p.train_bytes, device)} "
             f"| {_memory(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
@@ -121,7 +125,20 @@ def _host(p: Prediction, device: str) -> str:
     return shown + "(" + ", ".join(f"{k} {_memory(v, device)}" for k, v in p.host_terms.items()) + ")"
 
 
-VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "predicted_oom": "💥 predicted_oom"}
+VERDICT_MARK = {"fits": "✅ fits", "likely_fits": "☑️ likely_fits", "likely_oom": "⚠️ likely_oom", "oom": "💥 oom"}
+
+
+def _probability(p: Prediction) -> str:
+    return "—" if p.fit_probability is None else f"{p.fit_probability:.0%}"
+
+
+def _pool(p: Prediction) -> str:
+    """`12 comparable` or `wider: cuda:cuda_allocated (35)`."""
+    if p.range_kind is None:
+        return "—"
+    if p.range_kind == p.error_kind:
+        return f"{p.range_rows} comparable"
+    return f"wider: {p.range_kind} ({p.range_rows})"
 
 
 def _range(p: Prediction, device: str) -> str:
@@ -189,6 +206,8 @@ def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | N
             "usable_mib",
             "range_low_mib",
             "range_high_mib",
+            "fit_probability",
+            "range_kind",
             "reserved_mib",
             "nvidia_smi_mib",
             "overhead_mib",
@@ -220,6 +239,8 @@ def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | N
                 mib(p.usable_bytes),
                 mib(p.range_low_bytes),
                 mib(p.range_high_bytes),
+                "" if p.fit_probability is None else f"{p.fit_probability:.3f}",
+                p.range_kind or "",
                 mib(p.reserved_bytes),
                 mib(p.nvidia_smi_bytes),
                 mib(p.overhead_bytes),

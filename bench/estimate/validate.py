@@ -12,9 +12,10 @@ method.
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.estimate import VERSION
+from bench.estimate import VERSION, uncertainty
 from bench.estimate.calibrate import calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
+from bench.estimate.uncertainty import FITTING
 from bench.results.tracked import tracked_results
 from bench.units import bytes_text
 
@@ -53,6 +54,17 @@ class Row:
     """GPU: (measured, predicted) the process's device memory as NVML shows it (the figure held against the card)."""
 
     @property
+    def row_id(self) -> str:
+        """Its id in bench/estimate/held_out.txt."""
+        return f"{self.source}:{self.cell_id}"
+
+    @property
+    def range_error(self) -> float | None:
+        """The error a prediction's range is made of: a GPU row's NVML figure's (the one held against the card), a
+        CPU row's model memory's."""
+        return _error(self.nvml[1], self.nvml[0]) if self.nvml[0] is not None else self.error
+
+    @property
     def error(self) -> float | None:
         return _error(self.predicted, self.measured)
 
@@ -76,11 +88,11 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
 
 
 def _right(measured: str | None, predicted: str | None) -> bool | None:
-    """None where there is nothing to judge, and for a `tight` prediction: its range straddles the limit, so either
-    outcome is within it (summary counts these apart)."""
-    if measured is None or predicted in (None, "tight"):
+    """Whether the verdict's side is the outcome's (`likely_fits` is right for a cell that ran, `likely_oom` for one
+    that ran out); None where there is nothing to judge."""
+    if measured is None or predicted in (None, "unknown"):
         return None
-    return measured == predicted
+    return (measured == "fits") == (predicted in FITTING)
 
 
 def _setup(hardware: str):
@@ -130,7 +142,7 @@ def validate(results: Path | None = None, calibration: Calibration | None = None
                 status=str(record.status),
                 measured=m.model_memory,
                 predicted=p.train_bytes,
-                verdict_measured=("predicted_oom" if m.oom else "fits") if limited else None,
+                verdict_measured=("oom" if m.oom else "fits") if limited else None,
                 verdict_predicted=p.verdict if limited else None,
                 fitted=f"{m.source}:{record.cell_id}" in fitted,
                 measured_both_ways=limited and len(m.outcomes) == 2,
@@ -147,6 +159,9 @@ def validate(results: Path | None = None, calibration: Calibration | None = None
             )
         )
     return rows, skipped
+
+
+LIKELY = ("likely_fits", "likely_oom")
 
 
 def _margin(p) -> float | None:
@@ -225,7 +240,8 @@ def summary(rows: list[Row]) -> dict[str, float | int | None]:
         "fitted_mean_abs_error": sum(fitted) / len(fitted) if fitted else None,
         "verdicts": len(verdicts),
         "verdicts_right": sum(verdicts),
-        "tight": sum(1 for r in rows if r.verdict_measured is not None and r.verdict_held_out == "tight"),
+        "likely": sum(1 for r in rows if r.verdict_measured is not None and r.verdict_held_out in LIKELY),
+        "likely_right": sum(1 for r in rows if r.verdict_held_out in LIKELY and r.held_out_verdict_right),
         "wrong_measured_both_ways": sum(1 for r in rows if r.held_out_verdict_right is False and r.measured_both_ways),
     }
 
@@ -278,7 +294,8 @@ def _signed(value: float | None) -> str:
     return "—" if value is None else f"{value:+.1%}"
 
 
-def to_markdown(rows: list[Row], skipped: int) -> str:
+def to_markdown(rows: list[Row], skipped: int, covered: "list[Covered] | None" = None) -> str:
+    """The table and its figures; `covered`: the held-out rows against their intervals (coverage)."""
     s = summary(rows)
     lines = [
         f"Estimator {VERSION}: prediction vs measurement (model memory per rank = peak − library baseline on CPU, "
@@ -303,9 +320,9 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
         "",
         f"DPO on CPU, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; "
         f"max |error| {_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over "
-        f"every row with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out): "
-        f"{s['verdicts_right']} of {s['verdicts']}, and {s['tight']} `tight` (the range straddles the limit: not "
-        f"judged){_edge_note(s)}.",
+        f"every row with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out; `likely_fits` "
+        f"right where the cell ran, `likely_oom` where it ran out): {s['verdicts_right']} of {s['verdicts']}, "
+        f"{s['likely_right']} of them of the {s['likely']} `likely_*` verdicts{_edge_note(s)}.",
         f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
         f"{_pct(s['fitted_max_abs_error'])}, mean |error| {_pct(s['fitted_mean_abs_error'])}.",
         "Per workload, every method's `ok` cells: "
@@ -324,6 +341,8 @@ def to_markdown(rows: list[Row], skipped: int) -> str:
             f"{_signed(one_rank['min_error_ok'])} .. {_signed(one_rank['max_error_ok'])}.",
         ]
     lines[-1:-1] = gpu_markdown(rows)
+    if covered is not None:
+        lines[-1:-1] = ["", coverage_line(covered)]
     by_method = method_summary(rows)
     if by_method:
         lines[-1:-1] = [
@@ -353,7 +372,8 @@ def validation_line(rows: list[Row], published_rows: list | None = None) -> str:
         f"Current validation on measured cells (no model-memory constant fitted): {s['ok_cells']} DPO `ok` CPU cells "
         f"with a measured model memory: max |error| {_pct(s['max_abs_error_ok'])}, mean "
         f"{_pct(s['mean_abs_error_ok'])}; worst over every measured figure {_pct(s['max_abs_error_all'])}; "
-        f"fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']} (+ {s['tight']} tight){_edge_note(s)}."
+        f"fits/OOM verdicts right {s['verdicts_right']} of {s['verdicts']} ({s['likely_right']} of {s['likely']} "
+        f"`likely_*`){_edge_note(s)}."
     )
     gpu = [e for r in rows if r.status == "ok" and r.nvml[0] is not None and (e := _error(r.nvml[1], r.nvml[0]))]
     if gpu:
@@ -368,30 +388,85 @@ def validation_line(rows: list[Row], published_rows: list | None = None) -> str:
         within = sum(1 for r in comparable if abs(r.error) <= LIMIT)
         line += (
             f" On published GPU figures (validate-estimate --published) {within} of {len(comparable)} within "
-            f"{LIMIT:.0%}; with this project's GPU cells they make the GPU ranges (docs/estimator.md)."
+            f"{LIMIT:.0%}; with this project's GPU cells they make the GPU ranges (docs/estimator.md). "
+            + coverage_line(coverage(rows, published_rows, current_spreads(rows, published_rows)))
         )
     return line
 
 
-def errors_by_kind(rows: list[Row]) -> dict[str, list[float]]:
-    """The relative errors of the `ok` rows, by error kind: what a prediction's range is made of. A GPU row's is its
-    NVML figure's, the one a GPU prediction's range is put around (bench/estimate/predict.py); a CPU row's its model
-    memory's."""
+def errors_by_kind(rows: list[Row], held_out: frozenset[str] = frozenset()) -> dict[str, list[float]]:
+    """The range errors of the `ok` rows by error kind, the held-out rows left out: what the pools are made of."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        error = _error(r.nvml[1], r.nvml[0]) if r.nvml[0] is not None else r.error
-        if error is not None and r.status == "ok" and r.kind is not None:
+        error = r.range_error
+        if error is not None and r.status == "ok" and r.kind is not None and r.row_id not in held_out:
             out.setdefault(r.kind, []).append(error)
     return out
 
 
-def current_spreads(rows: list[Row], published_rows: list | None = None):
-    """The ranges' spreads from these rows and the published GPU figures (bench/estimate/uncertainty.py)."""
-    from bench.estimate import published, uncertainty
+def current_spreads(rows: list[Row], published_rows: list | None = None) -> uncertainty.Spreads:
+    """The pools from these rows and the published GPU figures, the held-out rows left out."""
+    from bench.estimate import published
 
     published_rows = published.published_rows() if published_rows is None else published_rows
-    errors = errors_by_kind(rows) | published.errors_by_kind(published_rows)
-    return uncertainty.Spreads(estimator_version=VERSION, kinds=uncertainty.spreads_of(errors))
+    held_out = uncertainty.held_out_ids()
+    found = errors_by_kind(rows, held_out)
+    for kind, errors in published.errors_by_kind(published_rows, held_out).items():
+        found.setdefault(kind, []).extend(errors)
+    return uncertainty.Spreads(estimator_version=VERSION, kinds=uncertainty.spreads_of(found))
+
+
+@dataclass
+class Covered:
+    row_id: str
+    device: str
+    error_kind: str
+    range_kind: str | None
+    error: float
+    interval: tuple[float, float] | None
+
+    @property
+    def inside(self) -> bool:
+        return self.interval is not None and self.interval[0] <= self.error <= self.interval[1]
+
+
+def coverage(rows: list[Row], published_rows: list, spreads: uncertainty.Spreads) -> list[Covered]:
+    """Every held-out row with an error, against the interval the other rows give its kind: the measurement is inside
+    the stated interval exactly where its error lies between the pool's 10th and 90th percentiles."""
+    held_out = uncertainty.held_out_ids()
+    found = [
+        (r.row_id, r.device, r.kind, r.range_error)
+        for r in rows
+        if r.row_id in held_out and r.status == "ok" and r.kind is not None and r.range_error is not None
+    ]
+    found += [
+        (r.row_id, "cuda", r.error_kind, r.memory_error)
+        for r in published_rows
+        if r.row_id in held_out and r.comparable and r.memory_error is not None
+    ]
+    covered = []
+    for row_id, device, kind, error in found:
+        pool = uncertainty.spread_for(kind, spreads)
+        interval = None if pool is None else (pool[1].low, pool[1].high)
+        covered.append(Covered(row_id, device, kind, None if pool is None else pool[0], error, interval))
+    return covered
+
+
+def coverage_line(covered: list[Covered]) -> str:
+    """How often a held-out measurement fell inside its stated interval, per device and in all."""
+    parts = []
+    for name, mine in [("all", covered), *((d, [c for c in covered if c.device == d]) for d in ("cpu", "cuda"))]:
+        if mine:
+            wider = sum(c.range_kind != c.error_kind for c in mine)
+            parts.append(
+                f"{name} {sum(c.inside for c in mine)} of {len(mine)} ({sum(c.inside for c in mine) / len(mine):.0%}"
+                f"; {wider} from a wider pool)"
+            )
+    return (
+        f"Held-out rows (bench/estimate/held_out.txt) inside their stated {uncertainty.LEVEL:.0%} interval: "
+        + "; ".join(parts or ["none"])
+        + "."
+    )
 
 
 def write_current_spreads(rows: list[Row], published_rows: list | None = None) -> Path:

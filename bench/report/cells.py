@@ -37,8 +37,9 @@ BADGES = {
 """The site's marks: plain text on the status's colour (a browser without an emoji font draws emoji as boxes)."""
 VERDICT_BADGES = {
     "fits": "FITS",
-    "tight": "TIGHT",
-    "predicted_oom": "OOM",
+    "likely_fits": "LIKELY FITS",
+    "likely_oom": "LIKELY OOM",
+    "oom": "OOM",
     "host_oom": "HOST OOM",
     "unknown": "?",
     "not_applicable": "N/A",

@@ -6,8 +6,9 @@ names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells 
 point (the grid's order, batch size
 fastest) `[flags, usable MB, sizes, marks, reasons]`, each of the last three an index into a table of distinct
 values, since most repeat across points:
-- sizes: per cell null or `[total MB, breakdown, host MB]`, `breakdown` an index into `breakdowns`
-  (`[term, MB, term, MB, ...]`, term an index into `terms`);
+- sizes: per predicted cell `total MB, total - low MB, high - total MB, host MB, breakdown, P(fit) %`, `breakdown`
+  an index into `breakdowns` (`[term, MB, term, MB, ...]`, term an index into `terms`), P(fit) the estimator's
+  probability of fitting in whole percent (null without one);
 - marks: a string, one character per cell: a verdict's letter (VERDICT_CODES), `x` not applicable, `-` absent;
 - reasons: per cell null or the index of its not-applicable reason.
 MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
@@ -172,7 +173,8 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
             total = units(p.total_bytes) or 0
             low = None if p.range_low_bytes is None else total - (units(p.range_low_bytes) or 0)
             high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
-            size += [total, low, high, units(p.host_bytes), breakdowns(breakdown)]
+            chance = None if p.fit_probability is None else round(100 * p.fit_probability)
+            size += [total, low, high, units(p.host_bytes), breakdowns(breakdown), chance]
             verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
             mark[at] = VERDICT_CODES[verdicts(verdict)]
             if verdict == "fits":
@@ -237,8 +239,8 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
 PACKED = ("reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
 """The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
 DecompressionStream."""
-SIZE_FIELDS = 5
-"""A size row is [total, low, high, host, breakdown] per predicted cell: packed a field at a time (all the rows'
+SIZE_FIELDS = 6
+"""A size row is [total, low, high, host, breakdown, P(fit)] per predicted cell: packed a field at a time (all the rows'
 totals, then all their lows, ...), which gzip compresses to about 60 % of the rows as they are."""
 
 
@@ -284,7 +286,7 @@ def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, b
 
 def read_point(data: dict, at: int) -> dict:
     """The encoding of point `at` read back, as the page's script reads it: {"cells": cell id -> {verdict, total,
-    low, high, margin, host, tokens_per_s, terms, command} (sizes in GB, rounded as shown) or {verdict:
+    low, high, margin, host, fit_percent, tokens_per_s, terms, command} (sizes in GB, rounded as shown) or {verdict:
     not_applicable, reason}; "picks": [{kind, cell_id, reason}]}."""
     flags, usable, marks, why, sizes, speeds, picked = data["points"][at]
     unit = data["unit"] / 1e9
@@ -297,7 +299,7 @@ def read_point(data: dict, at: int) -> dict:
         if mark == VERDICT_NOT_APPLICABLE:
             cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
             continue
-        total, low, high, host, breakdown = (next(values) for _ in range(5))
+        total, low, high, host, breakdown, chance = (next(values) for _ in range(SIZE_FIELDS))
         pairs = data["breakdowns"][breakdown]
         verdict = data["verdicts"][VERDICT_CODES.index(mark)]
         cells[cell_id] = {
@@ -307,6 +309,7 @@ def read_point(data: dict, at: int) -> dict:
             "high": None if high is None else round((total + high) * unit, 1),
             "margin": None if usable is None else round((usable - total) * unit, 1),
             "host": round(host * unit, 1),
+            "fit_percent": chance,
             "tokens_per_s": next(fast) if verdict == "fits" else None,
             "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},
             "command": command_of(data["cells"][i]["command"], flags),

@@ -13,9 +13,10 @@ from bench.report.templating import render
 PAGE = "decide.html"
 DATA_FILE = "decide-data.js"
 MEANINGS = {
-    "fits": "predicted to fit",
-    "tight": "the PREDICTED range straddles the device's memory (the estimator's verdict)",
-    "predicted_oom": "predicted out of memory",
+    "fits": "PREDICTED to fit: 90 % or more of comparable measurements' errors keep it inside the device's memory",
+    "likely_fits": "PREDICTED to fit more likely than not (50-90 % of comparable errors keep it inside)",
+    "likely_oom": "PREDICTED to run out more likely than not (fits under 10-50 % of comparable errors)",
+    "oom": "PREDICTED out of memory (fits under 10 % or fewer of comparable errors)",
     "host_oom": "fits the device, but its offloaded state is over the host memory of a node (advise --host-ram)",
     "unknown": "no memory figure",
     "not_applicable": "cannot run on this hardware",

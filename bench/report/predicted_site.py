@@ -41,6 +41,8 @@ class PredictedRow(BaseModel):
     range_low_mib: float | None = None
     range_high_mib: float | None = None
     """Where the measured total is expected (bench/estimate/uncertainty.py); absent in older files."""
+    fit_probability: float | None = None
+    """The share of comparable errors under which it fits; absent in older files."""
 
 
 class PredictedMatrix(BaseModel):
@@ -81,6 +83,7 @@ def read_predicted(folder: Path) -> PredictedMatrix:
             usable_mib=_number(line["usable_mib"]),
             range_low_mib=_number(line.get("range_low_mib", "")),
             range_high_mib=_number(line.get("range_high_mib", "")),
+            fit_probability=_number(line.get("fit_probability", "")),
         )
         for line in lines
     ]
@@ -127,15 +130,16 @@ class PredictedCell:
 def predicted_cell(row: PredictedRow) -> PredictedCell:
     if row.status == "not_applicable":
         return PredictedCell(row.cell_id, None, "", "", "")
-    mark = {"fits": "✅", "tight": "⚠️", "predicted_oom": "🔮"}.get(row.verdict, "?")
+    mark = {"fits": "✅", "likely_fits": "☑️", "likely_oom": "⚠️", "oom": "🔮"}.get(row.verdict, "?")
     span = (
         "—"
         if row.range_low_mib is None or row.range_high_mib is None
         else f"{_gb(row.range_low_mib)} – {_gb(row.range_high_mib)}"
     )
+    chance = "" if row.fit_probability is None else f", P(fit) {row.fit_probability:.0%}"
     title = (
-        f"PREDICTED {row.verdict}: {_gb(row.total_mib)} (range {span}) of {_gb(row.usable_mib)} usable "
-        f"(margin {_gb(row.margin_mib)})"
+        f"PREDICTED {row.verdict}{chance}: {_gb(row.total_mib)} (80 % range {span}) of {_gb(row.usable_mib)} "
+        f"usable (margin {_gb(row.margin_mib)})"
     )
     return PredictedCell(row.cell_id, row.verdict, mark, _gb(row.total_mib), title)
 
@@ -175,6 +179,9 @@ def predicted_section(matrices: list[PredictedMatrix]) -> str:
     return call("predicted.html", "predicted_section", [predicted_view(m) for m in matrices])
 
 
+VERDICTS_COUNTED = ("fits", "likely_fits", "likely_oom", "oom")
+
+
 def predicted_index(matrices: list[PredictedMatrix]) -> list[str]:
     """results/README.md lines: one row per predicted profile, linking its PREDICTED.md."""
     if not matrices:
@@ -183,15 +190,13 @@ def predicted_index(matrices: list[PredictedMatrix]) -> list[str]:
         "",
         "## Predicted (memory estimator; not measured)",
         "",
-        "| hardware | predicted matrix | workload | estimator | fits | tight | predicted_oom |",
-        "|---|---|---|---|---|---|---|",
+        "| hardware | predicted matrix | workload | estimator | fits | likely_fits | likely_oom | oom |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m in matrices:
-        fits = sum(r.verdict == "fits" for r in m.rows if r.status != "not_applicable")
-        tight = sum(r.verdict == "tight" for r in m.rows if r.status != "not_applicable")
-        ooms = sum(r.verdict == "predicted_oom" for r in m.rows if r.status != "not_applicable")
+        counts = [sum(r.verdict == v for r in m.rows if r.status != "not_applicable") for v in VERDICTS_COUNTED]
         lines.append(
             f"| {m.hardware} | [{PREDICTED_MD}]({m.hardware}/{PREDICTED_MD}) | {m.workload} | {m.estimator_version} "
-            f"| {fits} | {tight} | {ooms} |"
+            f"| {' | '.join(str(n) for n in counts)} |"
         )
     return lines

@@ -203,7 +203,8 @@ class PredictionSummary(BaseModel):
     """train + context / library baseline + allocator slack: what is held against usable_bytes."""
     usable_bytes: float | None
     verdict: str
-    """fits, predicted_oom or unknown (no memory limit known)."""
+    """fits, likely_fits, likely_oom, oom or unknown (no memory limit known); records written before issue 41 say
+    fits, tight or predicted_oom."""
     margin_bytes: float | None
     terms: dict[str, float] = {}
 

@@ -66,7 +66,7 @@ def test_the_budget_kills_two_full_models_and_fits_one_adapter(tmp_path):
 def test_a_cell_predicted_to_run_out_of_memory_is_skipped_and_then_forced(tmp_path):
     skipped = run_cells(tmp_path, "cpu-budget", "two_models-none-ddp")["two_models-none-ddp"]
     assert skipped.status == "predicted_oom" and skipped.wall_s is None and skipped.metrics is None
-    assert skipped.prediction.verdict == "predicted_oom" and skipped.prediction.total_bytes > 0.75 * 2**30 * 1.2
+    assert skipped.prediction.verdict == "oom" and skipped.prediction.total_bytes > 0.75 * 2**30 * 1.2
     assert skipped.message.startswith("predicted to need") and "--run-predicted-oom" in skipped.message
     forced = run_cells(tmp_path, "cpu-budget", "two_models-none-ddp", None, "--run-predicted-oom")
     measured = forced["two_models-none-ddp"]

@@ -191,7 +191,7 @@ def test_decision_page_shows_the_verdicts_advise_gives(decide, tmp_path, capsys)
         assert shown[cell_id]["data-verdict"] == cell["verdict"], cell_id
         assert shown[cell_id]["data-total"] == shown_gb(cell["total_bytes"]), cell_id
     verdicts = {c["verdict"] for c in advised.values()}
-    assert {"fits", "predicted_oom"} <= verdicts, "the point shows both colours"
+    assert {"fits", "oom"} <= verdicts, "the point shows both colours"
     table = page.find("table", **{"class": "matrix decide"})
     assert table and table[0]["data-point"] == " ".join(ADVISE[1:])
 
@@ -321,7 +321,7 @@ def test_decision_page_opens_on_advises_three_picks(decide, tmp_path, capsys):
         assert shown_gb(cell["range_low_bytes"]) + " – " + shown_gb(cell["range_high_bytes"]) + " PREDICTED" in text
     assert advice["run"]["command"] in text, "the chosen cell's command is on the page"
     figures = [a["data-figure"] for a in parse(page_dom).find("dd")]
-    assert figures == ["total", "range", "host", "tokens"] * 3
+    assert figures == ["total", "range", "chance", "host", "tokens"] * 3
     assert text.count(" PREDICTED") >= 12, "every figure of the picks is labelled PREDICTED"
     # The answer is on top: above the grid, within the first screen.
     assert boxes["answer"]["top"] < 300

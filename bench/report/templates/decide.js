@@ -89,8 +89,8 @@
       cells.push({verdict: verdict, css: 'v-' + verdict, label: CFG.labels[verdict] || verdict, total: total,
                   low: low === null ? null : total - low, high: high === null ? null : total + high,
                   margin: p[1] === null ? null : p[1] - total, host: values[k + 3], breakdown: D.breakdowns[values[k + 4]],
-                  tokens: verdict === 'fits' ? speeds[f++] : null});
-      k += 5;
+                  chance: values[k + 5], tokens: verdict === 'fits' ? speeds[f++] : null});
+      k += 6;
     }
     var picks = [];
     for (var j = 0; j < p[6].length; j += 2) {
@@ -101,11 +101,12 @@
   }
 
   function range(v){ return v.low === null ? '—' : gb(v.low) + ' – ' + gb(v.high); }
+  function chance(v){ return v.chance === null || v.chance === undefined ? '—' : v.chance + ' %'; }
 
   function title(cell, v){
     if (v.verdict === 'not_applicable') return cell.id + ': N/A: ' + v.reason;
-    return cell.id + ': PREDICTED ' + v.verdict + ', total ' + gb(v.total) + ' per device (range ' + range(v) +
-      '), margin ' + gb(v.margin);
+    return cell.id + ': PREDICTED ' + v.verdict + ' (P(fit) ' + chance(v) + '), total ' + gb(v.total) +
+      ' per device (80 % range ' + range(v) + '), margin ' + gb(v.margin);
   }
 
   function command(cell, flags){ return cell.command.replace(CFG.flags, flags); }
@@ -114,7 +115,8 @@
     // The PREDICTED figures of a cell as (label, value, attribute) rows.
     return [
       ['memory per device', gb(v.total) + ' of ' + gb(usable) + ' usable', 'total'],
-      ['range', range(v), 'range'],
+      ['80 % range', range(v), 'range'],
+      ['probability of fitting', chance(v), 'chance'],
       ['host memory per rank', (v.host ? gb(v.host) + ' (not checked against the host)' : '0 GB (nothing offloaded)'), 'host'],
       ['tokens/s', tokens(v.tokens), 'tokens']
     ];

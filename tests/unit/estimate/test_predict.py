@@ -325,16 +325,18 @@ def test_given_spreads_make_the_range_and_no_spread_leaves_none():
     one_adapter = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
     budget, small = load_profile("cpu-budget"), load_workload("small")
     none = predict_cell(one_adapter, budget, small, spreads=Spreads(estimator_version="x", kinds={}))
-    assert (none.range_low_bytes, none.range_high_bytes) == (None, None) and none.error_kind == "cpu:cgroup:single"
+    assert (none.range_low_bytes, none.range_high_bytes) == (None, None)
+    assert none.error_kind == "cpu:cgroup:adapter:single" and none.fit_probability is None
     # on the CPU the range is of the model memory: errors -50 % .. 0 double its upper end, the baseline added back
-    wide = Spreads(estimator_version="x", kinds={"cpu": Spread(low=-0.5, high=0.0, rows=1)})
+    wide = Spreads(estimator_version="x", kinds={"cpu": Spread(errors=[-0.5, 0.0])})
     p = predict_cell(one_adapter, budget, small, spreads=wide)
     assert p.range_low_bytes == pytest.approx(p.total_bytes)
     assert p.range_high_bytes == pytest.approx(p.total_bytes + p.train_bytes)
+    assert (p.range_kind, p.range_rows) == ("cpu", 2) and p.fit_probability in (0.0, 0.5, 1.0)
 
 
 def test_an_hpu_prediction_is_of_the_devices_own_figure():
     p = predict_cell(
         cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE), load_profile("8xGaudi2"), load_workload("phi-2")
     )
-    assert p.memory_kind == "device" and p.error_kind == "hpu:device:single"
+    assert p.memory_kind == "device" and p.error_kind == "hpu:device:adapter:single"

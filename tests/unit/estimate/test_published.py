@@ -40,7 +40,24 @@ def test_a_row_that_is_not_comparable_is_shown_apart_and_left_out_of_the_ranges(
     assert apart and all(r.reason for r in apart)
     table = published.to_markdown(rows)
     assert table.count("not comparable:") == len(apart) and f"({len(apart)} not comparable)" in table
-    assert len(published.errors_by_kind(rows)["cuda"]) == len(rows) - len(apart)
+    assert sum(map(len, published.errors_by_kind(rows).values())) == len(rows) - len(apart)
+
+
+def test_each_row_joins_the_pool_of_its_setup():
+    kinds = {r.label: r.error_kind for r in published.published_rows() if r.source_id == "litgpt-config-hub-a10g"}
+    assert kinds["llama-2-7b/lora.yaml"] == "cuda:cuda_allocated:adapter:single"
+    assert kinds["llama-2-7b/qlora.yaml"] == "cuda:cuda_allocated:quantized:single"
+    full = [r for r in published.published_rows() if r.label.startswith("full, 1x RTX 4090")]
+    assert full and full[0].error_kind == "cuda:cuda_allocated:full:single"
+
+
+def test_the_published_set_is_thirty_comparable_rows_from_seven_documents(rows):
+    comparable = [r for r in rows if r.comparable]
+    documents = {r.source.split(",")[0] for r in comparable}
+    assert len(comparable) >= 30 and len(documents) >= 7
+    # rows of transformers' Trainer or TRL runs: Qwen's finetune.py, Unsloth's "Hugging Face + FA2" baselines
+    trainer = [r for r in comparable if r.source_id.startswith(("qwen", "unsloth-"))]
+    assert len(trainer) >= 10
 
 
 def test_a_missing_reason_is_shown(tmp_path, rows):

@@ -77,7 +77,7 @@ def test_the_issue_examples_are_bounded_by_their_own_kind():
 
 
 def test_no_prediction_implies_more_than_the_published_best_of_its_kind():
-    """Every prediction of the grid that the memory estimator does not call predicted_oom (a speed nobody can run:
+    """Every prediction of the grid that the memory estimator does not call oom (a speed nobody can run:
     two full 70B DPO cells on 8 H100 sit 0.04-0.3 % above the large-model figure, at 2-2.5x the card's memory)
     implies at most the best published hardware utilisation of its kind, in its own MFU (bounds.mfu_bound). A
     kind without a figure (a large model's LoRA or QLoRA) is listed in docs/estimator.md; here it must stay
@@ -97,7 +97,7 @@ def test_no_prediction_implies_more_than_the_published_best_of_its_kind():
             if limit is None:
                 unbounded.add((kind.size, kind.adapter))
                 continue
-            if predict_cell(cell, profile, workload).verdict == "predicted_oom":
+            if predict_cell(cell, profile, workload).verdict == "oom":
                 continue
             checked += 1
             mfu = implied_mfu(speed, cell, profile, workload)

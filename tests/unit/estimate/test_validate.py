@@ -1,8 +1,8 @@
 """validate on the committed results: the table is produced, every `ok` DPO cell of both CPU workloads (tiny,
 measured by RSS; small, by its cgroup) on both CPUs (AMD EPYC; Intel Xeon with AMX, its cells predicted with its
 bf16 matmul kernels) is within 15 % but the named exceptions, with no model-memory constant fitted, every fits/OOM
-verdict on the budgeted profiles is right or `tight` (its range straddles the limit), the offload backends' one-rank
-cells are validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
+verdict on the budgeted profiles is on the side of the outcome (but one measured both ways), the offload backends'
+one-rank cells are validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
 
 import pytest
 
@@ -59,8 +59,8 @@ def test_validate_committed_results(committed):
     # a wrong verdict is tolerated only on a cell measured both ways (OOM-killed in one run, ran in another)
     wrong = [r for r in budgeted if r.held_out_verdict_right is False]
     assert [r.cell_id for r in wrong if not r.measured_both_ways] == []
-    # tight is the edge, not an escape: the ranges leave most verdicts decided
-    assert sum(r.verdict_held_out == "tight" for r in budgeted) <= len(budgeted) // 8
+    # likely_* is the edge, not an escape: most verdicts are decisive (fits or oom)
+    assert sum(r.verdict_held_out in ("likely_fits", "likely_oom") for r in budgeted) <= len(budgeted) // 8
     dpo = [r for r in rows if r.method == "dpo" and r.status == "ok" and r.error is not None and r.device == "cpu"]
     assert {r.workload for r in dpo} == {"tiny", "small"}
     assert {r.hardware for r in dpo} >= {"cpu", "cpu-budget", "cpu-budget-4g"}
@@ -79,8 +79,9 @@ def test_the_gpu_cells_are_validated_on_all_three_figures(committed):
     ok = [r for r in gpu if r.status == "ok"]
     assert len(ok) == 7 and all(r.reserved[0] and r.nvml[0] and r.reserved[1] and r.nvml[1] for r in ok)
     oom = [r for r in gpu if r.status == "oom"]
-    assert [(r.hardware, r.cell_id, r.verdict_measured) for r in oom] == [
-        ("1xA10", "two_models-none-single", "predicted_oom")
+    # the setup this project started from (phi-2, two full models, one A10, 2,048 tokens): measured OOM, read OOM
+    assert [(r.hardware, r.cell_id, r.verdict_measured, r.verdict_held_out) for r in oom] == [
+        ("1xA10", "two_models-none-single", "oom", "oom")
     ]
     assert max(abs(r.error) for r in ok) <= 0.29
     table = to_markdown(rows, skipped)
@@ -128,16 +129,16 @@ def test_held_out_baselines_are_fitted_without_any_record_of_the_cell(committed,
     assert len(records) > len(folds)
 
 
-def test_a_tight_verdict_is_not_judged_and_a_wrong_one_is():
+def test_a_likely_verdict_is_judged_by_its_side():
     def row(predicted: str) -> Row:
-        return Row(
-            "r", "cpu-budget", "c", "oom", None, 1.0, "predicted_oom", predicted, False, verdict_held_out=predicted
-        )
+        return Row("r", "cpu-budget", "c", "oom", None, 1.0, "oom", predicted, False, verdict_held_out=predicted)
 
-    assert row("tight").held_out_verdict_right is None
+    assert row("likely_oom").held_out_verdict_right is True
+    assert row("likely_fits").held_out_verdict_right is False
     assert row("fits").held_out_verdict_right is False
-    s = summary([row("tight"), row("fits"), row("predicted_oom")])
-    assert (s["verdicts"], s["verdicts_right"], s["tight"]) == (2, 1, 1)
+    assert row("unknown").held_out_verdict_right is None
+    s = summary([row("likely_oom"), row("likely_fits"), row("fits"), row("oom")])
+    assert (s["verdicts"], s["verdicts_right"], s["likely"], s["likely_right"]) == (4, 2, 2, 1)
 
 
 def row(measured: float, predicted: float, workload: str = "small", method: str = "dpo", cell: str = "c") -> Row:

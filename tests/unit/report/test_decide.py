@@ -72,6 +72,7 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         assert on_page["high"] == shown_gb(cell["range_high_bytes"] / 1e9), cell_id
         assert on_page["margin"] == pytest.approx(cell["margin_bytes"] / 1e9, abs=0.101), cell_id
         assert on_page["host"] == shown_gb(cell["host_bytes"] / 1e9), cell_id
+        assert on_page["fit_percent"] == round(100 * cell["fit_probability"]), cell_id
         assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
         if cell["verdict"] == "fits":
             assert on_page["tokens_per_s"] == round(cell["tokens_per_s"]), cell_id
@@ -98,7 +99,7 @@ def test_every_point_is_where_the_page_looks_for_it(data):
 def test_a_point_that_runs_out_of_memory_is_shown_so(data):
     """Qwen2.5-7B with two full models on one T4 cannot fit: the page must not say it does."""
     page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 2048, 4))["cells"]
-    assert page["two_models-none-single"]["verdict"] == "predicted_oom"
+    assert page["two_models-none-single"]["verdict"] == "oom"
     assert page["two_models-none-single"]["margin"] < 0
     assert page["one_adapter-none-ddp"]["verdict"] == "not_applicable"
 
@@ -118,7 +119,7 @@ def test_page_names_its_data_and_uses_no_emoji(data):
     page = render_page(GRID, data)
     assert f'src="{DATA_FILE}"' in page and "PREDICTED" in page
     assert not EMOJI.search(page)
-    assert "low-margin" not in page  # the estimator's own tight verdict, no shading of the page's
+    assert "low-margin" not in page  # the estimator's own likely_* verdicts, no shading of the page's
     script = data_script(data)
     assert script.startswith("window.DECIDE=") and "</" not in script
 

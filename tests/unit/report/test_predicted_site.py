@@ -28,20 +28,20 @@ def test_reads_back_what_predict_wrote(predicted_dir):
     assert matrix.validation == "Current validation on measured cells: a line for the test."
     row = next(r for r in matrix.rows if r.cell_id == "two_models-none-ddp")
     assert (row.init, row.quant, row.backend) == ("two_models", "none", "ddp")
-    assert row.verdict in ("fits", "tight", "predicted_oom") and row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
-    assert row.range_low_mib <= row.total_mib <= row.range_high_mib
+    assert row.verdict in ("fits", "likely_fits", "likely_oom", "oom")
+    assert row.usable_mib == pytest.approx(24e9 / 2**20, rel=0.1)
+    assert row.range_low_mib < row.range_high_mib and 0.0 <= row.fit_probability <= 1.0
 
 
-def test_section_is_labelled_and_marks_every_predicted_oom(predicted_dir):
+def test_section_is_labelled_and_marks_every_oom_and_likely_oom(predicted_dir):
     (matrix,) = load_predicted(predicted_dir)
     html = predicted_section([matrix])
     assert "PREDICTED, not measured" in html and 'id="predicted-2xA10"' in html
-    ooms = sum(r.verdict == "predicted_oom" for r in matrix.rows if r.status != "not_applicable")
-    oom_mark = f">{VERDICT_BADGES['predicted_oom']}</span>"
-    assert ooms > 0 and html.count(oom_mark) == ooms + 1  # + the legend's
+    for verdict in ("oom", "likely_oom"):
+        found = sum(r.verdict == verdict for r in matrix.rows if r.status != "not_applicable")
+        assert found > 0 and html.count(f">{VERDICT_BADGES[verdict]}</span>") == found + 1  # + the legend's
     assert "🔮" not in html and "✅" not in html, "the site's marks are text (no emoji font needed)"
-    tight = sum(r.verdict == "tight" for r in matrix.rows if r.status != "not_applicable")
-    assert tight > 0 and html.count(f">{VERDICT_BADGES['tight']}</span>") == tight + 1  # + the legend's
+    assert "P(fit)" in html  # each cell's title gives its probability of fitting
     site = render_site([], "now", html)
     assert site.index("<h2>Matrices</h2>") < site.index("Predicted matrices")
 
@@ -50,9 +50,11 @@ def test_index_row_counts_verdicts(predicted_dir):
     (matrix,) = load_predicted(predicted_dir)
     lines = predicted_index([matrix])
     row = next(line for line in lines if line.startswith("| 2xA10"))
-    fits = sum(r.verdict == "fits" for r in matrix.rows if r.status != "not_applicable")
-    tight = sum(r.verdict == "tight" for r in matrix.rows if r.status != "not_applicable")
-    assert "[PREDICTED.md](2xA10/PREDICTED.md)" in row and f"| {fits} | {tight} |" in row
+    counts = [
+        sum(r.verdict == v for r in matrix.rows if r.status != "not_applicable")
+        for v in ("fits", "likely_fits", "likely_oom", "oom")
+    ]
+    assert "[PREDICTED.md](2xA10/PREDICTED.md)" in row and row.endswith(" | ".join(map(str, counts)) + " |")
     assert predicted_index([]) == [] and predicted_section([]) == ""
 
 
