@@ -143,58 +143,75 @@ class _Table:
         return list(self.index)
 
 
+@dataclass
+class _Tables:
+    """The page's lookup tables: each point refers to their entries by number."""
+
+    verdicts: _Table = field(default_factory=_Table)
+    terms: _Table = field(default_factory=_Table)
+    reasons: _Table = field(default_factory=_Table)
+    breakdowns: _Table = field(default_factory=_Table)
+    sizes: _Table = field(default_factory=_Table)
+    marks: _Table = field(default_factory=_Table)
+    not_applicable: _Table = field(default_factory=_Table)
+    cell_ids: _Table = field(default_factory=_Table)
+    why_picked: _Table = field(default_factory=_Table)
+
+
+def _point_row(point: PointResult, t: _Tables) -> list:
+    """One point: its flags, usable memory, each cell's verdict mark, N/A reason and sizes, the fitting cells'
+    speeds and the picks."""
+    by_cell = {p.cell_id: p for p in point.predictions}
+    size: list[int | None] = []
+    mark = [VERDICT_ABSENT] * len(t.cell_ids.index)
+    why: list[int | None] = [None] * len(t.cell_ids.index)
+    speeds: list[int | None] = []
+    for cell_id, at in t.cell_ids.index.items():
+        p = by_cell.get(cell_id)
+        if p is None:
+            continue
+        if p.status != "predicted":
+            mark[at] = VERDICT_NOT_APPLICABLE
+            why[at] = t.reasons(p.reason)
+            continue
+        breakdown = tuple(x for name, value in p.terms.items() for x in (t.terms(name), units(value)))
+        total = units(p.total_bytes) or 0
+        low = None if p.range_low_bytes is None else total - (units(p.range_low_bytes) or 0)
+        high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
+        chance = None if p.fit_probability is None else round(100 * p.fit_probability)
+        size += [total, low, high, units(p.host_bytes), t.breakdowns(breakdown), chance]
+        verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
+        mark[at] = VERDICT_CODES[t.verdicts(verdict)]
+        if verdict == "fits":
+            speeds.append(tokens(point.speeds.get(cell_id)))
+    picked = [
+        x
+        for kind, cell_id, reason in point.picks
+        for x in (t.cell_ids(cell_id), t.why_picked(reason_template(reason, point.speeds.get(cell_id))))
+    ]
+    return [
+        point.flags,
+        units(point.usable_bytes),
+        t.marks("".join(mark)),
+        t.not_applicable(tuple(why)),
+        t.sizes(tuple(size)),
+        speeds,
+        picked,
+    ]
+
+
 def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, str]) -> dict:
     """The page's data. `points` in `grid.points()` order; `commands`: cell id -> its command template.
     Deterministic: the same points give the same data (tables in first-seen order, no time stamps)."""
-    verdicts, terms, reasons, breakdowns = _Table(), _Table(), _Table(), _Table()
-    sizes, marks, not_applicable, cell_ids, why_picked = _Table(), _Table(), _Table(), _Table(), _Table()
+    t = _Tables()
     cells: dict[str, Prediction] = {}
     for point in points:
         for p in point.predictions:
-            cell_ids(p.cell_id)
+            t.cell_ids(p.cell_id)
             cells.setdefault(p.cell_id, p)
     setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
-    encoded = []
-    for point in points:
-        by_cell = {p.cell_id: p for p in point.predictions}
-        size: list[int | None] = []
-        mark = [VERDICT_ABSENT] * len(cell_ids.index)
-        why: list[int | None] = [None] * len(cell_ids.index)
-        speeds: list[int | None] = []
-        for cell_id, at in cell_ids.index.items():
-            p = by_cell.get(cell_id)
-            if p is None:
-                continue
-            if p.status != "predicted":
-                mark[at] = VERDICT_NOT_APPLICABLE
-                why[at] = reasons(p.reason)
-                continue
-            breakdown = tuple(x for name, value in p.terms.items() for x in (terms(name), units(value)))
-            total = units(p.total_bytes) or 0
-            low = None if p.range_low_bytes is None else total - (units(p.range_low_bytes) or 0)
-            high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
-            chance = None if p.fit_probability is None else round(100 * p.fit_probability)
-            size += [total, low, high, units(p.host_bytes), breakdowns(breakdown), chance]
-            verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
-            mark[at] = VERDICT_CODES[verdicts(verdict)]
-            if verdict == "fits":
-                speeds.append(tokens(point.speeds.get(cell_id)))
-        picked = [
-            x
-            for kind, cell_id, reason in point.picks
-            for x in (cell_ids(cell_id), why_picked(reason_template(reason, point.speeds.get(cell_id))))
-        ]
-        encoded.append(
-            [
-                point.flags,
-                units(point.usable_bytes),
-                marks("".join(mark)),
-                not_applicable(tuple(why)),
-                sizes(tuple(size)),
-                speeds,
-                picked,
-            ]
-        )
+    encoded = [_point_row(point, t) for point in points]
+    cell_ids = t.cell_ids
     layout = build_grid(cells[c] for c in cell_ids.values())
     position = {c: i for i, c in enumerate(cell_ids.values())}
     return {
@@ -206,11 +223,11 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
         "counts": list(grid.counts),
         "max_lengths": list(grid.max_lengths),
         "batch_sizes": list(grid.batch_sizes),
-        "verdicts": verdicts.values(),
-        "terms": terms.values(),
-        "reasons": reasons.values(),
+        "verdicts": t.verdicts.values(),
+        "terms": t.terms.values(),
+        "reasons": t.reasons.values(),
         "picks": list(PICKS),
-        "pick_reasons": why_picked.values(),
+        "pick_reasons": t.why_picked.values(),
         "cells": [
             {
                 "id": c,
@@ -228,10 +245,10 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
             for init, quant in layout.rows
         ],
         "variants": [position[c] for c in layout.variants],
-        "breakdowns": [list(b) for b in breakdowns.values()],
-        "sizes": [list(s) for s in sizes.values()],
-        "marks": marks.values(),
-        "not_applicable": [list(row) for row in not_applicable.values()],
+        "breakdowns": [list(b) for b in t.breakdowns.values()],
+        "sizes": [list(s) for s in t.sizes.values()],
+        "marks": t.marks.values(),
+        "not_applicable": [list(row) for row in t.not_applicable.values()],
         "points": encoded,
     }
 
