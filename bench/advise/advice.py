@@ -1,6 +1,7 @@
 """The advice: every applicable cell predicted and ranked, each non-fitting one with its smallest fix, and the chosen
 cell. The typed schema here is what `--format json` writes (docs/advise.md lists its keys)."""
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel
@@ -8,7 +9,7 @@ from pydantic import BaseModel
 from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
-from bench.estimate.predict import Prediction, load_calibration
+from bench.estimate.predict import Calibration, Prediction, load_calibration
 from bench.estimate.speed.matrix import speeds_of
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
@@ -210,17 +211,7 @@ def advise(
             continue
         cell = cells[p.cell_id]
         shown = verdict(p, profile, host)
-        fix = None
-        if shown not in ("fits", "unknown"):
-            found = smallest_fix(cell, profile, workload, calibration, fits)
-            if found is not None:
-                fix = FixAdvice(
-                    change=found.change.what,
-                    flags=list(found.change.flags),
-                    cell_id=found.change.cell.id,
-                    total_bytes=found.prediction.total_bytes or 0.0,
-                    margin_bytes=found.prediction.margin_bytes or 0.0,
-                )
+        fix = None if shown in ("fits", "unknown") else _fix(cell, profile, workload, calibration, fits)
         entries.append(
             CellAdvice(
                 rank=0,
@@ -248,6 +239,39 @@ def advise(
             )
         )
     ranked = [e.model_copy(update={"rank": i}) for i, e in enumerate(sorted(entries, key=_order(prefer)), start=1)]
+    not_applicable = sum(p.status == "not_applicable" for p in predictions)
+    return _advice(profile, workload, prefer, host, ranked, not_applicable)
+
+
+def _fix(
+    cell: Cell,
+    profile: HardwareProfile,
+    workload: Workload,
+    calibration: Calibration,
+    fits: Callable[[Prediction], bool],
+) -> FixAdvice | None:
+    """The smallest change under which `cell` is predicted to fit (None: none found)."""
+    found = smallest_fix(cell, profile, workload, calibration, fits)
+    if found is None:
+        return None
+    return FixAdvice(
+        change=found.change.what,
+        flags=list(found.change.flags),
+        cell_id=found.change.cell.id,
+        total_bytes=found.prediction.total_bytes or 0.0,
+        margin_bytes=found.prediction.margin_bytes or 0.0,
+    )
+
+
+def _advice(
+    profile: HardwareProfile,
+    workload: Workload,
+    prefer: str,
+    host: HostMemory | None,
+    ranked: list[CellAdvice],
+    not_applicable: int,
+) -> Advice:
+    """The advice around its ranked cells: the hardware, the model and settings asked about, the picks, the choice."""
     chosen = next((e.cell_id for e in ranked if e.verdict == "fits"), None)
     train, lora = workload.train, workload.lora
     return Advice(
@@ -271,6 +295,6 @@ def advise(
         prefer=prefer,
         picks=picks(ranked),
         cells=ranked,
-        not_applicable=sum(p.status == "not_applicable" for p in predictions),
+        not_applicable=not_applicable,
         chosen=chosen,
     )
