@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -182,71 +183,57 @@ TERM_COLUMNS = (
 )
 
 
+def _mib_text(value: float | None) -> str:
+    return "" if value is None else f"{value / MiB:.1f}"
+
+
+CSV_COLUMNS: tuple[tuple[str, Callable[[Prediction], object]], ...] = (
+    ("estimator_version", lambda p: VERSION),
+    ("predicted", lambda p: "PREDICTED"),
+    ("hardware", lambda p: p.hardware),
+    ("workload", lambda p: p.workload),
+    ("cell_id", lambda p: p.cell_id),
+    ("method", lambda p: p.method),
+    ("init", lambda p: p.init),
+    ("quant", lambda p: p.quant),
+    ("backend", lambda p: p.backend),
+    ("status", lambda p: p.status),
+    ("verdict", lambda p: p.verdict or ""),
+    ("margin_mib", lambda p: _mib_text(p.margin_bytes)),
+    ("total_mib", lambda p: _mib_text(p.total_bytes)),
+    ("train_mib", lambda p: _mib_text(p.train_bytes)),
+    ("load_mib", lambda p: _mib_text(p.load_bytes)),
+    ("usable_mib", lambda p: _mib_text(p.usable_bytes)),
+    ("range_low_mib", lambda p: _mib_text(p.range_low_bytes)),
+    ("range_high_mib", lambda p: _mib_text(p.range_high_bytes)),
+    ("fit_probability", lambda p: "" if p.fit_probability is None else f"{p.fit_probability:.3f}"),
+    ("range_kind", lambda p: p.range_kind or ""),
+    ("reserved_mib", lambda p: _mib_text(p.reserved_bytes)),
+    ("nvidia_smi_mib", lambda p: _mib_text(p.nvidia_smi_bytes)),
+    ("overhead_mib", lambda p: _mib_text(p.overhead_bytes)),
+    ("host_mib", lambda p: _mib_text(p.host_bytes)),
+)
+"""predicted.csv's columns before the terms: name, and the text of a prediction's value."""
+
+
 def to_csv(predictions: list[Prediction], speeds: dict[str, SpeedPrediction] | None = None) -> str:
     """`speeds`: PREDICTED tokens/s and s/step columns (bench/estimate/speed) where given."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(
         [
-            "estimator_version",
-            "predicted",
-            "hardware",
-            "workload",
-            "cell_id",
-            "method",
-            "init",
-            "quant",
-            "backend",
-            "status",
-            "verdict",
-            "margin_mib",
-            "total_mib",
-            "train_mib",
-            "load_mib",
-            "usable_mib",
-            "range_low_mib",
-            "range_high_mib",
-            "fit_probability",
-            "range_kind",
-            "reserved_mib",
-            "nvidia_smi_mib",
-            "overhead_mib",
-            "host_mib",
+            *(name for name, _ in CSV_COLUMNS),
             *(f"{t}_mib" for t in TERM_COLUMNS),
             *(f"host_{t}_mib" for t in HOST_TERM_COLUMNS),
             *(SPEED_COLUMNS if speeds is not None else ()),
         ]
     )
-    mib = lambda v: "" if v is None else f"{v / MiB:.1f}"  # noqa: E731
     for p in predictions:
         writer.writerow(
             [
-                VERSION,
-                "PREDICTED",
-                p.hardware,
-                p.workload,
-                p.cell_id,
-                p.method,
-                p.init,
-                p.quant,
-                p.backend,
-                p.status,
-                p.verdict or "",
-                mib(p.margin_bytes),
-                mib(p.total_bytes),
-                mib(p.train_bytes),
-                mib(p.load_bytes),
-                mib(p.usable_bytes),
-                mib(p.range_low_bytes),
-                mib(p.range_high_bytes),
-                "" if p.fit_probability is None else f"{p.fit_probability:.3f}",
-                p.range_kind or "",
-                mib(p.reserved_bytes),
-                mib(p.nvidia_smi_bytes),
-                mib(p.overhead_bytes),
-                mib(p.host_bytes),
-                *(mib(p.terms.get(t)) for t in TERM_COLUMNS),
-                *(mib(p.host_terms.get(t)) for t in HOST_TERM_COLUMNS),
+                *(value(p) for _, value in CSV_COLUMNS),
+                *(_mib_text(p.terms.get(t)) for t in TERM_COLUMNS),
+                *(_mib_text(p.host_terms.get(t)) for t in HOST_TERM_COLUMNS),
                 *(_speed_cells(speeds.get(p.cell_id)) if speeds is not None else ()),
             ]
         )
