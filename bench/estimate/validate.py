@@ -316,24 +316,7 @@ def to_markdown(rows: list[Row], skipped: int, covered: "list[Covered] | None" =
             f"| {_signed(r.held_out_error)} | {_mib(r.predicted)} | {_signed(r.error)} "
             f"| {r.verdict_measured or '—'} | {r.verdict_held_out or '—'} | {right} | {'yes' if r.fitted else ''} |"
         )
-    lines += [
-        "",
-        f"DPO on CPU, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; "
-        f"max |error| {_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over "
-        f"every row with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out; `likely_fits` "
-        f"right where the cell ran, `likely_oom` where it ran out): {s['verdicts_right']} of {s['verdicts']}, "
-        f"{s['likely_right']} of them of the {s['likely']} `likely_*` verdicts{_edge_note(s)}.",
-        f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
-        f"{_pct(s['fitted_max_abs_error'])}, mean |error| {_pct(s['fitted_mean_abs_error'])}.",
-        "Per workload, every method's `ok` cells: "
-        + "; ".join(
-            f"{w} {m['ok_cells']} cells, max |error| {_pct(m['max_abs_error_ok'])}"
-            for w, m in workload_summary(rows).items()
-        )
-        + ".",
-        f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
-        "",
-    ]
+    lines += _summary_lines(rows, skipped, s)
     one_rank = plus_one_rank_summary(rows)
     if one_rank["ok_cells"]:
         lines[-1:-1] = [
@@ -474,3 +457,25 @@ def write_current_spreads(rows: list[Row], published_rows: list | None = None) -
 
     uncertainty.write_spreads(current_spreads(rows, published_rows))
     return uncertainty.SPREAD_FILE
+
+
+def _summary_lines(rows: list[Row], skipped: int, s: dict) -> list[str]:
+    """The DPO CPU figures, the fitted rows', each workload's and the skipped records' count; a blank line last."""
+    return [
+        "",
+        f"DPO on CPU, `ok` cells with a measured model memory (nothing fitted on model memory): {s['ok_cells']}; "
+        f"max |error| {_pct(s['max_abs_error_ok'])}, mean |error| {_pct(s['mean_abs_error_ok'])}; max |error| over "
+        f"every row with a figure {_pct(s['max_abs_error_all'])}. Verdicts right (baselines held out; `likely_fits` "
+        f"right where the cell ran, `likely_oom` where it ran out): {s['verdicts_right']} of {s['verdicts']}, "
+        f"{s['likely_right']} of them of the {s['likely']} `likely_*` verdicts{_edge_note(s)}.",
+        f"Fitted on (in-sample baselines): {s['fitted_ok_cells']} `ok` cells; max |error| "
+        f"{_pct(s['fitted_max_abs_error'])}, mean |error| {_pct(s['fitted_mean_abs_error'])}.",
+        "Per workload, every method's `ok` cells: "
+        + "; ".join(
+            f"{w} {m['ok_cells']} cells, max |error| {_pct(m['max_abs_error_ok'])}"
+            for w, m in workload_summary(rows).items()
+        )
+        + ".",
+        f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
+        "",
+    ]
