@@ -104,6 +104,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     """The record of a cell that was launched: its failure class, or ok / silent_fallback with its metrics."""
     outcome, reports = ran.outcome, ran.reports
     sig = signal_of(outcome.exit_code)
+    figures = rank_memory(reports, outcome.rank_memory)
     record = _identity(run, cell, expect.world_size, Status.ERROR).model_copy(
         update={
             "trial": ran.trial,
@@ -116,50 +117,62 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "started_at": ran.started_at,
             "finished_at": ran.finished_at,
             "process_start": process_start(reports),
-        }
-    )
-    figures = rank_memory(reports, outcome.rank_memory)
-    record = record.model_copy(
-        update={
             "rank_memory": figures,
             "memory_budget_bytes": expect.memory_budget_bytes,
             "prediction": expect.prediction,
         }
     )
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
-    failed = (
-        outcome.timed_out
-        or outcome.stalled
-        or outcome.oom_killed
-        or outcome.exit_code != 0
-        or errors
-        or ran.report_problems
+    failed = outcome.timed_out or outcome.stalled or outcome.oom_killed or outcome.exit_code != 0
+    if failed or errors or ran.report_problems:
+        return _failed(record, cell, expect, ran, errors, figures)
+    return _trained(record, cell, expect, reports, figures)
+
+
+def _failed(
+    record: ResultRecord,
+    cell: Cell,
+    expect: Expectation,
+    ran: Execution,
+    errors: list[str],
+    figures: list[RankMemoryFigures],
+) -> ResultRecord:
+    """A cell that failed: its status and error class (judge/classify.py), and the known issue it matches."""
+    outcome, reports = ran.outcome, ran.reports
+    message_suffix = ""
+    if not errors and reports and all(len(r.step_ends) == expect.steps for r in reports):
+        message_suffix = " (after every rank finished its training steps)"
+    verdict = classify(
+        exit_code=outcome.exit_code,
+        timed_out=outcome.timed_out,
+        stalled=outcome.stalled,
+        error_texts=errors + ran.report_problems,
+        log_tail=outcome.log_tail,
+        oom_killed=outcome.oom_killed,
+        oom_detail=oom_detail(figures),
+        cell=cell,
+        versions=expect.versions,
+        timeout_s=expect.timeout_s,
     )
-    if failed:
-        message_suffix = ""
-        if not errors and reports and all(len(r.step_ends) == expect.steps for r in reports):
-            message_suffix = " (after every rank finished its training steps)"
-        verdict = classify(
-            exit_code=outcome.exit_code,
-            timed_out=outcome.timed_out,
-            stalled=outcome.stalled,
-            error_texts=errors + ran.report_problems,
-            log_tail=outcome.log_tail,
-            oom_killed=outcome.oom_killed,
-            oom_detail=oom_detail(figures),
-            cell=cell,
-            versions=expect.versions,
-            timeout_s=expect.timeout_s,
-        )
-        return record.model_copy(
-            update={
-                "status": verdict.status,
-                "error_class": verdict.error_class,
-                "message": redact(verdict.message + message_suffix),
-                "known_issue": verdict.known_issue,
-                "known_issue_note": verdict.known_issue_note,
-            }
-        )
+    return record.model_copy(
+        update={
+            "status": verdict.status,
+            "error_class": verdict.error_class,
+            "message": redact(verdict.message + message_suffix),
+            "known_issue": verdict.known_issue,
+            "known_issue_note": verdict.known_issue_note,
+        }
+    )
+
+
+def _trained(
+    record: ResultRecord,
+    cell: Cell,
+    expect: Expectation,
+    reports: list[RankReport],
+    figures: list[RankMemoryFigures],
+) -> ResultRecord:
+    """A cell whose ranks all ended well: engagement (silent fallbacks), metrics and the learning check."""
     lead = min(reports, key=lambda r: r.rank) if reports else None
     if lead is None or lead.engagement is None:
         return record.model_copy(
