@@ -218,7 +218,7 @@ def test_a_clear_predicted_oom_is_recorded_not_run_and_the_flag_runs_it(tmp_path
             train_bytes=total,
             total_bytes=total,
             usable_bytes=100.0,
-            verdict="predicted_oom" if total > 100 else "fits",
+            verdict="oom" if total > 100 else "fits",
             margin_bytes=100.0 - total,
         )
 
