@@ -158,35 +158,14 @@ def predict_cell(
         gpu = gpu_terms.gpu_named(gpu_terms.REFERENCE_GPU)
     if gpu is not None:
         terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
-    train = sum(terms_.values())
-    reserved = smi = None
-    if profile.device == "cpu":
-        kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
-        deepspeed = backend_spec(backend).deepspeed is not None
-        context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
-        train += host  # offloaded state is in the same (host) memory
-        terms_["offloaded_to_host"] = host
-        host = 0.0
-        total = train + (const.context_bytes if context is None else context)
-    elif gpu is not None:
-        kind = "cuda_allocated"
-        transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
-        reserved = train + gpu_terms.allocator_overhead(
-            _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
-        )
-        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
-        total = reserved + outside
-        smi = total + paged  # managed memory yields: CUDA pages it out to the host before an allocation fails
-    else:
-        kind = "device"
-        total = train + const.context_bytes + const.allocator_slack * train
+    t = _totals(cell, profile, backend, shapes, knobs, const, gpu, terms_, host, paged, world)
     usable = usable_bytes(profile)
     setup = uncertainty.setup_kind(init_spec(cell.init).adapters, quant_spec(cell.quant).quantized)
-    error_kind = uncertainty.cell_kind(str(profile.device), kind, str(backend), method_of(cell, knobs).name, setup)
+    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(backend), method_of(cell, knobs).name, setup)
     pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
     spread = None if pool is None else pool[1]
     # a CPU cell's errors are of its model memory (train), the library baseline added after
-    figure, baseline = (train, total - train) if profile.device == "cpu" else (total, 0.0)
+    figure, baseline = (t.train, t.total - t.train) if profile.device == "cpu" else (t.total, 0.0)
     bounds = uncertainty.measured_range(figure, spread, baseline)
     probability = (
         None if spread is None or usable is None else uncertainty.fit_probability(figure, usable, spread, baseline)
@@ -197,16 +176,16 @@ def predict_cell(
         backend_run=str(backend),
         world_size=world,
         load_bytes=load,
-        memory_kind=kind,
-        train_bytes=train,
+        memory_kind=t.kind,
+        train_bytes=t.train,
         terms={k: v for k, v in terms_.items() if v},
-        host_bytes=host,
+        host_bytes=t.host,
         host_terms={k: v for k, v in host_terms.items() if v},
-        reserved_bytes=reserved,
-        nvidia_smi_bytes=smi,
+        reserved_bytes=t.reserved,
+        nvidia_smi_bytes=t.smi,
         paged_bytes=paged,
-        overhead_bytes=total - train,
-        total_bytes=total,
+        overhead_bytes=t.total - t.train,
+        total_bytes=t.total,
         range_low_bytes=None if bounds is None else bounds[0],
         range_high_bytes=None if bounds is None else bounds[1],
         error_kind=error_kind,
@@ -214,10 +193,61 @@ def predict_cell(
         range_rows=None if spread is None else spread.rows,
         usable_bytes=usable,
         fit_probability=probability,
-        verdict=uncertainty.verdict(total, usable, probability),
-        margin_bytes=None if usable is None else usable - total,
+        verdict=uncertainty.verdict(t.total, usable, probability),
+        margin_bytes=None if usable is None else usable - t.total,
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """What the device's own figure adds up to: `train` the training peak (on CPU with the offloaded state, which
+    lives in the same memory), `total` what is held against usable memory, `reserved` and `smi` the CUDA caching
+    allocator's and nvidia-smi's figures, `host` what stays in host memory per rank."""
+
+    kind: str
+    train: float
+    total: float
+    reserved: float | None
+    smi: float | None
+    host: float
+
+
+def _totals(
+    cell: Cell,
+    profile: HardwareProfile,
+    backend: Backend,
+    shapes: ModelShapes,
+    knobs: Knobs,
+    const: DeviceConstants,
+    gpu: gpu_terms.CudaFigures | None,
+    terms_: dict[str, float],
+    host: float,
+    paged: float,
+    world: int,
+) -> _Totals:
+    """The device's figures from the terms: on CPU the process above its library baseline (the offloaded state
+    included), on CUDA allocated, reserved and the nvidia-smi figure, elsewhere allocated plus the device's slack.
+    On CPU `terms_` gains the offloaded state as a term."""
+    train = sum(terms_.values())
+    if profile.device == "cpu":
+        deepspeed = backend_spec(backend).deepspeed is not None
+        context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
+        train += host  # offloaded state is in the same (host) memory
+        terms_["offloaded_to_host"] = host
+        total = train + (const.context_bytes if context is None else context)
+        return _Totals(cpu_terms.memory_kind(profile.memory_budget_bytes), train, total, None, None, 0.0)
+    if gpu is not None:
+        transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
+        reserved = train + gpu_terms.allocator_overhead(
+            _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
+        )
+        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        total = reserved + outside
+        # managed memory yields: CUDA pages it out to the host before an allocation fails
+        return _Totals("cuda_allocated", train, total, reserved, total + paged, host)
+    total = train + const.context_bytes + const.allocator_slack * train
+    return _Totals("device", train, total, None, None, host)
 
 
 def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, knobs: Knobs) -> int:
