@@ -303,6 +303,18 @@ class _Setting:
     other: int
 
 
+def _placements(spec: BackendSpec, knobs: Knobs) -> tuple[bool, tuple[Placement, Placement, Placement, Placement]]:
+    """(parameters on the host, where the parameters, optimizer state, gradients and reference live). Parameters are
+    on the host by the backend's own placement (zero3_offload_param, fsdp_offload) or the knob (ZeRO-3's
+    offload_param, FSDP's CPUOffloadPolicy: parameters, gradients, optimizer state and a sharded reference)."""
+    sharding = spec.sharding
+    fsdp_offload = spec.fsdp_version is not None and knobs.offload_params
+    on_host = sharding.params == Placement.OFFLOADED or (knobs.offload_params and spec.zero_stage == 3) or fsdp_offload
+    if fsdp_offload:
+        return on_host, (Placement.OFFLOADED,) * 4
+    return on_host, (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
+
+
 def _setting(
     cell: Cell,
     backend: Backend,
@@ -313,19 +325,10 @@ def _setting(
     knobs: Knobs,
 ) -> _Setting:
     spec = backend_spec(backend)
-    sharding = spec.sharding
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
-    # Parameters on the host: the backend's own placement (zero3_offload_param, fsdp_offload) or the knob (ZeRO-3's
-    # offload_param, FSDP's CPUOffloadPolicy: parameters, gradients, optimizer state and a sharded reference).
-    fsdp_offload = spec.fsdp_version is not None and knobs.offload_params
-    offload_params = sharding.params == Placement.OFFLOADED or (knobs.offload_params and stage == 3) or fsdp_offload
-    params_at, optimizer_at, grads_at, reference_at = (
-        (Placement.OFFLOADED,) * 4
-        if fsdp_offload
-        else (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
-    )
+    offload_params, (params_at, optimizer_at, grads_at, reference_at) = _placements(spec, knobs)
     checkpointing = (
         workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
         if knobs.gradient_checkpointing is None
