@@ -212,8 +212,13 @@ def workload_summary(rows: list[Row]) -> dict[str, dict[str, float | int | None]
 
 
 def plus_one_rank_summary(rows: list[Row]) -> dict[str, float | int | None]:
-    """The offload backends' cells on one rank (`+1rank`): how many `ok` ones and their error range."""
-    errors = [r.error for r in rows if "+1rank" in r.cell_id and r.error is not None and r.status == "ok"]
+    """DPO's offload backends' cells on one rank (`+1rank`): how many `ok` ones and their error range (the other
+    methods' are in method_summary's, with the rest of their cells)."""
+    errors = [
+        r.error
+        for r in rows
+        if r.method == "dpo" and "+1rank" in r.cell_id and r.error is not None and r.status == "ok"
+    ]
     return {
         "ok_cells": len(errors),
         "min_error_ok": min(errors, default=None),
@@ -320,7 +325,7 @@ def to_markdown(rows: list[Row], skipped: int, covered: "list[Covered] | None" =
     one_rank = plus_one_rank_summary(rows)
     if one_rank["ok_cells"]:
         lines[-1:-1] = [
-            f"Offload backends on one rank (`+1rank`): {one_rank['ok_cells']} `ok` cells, errors "
+            f"DPO's offload backends on one rank (`+1rank`): {one_rank['ok_cells']} `ok` cells, errors "
             f"{_signed(one_rank['min_error_ok'])} .. {_signed(one_rank['max_error_ok'])}.",
         ]
     lines[-1:-1] = gpu_markdown(rows)

@@ -98,6 +98,11 @@ def _quant_mismatches(quant: Quant, seen: Engagement) -> list[str]:
 def _init_mismatches(init: Init, seen: Engagement) -> list[str]:
     adapters = set(seen.adapters)
     saw = f"saw adapters={sorted(adapters)}, ref={seen.ref_model}"
+    if not init_spec(init).adapters and seen.frozen_parameters:
+        found = f"{seen.frozen_parameters} frozen parameter tensor(s)"
+        return [f"{init} trains every weight, but the policy has {found}; {saw}"]
+    if init == Init.FULL and (adapters or seen.ref_model is not None):
+        return [f"full expects one model, no adapter and no reference model; {saw}"]
     if init == Init.TWO_MODELS:
         # With precomputed reference log-probs TRL may drop the reference model after the precompute pass.
         has_reference = seen.ref_model is not None or seen.precompute_ref_log_probs

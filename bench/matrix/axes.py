@@ -12,6 +12,9 @@ class Device(StrEnum):
 
 
 class Init(StrEnum):
+    """What is trained and where the reference lives (bench/matrix/inits.py says it for each)."""
+
+    FULL = "full"
     TWO_MODELS = "two_models"
     ONE_ADAPTER = "one_adapter"
     TWO_ADAPTERS = "two_adapters"

@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
-from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.cell import Cell
 from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR
@@ -33,10 +33,12 @@ class Conditions(Strict):
     """The cell runs at least one of these options."""
     setup: tuple[Setup, ...] | None = Field(default=None, min_length=1)
     """recipe or newcomer (scenarios/recipes.yaml)."""
+    method: tuple[Method, ...] | None = Field(default=None, min_length=1)
+    """The training method (one trainer's own failure)."""
 
     @property
     def empty(self) -> bool:
-        axes = (self.init, self.quant, self.backend, self.launcher, self.options, self.setup)
+        axes = (self.init, self.quant, self.backend, self.launcher, self.options, self.setup, self.method)
         return all(values is None for values in axes)
 
     def hold_for(self, cell: Cell) -> bool:
@@ -47,6 +49,7 @@ class Conditions(Strict):
             (self.launcher, (cell.launcher,)),
             (self.options, cell.options),
             (self.setup, (cell.setup,)),
+            (self.method, (cell.method,)),
         )
         return all(allowed is None or any(value in allowed for value in values) for allowed, values in axes)
 

@@ -49,16 +49,22 @@ class Variant(Strict):
     def _launcher_fits_backends(self) -> "Variant":
         if self.launcher is None and self.ranks is None and not self.options and self.setup == Setup.RECIPE:
             raise ValueError("a variant needs a launcher, ranks, options or setup: newcomer")
-        for backend in self.backend:
-            spec = backend_spec(backend)
-            if self.launcher is not None and self.launcher not in spec.launchers:
-                allowed = ", ".join(spec.launchers)
-                raise ValueError(f"launcher {self.launcher} cannot launch backend {backend}; allowed: {allowed}")
-            if self.ranks is not None and not spec.multi_process:
-                raise ValueError(f"ranks applies to multi-process backends; {backend} runs one process")
-            if self.ranks is not None and self.ranks < spec.min_processes:
-                raise ValueError(f"ranks {self.ranks} for {backend}: {spec.alone}")
+        _check_launcher_and_ranks(self.backend, self.launcher, self.ranks)
         return self
+
+
+def _check_launcher_and_ranks(backends: list[Backend], launcher: Launcher | None, ranks: int | None) -> None:
+    """A row's launcher must launch each of its backends, and a fixed world size needs a multi-process backend that
+    runs with that many."""
+    for backend in backends:
+        spec = backend_spec(backend)
+        if launcher is not None and launcher not in spec.launchers:
+            allowed = ", ".join(spec.launchers)
+            raise ValueError(f"launcher {launcher} cannot launch backend {backend}; allowed: {allowed}")
+        if ranks is not None and not spec.multi_process:
+            raise ValueError(f"ranks applies to multi-process backends; {backend} runs one process")
+        if ranks is not None and ranks < spec.min_processes:
+            raise ValueError(f"ranks {ranks} for {backend}: {spec.alone}")
 
 
 class Addition(Strict):
@@ -69,17 +75,25 @@ class Addition(Strict):
 
 
 class MethodRows(Strict):
-    """Cells of other training methods than DPO: each listed method over this slice of the axes."""
+    """Cells of other training methods than DPO: each listed method over this slice of the axes, with the backend's
+    default launcher or, as DPO's variant rows, another launcher, a fixed world size or options."""
 
     method: list[Method] = Field(min_length=1)
     init: list[Init] = Field(min_length=1)
     quant: list[Quant] = Field(min_length=1)
     backend: list[Backend] = Field(min_length=1)
+    launcher: Launcher | None = None
+    ranks: int | None = Field(default=None, ge=1)
+    options: list[Option] = []
+    added: dt.datetime | None = None
+    """When the rows joined the matrix: a run that started before that is complete without them (a cell an undated
+    row also lists was there from the start)."""
 
     @model_validator(mode="after")
     def _not_dpo(self) -> "MethodRows":
         if Method.DPO in self.method:
             raise ValueError("dpo's cells are the axes (and variants) above; list only other methods here")
+        _check_launcher_and_ranks(self.backend, self.launcher, self.ranks)
         return self
 
 
@@ -126,7 +140,9 @@ def _method_cells(rows: MethodRows) -> list[Cell]:
             init=init,
             quant=quant,
             backend=backend,
-            launcher=backend_spec(backend).default_launcher,
+            launcher=rows.launcher or backend_spec(backend).default_launcher,
+            ranks=rows.ranks,
+            options=tuple(rows.options),
         )
         for method in rows.method
         for init in rows.init
@@ -136,13 +152,19 @@ def _method_cells(rows: MethodRows) -> list[Cell]:
 
 
 def rows_added(matrix: MatrixSpec) -> dict[str, dt.datetime]:
-    """Cell id -> when its row joined the matrix: a dated variant row, or any row of a backend added to the axes
-    (the later of the two when both apply)."""
+    """Cell id -> when its row joined the matrix: a dated variant or methods row, or any row of a backend added to
+    the axes (the later of the two when both apply)."""
     added: dict[str, dt.datetime] = {}
     for variant in matrix.variants:
         if variant.added is not None:
             for cell in _variant_cells(variant):
                 added[cell.id] = min(added.get(cell.id, variant.added), variant.added)
+    from_start = {cell.id for rows in matrix.methods if rows.added is None for cell in _method_cells(rows)}
+    for rows in matrix.methods:
+        if rows.added is not None:
+            for cell in _method_cells(rows):
+                if cell.id not in from_start:
+                    added[cell.id] = min(added.get(cell.id, rows.added), rows.added)
     backend_added: dict[Backend, dt.datetime] = {}
     for addition in matrix.added:
         for backend in addition.backend:
@@ -281,17 +303,36 @@ def backend_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
 
 
 def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | None:
-    if Option.PRECOMPUTE_REF in cell.options and not init_spec(cell.init).reference_can_be_precomputed:
-        return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
-    return None
+    init = init_spec(cell.init)
+    if Option.PRECOMPUTE_REF not in cell.options or init.reference_can_be_precomputed:
+        return None
+    if init.reference == "none":
+        return f"{cell.init} holds no reference: there are no reference log-probs to precompute"
+    return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
 
 
 def reference_free_init(cell: Cell, profile: HardwareProfile) -> str | None:
-    reference = init_spec(cell.init).reference
-    if method_spec(cell.method).reference or reference == "adapter_disabled":
+    """A method without a reference trains its full weights on `full` and an adapter on `one_adapter`; the init
+    modes that build a reference of their own would hold one its loss never reads."""
+    init = init_spec(cell.init)
+    if method_spec(cell.method).reference or not init.holds_reference:
         return None
-    held = "a separate reference model" if reference == "separate_model" else "a frozen `ref` copy of the adapter"
-    return f"{cell.method} has no reference: {cell.init} would hold {held} that its loss never reads"
+    held = "a separate reference model" if init.reference == "separate_model" else "a frozen `ref` copy of the adapter"
+    instead = Init.FULL if not init.adapters else Init.ONE_ADAPTER
+    return (
+        f"{cell.method} has no reference: {cell.init} would hold {held} that its loss never reads; "
+        f"train its {init.trains} on {instead}"
+    )
+
+
+def reference_needs_init(cell: Cell, profile: HardwareProfile) -> str | None:
+    """A method with a reference needs an init mode that places one: its full fine-tune is two_models."""
+    if not method_spec(cell.method).reference or init_spec(cell.init).reference != "none":
+        return None
+    return (
+        f"{cell.method} compares the policy with a reference and {cell.init} holds none: its full-weights "
+        f"fine-tune is {Init.TWO_MODELS} (a separate reference model)"
+    )
 
 
 def reference_free_precompute(cell: Cell, profile: HardwareProfile) -> str | None:
@@ -309,6 +350,7 @@ def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | N
 
 RULES: tuple[NotApplicableRule, ...] = (
     reference_free_init,
+    reference_needs_init,
     reference_free_precompute,
     quantized_full_finetune,
     backend_needs_devices,

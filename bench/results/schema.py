@@ -37,6 +37,9 @@ class Engagement(BaseModel):
     tensor). `devices` is where the parameters appear to the model (ZeRO-3: placeholders on the compute device)."""
     trainer: str | None = None
     """The class of the trainer that ran (None in records from before methods were an axis)."""
+    frozen_parameters: int | None = None
+    """Policy parameter tensors that do not require a gradient (a full fine-tune has none; None in records from
+    before it was seen)."""
 
 
 class ProcessStart(StrEnum):

@@ -128,4 +128,5 @@ def observe(trainer: Any) -> Engagement:
         optimizer_state_devices=_optimizer_state_devices(stepping),
         param_storage_bytes=_param_storage_bytes(model),
         trainer=type(trainer).__name__,
+        frozen_parameters=sum(1 for p in model.parameters() if not p.requires_grad),
     )

@@ -166,6 +166,8 @@ def build_models(spec: WorkerSpec, load: Callable[[WorkerSpec], Any] | None = No
     load = load or load_causal_lm
     model = load(spec)
     reference = init_spec(spec.cell.init).reference
+    if reference == "none":  # full: every weight of the one model trained, no reference (reference-free methods)
+        return Built(model=model, ref_model=None, peft_config=None)
     if reference == "separate_model":
         # The recipe's precomputed reference: TRL computes the log-probs with the initial policy and keeps no
         # reference model (bench/matrix/reference.py).

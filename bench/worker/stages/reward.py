@@ -23,16 +23,44 @@ def head_parameters(model: Any) -> list[Any]:
     return [p for name, p in model.named_parameters() if HEADS_IN.intersection(name.split("."))]
 
 
-def load_reward_model(spec: WorkerSpec) -> Any:
+def _materialised_heads(model: Any) -> None:
+    """Give a head left on the meta device real (empty) storage, on the device of the model's other weights.
+
+    The head is not in a causal LM's checkpoint; with accelerate's FSDP launch (FSDP_CPU_RAM_EFFICIENT_LOADING)
+    transformers leaves such missing weights on the meta device on every rank but the first, for FSDP to broadcast
+    rank 0's. Where FSDP does not take over (a CPU profile runs it as DDP), the trainer's `model.to(device)` then
+    fails ("Cannot copy out of meta tensor"). The head is zeroed next anyway, so rank 0's values are every rank's."""
+    loaded = next((p.device for p in model.parameters() if p.device.type != "meta"), "cpu")
+    for name, module in model.named_modules():
+        own = list(module.parameters(recurse=False))
+        if HEADS_IN.intersection(name.split(".")[-1:]) and any(p.is_meta for p in own):
+            module.to_empty(device=loaded, recurse=False)
+
+
+def _zeroed(head: list[Any]) -> None:
+    """Zero the head's weights. Under ZeRO-3's zero.Init each rank holds a partition of them (the parameter itself
+    is an empty placeholder): they are gathered, zeroed on rank 0 and partitioned again."""
+    import contextlib
+
     import torch
 
+    gathered: Any = contextlib.nullcontext()
+    if any(hasattr(p, "ds_id") for p in head):
+        import deepspeed
+
+        gathered = deepspeed.zero.GatheredParameters(head, modifier_rank=0)
+    with gathered, torch.no_grad():
+        for parameter in head:
+            parameter.zero_()
+
+
+def load_reward_model(spec: WorkerSpec) -> Any:
     model = load_pretrained(spec, "AutoModelForSequenceClassification", num_labels=1)
+    _materialised_heads(model)
     head = head_parameters(model)
     if not head:
         raise ValueError(f"{type(model).__name__} has no sequence-classification head named {' or '.join(HEADS)}")
-    with torch.no_grad():
-        for parameter in head:
-            parameter.zero_()
+    _zeroed(head)
     return model
 
 

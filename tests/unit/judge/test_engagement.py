@@ -62,6 +62,20 @@ def test_init_modes():
     assert "one_adapter expects" in mismatches(cell(), 1, seen(ref_model="LlamaForCausalLM"))[0]
 
 
+def test_full_trains_every_weight_of_one_model():
+    sft = Cell(method="sft", init="full", quant="none", backend="single", launcher="python")
+    one_model = seen(adapters=[], wrapper="LlamaForCausalLM", trainer="SFTTrainer", frozen_parameters=0)
+    assert mismatches(sft, 1, one_model) == []
+    assert "full expects one model" in mismatches(sft, 1, one_model.model_copy(update={"ref_model": "Llama"}))[0]
+    assert "full expects one model" in mismatches(sft, 1, one_model.model_copy(update={"adapters": ["default"]}))[0]
+    frozen = mismatches(sft, 1, one_model.model_copy(update={"frozen_parameters": 3}))
+    assert frozen == [
+        "full trains every weight, but the policy has 3 frozen parameter tensor(s); saw adapters=[], ref=None"
+    ]
+    two_models = seen(adapters=[], ref_model="LlamaForCausalLM", frozen_parameters=1)
+    assert "two_models trains every weight" in mismatches(cell(init="two_models"), 1, two_models)[0]
+
+
 def test_zero3_offload_needs_the_optimizer_really_offloaded():
     ds = {"world_size": 2, "distributed_type": "DEEPSPEED", "wrapper": "DeepSpeedEngine", "zero_stage": 3}
     offload = cell(backend="zero3_offload", launcher="deepspeed")

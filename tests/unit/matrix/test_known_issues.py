@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 
 from bench.errors import BenchError
-from bench.matrix.axes import Backend, Init, Launcher, Option, Quant, Setup
+from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import KnownIssue, find_known_issue, known_issues, load_known_issues
 
@@ -55,6 +55,9 @@ BNB_OTHER_DEVICE = (  # accelerate#1515 era, quoted in artidoro/qlora#186 and tr
     "ValueError: You can't train a model that has been loaded in 8-bit precision on a different device than the one "
     "you're training on."
 )
+REWARD_BF16_HEAD = (  # this project's CPU runs, results/cpu/20261124-002043 reward-one_adapter-int8-single
+    "RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::BFloat16"
+)
 FSDP2_INT8_PARAMS = (  # this project's first GPU run, results/1xH200/20261126-182033 one_adapter-int8-fsdp_offload
     "RuntimeError: Creating a Parameter from an instance of type Int8Params requires that detach() returns an instance "
     "of the same type, but return type Tensor was found instead."
@@ -82,8 +85,15 @@ ALLOCATOR_FLUSHES = (  # DeepSpeed stage-3 warning, as quoted in fe1ixxu/ALMA#42
 )
 
 
-def cell(init: Init, quant: Quant, backend: Backend, launcher: Launcher, options: tuple[Option, ...] = ()) -> Cell:
-    return Cell(init=init, quant=quant, backend=backend, launcher=launcher, options=options)
+def cell(
+    init: Init,
+    quant: Quant,
+    backend: Backend,
+    launcher: Launcher,
+    options: tuple[Option, ...] = (),
+    method: Method = Method.DPO,
+) -> Cell:
+    return Cell(init=init, quant=quant, backend=backend, launcher=launcher, options=options, method=method)
 
 
 def stack(**versions: str | None) -> dict[str, str | None]:
@@ -247,6 +257,13 @@ CASES = (
         SPLIT_MISMATCH_29620,
         Cell(init=ONE, quant=NF4, backend=Backend.SINGLE, launcher=PY, setup=Setup.NEWCOMER),
         cell(ONE, NF4, Backend.SINGLE, PY),
+        STACK,
+    ),
+    Case(
+        "reward-qlora-bf16-head-fp32",
+        REWARD_BF16_HEAD,
+        cell(ONE, NF4, Backend.ZERO3, DS, method=Method.REWARD),
+        cell(ONE, NF4, Backend.ZERO3, DS, method=Method.SFT),
         STACK,
     ),
     Case(

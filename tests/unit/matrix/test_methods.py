@@ -15,6 +15,7 @@ from bench.matrix.scenario import (
     not_applicable_reason,
     of_methods,
     parse_methods,
+    rows_added,
 )
 
 
@@ -46,21 +47,61 @@ def test_every_dpo_id_of_the_matrix_is_unchanged_and_the_methods_come_after():
     assert "one_adapter-none-ddp+mpirun" in {c.id for c in cells[:first_other]}
     others = {c.method for c in cells[first_other:]}
     assert others == set(Method) - {Method.DPO}
-    assert {c.backend for c in cells[first_other:]} == {"single", "ddp"}
+
+
+def _rows(cells, method):
+    """(backend, launcher, ranks) rows and the init x quant pairs of one method's recipe cells without options."""
+    mine = [c for c in cells if c.method == method and c.setup == "recipe" and not c.options]
+    return {(c.backend, c.launcher, c.ranks) for c in mine}, {(c.init, c.quant) for c in mine}
+
+
+@pytest.mark.parametrize("method", sorted(set(Method) - {Method.DPO}))
+def test_every_method_runs_on_every_backend_and_launcher_dpo_does(method):
+    cells = expand(load_matrix())
+    dpo_rows, dpo_inits = _rows(cells, Method.DPO)
+    rows, inits = _rows(cells, method)
+    assert dpo_rows <= rows, sorted(dpo_rows - rows)
+    assert dpo_inits <= inits and ("full", "none") in inits
+    if method == Method.KTO:  # DPO's precompute_ref rows: the other method with a reference has them too
+        dpo_pre = {(c.init, c.backend) for c in cells if c.method == Method.DPO and "precompute_ref" in c.options}
+        assert dpo_pre == {(c.init, c.backend) for c in cells if c.method == method and "precompute_ref" in c.options}
+
+
+def test_dpo_has_no_full_cells_and_its_matrix_is_the_axes_and_variants():
+    matrix = load_matrix()
+    assert "full" not in matrix.axes.init
+    assert not any(c.init == "full" for c in expand(matrix) if c.method == Method.DPO)
 
 
 @pytest.mark.parametrize("method", [Method.SFT, Method.REWARD, Method.ORPO, Method.SIMPO])
 def test_reference_free_methods_have_no_reference_to_hold_or_precompute(method, cpu_profile):
     two_models = not_applicable_reason(cell(method, "two_models", "none", "single", "python"), cpu_profile)
     assert two_models.startswith("reference_free_init: ") and "separate reference model" in two_models
+    assert two_models.endswith("; train its full weights on full")
     two_adapters = not_applicable_reason(cell(method, "two_adapters", "none", "single", "python"), cpu_profile)
-    assert "frozen `ref` copy" in two_adapters
+    assert "frozen `ref` copy" in two_adapters and two_adapters.endswith("; train its LoRA adapter on one_adapter")
     precompute = cell(method, "one_adapter", "none", "single", "python", options=("precompute_ref",))
     assert not_applicable_reason(precompute, cpu_profile).startswith("reference_free_precompute: ")
     assert not_applicable_reason(cell(method, "one_adapter", "none", "single", "python"), cpu_profile) is None
 
 
-def test_a_method_with_a_reference_keeps_every_init_mode(cpu_profile):
+@pytest.mark.parametrize("method", [Method.SFT, Method.REWARD, Method.ORPO, Method.SIMPO])
+def test_a_reference_free_method_trains_its_full_weights_on_full(method, cpu_profile):
+    assert not_applicable_reason(cell(method, "full", "none", "zero3", "deepspeed"), cpu_profile) is None
+    for quant in ("int8", "nf4"):
+        reason = not_applicable_reason(cell(method, "full", quant, "zero3", "deepspeed"), cpu_profile)
+        assert reason.startswith("quantized_full_finetune: ")
+
+
+@pytest.mark.parametrize("method", [Method.DPO, Method.KTO])
+def test_a_method_with_a_reference_has_none_on_full(method, cpu_profile):
+    reason = not_applicable_reason(cell(method, "full", "none", "single", "python"), cpu_profile)
+    assert reason.startswith("reference_needs_init: ") and "two_models" in reason
+    precompute = cell(method, "full", "none", "single", "python", options=("precompute_ref",))
+    assert not_applicable_reason(precompute, cpu_profile).startswith("reference_needs_init: ")
+
+
+def test_a_method_with_a_reference_keeps_every_init_mode_that_places_one(cpu_profile):
     for init in ("two_models", "one_adapter", "two_adapters"):
         assert not_applicable_reason(cell("kto", init, "none", "single", "python"), cpu_profile) is None
 
@@ -78,6 +119,35 @@ def test_the_methods_section_lists_only_other_methods():
                 "methods": [{"method": ["dpo"], "init": ["one_adapter"], "quant": ["none"], "backend": ["single"]}],
             }
         )
+
+
+def test_a_methods_row_names_a_launcher_that_launches_its_backends_and_its_own_date():
+    base = {"method": ["sft"], "init": ["one_adapter"], "quant": ["none"]}
+    with pytest.raises(ValidationError, match="launcher mpirun cannot launch backend single"):
+        MatrixSpec.model_validate(
+            {
+                "axes": {"init": ["one_adapter"], "quant": ["none"], "backend": ["single"]},
+                "methods": [base | {"backend": ["single"], "launcher": "mpirun"}],
+            }
+        )
+    matrix = MatrixSpec.model_validate(
+        {
+            "axes": {"init": ["one_adapter"], "quant": ["none"], "backend": ["single"]},
+            "methods": [
+                base | {"backend": ["single"]},
+                base | {"backend": ["single", "zero2"], "added": "2026-11-27T00:00:00Z"},
+                base | {"backend": ["zero2"], "launcher": "mpirun", "added": "2026-11-27T00:00:00Z"},
+            ],
+        }
+    )
+    assert [c.id for c in expand(matrix)] == [
+        "one_adapter-none-single",
+        "sft-one_adapter-none-single",
+        "sft-one_adapter-none-zero2",
+        "sft-one_adapter-none-zero2+mpirun",
+    ]
+    # a cell an undated row lists was there from the start
+    assert sorted(rows_added(matrix)) == ["sft-one_adapter-none-zero2", "sft-one_adapter-none-zero2+mpirun"]
 
 
 def test_method_option_picks_cells():

@@ -9,6 +9,7 @@ from bench.matrix.scenario import (
     Init,
     Launcher,
     MatrixSpec,
+    Method,
     Option,
     Quant,
     expand,
@@ -25,7 +26,10 @@ def test_shipped_matrix_expands_to_every_base_cell_plus_variants():
     ids = [c.id for c in cells]
     assert len(ids) == len(set(ids))
     base = [c for c in cells if not c.is_variant and c.method == "dpo"]
-    assert len(base) == len(Init) * len(Quant) * len(Backend)
+    # DPO's init modes are the ones that place a reference: `full` (no reference) is the other methods'
+    assert len(base) == (len(Init) - 1) * len(Quant) * len(Backend)
+    others = [c for c in cells if not c.is_variant and c.method != "dpo"]
+    assert len(others) == (len(Method) - 1) * len(Init) * len(Quant) * len(Backend)
     assert "one_adapter-none-ddp+mpirun" in ids
     assert "one_adapter-none-zero2+mpirun" in ids
 

@@ -22,8 +22,9 @@ from bench.assets.prepare import PreparedAssets
 from bench.executors.docker import container_spec, docker_run_argv
 from bench.executors.slurm.executor import SlurmOptions, sbatch_options
 from bench.launchers import torch_rank_env
-from bench.matrix.axes import Init, Launcher, Setup
+from bench.matrix.axes import Launcher, Setup
 from bench.matrix.cell import Cell
+from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, world_size
@@ -192,7 +193,7 @@ def test_the_deepspeed_launcher_is_left_the_cells_gpus(rows, monkeypatch):
 def test_mpirun_ranks_tell_torch_who_they_are(rows):
     """Item 3: each mpirun rank's OMPI variables become RANK / LOCAL_RANK / WORLD_SIZE before torch loads."""
     mpi = [r for r in rows if r.cell.launcher == Launcher.MPIRUN]
-    assert len(mpi) == 2
+    assert len(mpi) == 12  # one_adapter-none on ddp and zero2, for DPO and each other method
     for row in mpi:
         assert row.argv[row.argv.index("-np") + 1] == "2" and "MASTER_PORT" in row.argv
         for rank in (0, 1):
@@ -205,7 +206,7 @@ def test_split_models_put_the_lm_head_where_the_batch_is(rows):
     """Item 5: the recipe row places the LM head on the first GPU; the newcomer row leaves device_map="auto" and
     is expected to fail as the known issue says."""
     split = {r.cell.id: device_map_setting(r.spec) for r in rows if r.cell.backend == "device_map"}
-    assert len(split) == 9
+    assert len(split) == 32  # DPO's 9, and 23 of the other methods (sft, reward, orpo, simpo 4 each, kto 7)
     for cell_id, placement in split.items():
         assert placement == ("auto" if cell_id.endswith("+newcomer") else "balanced_io_first"), cell_id
 
@@ -221,7 +222,8 @@ def test_fsdp_cells_load_ram_efficiently_and_adapter_cells_train_at_the_lora_rat
             assert accelerate["distributed_type"] == "FSDP" and accelerate["num_processes"] == 2
         rate = trainer_arguments(row.spec)["learning_rate"]
         scale = method_spec(row.cell.method).learning_rate_scale  # e.g. SimPO's own rate (bench/matrix/methods.py)
-        assert rate == pytest.approx((5e-6 if row.cell.init == Init.TWO_MODELS else 5e-5) * scale), row.cell.id
+        full_weights = not init_spec(row.cell.init).adapters  # two_models and full
+        assert rate == pytest.approx((5e-6 if full_weights else 5e-5) * scale), row.cell.id
         assert trainer_arguments(row.spec)["bf16"] is True and trainer_arguments(row.spec)["use_cpu"] is False
 
 

@@ -194,3 +194,25 @@ def test_hpu_and_build_import_in_either_order(order):
     code = "; ".join(f"import bench.worker.{name}" for name in order)
     done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("method", "init", "ref_model", "peft"),
+    [
+        ("sft", Init.FULL, False, False),
+        ("dpo", Init.TWO_MODELS, True, False),
+        ("sft", Init.ONE_ADAPTER, False, True),
+    ],
+)
+def test_each_init_mode_builds_what_it_trains_and_its_reference(method, init, ref_model, peft):
+    cell = Cell(method=method, init=init, quant=Quant.NONE, backend=Backend.SINGLE, launcher="python")
+    spec = spec_for().model_copy(update={"cell": cell})
+    loaded: list[object] = []
+
+    def load(spec: WorkerSpec) -> object:
+        loaded.append(object())
+        return loaded[-1]
+
+    built = models.build_models(spec, load=load)
+    assert built.model is loaded[0] and len(loaded) == 1 + ref_model
+    assert (built.ref_model is not None) == ref_model and (built.peft_config is not None) == peft
