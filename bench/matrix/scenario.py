@@ -17,6 +17,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.online import RULES as ONLINE_RULES
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
@@ -75,6 +76,8 @@ class MethodRows(Strict):
     init: list[Init] = Field(min_length=1)
     quant: list[Quant] = Field(min_length=1)
     backend: list[Backend] = Field(min_length=1)
+    options: list[Option] = []
+    """Each cell of the slice also carries these options (`+reward_model`)."""
 
     @model_validator(mode="after")
     def _not_dpo(self) -> "MethodRows":
@@ -127,6 +130,7 @@ def _method_cells(rows: MethodRows) -> list[Cell]:
             quant=quant,
             backend=backend,
             launcher=backend_spec(backend).default_launcher,
+            options=tuple(rows.options),
         )
         for method in rows.method
         for init in rows.init
@@ -316,6 +320,7 @@ RULES: tuple[NotApplicableRule, ...] = (
     backend_needs_processes,
     precompute_needs_reference,
     newcomer_needs_a_difference,
+    *ONLINE_RULES,
 )
 
 

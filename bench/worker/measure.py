@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from bench.isolation import progress
 from bench.worker import memory
+from bench.worker.rewards import REWARD_METRIC
 
 ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
 """The trainers' names for the share of pairs whose chosen answer scores higher: the preference trainers' implicit
@@ -60,6 +61,8 @@ class StepRecorder(TrainerCallback):
         self.memory_now: list[int] = []
         self.losses: list[float | None] = []
         self.reward_accuracies: list[float | None] = []
+        self.sampled_rewards: list[float | None] = []
+        """Online methods: the step's mean rule-based reward over every rank's completions; empty otherwise."""
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
         self.progress: progress.StepMarks | None = None
@@ -77,10 +80,16 @@ class StepRecorder(TrainerCallback):
         self._sync()
         self.step_ends.append(time.perf_counter())
         self.cpu_times.append(time.process_time())
-        self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", self.counted_tokens)))
+        # GRPO and RLOO keep `_total_train_tokens` at 0 and count prompt + completion tokens, rank-gathered, in the
+        # Trainer's state instead
+        counted = getattr(self.trainer, "_total_train_tokens", self.counted_tokens) or state.num_input_tokens_seen
+        self.tokens.append(int(counted or 0))
         now = memory.cuda_allocated_now(self.devices) if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
         self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
+        sampled = train_metric(self.trainer, (REWARD_METRIC,))
+        if sampled is not None:
+            self.sampled_rewards.append(sampled if math.isfinite(sampled) else None)
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
         if self.progress is not None:
