@@ -49,7 +49,8 @@ class MethodSpec:
     generates: bool = False
     """Online RL (GRPO, RLOO): each step samples the workload's `generation.num_generations` completions per prompt
     from the policy, scores them with a reward (bench/worker/rewards.py) and trains on them; the reference is a
-    KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed."""
+    KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed. The sampling's forwards
+    (a prefill and one decoding step per token) are not among `extra_forwards`: MFU counts the training step's."""
 
     @property
     def rows_per_example(self) -> int:

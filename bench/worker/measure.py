@@ -82,7 +82,9 @@ class StepRecorder(TrainerCallback):
         self.cpu_times.append(time.process_time())
         # GRPO and RLOO keep `_total_train_tokens` at 0 and count prompt + completion tokens, rank-gathered, in the
         # Trainer's state instead
-        counted = getattr(self.trainer, "_total_train_tokens", self.counted_tokens) or state.num_input_tokens_seen
+        counted = getattr(self.trainer, "_total_train_tokens", self.counted_tokens) or getattr(
+            state, "num_input_tokens_seen", 0
+        )
         self.tokens.append(int(counted or 0))
         now = memory.cuda_allocated_now(self.devices) if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
