@@ -151,7 +151,7 @@ def check(
 ) -> Learning:
     """The learning check of one cell of `method`, from each rank's per-step losses (None: not finite, as JSON
     keeps it), the lead rank's reward accuracies and, for a reward model, its pairwise accuracy after training on
-    `pairs_evaluated` training pairs; for an online method, the sampled reward of each step (`rewards`)."""
+    `pairs_evaluated` training pairs; for an online method, the sampled reward of each generation (`rewards`)."""
     rule = RULES[Method(method)]
     rank_losses = [[math.nan if v is None else v for v in s] for s in rank_losses]
     losses = mean_per_step(rank_losses)

@@ -187,7 +187,8 @@ class Learning(BaseModel):
     losses: list[float | None] = []
     """Per step; None where the loss was not finite."""
     rewards: list[float | None] = []
-    """Online methods: the mean sampled reward of each step (the check: its last quarter above its first)."""
+    """Online methods: the mean sampled reward of each generation, one per step where each step generates (the
+    check: its last quarter above its first)."""
     failures: list[str] = []
     """Why the check failed (empty: passed)."""
 

@@ -62,7 +62,8 @@ class StepRecorder(TrainerCallback):
         self.losses: list[float | None] = []
         self.reward_accuracies: list[float | None] = []
         self.sampled_rewards: list[float | None] = []
-        """Online methods: the step's mean rule-based reward over every rank's completions; empty otherwise."""
+        """Online methods: each generation's mean rule-based reward over every rank's completions; empty otherwise."""
+        self._rewards_logged = 0
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
         self.progress: progress.StepMarks | None = None
@@ -89,13 +90,21 @@ class StepRecorder(TrainerCallback):
         now = memory.cuda_allocated_now(self.devices) if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
         self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
-        sampled = train_metric(self.trainer, (REWARD_METRIC,))
-        if sampled is not None:
-            self.sampled_rewards.append(sampled if math.isfinite(sampled) else None)
+        self._record_generation()
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
         if self.progress is not None:
             self.progress.mark("ended", len(self.step_ends))
+
+    def _record_generation(self) -> None:
+        """The rule reward of a generation that happened in this step. A generation serves steps_per_generation
+        steps (bench/matrix/online.py), and the trainers log its reward once: one value per generation, so that the
+        learning check's spread counts each sample once."""
+        logged = ((getattr(self.trainer, "_metrics", None) or {}).get("train") or {}).get(REWARD_METRIC) or []
+        if len(logged) != self._rewards_logged:
+            self._rewards_logged = len(logged)
+            value = float(logged[-1])
+            self.sampled_rewards.append(value if math.isfinite(value) else None)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:
