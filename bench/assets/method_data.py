@@ -24,5 +24,10 @@ def unpaired(pairs: Iterable[Pair]) -> list[dict[str, str | bool]]:
     return rows
 
 
-FORMS = {"completions": completions, "unpaired": unpaired}
+def prompts(pairs: Iterable[Pair]) -> list[dict[str, str]]:
+    """GRPO, RLOO: the prompts alone; the trainer samples its completions from the policy."""
+    return [{"prompt": p["prompt"]} for p in pairs]
+
+
+FORMS = {"completions": completions, "unpaired": unpaired, "prompts": prompts}
 """The derived forms; `pairs` is the workload's dataset itself."""

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
+from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
@@ -521,6 +522,8 @@ def _peak_phase(
     trainable, train_b, tensors, optimizer, head_trainable = t.params, t.bytes, t.tensors, t.optimizer, t.head
     rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
     seq = knobs.max_length or workload.train.max_length
+    if method.generates:  # a training row is a prompt and one sampled completion
+        seq = generation.generation_of(workload, world, knobs.batch_size, knobs.max_length).sequence
     tokens = rows * seq
     attention = knobs.attention or "sdpa"
     per_layer = terms.layer_activations(
@@ -573,6 +576,11 @@ def _peak_phase(
         # KTO's KL batch: forwards without gradient before the step's own; below the head's backward whenever
         # anything is checkpointed, and then it adds no term.
         phases["kl_batch"] = {"kl_batch_forward": terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split}
+    if method.generates:
+        gen = generation.generation_of(workload, world, knobs.batch_size, knobs.max_length)
+        kv = (shapes.layers, shapes.kv_heads, shapes.head_dim, shapes.vocab, b)
+        phases["generation"] = {k: v / split for k, v in generation.generation_phase(gen, *kv).items()}
+        phases["scoring"] = {"scoring_forward": generation.scoring_forward(per_layer, tokens, shapes.vocab, b) / split}
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
 
 
@@ -621,10 +629,14 @@ def train_terms(
     else:
         _placed_state(s, weights, trainable, out, host)
     _reference_model(s, weights, out, host)
+    if Option.REWARD_MODEL in cell.options:
+        reward = weights.full - (shapes.lm_head - shapes.hidden) * weights.keep
+        out["reward_model"] = reward / world if s.stage == 3 else reward
     if profile.device == "cpu":
         mapped = s.linear * s.b * (not s.quantized) + s.other * weights.keep
         _charge_mapped_weights(out, cell, backend, profile, workload, shapes, world, mapped)
-    load = sum(v for k, v in out.items() if k in ("weights", "adapters", "reference_model", "zero3_gathered_layer"))
+    loaded = ("weights", "adapters", "reference_model", "reward_model", "zero3_gathered_layer")
+    load = sum(v for k, v in out.items() if k in loaded)
     out.update(_buckets(s, trainable))
     peak, grads_full = _peak_phase(s, trainable, zero2_grads, host)
     for name, value in peak.items():

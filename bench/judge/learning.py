@@ -23,7 +23,13 @@ Each method's facts (RULES, keyed by method) are checked from the per-step losse
 - the reward model ranks: after training, its pairwise accuracy on EVAL_PAIRS training pairs
   (bench/worker/stages/reward.py) is above 1/2 by more than two standard errors of a coin flip over those pairs,
   1/sqrt(n): a model that did not learn scores 1/2 on average (a random head) or 0 (a constant head: no pair is
-  ranked), and passes by chance in 2.3 % of runs at most.
+  ranked), and passes by chance in 2.3 % of runs at most;
+- the online methods' reward rises (GRPO, RLOO: their loss is an advantage-weighted ratio whose mean is about 0 at
+  every step, so it has no fall to watch): the mean sampled reward over the last quarter of the steps (at least 3)
+  exceeds the mean over the first quarter by more than RISE_ERRORS standard errors of that difference, from the
+  per-step spread within each quarter (reward_rise_floor). A policy that does not learn samples from the same
+  distribution at every step: its two quarter means differ by noise alone, and pass by chance in 2.3 % of runs
+  (normal approximation). A reward that never varies has no spread, and a rise of 0 is not above 0.
 """
 
 import math
@@ -66,6 +72,8 @@ class Rule:
     falls: bool = True
     ranks_pairs: bool = False
     """The pairwise accuracy after training must be above chance (reward models)."""
+    reward_rises: bool = False
+    """The sampled reward must rise by more than its noise (online methods)."""
 
 
 RULES: dict[Method, Rule] = {
@@ -75,7 +83,11 @@ RULES: dict[Method, Rule] = {
     Method.SFT: Rule(None),
     Method.ORPO: Rule(None),
     Method.SIMPO: Rule(None),
+    Method.GRPO: Rule(None, falls=False, reward_rises=True),
+    Method.RLOO: Rule(None, falls=False, reward_rises=True),
 }
+RISE_ERRORS = 2.0
+"""Standard errors the reward's rise must exceed: one-sided, a policy that does not learn passes in 2.3 % of runs."""
 EXPECTED_NAMES = {LN2: "ln 2", 0.5: "1/2"}
 
 
@@ -93,6 +105,36 @@ def mean_per_step(series: Sequence[Sequence[float]]) -> list[float]:
     return [sum(s[i] for s in present) / len(present) for i in range(steps)]
 
 
+def quarter_means(values: Sequence[float]) -> tuple[float, float, float]:
+    """(first-quarter mean, last-quarter mean, the floor their difference must exceed) of a per-step series, the
+    quarters end_steps long: RISE_ERRORS x sqrt(s1²/n + s2²/n), s the sample standard deviation within each."""
+    window = end_steps(len(values))
+    head, tail = values[:window], values[-window:]
+    spread = sum(_sample_variance(q) / len(q) for q in (head, tail))
+    return sum(head) / len(head), sum(tail) / len(tail), RISE_ERRORS * math.sqrt(spread)
+
+
+def _sample_variance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def reward_failures(rewards: Sequence[float | None]) -> list[str]:
+    """Why an online method's sampled reward did not rise (empty: it did)."""
+    if len(rewards) < 2 * end_steps(len(rewards)):
+        return [f"{len(rewards)} step rewards were recorded: too few for a first and a last quarter"]
+    if any(r is None or not math.isfinite(r) for r in rewards):
+        return ["a step's sampled reward is not finite"]
+    start, end, floor = quarter_means([float(r) for r in rewards if r is not None])
+    if end - start > floor:
+        return []
+    window = end_steps(len(rewards))
+    return [
+        f"reward did not rise: {start:.4f} over the first {window} steps, {end:.4f} over the last {window}, a rise of "
+        f"{end - start:.4f}, not above {floor:.4f} ({RISE_ERRORS:g} standard errors of the per-step spread)"
+    ]
+
+
 def accuracy_floor(pairs: int) -> float:
     """The pairwise accuracy a reward model must exceed: 1/2 + two standard errors of a coin flip, 1/sqrt(n)."""
     return 0.5 + 1.0 / math.sqrt(pairs)
@@ -105,10 +147,11 @@ def check(
     method: Method | str = Method.DPO,
     pair_accuracy: float | None = None,
     pairs_evaluated: int | None = None,
+    rewards: Sequence[float | None] = (),
 ) -> Learning:
     """The learning check of one cell of `method`, from each rank's per-step losses (None: not finite, as JSON
     keeps it), the lead rank's reward accuracies and, for a reward model, its pairwise accuracy after training on
-    `pairs_evaluated` training pairs."""
+    `pairs_evaluated` training pairs; for an online method, the sampled reward of each generation (`rewards`)."""
     rule = RULES[Method(method)]
     rank_losses = [[math.nan if v is None else v for v in s] for s in rank_losses]
     losses = mean_per_step(rank_losses)
@@ -141,6 +184,8 @@ def check(
         )
     if rule.ranks_pairs:
         failures += _ranking_failures(pair_accuracy, pairs_evaluated)
+    if rule.reward_rises:
+        failures += reward_failures(rewards)
     return Learning(
         first_loss=_finite_or_none(first),
         last_loss=_finite_or_none(last),
@@ -151,6 +196,7 @@ def check(
         pair_accuracy=pair_accuracy,
         pairs_evaluated=pairs_evaluated,
         losses=[round(v, 6) if math.isfinite(v) else None for v in losses],
+        rewards=[None if r is None else round(r, 6) for r in rewards],
         failures=failures,
     )
 

@@ -192,6 +192,7 @@ def _trained(
         cell.method,
         lead.pair_accuracy,
         lead.pairs_evaluated,
+        lead.sampled_rewards,
     )
     status = Status.SILENT_FALLBACK if found else Status.LEARNING_FAILED if learning.failures else Status.OK
     return record.model_copy(

@@ -9,15 +9,19 @@ from typing import Literal
 
 from bench.matrix.axes import Method
 
-DataForm = Literal["pairs", "completions", "unpaired"]
+DataForm = Literal["pairs", "completions", "unpaired", "prompts"]
 """The rows a trainer reads, all derived from the workload's preference pairs (bench/assets/method_data.py):
 `pairs` (prompt, chosen, rejected), `completions` (prompt and its chosen answer: SFT) or `unpaired` (each pair as
-a desirable and an undesirable (prompt, completion, label) row, interleaved: KTO)."""
+a desirable and an undesirable (prompt, completion, label) row, interleaved: KTO) or `prompts` (the prompts alone:
+the online methods generate their own completions)."""
 
 Output = Literal["fused_logprobs", "full_logits", "scalar"]
 """How the loss reads the model's output: TRL 1.16's fused LM head (log-probs in tiles, the full logits never
 exist: DPO, KTO, SFT), the model's full logits (the experimental ORPO and CPO/SimPO trainers call the model
 without the fused head), or one scalar per sequence from a sequence-classification head (reward)."""
+
+
+ONLINE_RATE_SCALE = 30.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,11 @@ class MethodSpec:
     learning_rate_scale: float = 1.0
     """Factor on the workload's learning rate. Not 1 only where the method's loss moves too little at the
     workload's rate for its learning check to see it (measured, with the reason, at the entry)."""
+    generates: bool = False
+    """Online RL (GRPO, RLOO): each step samples the workload's `generation.num_generations` completions per prompt
+    from the policy, scores them with a reward (bench/worker/rewards.py) and trains on them; the reference is a
+    KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed. The sampling's forwards
+    (a prefill and one decoding step per token) are not among `extra_forwards`: MFU counts the training step's."""
 
     @property
     def rows_per_example(self) -> int:
@@ -100,6 +109,17 @@ METHODS: dict[Method, MethodSpec] = {
             # quarter fell 0.026 below the first quarter's, under the learning check's 0.03; at 2.5x it fell 0.094
             # (measured on tiny, one_adapter-none-single).
             learning_rate_scale=2.5,
+        ),
+        *(
+            MethodSpec(
+                method,
+                trainer=f"trl.{name}Trainer",
+                reference=True,
+                stage="online",
+                data="prompts",
+                generates=True,
+            )
+            for method, name in ((Method.GRPO, "GRPO"), (Method.RLOO, "RLOO"))
         ),
     )
 }

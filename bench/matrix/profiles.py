@@ -61,6 +61,9 @@ class HardwareProfile(Strict):
         "(bench/isolation/progress.py); loading and a precomputed reference pass are not judged",
     )
     threads_per_process: int = Field(default=1, ge=1)
+    provides: list[str] = Field(
+        default=[], description="optional packages the profile's environment has (vllm), whether or not here"
+    )
     core_slots: int | None = Field(
         default=None,
         ge=2,
@@ -184,6 +187,18 @@ class LoraSpec(Strict):
     )
 
 
+class GenerationSpec(Strict):
+    """What the online methods (GRPO, RLOO) sample each step: TRL's `num_generations` completions per prompt, each
+    of at most `max_completion_length` tokens."""
+
+    num_generations: int = Field(ge=2, description="completions per prompt (a group: GRPO's and RLOO's baseline)")
+    max_completion_length: int = Field(ge=1)
+    temperature: float = Field(default=1.0, gt=0, description="sampling temperature (TRL's default: 1)")
+    learning_rate_scale: float = Field(
+        default=1.0, gt=0, description="factor on the workload's learning rate (train or lora) for the online methods"
+    )
+
+
 class Workload(Strict):
     name: str
     description: str = ""
@@ -192,6 +207,9 @@ class Workload(Strict):
     dataset: DatasetSpec
     train: TrainSpec
     lora: LoraSpec
+    generation: GenerationSpec = GenerationSpec(num_generations=8, max_completion_length=1024)
+    """The online methods' sampling; the default is the question a GPU user asks (8 completions of 1,024 tokens), the
+    CPU workloads set small values."""
 
     @field_validator("train")
     @classmethod

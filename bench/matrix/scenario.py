@@ -17,6 +17,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.online import RULES as ONLINE_RULES
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
@@ -358,6 +359,7 @@ RULES: tuple[NotApplicableRule, ...] = (
     backend_needs_processes,
     precompute_needs_reference,
     newcomer_needs_a_difference,
+    *ONLINE_RULES,
 )
 
 

@@ -191,6 +191,9 @@ class Learning(BaseModel):
     pairs_evaluated: int | None = None
     losses: list[float | None] = []
     """Per step; None where the loss was not finite."""
+    rewards: list[float | None] = []
+    """Online methods: the mean sampled reward of each generation, one per step where each step generates (the
+    check: its last quarter above its first)."""
     failures: list[str] = []
     """Why the check failed (empty: passed)."""
 

@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from bench.isolation import progress
 from bench.worker import memory
+from bench.worker.rewards import REWARD_METRIC
 
 ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
 """The trainers' names for the share of pairs whose chosen answer scores higher: the preference trainers' implicit
@@ -60,6 +61,9 @@ class StepRecorder(TrainerCallback):
         self.memory_now: list[int] = []
         self.losses: list[float | None] = []
         self.reward_accuracies: list[float | None] = []
+        self.sampled_rewards: list[float | None] = []
+        """Online methods: each generation's mean rule-based reward over every rank's completions; empty otherwise."""
+        self._rewards_logged = 0
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
         self.progress: progress.StepMarks | None = None
@@ -77,14 +81,30 @@ class StepRecorder(TrainerCallback):
         self._sync()
         self.step_ends.append(time.perf_counter())
         self.cpu_times.append(time.process_time())
-        self.tokens.append(int(getattr(self.trainer, "_total_train_tokens", self.counted_tokens)))
+        # GRPO and RLOO keep `_total_train_tokens` at 0 and count prompt + completion tokens, rank-gathered, in the
+        # Trainer's state instead
+        counted = getattr(self.trainer, "_total_train_tokens", self.counted_tokens) or getattr(
+            state, "num_input_tokens_seen", 0
+        )
+        self.tokens.append(int(counted or 0))
         now = memory.cuda_allocated_now(self.devices) if memory.cuda_used() else memory.current_rss_bytes()
         self.memory_now.append(now or 0)
         self.reward_accuracies.append(train_metric(self.trainer, ACCURACY_METRICS))
+        self._record_generation()
         if len(self.step_ends) == 1 and self.on_first_step is not None:
             self.on_first_step()
         if self.progress is not None:
             self.progress.mark("ended", len(self.step_ends))
+
+    def _record_generation(self) -> None:
+        """The rule reward of a generation that happened in this step. A generation serves steps_per_generation
+        steps (bench/matrix/online.py), and the trainers log its reward once: one value per generation, so that the
+        learning check's spread counts each sample once."""
+        logged = ((getattr(self.trainer, "_metrics", None) or {}).get("train") or {}).get(REWARD_METRIC) or []
+        if len(logged) != self._rewards_logged:
+            self._rewards_logged = len(logged)
+            value = float(logged[-1])
+            self.sampled_rewards.append(value if math.isfinite(value) else None)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:

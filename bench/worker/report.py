@@ -37,6 +37,8 @@ class RankReport(BaseModel):
     """This rank's training loss per step (None: not finite)."""
     reward_accuracies: list[float | None] = []
     """The trainer's rank-gathered reward accuracy per step (bench/worker/measure.py ACCURACY_METRICS)."""
+    sampled_rewards: list[float | None] = []
+    """Online methods: the rank-gathered mean rule-based reward of each generation (bench/worker/rewards.py)."""
     pair_accuracy: float | None = None
     """Reward models: the pairwise accuracy of the trained model on `pairs_evaluated` training pairs, measured
     after training (bench/worker/stages/reward.py)."""

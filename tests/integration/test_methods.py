@@ -81,3 +81,19 @@ def test_the_gpu_workloads_synthetic_preferences_are_learned_by_every_method(tmp
         assert record.status == "ok" and record.workload == "tiny-synthetic", (cell_id, record.message)
     dpo = records["one_adapter-none-single"].learning
     assert dpo.first_loss == pytest.approx(LN2, abs=1e-3) and dpo.end_loss < LN2 - 0.1
+
+
+ONLINE_CELLS = {"grpo-two_models-none-single": "GRPOTrainer", "rloo-one_adapter-none-single": "RLOOTrainer"}
+
+
+def test_the_online_methods_raise_their_rule_reward_and_a_learning_rate_of_zero_does_not(tmp_path):
+    records = run_method_cells(tmp_path / "online", ",".join(ONLINE_CELLS))
+    for cell_id, trainer in ONLINE_CELLS.items():
+        record = records[cell_id]
+        assert record.status == "ok", (cell_id, record.message)
+        assert record.engagement.trainer == trainer and record.metrics.tokens_total > 0
+        assert len(record.learning.rewards) == record.metrics.steps
+    assert records["grpo-two_models-none-single"].engagement.ref_model is not None  # TRL loads it for beta > 0
+    grpo = "grpo-two_models-none-single"
+    frozen = run_method_cells(tmp_path / "frozen", grpo, {"BENCH_FAULT": "zero_learning_rate"})[grpo]
+    assert frozen.status == "learning_failed" and frozen.message.startswith("reward did not rise"), frozen.message

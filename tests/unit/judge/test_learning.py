@@ -2,7 +2,15 @@ import math
 
 import pytest
 
-from bench.judge.learning import DECREASE_MARGIN, FIRST_LOSS_TOLERANCE, LN2, check, decrease_margin, mean_per_step
+from bench.judge.learning import (
+    DECREASE_MARGIN,
+    FIRST_LOSS_TOLERANCE,
+    LN2,
+    check,
+    decrease_margin,
+    mean_per_step,
+    quarter_means,
+)
 
 FALLING = [LN2, 0.65, 0.6, 0.5]
 
@@ -188,3 +196,27 @@ def test_an_expected_first_loss_without_a_name_is_printed_as_its_value(monkeypat
     assert check([[0.3, 0.2, 0.1]], [], "fp32", "sft").failures == [
         "first-step loss 0.3000 is not 0.25 = 0.2500 (±0.001): the reference is not the initial policy"
     ]
+
+
+def test_an_online_method_passes_when_its_reward_rises_beyond_its_noise():
+    rewards = [0.5, 0.4, 0.6, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9, 0.85, 0.95, 0.9]
+    result = check([[0.01] * len(rewards)], [], "fp32", "grpo", rewards=rewards)
+    assert result.failures == [] and result.rewards == rewards
+
+
+def test_the_rise_floor_is_two_standard_errors_of_the_quarter_means_by_hand():
+    # quarters of 3: first 0.4, 0.5, 0.6 (mean 0.5, sample variance 0.01), last 0.6, 0.7, 0.8 (mean 0.7, 0.01)
+    start, end, floor = quarter_means([0.4, 0.5, 0.6, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8])
+    assert (start, end) == pytest.approx((0.5, 0.7))
+    assert floor == pytest.approx(2 * math.sqrt(0.01 / 3 + 0.01 / 3))
+
+
+def test_a_reward_that_only_wanders_fails_and_a_loss_that_does_not_fall_is_not_held_against_it():
+    rewards = [0.5, 0.7, 0.3, 0.6, 0.4, 0.5, 0.6, 0.4, 0.5, 0.7, 0.3, 0.6]
+    result = check([[0.0] * len(rewards)], [], "fp32", "rloo", rewards=rewards)
+    assert len(result.failures) == 1 and result.failures[0].startswith("reward did not rise")
+
+
+def test_a_constant_reward_fails_and_missing_rewards_fail():
+    assert check([[0.0] * 8], [], "fp32", "grpo", rewards=[0.5] * 8).failures[0].startswith("reward did not rise")
+    assert "too few" in check([[0.0] * 8], [], "fp32", "grpo").failures[0]

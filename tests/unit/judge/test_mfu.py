@@ -85,6 +85,9 @@ def test_each_method_counts_its_forwards_without_gradient():
         Method.REWARD: policy,
         Method.ORPO: policy,
         Method.SIMPO: policy,
+        # the reference's forward over the sampled batch; the sampling's own forwards are not counted
+        Method.GRPO: policy + forward,
+        Method.RLOO: policy + forward,
     }
     assert no_grad_forwards(Method.KTO, precomputed_ref=True) == 1 and no_grad_forwards(Method.DPO, True) == 0
 

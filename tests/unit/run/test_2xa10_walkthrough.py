@@ -206,7 +206,8 @@ def test_split_models_put_the_lm_head_where_the_batch_is(rows):
     """Item 5: the recipe row places the LM head on the first GPU; the newcomer row leaves device_map="auto" and
     is expected to fail as the known issue says."""
     split = {r.cell.id: device_map_setting(r.spec) for r in rows if r.cell.backend == "device_map"}
-    assert len(split) == 32  # DPO's 9, and 23 of the other methods (sft, reward, orpo, simpo 4 each, kto 7)
+    offline = [c for c in split if not c.startswith(("grpo-", "rloo-"))]
+    assert len(offline) == 32  # DPO's 9, and 23 of the other offline methods (sft, reward, orpo, simpo 4 each, kto 7)
     for cell_id, placement in split.items():
         assert placement == ("auto" if cell_id.endswith("+newcomer") else "balanced_io_first"), cell_id
 

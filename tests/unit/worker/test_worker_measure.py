@@ -49,3 +49,19 @@ def test_trainers_without_a_token_count_of_their_own_get_the_batches_counted():
     assert recorder.tokens == [10] and recorder.losses == [0.5, 0.5] and recorder.reward_accuracies == [0.75]
     assert train_metric(types.SimpleNamespace(_metrics={"train": {"accuracy": [0.5]}}), ACCURACY_METRICS) == 0.5
     assert train_metric(types.SimpleNamespace(), ACCURACY_METRICS) is None
+
+
+def test_a_generation_serving_two_steps_records_its_reward_once():
+    from types import SimpleNamespace
+
+    from bench.worker.measure import StepRecorder
+    from bench.worker.rewards import REWARD_METRIC
+
+    recorder = StepRecorder()
+    logged: list[float] = []
+    recorder.trainer = SimpleNamespace(_metrics={"train": {REWARD_METRIC: logged}})
+    for generated in (0.5, None, 0.75, None):
+        if generated is not None:
+            logged.append(generated)
+        recorder._record_generation()
+    assert recorder.sampled_rewards == [0.5, 0.75]

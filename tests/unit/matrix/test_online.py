@@ -1,0 +1,47 @@
+import pytest
+
+from bench.matrix.cell import Cell
+from bench.matrix.online import steps_per_generation, vllm_available
+from bench.matrix.profiles import load_profile
+from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
+
+
+def cell(method="grpo", init="one_adapter", backend="single", launcher="python", **kw) -> Cell:
+    return Cell(method=method, init=init, quant="none", backend=backend, launcher=launcher, **kw)
+
+
+@pytest.fixture
+def cpu():
+    return load_profile("cpu")
+
+
+def test_the_online_methods_run_in_every_init_mode(cpu):
+    for init in ("two_models", "one_adapter", "two_adapters"):
+        assert not_applicable_reason(cell(init=init), cpu) is None
+
+
+def test_vllm_needs_a_cuda_profile_that_has_it_and_online_options_need_an_online_method(cpu):
+    assert not_applicable_reason(cell(options=("vllm",)), cpu).startswith("vllm_needs_vllm: vLLM generates on CUDA")
+    h100 = load_profile("1xH100")
+    if not vllm_available(h100):  # not importable here: declared by the profile it is
+        assert "not importable" in not_applicable_reason(cell(options=("vllm",)), h100)
+    declared = h100.model_copy(update={"provides": ["vllm"]})
+    assert not_applicable_reason(cell(options=("vllm",)), declared) is None
+    dpo = cell(method="dpo", options=("reward_model",))
+    assert not_applicable_reason(dpo, cpu).startswith("online_option_needs_generation: ")
+
+
+def test_nothing_to_precompute_for_a_method_that_samples(cpu):
+    reason = not_applicable_reason(cell(options=("precompute_ref",)), cpu)
+    assert reason.startswith("generation_cannot_precompute: ")
+
+
+def test_the_matrix_holds_grpo_and_rloo_with_their_reward_model_and_vllm_rows():
+    ids = {c.id for c in expand(load_matrix())}
+    assert {"grpo-one_adapter-none-single", "rloo-two_models-none-ddp", "grpo-one_adapter-nf4-zero3"} <= ids
+    assert {"rloo-two_models-none-single+reward_model", "grpo-one_adapter-none-single+vllm"} <= ids
+
+
+def test_a_generation_is_never_split_inside_a_group():
+    for batch, world, group in ((4, 1, 8), (4, 2, 4), (2, 3, 4), (1, 1, 16)):
+        assert batch * world * steps_per_generation(batch, world, group) % group == 0
