@@ -42,11 +42,19 @@ class MethodSpec:
     learning_rate_scale: float = 1.0
     """Factor on the workload's learning rate. Not 1 only where the method's loss moves too little at the
     workload's rate for its learning check to see it (measured, with the reason, at the entry)."""
+    trl_script: str | None = None
+    """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
+    recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
 
     @property
     def rows_per_example(self) -> int:
         """Sequences one example puts through the policy per step: chosen and rejected for pairs, else one."""
         return 2 if self.data == "pairs" else 1
+
+    @property
+    def config(self) -> str:
+        """The import path of the trainer's config class (TRL names it after the trainer)."""
+        return self.trainer.removesuffix("Trainer") + "Config"
 
     @property
     def trainer_class(self) -> str:
@@ -57,9 +65,15 @@ class MethodSpec:
 METHODS: dict[Method, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec(Method.DPO, trainer="trl.DPOTrainer", reference=True, stage="dpo"),
+        MethodSpec(Method.DPO, trainer="trl.DPOTrainer", reference=True, stage="dpo", trl_script="trl.scripts.dpo"),
         MethodSpec(
-            Method.SFT, trainer="trl.SFTTrainer", reference=False, stage="sft", data="completions", reference_forwards=0
+            Method.SFT,
+            trainer="trl.SFTTrainer",
+            reference=False,
+            stage="sft",
+            data="completions",
+            reference_forwards=0,
+            trl_script="trl.scripts.sft",
         ),
         MethodSpec(
             Method.REWARD,
@@ -68,6 +82,7 @@ METHODS: dict[Method, MethodSpec] = {
             stage="reward",
             output="scalar",
             reference_forwards=0,
+            trl_script="trl.scripts.reward",
         ),
         MethodSpec(
             Method.KTO,
@@ -77,6 +92,7 @@ METHODS: dict[Method, MethodSpec] = {
             data="unpaired",
             extra_forwards=1,
             reference_forwards=2,
+            trl_script="trl.scripts.kto",
         ),
         MethodSpec(
             Method.ORPO,
