@@ -51,11 +51,19 @@ class MethodSpec:
     from the policy, scores them with a reward (bench/worker/rewards.py) and trains on them; the reference is a
     KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed. The sampling's forwards
     (a prefill and one decoding step per token) are not among `extra_forwards`: MFU counts the training step's."""
+    trl_script: str | None = None
+    """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
+    recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
 
     @property
     def rows_per_example(self) -> int:
         """Sequences one example puts through the policy per step: chosen and rejected for pairs, else one."""
         return 2 if self.data == "pairs" else 1
+
+    @property
+    def config(self) -> str:
+        """The import path of the trainer's config class (TRL names it after the trainer)."""
+        return self.trainer.removesuffix("Trainer") + "Config"
 
     @property
     def trainer_class(self) -> str:
@@ -66,9 +74,15 @@ class MethodSpec:
 METHODS: dict[Method, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec(Method.DPO, trainer="trl.DPOTrainer", reference=True, stage="dpo"),
+        MethodSpec(Method.DPO, trainer="trl.DPOTrainer", reference=True, stage="dpo", trl_script="trl.scripts.dpo"),
         MethodSpec(
-            Method.SFT, trainer="trl.SFTTrainer", reference=False, stage="sft", data="completions", reference_forwards=0
+            Method.SFT,
+            trainer="trl.SFTTrainer",
+            reference=False,
+            stage="sft",
+            data="completions",
+            reference_forwards=0,
+            trl_script="trl.scripts.sft",
         ),
         MethodSpec(
             Method.REWARD,
@@ -77,6 +91,7 @@ METHODS: dict[Method, MethodSpec] = {
             stage="reward",
             output="scalar",
             reference_forwards=0,
+            trl_script="trl.scripts.reward",
         ),
         MethodSpec(
             Method.KTO,
@@ -86,6 +101,7 @@ METHODS: dict[Method, MethodSpec] = {
             data="unpaired",
             extra_forwards=1,
             reference_forwards=2,
+            trl_script="trl.scripts.kto",
         ),
         MethodSpec(
             Method.ORPO,

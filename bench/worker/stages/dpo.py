@@ -8,10 +8,15 @@ from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import trainer_arguments
 
 
+def arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """DPOConfig's keyword arguments (also what an exported recipe writes)."""
+    return trainer_arguments(spec)
+
+
 def config(spec: WorkerSpec) -> Any:
     from trl import DPOConfig
 
-    return DPOConfig(**trainer_arguments(spec))
+    return DPOConfig(**arguments(spec))
 
 
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:

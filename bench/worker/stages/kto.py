@@ -10,13 +10,17 @@ from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments, precompute_ref_log_probs
 
 
+def arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """KTOConfig's keyword arguments (also what an exported recipe writes)."""
+    return common_arguments(spec) | {
+        "beta": spec.workload.train.beta,
+        "precompute_ref_log_probs": precompute_ref_log_probs(spec),
+    }
+
+
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl import KTOConfig, KTOTrainer
 
-    args = KTOConfig(
-        **common_arguments(spec),
-        beta=spec.workload.train.beta,
-        precompute_ref_log_probs=precompute_ref_log_probs(spec),
-    )
+    args = KTOConfig(**arguments(spec))
     tokenizer, dataset = inputs(spec)
     return assemble(KTOTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=True)

@@ -9,9 +9,14 @@ from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 
+def arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """ORPOConfig's keyword arguments (also what an exported recipe writes)."""
+    return common_arguments(spec)
+
+
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-    args = ORPOConfig(**common_arguments(spec))
+    args = ORPOConfig(**arguments(spec))
     tokenizer, dataset = inputs(spec)
     return assemble(ORPOTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=False)

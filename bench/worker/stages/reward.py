@@ -13,6 +13,11 @@ from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 EVAL_PAIRS = 128
+MODEL_CLASS = "AutoModelForSequenceClassification"
+MODEL_KWARGS = {"num_labels": 1}
+"""A one-output sequence-classification head: the reward."""
+LORA_TASK = "SEQ_CLS"
+"""The LoRA task type of a reward model's adapter (PEFT then also trains the head)."""
 HEADS = ("score", "classifier")
 """The names transformers gives a sequence-classification head (PEFT's SEQ_CLS modules_to_save)."""
 HEADS_IN = frozenset(HEADS)
@@ -55,7 +60,7 @@ def _zeroed(head: list[Any]) -> None:
 
 
 def load_reward_model(spec: WorkerSpec) -> Any:
-    model = load_pretrained(spec, "AutoModelForSequenceClassification", num_labels=1)
+    model = load_pretrained(spec, MODEL_CLASS, **MODEL_KWARGS)
     _materialised_heads(model)
     head = head_parameters(model)
     if not head:
@@ -64,15 +69,20 @@ def load_reward_model(spec: WorkerSpec) -> Any:
     return model
 
 
+def arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """RewardConfig's keyword arguments (also what an exported recipe writes)."""
+    return common_arguments(spec)
+
+
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl import RewardConfig, RewardTrainer
 
-    args = RewardConfig(**common_arguments(spec))
+    args = RewardConfig(**arguments(spec))
     tokenizer, dataset = inputs(spec)
     return assemble(
         RewardTrainer,
         args,
-        build_models(spec, load=load_reward_model, task="SEQ_CLS"),
+        build_models(spec, load=load_reward_model, task=LORA_TASK),
         tokenizer,
         dataset,
         callbacks,

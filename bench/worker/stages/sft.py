@@ -9,9 +9,14 @@ from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
 
 
+def arguments(spec: WorkerSpec) -> dict[str, Any]:
+    """SFTConfig's keyword arguments (also what an exported recipe writes)."""
+    return common_arguments(spec)
+
+
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(**common_arguments(spec))
+    args = SFTConfig(**arguments(spec))
     tokenizer, dataset = inputs(spec)
     return assemble(SFTTrainer, args, build_models(spec), tokenizer, dataset, callbacks, reference=False)
