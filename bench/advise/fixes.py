@@ -1,6 +1,7 @@
 """The smallest change that makes a predicted-OOM cell fit, tried through the estimator: one change at a time, in
 the order of how little it changes what is trained. Pure over the estimator's predict_cell."""
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ from bench.matrix.axes import Backend, Init, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import not_applicable_reason
+from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 
 SHORTEST_LENGTH = 256
 """A max length below this is not offered as a fix."""
@@ -72,6 +73,8 @@ def zero3(cell: Cell, workload: Workload) -> Iterator[Change]:
 def adapter(cell: Cell, workload: Workload) -> Iterator[Change]:
     if cell.init == Init.TWO_MODELS:
         yield Change("a LoRA adapter instead of two models", _recipe_cell(cell, init=Init.ONE_ADAPTER), workload)
+    elif cell.init == Init.FULL:
+        yield Change("a LoRA adapter instead of every weight", _recipe_cell(cell, init=Init.ONE_ADAPTER), workload)
 
 
 def cpu_offload(cell: Cell, workload: Workload) -> Iterator[Change]:
@@ -85,7 +88,7 @@ def cpu_offload(cell: Cell, workload: Workload) -> Iterator[Change]:
 
 def nf4(cell: Cell, workload: Workload) -> Iterator[Change]:
     if cell.quant != Quant.NF4:
-        init = Init.ONE_ADAPTER if cell.init == Init.TWO_MODELS else cell.init
+        init = Init.ONE_ADAPTER if cell.init in (Init.TWO_MODELS, Init.FULL) else cell.init
         what = "nf4 weights (QLoRA)" + (" with a LoRA adapter" if init != cell.init else "")
         yield Change(what, _recipe_cell(cell, quant=Quant.NF4, init=init), workload)
 
@@ -114,6 +117,18 @@ thing come first, then setups that keep full fine-tuning or the same adapter, th
 max length (it changes what is trained)."""
 
 
+@functools.cache
+def _matrix_ids() -> frozenset[str]:
+    return frozenset(c.id for c in expand(load_matrix()))
+
+
+def in_matrix(cell: Cell) -> bool:
+    """Whether the matrix has the cell (a method's rows may leave a backend out: GRPO has no offload rows), or has it
+    but for precompute_ref, an option a fix may add to any cell with a reference."""
+    plain = cell.model_copy(update={"options": tuple(o for o in cell.options if o != Option.PRECOMPUTE_REF)})
+    return cell.id in _matrix_ids() or plain.id in _matrix_ids()
+
+
 @dataclass(frozen=True)
 class Fix:
     change: Change
@@ -132,7 +147,7 @@ def smallest_fix(
     no fix it proposes is host_oom)."""
     for propose in PROPOSALS:
         for change in propose(cell, workload):
-            if not_applicable_reason(change.cell, profile) is not None:
+            if not_applicable_reason(change.cell, profile) is not None or not in_matrix(change.cell):
                 continue
             prediction = predict_cell(change.cell, profile, change.workload, calibration)
             if prediction.verdict == "fits" if fits is None else fits(prediction):

@@ -4,6 +4,8 @@ import csv
 import io
 
 from bench.advise.advice import Advice, CellAdvice
+from bench.matrix.axes import Method
+from bench.matrix.methods import method_spec
 from bench.units import GB, bytes_text
 
 CHECK_LABEL = "a check of this setup on random weights and synthetic data (a few steps), not training your model"
@@ -87,13 +89,20 @@ HOST_NOTE = (
 )
 
 
+def _methods(advice: Advice) -> str:
+    """The advised cells' methods, as headings write them (DPO, SFT and KTO)."""
+    asked = {c.method for c in advice.cells}
+    titles = [method_spec(m).title for m in Method if m in asked] or ["no"]
+    return titles[0] if len(titles) == 1 else ", ".join(titles[:-1]) + " and " + titles[-1]
+
+
 def to_markdown(advice: Advice, limit: int | None = None) -> str:
     a = advice
     memory = _gb(a.memory_per_device_bytes)
     where = f"{a.devices_per_node} x {a.gpu or a.hardware}" + (f" x {a.nodes} nodes" if a.nodes > 1 else "")
     fitting = sum(c.verdict == "fits" for c in a.cells)
     lines = [
-        f"# PREDICTED: DPO setups for `{a.model}` on {where} ({memory} each, {a.precision})",
+        f"# PREDICTED: {_methods(a)} setups for `{a.model}` on {where} ({memory} each, {a.precision})",
         "",
         f"**PREDICTED, not measured** (estimator {a.estimator_version}, docs/estimator.md). max length {a.max_length}, "
         f"batch {a.batch_size} per device, accumulation {a.grad_accum or 1}, LoRA r{a.lora_r} on "

@@ -56,6 +56,11 @@ class MethodSpec:
     recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
 
     @property
+    def title(self) -> str:
+        """The method as people write it, in headings."""
+        return TITLES.get(self.name, self.name.upper())
+
+    @property
     def rows_per_example(self) -> int:
         """Sequences one example puts through the policy per step: chosen and rejected for pairs, else one."""
         return 2 if self.data == "pairs" else 1
@@ -70,6 +75,9 @@ class MethodSpec:
         """The trainer's class name, as engagement sees it."""
         return self.trainer.rsplit(".", 1)[-1]
 
+
+TITLES = {Method.REWARD: "reward-model", Method.SIMPO: "SimPO"}
+"""Where a method is not written as its id in capitals."""
 
 METHODS: dict[Method, MethodSpec] = {
     spec.name: spec

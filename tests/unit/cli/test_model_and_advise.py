@@ -362,3 +362,19 @@ def test_host_need_is_per_rank_times_the_ranks_on_a_node_and_the_device_comes_fi
     assert verdict(cell(16, 150e9, "likely_oom"), profile, host) == "host_oom"
     assert verdict(cell(16, 150e9, "oom"), profile, host) == "oom"
     assert verdict(cell(16, 150e9, "fits"), profile, None) == "fits"  # nothing to hold it against
+
+
+def test_a_fix_proposes_only_cells_the_matrix_has_and_a_full_fine_tune_an_adapter():
+    from bench.advise.fixes import adapter, in_matrix
+    from bench.matrix.cell import Cell
+    from bench.matrix.profiles import load_workload
+
+    def cell(method: str, init: str, backend: str, **extra) -> Cell:
+        launcher = "deepspeed" if backend.startswith("zero") else "python" if backend == "single" else "torchrun"
+        return Cell(method=method, init=init, quant="none", backend=backend, launcher=launcher, **extra)
+
+    assert in_matrix(cell("sft", "full", "zero3_offload"))
+    assert not in_matrix(cell("grpo", "one_adapter", "zero3_offload"))  # GRPO's rows have no offload backend
+    assert in_matrix(cell("kto", "one_adapter", "zero3", options=("precompute_ref",)))  # the option a fix adds
+    (change,) = adapter(cell("sft", "full", "single"), load_workload("tiny"))
+    assert change.cell.init == "one_adapter" and "instead of every weight" in change.what
