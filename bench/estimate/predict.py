@@ -151,26 +151,11 @@ def predict_cell(
         notes.append(_kernels_note(cpu, terms_.get("onednn_bf16_kernels", 0.0)))
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
-    gpu = gpu_terms.gpu_of(profile)  # None off CUDA: only NVIDIA catalog entries have CUDA figures
-    if profile.device == "cuda" and gpu is None:
-        notes.append(
-            f"GPU of profile {profile.name} ({profile.gpu}) has no CUDA figures: taken as {gpu_terms.REFERENCE_GPU}"
-        )
-        gpu = gpu_terms.gpu_named(gpu_terms.REFERENCE_GPU)
+    gpu = _cuda_figures(profile, notes)
     if gpu is not None:
         terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
     t = _totals(cell, profile, backend, shapes, knobs, const, gpu, terms_, host, paged, world)
-    usable = usable_bytes(profile)
-    setup = uncertainty.setup_kind(init_spec(cell.init).adapters, quant_spec(cell.quant).quantized)
-    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(backend), method_of(cell, knobs).name, setup)
-    pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
-    spread = None if pool is None else pool[1]
-    # a CPU cell's errors are of its model memory (train), the library baseline added after
-    figure, baseline = (t.train, t.total - t.train) if profile.device == "cpu" else (t.total, 0.0)
-    bounds = uncertainty.measured_range(figure, spread, baseline)
-    probability = (
-        None if spread is None or usable is None else uncertainty.fit_probability(figure, usable, spread, baseline)
-    )
+    judged = _judged(cell, profile, backend, knobs, t, spreads)
     return Prediction(
         **base,
         status="predicted",
@@ -187,17 +172,55 @@ def predict_cell(
         paged_bytes=paged,
         overhead_bytes=t.total - t.train,
         total_bytes=t.total,
-        range_low_bytes=None if bounds is None else bounds[0],
-        range_high_bytes=None if bounds is None else bounds[1],
-        error_kind=error_kind,
-        range_kind=None if pool is None else pool[0],
-        range_rows=None if spread is None else spread.rows,
-        usable_bytes=usable,
-        fit_probability=probability,
-        verdict=uncertainty.verdict(t.total, usable, probability),
-        margin_bytes=None if usable is None else usable - t.total,
+        **judged,
         notes=notes,
     )
+
+
+def _cuda_figures(profile: HardwareProfile, notes: list[str]) -> gpu_terms.CudaFigures | None:
+    """The profile's GPU's CUDA figures (None off CUDA: only NVIDIA catalog entries have them); a CUDA profile whose
+    GPU has none is taken as the reference GPU, with a note."""
+    gpu = gpu_terms.gpu_of(profile)
+    if profile.device == "cuda" and gpu is None:
+        notes.append(
+            f"GPU of profile {profile.name} ({profile.gpu}) has no CUDA figures: taken as {gpu_terms.REFERENCE_GPU}"
+        )
+        gpu = gpu_terms.gpu_named(gpu_terms.REFERENCE_GPU)
+    return gpu
+
+
+def _judged(
+    cell: Cell,
+    profile: HardwareProfile,
+    backend: Backend,
+    knobs: Knobs,
+    t: "_Totals",
+    spreads: uncertainty.Spreads | None,
+) -> dict[str, object]:
+    """The prediction's range, probability of fitting, verdict and margin, from the errors of comparable cells
+    (bench/estimate/uncertainty.py)."""
+    usable = usable_bytes(profile)
+    setup = uncertainty.setup_kind(init_spec(cell.init).adapters, quant_spec(cell.quant).quantized)
+    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(backend), method_of(cell, knobs).name, setup)
+    pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
+    spread = None if pool is None else pool[1]
+    # a CPU cell's errors are of its model memory (train), the library baseline added after
+    figure, baseline = (t.train, t.total - t.train) if profile.device == "cpu" else (t.total, 0.0)
+    bounds = uncertainty.measured_range(figure, spread, baseline)
+    probability = (
+        None if spread is None or usable is None else uncertainty.fit_probability(figure, usable, spread, baseline)
+    )
+    return {
+        "range_low_bytes": None if bounds is None else bounds[0],
+        "range_high_bytes": None if bounds is None else bounds[1],
+        "error_kind": error_kind,
+        "range_kind": None if pool is None else pool[0],
+        "range_rows": None if spread is None else spread.rows,
+        "usable_bytes": usable,
+        "fit_probability": probability,
+        "verdict": uncertainty.verdict(t.total, usable, probability),
+        "margin_bytes": None if usable is None else usable - t.total,
+    }
 
 
 @dataclass(frozen=True)
@@ -516,28 +539,12 @@ def _peak_phase(
     the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
     (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the peak phase's terms and
     the bytes of every gradient."""
-    method, knobs, workload, shapes, b, profile = s.method, s.knobs, s.workload, s.shapes, s.b, s.profile
-    liger, checkpointing, spec, stage, world, offload = s.liger, s.checkpointing, s.spec, s.stage, s.world, s.offload
+    method, knobs, shapes, b, profile = s.method, s.knobs, s.shapes, s.b, s.profile
+    checkpointing, spec, stage, world, offload = s.checkpointing, s.spec, s.stage, s.world, s.offload
     grads_at, devices = s.grads_at, profile.device_count
     trainable, train_b, tensors, optimizer, head_trainable = t.params, t.bytes, t.tensors, t.optimizer, t.head
-    rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
-    seq = knobs.max_length or workload.train.max_length
-    if method.generates:  # a training row is a prompt and one sampled completion
-        seq = generation.generation_of(workload, world, knobs.batch_size, knobs.max_length).sequence
+    rows, seq, per_layer = _layer_activations(s)
     tokens = rows * seq
-    attention = knobs.attention or "sdpa"
-    per_layer = terms.layer_activations(
-        tokens,
-        rows,
-        seq,
-        shapes.hidden,
-        shapes.kv_heads * shapes.head_dim,
-        shapes.intermediate,
-        shapes.heads,
-        b,
-        materialised_scores=attention == "eager" or (attention == "sdpa" and profile.device == "cpu"),
-        liger=liger,
-    )
     saved = terms.saved_activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
     split = devices if spec.splits_layers else 1
     head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
@@ -572,16 +579,47 @@ def _peak_phase(
         "end": {"zero2_end_of_backward": phase_end} if stage in (1, 2) else {"gradients": grads},
         "step": {"gradients": grads, "optimizer_step_temporaries": optimizer.step_temporaries},
     }
+    phases |= _no_grad_phases(s, per_layer, tokens, split)
+    return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _layer_activations(s: _Setting) -> tuple[int, int, float]:
+    """(rows, sequence length, one decoder layer's activations) of a step's micro-batch."""
+    method, knobs, workload, shapes, profile = s.method, s.knobs, s.workload, s.shapes, s.profile
+    rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
+    seq = knobs.max_length or workload.train.max_length
+    if method.generates:  # a training row is a prompt and one sampled completion
+        seq = generation.generation_of(workload, s.world, knobs.batch_size, knobs.max_length).sequence
+    attention = knobs.attention or "sdpa"
+    per_layer = terms.layer_activations(
+        rows * seq,
+        rows,
+        seq,
+        shapes.hidden,
+        shapes.kv_heads * shapes.head_dim,
+        shapes.intermediate,
+        shapes.heads,
+        s.b,
+        materialised_scores=attention == "eager" or (attention == "sdpa" and profile.device == "cpu"),
+        liger=s.liger,
+    )
+    return rows, seq, per_layer
+
+
+def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:
+    """The phases of forwards without gradient: KTO's KL batch; online RL's generation and its scoring forward."""
+    method, shapes, b = s.method, s.shapes, s.b
+    phases: dict[str, dict[str, float]] = {}
     if method.extra_forwards:
         # KTO's KL batch: forwards without gradient before the step's own; below the head's backward whenever
         # anything is checkpointed, and then it adds no term.
         phases["kl_batch"] = {"kl_batch_forward": terms.no_grad_forward(per_layer, tokens, shapes.vocab, b) / split}
     if method.generates:
-        gen = generation.generation_of(workload, world, knobs.batch_size, knobs.max_length)
+        gen = generation.generation_of(s.workload, s.world, s.knobs.batch_size, s.knobs.max_length)
         kv = (shapes.layers, shapes.kv_heads, shapes.head_dim, shapes.vocab, b)
         phases["generation"] = {k: v / split for k, v in generation.generation_phase(gen, *kv).items()}
         phases["scoring"] = {"scoring_forward": generation.scoring_forward(per_layer, tokens, shapes.vocab, b) / split}
-    return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+    return phases
 
 
 def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dict[str, float]:
