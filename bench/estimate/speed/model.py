@@ -211,7 +211,8 @@ class SpeedPrediction(BaseModel):
     cell_id: str
     hardware: str
     status: str
-    """`predicted` or `not_applicable`."""
+    """`predicted`, `not_applicable`, or `not_modelled`: online RL's sampling (a prefill and one decoding step per
+    completion token, memory-bound) is not in the step model, and a figure without it would be far too fast."""
     s_per_step: float | None = None
     s_per_step_low: float | None = None
     s_per_step_high: float | None = None
@@ -237,6 +238,8 @@ def predict_speed(
     reason = not_applicable_reason(cell, profile)
     if reason is not None:
         return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_applicable")
+    if method_spec(cell.method).generates:
+        return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_modelled")
     calibration = calibration or load_speed_calibration()
     host = calibration.host
     if cpu is None:
