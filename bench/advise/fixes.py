@@ -1,7 +1,6 @@
 """The smallest change that makes a predicted-OOM cell fit, tried through the estimator: one change at a time, in
 the order of how little it changes what is trained. Pure over the estimator's predict_cell."""
 
-import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -10,7 +9,7 @@ from bench.matrix.axes import Backend, Init, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
+from bench.matrix.scenario import not_applicable_reason, shipped_cells
 
 SHORTEST_LENGTH = 256
 """A max length below this is not offered as a fix."""
@@ -117,16 +116,21 @@ thing come first, then setups that keep full fine-tuning or the same adapter, th
 max length (it changes what is trained)."""
 
 
-@functools.cache
-def _matrix_ids() -> frozenset[str]:
-    return frozenset(c.id for c in expand(load_matrix()))
+def matrix_cell(cell_id: str) -> Cell | None:
+    """The matrix's cell of this id; for `<id>+precompute_ref`, the matrix's `<id>` with that option, which a fix may
+    add to any cell with a reference; None where the matrix has neither (a method's rows may leave a backend out:
+    GRPO has no offload rows)."""
+    cells = shipped_cells()
+    if cell_id in cells:
+        return cells[cell_id]
+    plain = cells.get(cell_id.replace(f"+{Option.PRECOMPUTE_REF}", ""))
+    if plain is None:
+        return None
+    return plain.model_copy(update={"options": tuple(sorted({*plain.options, Option.PRECOMPUTE_REF}))})
 
 
 def in_matrix(cell: Cell) -> bool:
-    """Whether the matrix has the cell (a method's rows may leave a backend out: GRPO has no offload rows), or has it
-    but for precompute_ref, an option a fix may add to any cell with a reference."""
-    plain = cell.model_copy(update={"options": tuple(o for o in cell.options if o != Option.PRECOMPUTE_REF)})
-    return cell.id in _matrix_ids() or plain.id in _matrix_ids()
+    return matrix_cell(cell.id) is not None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     chosen = to_run(advice)
     if chosen is not None:
         cell_id, change, extra = chosen
-        cell = by_id.get(cell_id) or _fixed_cell(advice, cell_id, by_id)
+        cell = by_id.get(cell_id) or _fixed_cell(cell_id)
         advice = advice.model_copy(update={"run": run_plan(cell, profile, target_flags(args), change, extra)})
         if args.export is not None:
             export(args, cell, change, extra)
@@ -134,17 +134,15 @@ def advise_point(argv: list[str], matrix: "list[Cell]") -> "tuple[HardwareProfil
     return profile, PointResult(shlex.join(target_flags(args)), usable, predictions, by_id, host_oom, speeds, picks)
 
 
-def _fixed_cell(advice, cell_id: str, by_id: dict):
+def _fixed_cell(cell_id: str) -> "Cell":
     """A fix's cell that is not among the advised ones: a row of the matrix the narrowing (--filter, --init, ...)
     left out (the fix changes the setup), or a precompute_ref row the matrix has no row for."""
-    from bench.matrix.axes import Option
-    from bench.matrix.scenario import expand, load_matrix
+    from bench.advise.fixes import matrix_cell
 
-    every = {c.id: c for c in expand(load_matrix())} | by_id
-    if cell_id in every:
-        return every[cell_id]
-    cell = every[cell_id.replace(f"+{Option.PRECOMPUTE_REF}", "")]
-    return cell.model_copy(update={"options": tuple(sorted({*cell.options, Option.PRECOMPUTE_REF}))})
+    cell = matrix_cell(cell_id)
+    if cell is None:  # smallest_fix proposes matrix cells only (fixes.in_matrix)
+        raise ValueError(f"the fix's cell {cell_id} is not a cell of the matrix")
+    return cell
 
 
 def _gigabytes(text: str) -> float:

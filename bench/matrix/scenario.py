@@ -5,6 +5,7 @@ The rules here are the single source of every N/A cell in every table.
 
 import datetime as dt
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
@@ -197,6 +198,12 @@ def expand(matrix: MatrixSpec) -> list[Cell]:
             seen.add(cell.id)
             unique.append(cell)
     return unique
+
+
+@functools.cache
+def shipped_cells() -> dict[str, Cell]:
+    """The shipped matrix's cells (scenarios/matrix.yaml) by id, expanded once per process."""
+    return {cell.id: cell for cell in expand(load_matrix())}
 
 
 def filter_patterns(pattern: str) -> list[str]:
