@@ -137,7 +137,7 @@ class MemoryCgroup:
 
 
 @dataclass(frozen=True)
-class Mount:
+class CgroupMount:
     root: str
     """The path of the hierarchy that is mounted (field 4 of mountinfo), "/" unless a subtree is mounted."""
     point: str
@@ -150,14 +150,14 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match[1], 8)), field)
 
 
-def mounts(fs: CgroupFs = SYSTEM) -> list[Mount]:
+def mounts(fs: CgroupFs = SYSTEM) -> list[CgroupMount]:
     found = []
     for line in (fs.proc / "self" / "mountinfo").read_text().splitlines():
         left, sep, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if not sep or len(fields) < 5 or len(tail) < 3:
             continue
-        found.append(Mount(_unescape(fields[3]), _unescape(fields[4]), tail[0], tuple(tail[2].split(","))))
+        found.append(CgroupMount(_unescape(fields[3]), _unescape(fields[4]), tail[0], tuple(tail[2].split(","))))
     return found
 
 
@@ -171,7 +171,7 @@ def own_cgroups(fs: CgroupFs = SYSTEM) -> list[tuple[list[str], str]]:
     return lines
 
 
-def _mounted_path(fs: CgroupFs, mount: Mount, cgroup_path: str) -> Path | None:
+def _mounted_path(fs: CgroupFs, mount: CgroupMount, cgroup_path: str) -> Path | None:
     """Where `cgroup_path` of the mounted hierarchy lies on disk; None when the mount does not show it."""
     rel = cgroup_path
     if mount.root != "/":

@@ -23,7 +23,7 @@ DOCKER_CGROUP_PARENT = "/slurm_${SLURMD_NODENAME}/uid_${SLURM_JOB_UID}/job_${SLU
 """The job's cgroup under task/cgroup on cgroup v1 (`slurm_<node>/uid_<uid>/job_<id>`)."""
 
 
-class ContainerSpec(Strict):
+class SlurmContainer(Strict):
     runtime: Literal["pyxis", "apptainer", "docker"]
     image: str = Field(
         min_length=1, description="pyxis: an enroot image URI or .sqsh; apptainer: a .sif; docker: a tag"
@@ -32,7 +32,7 @@ class ContainerSpec(Strict):
     gpus: bool = Field(default=False, description="apptainer --nv / docker --gpus all")
 
 
-def wrap(launch: JobLaunch, spec: ContainerSpec, folders: list[str], env_names: list[str], workdir: str) -> JobLaunch:
+def wrap(launch: JobLaunch, spec: SlurmContainer, folders: list[str], env_names: list[str], workdir: str) -> JobLaunch:
     """`launch` with its ranks in containers of `spec`; `folders` (the project, the run) are mounted at their own
     path, `env_names` are passed into docker containers (the others inherit the task's environment)."""
     mounts = list(dict.fromkeys([*folders, *spec.mounts]))

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError, field_validator
 from bench.errors import BenchError
 from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.local import read_tail
-from bench.executors.slurm.containers import ContainerSpec, wrap
+from bench.executors.slurm.containers import SlurmContainer, wrap
 from bench.executors.slurm.jobs import Accounting, JobRegistry, JobState, cancel, controller_states, submit
 from bench.launchers import job_launch
 from bench.launchers.job import JOB_VARIABLES, NodeLayout, quote
@@ -58,7 +58,7 @@ class SlurmOptions(Strict):
     account: str | None = None
     qos: str | None = None
     sbatch: list[str] = Field(default_factory=list, description="extra sbatch options, e.g. --constraint=a100")
-    container: ContainerSpec | None = None
+    container: SlurmContainer | None = None
     template: str | None = Field(
         default=None, description="sbatch template file (default bench/executors/slurm/job.sbatch)"
     )

@@ -12,7 +12,7 @@ import pytest
 
 from bench.assets.prepare import PreparedAssets
 from bench.errors import BenchError
-from bench.executors.slurm.containers import ContainerSpec, wrap
+from bench.executors.slurm.containers import SlurmContainer, wrap
 from bench.executors.slurm.executor import (
     SlurmOptions,
     job_script,
@@ -230,14 +230,14 @@ def test_pyxis_and_apptainer_and_docker_flags(tmp_path):
     _, plan = plan_for(tmp_path, "ddp", "torchrun")
     launch = job_launch(plan.launcher, plan.inputs, "torchrun", NodeLayout(2, 1))
     mounts = ["/work/main", "/results"]
-    pyxis = wrap(launch, ContainerSpec(runtime="pyxis", image="nvcr.io#nvidia/pytorch:24.05-py3"), mounts, [], "/w")
+    pyxis = wrap(launch, SlurmContainer(runtime="pyxis", image="nvcr.io#nvidia/pytorch:24.05-py3"), mounts, [], "/w")
     assert pyxis.srun[:4] == [
         "srun",
         "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
         "--container-mounts=/work/main:/work/main,/results:/results",
         "--container-workdir=/w",
     ]
-    app = wrap(launch, ContainerSpec(runtime="apptainer", image="/img/bench.sif", gpus=True), mounts, [], "/w")
+    app = wrap(launch, SlurmContainer(runtime="apptainer", image="/img/bench.sif", gpus=True), mounts, [], "/w")
     assert app.node_argv[:8] == [
         "apptainer",
         "exec",
@@ -249,16 +249,16 @@ def test_pyxis_and_apptainer_and_docker_flags(tmp_path):
         "/img/bench.sif",
     ]
     assert app.node_argv[8] == "torchrun"
-    docker = wrap(launch, ContainerSpec(runtime="docker", image="dpo-bench:cpu"), mounts, ["OMP_NUM_THREADS"], "/w")
+    docker = wrap(launch, SlurmContainer(runtime="docker", image="dpo-bench:cpu"), mounts, ["OMP_NUM_THREADS"], "/w")
     line = docker.script_line()
     assert "--cgroup-parent=/slurm_${SLURMD_NODENAME}/uid_${SLURM_JOB_UID}/job_${SLURM_JOB_ID}" in line
     assert "--label=dpo-bench.slurm-job=$SLURM_JOB_ID" in line and "-e OMP_NUM_THREADS -e MASTER_ADDR" in line
     mpi = job_launch("mpirun", plan.inputs, "mpirun", NodeLayout(2, 1))
-    app_mpi = wrap(mpi, ContainerSpec(runtime="apptainer", image="b.sif"), mounts, [], "/w")
+    app_mpi = wrap(mpi, SlurmContainer(runtime="apptainer", image="b.sif"), mounts, [], "/w")
     at = app_mpi.node_argv.index("apptainer")
     assert app_mpi.node_argv[0] == "mpirun" and app_mpi.node_argv[at + 7] == "/venv/bin/python"
     with pytest.raises(BenchError, match="pyxis: mpirun"):
-        wrap(mpi, ContainerSpec(runtime="pyxis", image="x"), mounts, [], "/w")
+        wrap(mpi, SlurmContainer(runtime="pyxis", image="x"), mounts, [], "/w")
 
 
 def test_executor_slurm_without_sbatch_is_one_line(tmp_path):
