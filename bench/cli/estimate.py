@@ -71,7 +71,7 @@ def cmd_validate_estimate(args: argparse.Namespace) -> int:
 
 def cmd_validate_speed(args: argparse.Namespace) -> int:
     from bench.estimate.speed.calibration import load_speed_calibration, write_speed_calibration
-    from bench.estimate.speed.validate import fit, published_rows, speed_rows, to_markdown
+    from bench.estimate.speed.speed_validation import fit, published_rows, speed_rows, to_markdown
 
     calibration = load_speed_calibration()
     if args.fit:

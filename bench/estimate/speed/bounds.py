@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bench.estimate.speed import published
+from bench.estimate.speed import published_speeds
 from bench.estimate.speed.devices import GENERATIONS, MAMF_TFLOPS
 from bench.estimate.speed.mfu_sources import FigureRow, LlamaLayout, mfu_file
 from bench.estimate.speed.work import hardware_ratio
@@ -135,12 +135,15 @@ def _qwen() -> list[PublishedMfu]:
     """Qwen-7B's LoRA and Q-LoRA rows on one A100, every length of its s/it table."""
     shape = llama_shape(mfu_file().models["qwen-7b"])
     rows = []
-    for kind, table in (("lora", published.QWEN7B_LORA_S_PER_IT), ("qlora", published.QWEN7B_QLORA_S_PER_IT)):
+    for kind, table in (
+        ("lora", published_speeds.QWEN7B_LORA_S_PER_IT),
+        ("qlora", published_speeds.QWEN7B_QLORA_S_PER_IT),
+    ):
         for seq, s_per_it in table.items():
             rows.append(
                 PublishedMfu(
                     f"qwen7b-{kind}-a100: seq {seq}",
-                    published.QWEN_README,
+                    published_speeds.QWEN_README,
                     f"{'Q-LoRA' if kind == 'qlora' else 'LoRA'}, Qwen-7B, seq {seq}: {s_per_it} s/it, batch 1 x "
                     "accumulation 8, one A100-SXM4-80G",
                     "transformers Trainer + PEFT, FlashAttention 2" + (", GPTQ Int4" if kind == "qlora" else ""),

@@ -139,7 +139,7 @@ ordering, not on one noisy rerun."""
 def test_small_workload_ranking_agrees_with_the_measured_one():
     from scipy.stats import spearmanr
 
-    from bench.estimate.speed.validate import speed_rows
+    from bench.estimate.speed.speed_validation import speed_rows
 
     rows = [
         r for r in speed_rows(tracked_results(), load_speed_calibration()) if r.workload == "small" and not r.fitted
@@ -150,7 +150,7 @@ def test_small_workload_ranking_agrees_with_the_measured_one():
 
 
 def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
-    from bench.estimate.speed.validate import fit
+    from bench.estimate.speed.speed_validation import fit
 
     committed = load_speed_calibration()
     assert fit(tracked_results(), committed.host) == committed

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.estimate.speed import published, work
+from bench.estimate.speed import published_speeds, work
 from bench.estimate.speed.calibration import (
     ClassConstants,
     HostRate,
@@ -203,7 +203,7 @@ class PublishedSpeed:
         return self.predicted_tokens_per_s / self.measured_tokens_per_s - 1.0
 
 
-def _published_device(row: published.PublishedSpeedRow) -> DeviceFigures:
+def _published_device(row: published_speeds.PublishedSpeedRow) -> DeviceFigures:
     from bench.matrix.gpus import gpu_by_card
 
     return card_figures(gpu_by_card(row.card))
@@ -212,8 +212,8 @@ def _published_device(row: published.PublishedSpeedRow) -> DeviceFigures:
 def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
     constants = constants_for(calibration, "gpu")
     out = []
-    for row in published.ROWS:
-        setup = published.setup_of(row)
+    for row in published_speeds.ROWS:
+        setup = published_speeds.setup_of(row)
         device = _published_device(row)
         seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * GB).values())
         out.append(
@@ -229,8 +229,8 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
 
 
 def fit(results: Path, host: HostRate) -> SpeedCalibration:
-    """Fit the CPU constants on CPU_FIT_RUNS and the GPU constants on published.FITTED with GPU_FIT_RUNS (fit_gpu);
-    nothing else."""
+    """Fit the CPU constants on CPU_FIT_RUNS and the GPU constants on published_speeds.FITTED with GPU_FIT_RUNS
+    (fit_gpu); nothing else."""
     fit_rows = [m for m in measured_cells(results, host) if m.run in CPU_FIT_RUNS]
     if not fit_rows:
         raise BenchError(f"none of the fit runs {', '.join(CPU_FIT_RUNS)} under {results}")
@@ -264,8 +264,8 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
 
 
 GPU_FIT_RUNS = ("1xH200/20261126-182033",)
-"""This project's GPU run the GPU constants are fitted on, with published.FITTED (named before the fit): every other
-measured GPU run (1xH200/20261126-182856, 1xA10/20261126-182033) is held out."""
+"""This project's GPU run the GPU constants are fitted on, with published_speeds.FITTED (named before the fit):
+every other measured GPU run (1xH200/20261126-182856, 1xA10/20261126-182033) is held out."""
 NCCL_LATENCY_S = 6e-6
 """Per collective call on GPUs, a stated prior (no multi-GPU run of this project measures it): "When I run with 2
 GPUs the latency is approximately 6us" (an NCCL all-reduce of 128 B..64 KiB on an HGX 8x H100 node, NVLSTree,
@@ -292,18 +292,18 @@ def gpu_rows(cells: list[MeasuredSpeed]) -> list[GpuRow]:
     rows = [
         GpuRow(
             r.id,
-            published.setup_of(r),
+            published_speeds.setup_of(r),
             _published_device(r),
-            published.setup_of(r).step.tokens / r.measured_tokens_per_s,
+            published_speeds.setup_of(r).step.tokens / r.measured_tokens_per_s,
         )
-        for r in published.ROWS
+        for r in published_speeds.ROWS
     ]
     rows += [GpuRow(m.run, m.setup, m.device, m.s_per_step) for m in cells if m.device.device_class == "gpu"]
     return rows
 
 
 def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
-    """The GPU constants from the named rows only (published.FITTED and GPU_FIT_RUNS): GPU_FEATURES together by
+    """The GPU constants from the named rows only (published_speeds.FITTED and GPU_FIT_RUNS): GPU_FEATURES together by
     bounded least squares (scipy.optimize.lsq_linear) weighted 1/measured (relative error), every constant at least
     0 and the efficiency at most 1 (no GEMM beats the card's measured achievable matmul rate), over the
     modelled rest (log-prob tiles, elementwise and LoRA traffic, dequantization, optimizer, communication). The
@@ -311,7 +311,7 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    fitted_on = [*published.FITTED, *GPU_FIT_RUNS]
+    fitted_on = [*published_speeds.FITTED, *GPU_FIT_RUNS]
     host_bytes_s = host.memory_gbps * GB
     rows = gpu_rows(cells)
     fit_rows = [r for r in rows if r.id in fitted_on]
