@@ -66,8 +66,8 @@ $(STAMP): $(LOCK) pyproject.toml
 bench: setup ## run the matrix for HW (default cpu), print the table, write results/HW/
 	$(PY) -m bench run $(BENCH_ARGS) --executor $(EXECUTOR) $(if $(SLURM_CONFIG),--slurm-config '$(SLURM_CONFIG)')
 
-pipeline: setup ## SFT -> merge -> DPO -> merge -> generate, a process per stage: make pipeline [HW=cpu] [MODEL=<workload>]
-	$(PY) -m bench pipeline --hw $(HW) $(if $(MODEL),--model '$(MODEL)')
+pipeline: setup ## SFT -> merge -> DPO (PIPELINE=rlhf: reward model -> merge -> GRPO) -> merge -> generate, a process per stage: make pipeline [HW=cpu] [MODEL=<workload>] [PIPELINE=dpo|rlhf|rlhf-rloo]
+	$(PY) -m bench pipeline --hw $(HW) $(if $(MODEL),--model '$(MODEL)') $(if $(PIPELINE),--pipeline '$(PIPELINE)')
 
 images: ## build the pinned docker image of FLAVOR (OFFLINE_BASE=1, EXTRA_CA_CERTS=auto|path; docs/docker.md)
 	@# Any set-up venv runs the build; FLAVOR names the image, never what goes into .venv.

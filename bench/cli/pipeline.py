@@ -1,4 +1,6 @@
-"""`pipeline`: SFT -> merge -> DPO -> merge -> generate on this machine (bench/pipeline), one process per stage."""
+"""`pipeline`: a chain of training, merge and generation stages on this machine (bench/pipeline), one process per
+stage: dpo (SFT -> merge -> DPO -> merge -> generate) or rlhf (SFT -> merge -> reward model -> merge -> GRPO or
+RLOO scored by that reward model -> merge -> generate)."""
 
 import argparse
 from pathlib import Path
@@ -9,13 +11,16 @@ from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import BUILD_DIR, PROJECT_ROOT
 
 PIPELINES_DIR = "pipelines"
+PIPELINE_NAMES = ("dpo", "rlhf", "rlhf-rloo")
+"""bench/pipeline/chain.py PIPELINES' keys (a test holds them equal); named here so that `--help` imports no
+pipeline code."""
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from bench.assets.prepare import prepare
     from bench.executors.docker_images import lock_file
     from bench.executors.local import LocalExecutor
-    from bench.pipeline.chain import PipelineContext, run_pipeline
+    from bench.pipeline.chain import PIPELINES, PipelineContext, run_pipeline
     from bench.report.pipeline import stages_table
     from bench.results.env import environment_fingerprint, write_env
     from bench.results.store import new_run_id
@@ -52,6 +57,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         assets,
         executor,
         machine.launch_env,
+        PIPELINES[args.pipeline],
     )
     records = run_pipeline(ctx)
     print(stages_table(records))
@@ -61,8 +67,14 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "pipeline",
-        help="SFT (LoRA) -> merge -> DPO from the merged model -> merge -> generate, each stage a process with its "
-        "own record (docs/pipeline.md)",
+        help="SFT (LoRA) -> merge -> DPO (or a reward model, then GRPO/RLOO scored by it) -> merge -> generate, "
+        "each stage a process with its own record (docs/pipeline.md)",
+    )
+    p.add_argument(
+        "--pipeline",
+        default="dpo",
+        choices=PIPELINE_NAMES,
+        help="dpo: SFT then DPO; rlhf: SFT, a reward model, then GRPO scored by it; rlhf-rloo: the same with RLOO",
     )
     p.add_argument("--hw", default="cpu")
     p.add_argument("--model", default=None, metavar="WORKLOAD", help="the workload to run (default: the profile's)")

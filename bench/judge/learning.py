@@ -148,10 +148,12 @@ def check(
     pair_accuracy: float | None = None,
     pairs_evaluated: int | None = None,
     rewards: Sequence[float | None] = (),
+    reward_parts: dict[str, list[float | None]] | None = None,
 ) -> Learning:
     """The learning check of one cell of `method`, from each rank's per-step losses (None: not finite, as JSON
     keeps it), the lead rank's reward accuracies and, for a reward model, its pairwise accuracy after training on
-    `pairs_evaluated` training pairs; for an online method, the sampled reward of each generation (`rewards`)."""
+    `pairs_evaluated` training pairs; for an online method, the sampled reward of each generation (`rewards`) and
+    each reward function's part of it."""
     rule = RULES[Method(method)]
     rank_losses = [[math.nan if v is None else v for v in s] for s in rank_losses]
     losses = mean_per_step(rank_losses)
@@ -167,13 +169,7 @@ def check(
     window = end_steps(len(losses))
     tail = losses[-window:]
     end = sum(tail) / len(tail)
-    tolerance = FIRST_LOSS_TOLERANCE[precision]
-    if rule.first_loss is not None and math.isfinite(first) and abs(first - rule.first_loss) > tolerance:
-        name = EXPECTED_NAMES.get(rule.first_loss, f"{rule.first_loss:g}")
-        failures.append(
-            f"first-step loss {first:.4f} is not {name} = {rule.first_loss:.4f} (±{tolerance:g}): "
-            + rule.first_loss_meaning
-        )
+    failures += _first_loss_failures(rule, first, precision)
     start, start_text = first, "at step 1"
     if rule.first_loss is None:
         head = losses[:window]
@@ -197,8 +193,19 @@ def check(
         pairs_evaluated=pairs_evaluated,
         losses=[round(v, 6) if math.isfinite(v) else None for v in losses],
         rewards=[None if r is None else round(r, 6) for r in rewards],
+        reward_parts={k: [None if r is None else round(r, 6) for r in v] for k, v in (reward_parts or {}).items()},
         failures=failures,
     )
+
+
+def _first_loss_failures(rule: "Rule", first: float, precision: str) -> list[str]:
+    """Why the first step's loss is not the method's exact one (none where the method has none)."""
+    tolerance = FIRST_LOSS_TOLERANCE[precision]
+    if rule.first_loss is None or not math.isfinite(first) or abs(first - rule.first_loss) <= tolerance:
+        return []
+    name = EXPECTED_NAMES.get(rule.first_loss, f"{rule.first_loss:g}")
+    expected = f"{name} = {rule.first_loss:.4f} (±{tolerance:g})"
+    return [f"first-step loss {first:.4f} is not {expected}: {rule.first_loss_meaning}"]
 
 
 def _ranking_failures(accuracy: float | None, pairs: int | None) -> list[str]:

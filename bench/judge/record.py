@@ -193,6 +193,7 @@ def _trained(
         lead.pair_accuracy,
         lead.pairs_evaluated,
         lead.sampled_rewards,
+        lead.reward_parts,
     )
     status = Status.SILENT_FALLBACK if found else Status.LEARNING_FAILED if learning.failures else Status.OK
     return record.model_copy(

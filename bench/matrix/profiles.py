@@ -197,6 +197,12 @@ class GenerationSpec(Strict):
     learning_rate_scale: float = Field(
         default=1.0, gt=0, description="factor on the workload's learning rate (train or lora) for the online methods"
     )
+    reward_model_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="the reward model's weight beside the rule's 1 (TRL's reward_weights): it matters where the "
+        "reward model is trained (the rlhf pipeline); a matrix cell's scores 0",
+    )
 
 
 class Workload(Strict):

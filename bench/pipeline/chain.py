@@ -2,7 +2,7 @@
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TextIO
 
@@ -10,7 +10,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.executors.base import Executor, LaunchPlan
 from bench.files import write_whole
 from bench.judge.stage import not_run_stage, step_stage, training_stage
-from bench.matrix.axes import Backend, Init, Launcher, Method, Quant
+from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.schema import StageRecord, Status
@@ -19,16 +19,20 @@ from bench.run.cell import RunContext, run_cell
 from bench.run.launch import write_files
 from bench.worker.pipeline_step import StepReport, StepSpec
 
-PIPELINE = "sft-merge-dpo-merge-generate"
 PROMPT = "How do I take care of my garden?"
 """A prompt of the shipped tiny data; any text works for the synthetic workloads."""
 NEW_TOKENS = 32
 STAGES_DIR = "stages"
 
 
-def _adapter_cell(method: Method) -> Cell:
+def _adapter_cell(method: Method, *options: Option) -> Cell:
     return Cell(
-        method=method, init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.SINGLE, launcher=Launcher.PYTHON
+        method=method,
+        init=Init.ONE_ADAPTER,
+        quant=Quant.NONE,
+        backend=Backend.SINGLE,
+        launcher=Launcher.PYTHON,
+        options=tuple(options),
     )
 
 
@@ -40,6 +44,14 @@ p(rejected) were 4-9x smaller than the base model's, and DPO did not learn in 30
 learning check's verdict `learning_failed`); after SFT at a fifth of it DPO fell to 0.58."""
 
 
+ONLINE_RATE = 0.1
+"""The rlhf pipeline's online stage trains the SFT model at a tenth of its matrix cell's rate. Measured on tiny (the
+reward model at weight 0.1, scenarios/workloads/tiny.yaml): at the cell's rate the summed reward reached its top
+within the first quarter and the rise stayed under the check's floor (0.78 -> 0.92, floor 0.16); at 0.3x it rose,
+then fell back to 0.16 in the last quarter; at 0.1x and 0.2x it rose and held (GRPO 0.64 -> 0.95, RLOO 0.55 ->
+0.87 at 0.1x). With the rule alone GRPO learned at the full rate (0.75 -> 1.0)."""
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
@@ -47,6 +59,72 @@ class Stage:
     cell: Cell | None = None
     rate: float = 1.0
     """Factor on the workload's learning rates for a training stage."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    """What `--pipeline` and `make pipeline PIPELINE=` call it."""
+    stages: tuple[Stage, ...]
+
+    @property
+    def title(self) -> str:
+        """The stage kinds in order, as each stage record's `pipeline` names it: sft-merge-dpo-merge-generate."""
+        return "-".join(s.name.split("_")[0] for s in self.stages)
+
+
+def _rlhf(method: Method) -> Pipeline:
+    """SFT, then a reward model trained on the SFT model, then online RL of the SFT model scored by that reward
+    model (and the rule, bench/worker/rewards.py), as DeepSpeed-Chat's three steps with GRPO or RLOO as the third."""
+    name = "rlhf" if method == Method.GRPO else f"rlhf-{method.value}"
+    return Pipeline(
+        name,
+        (
+            Stage("sft", "train", _adapter_cell(Method.SFT), SFT_RATE),
+            Stage("merge_sft", "merge"),
+            Stage("reward", "train", _adapter_cell(Method.REWARD)),
+            Stage("merge_reward", "merge"),
+            Stage(method.value, "train", _adapter_cell(method, Option.REWARD_MODEL), ONLINE_RATE),
+            Stage(f"merge_{method.value}", "merge"),
+            Stage("generate", "generate"),
+        ),
+    )
+
+
+DPO_PIPELINE = Pipeline(
+    "dpo",
+    (
+        Stage("sft", "train", _adapter_cell(Method.SFT), SFT_RATE),
+        Stage("merge_sft", "merge"),
+        Stage("dpo", "train", _adapter_cell(Method.DPO)),
+        Stage("merge_dpo", "merge"),
+        Stage("generate", "generate"),
+    ),
+)
+PIPELINES = {p.name: p for p in (DPO_PIPELINE, _rlhf(Method.GRPO), _rlhf(Method.RLOO))}
+
+
+@dataclass(frozen=True)
+class Models:
+    """What the stages so far have made: the policy the next stage trains or generates from, the adapter the last
+    training stage saved (and its method), and the merged reward model an online stage scores with."""
+
+    policy: str
+    adapter: str | None = None
+    adapter_method: Method | None = None
+    reward_model: str | None = None
+
+    def after(self, stage: Stage, output: str | None) -> "Models":
+        """The models once `stage` has made `output`: a training stage's adapter; a merge's model, which is the
+        reward model when the adapter was a reward model's and the next policy otherwise."""
+        if stage.kind == "train":
+            assert stage.cell is not None
+            return replace(self, adapter=output, adapter_method=stage.cell.method)
+        if stage.kind == "merge" and output is not None:
+            if self.adapter_method == Method.REWARD:
+                return replace(self, reward_model=output)
+            return replace(self, policy=output)
+        return self
 
 
 def scaled(workload: Workload, factor: float) -> Workload:
@@ -64,15 +142,6 @@ def scaled(workload: Workload, factor: float) -> Workload:
     )
 
 
-STAGES = (
-    Stage("sft", "train", _adapter_cell(Method.SFT), SFT_RATE),
-    Stage("merge_sft", "merge"),
-    Stage("dpo", "train", _adapter_cell(Method.DPO)),
-    Stage("merge_dpo", "merge"),
-    Stage("generate", "generate"),
-)
-
-
 @dataclass
 class PipelineContext:
     run_id: str
@@ -85,6 +154,7 @@ class PipelineContext:
     assets: PreparedAssets
     executor: Executor
     launch_env: dict[str, str]
+    pipeline: Pipeline = DPO_PIPELINE
 
 
 def stage_file(run_dir: Path, record: StageRecord) -> Path:
@@ -106,12 +176,13 @@ def load_stages(run_dir: Path) -> list[StageRecord]:
 def run_pipeline(ctx: PipelineContext, out: TextIO = sys.stdout) -> list[StageRecord]:
     """Every stage in order; the first that does not end ok stops the chain. A line per stage on `out`."""
     records: list[StageRecord] = []
-    model, adapter = ctx.assets.model, None
+    models = Models(ctx.assets.model)
     stopped: StageRecord | None = None
-    for index, stage in enumerate(STAGES, start=1):
+    stages = ctx.pipeline.stages
+    for index, stage in enumerate(stages, start=1):
         base = StageRecord(
             run_id=ctx.run_id,
-            pipeline=PIPELINE,
+            pipeline=ctx.pipeline.title,
             index=index,
             stage=stage.name,
             kind=stage.kind,
@@ -122,18 +193,14 @@ def run_pipeline(ctx: PipelineContext, out: TextIO = sys.stdout) -> list[StageRe
         output = ctx.work_dir / f"{index}-{stage.name}"
         if stopped is not None:
             record = not_run_stage(base, stopped, now_iso())
-        elif stage.kind == "train":
-            assert stage.cell is not None
-            record = train(ctx, base, stage, model, output)
-            adapter = record.output
         else:
-            record = step(ctx, base, stage, model, adapter, output)
-            model = record.output or model
+            record = (train if stage.kind == "train" else step)(ctx, base, stage, models, output)
+            models = models.after(stage, record.output)
         write_stage(ctx.run_dir, record)
         records.append(record)
         wall = "" if record.wall_s is None else f" {record.wall_s:.1f}s"
         print(
-            f"[{index}/{len(STAGES)}] {stage.name:<10} {record.status}{wall} {record.message[:100]}",
+            f"[{index}/{len(stages)}] {stage.name:<12} {record.status}{wall} {record.message[:100]}",
             file=out,
             flush=True,
         )
@@ -142,12 +209,15 @@ def run_pipeline(ctx: PipelineContext, out: TextIO = sys.stdout) -> list[StageRe
     return records
 
 
-def train(ctx: PipelineContext, base: StageRecord, stage: Stage, model: str, output: Path) -> StageRecord:
+def train(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models, output: Path) -> StageRecord:
+    """A training stage: its matrix cell on the current policy (with the trained reward model where the cell scores
+    with one), the trained adapter saved to `output`."""
     from bench.estimate.gate import predictor
 
     assert stage.cell is not None
     cell = stage.cell
-    assets = ctx.assets.model_copy(update={"model": model})
+    assets = ctx.assets.model_copy(update={"model": models.policy})
+    reward_model = Path(models.reward_model) if Option.REWARD_MODEL in cell.options and models.reward_model else None
     run = RunContext(
         ctx.run_id,
         ctx.run_dir,
@@ -158,25 +228,27 @@ def train(ctx: PipelineContext, base: StageRecord, stage: Stage, model: str, out
         ctx.launch_env,
         predict=predictor(ctx.profile, ctx.workload),
         save_dir=output,
+        reward_model=reward_model,
     )
     prediction = run.predict(cell) if run.predict else None
     return training_stage(base, run_cell(run, cell, prediction=prediction), str(output))
 
 
-def step(
-    ctx: PipelineContext, base: StageRecord, stage: Stage, model: str, adapter: str | None, output: Path
-) -> StageRecord:
+def step(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models, output: Path) -> StageRecord:
+    """A merge (the last adapter into the policy) or the generation from the policy, a process of its own."""
     folder = ctx.run_dir / "configs" / stage.name
+    merge = stage.kind == "merge"
     spec = StepSpec(
-        step="merge" if stage.kind == "merge" else "generate",
-        model=model,
+        step="merge" if merge else "generate",
+        model=models.policy,
         tokenizer=ctx.assets.tokenizer,
         report=str(folder / "report.json"),
         precision=ctx.profile.precision,
         device=ctx.profile.device,
         prompt=PROMPT,
-        adapter=adapter if stage.kind == "merge" else None,
-        output=str(output) if stage.kind == "merge" else None,
+        adapter=models.adapter if merge else None,
+        task="sequence_classification" if merge and models.adapter_method == Method.REWARD else "causal_lm",
+        output=str(output) if merge else None,
         new_tokens=NEW_TOKENS,
     )
     spec_path = folder / "spec.json"

@@ -10,15 +10,15 @@ from bench.results.schema import StageRecord, Status
 PIPELINES_DIR = "pipelines"
 
 
-def latest_pipelines(hardware_dir: Path) -> dict[str, list[StageRecord]]:
-    """Workload -> the stages of its newest pipeline run under hardware_dir/pipelines (by run id: UTC times)."""
+def latest_pipelines(hardware_dir: Path) -> dict[tuple[str, str], list[StageRecord]]:
+    """(pipeline, workload) -> the stages of its newest run under hardware_dir/pipelines (by run id: UTC times)."""
     from bench.pipeline.chain import load_stages
 
-    found: dict[str, list[StageRecord]] = {}
+    found: dict[tuple[str, str], list[StageRecord]] = {}
     for run_dir in sorted((hardware_dir / PIPELINES_DIR).glob("*/"), reverse=True):
         stages = load_stages(run_dir)
-        if stages and stages[0].workload not in found:
-            found[stages[0].workload] = stages
+        if stages:
+            found.setdefault((stages[0].pipeline, stages[0].workload), stages)
     return found
 
 
@@ -51,12 +51,12 @@ def stages_table(records: Sequence[StageRecord]) -> str:
 
 
 def pipeline_section(hardware_dir: Path) -> str:
-    """MATRIX.md's pipeline section: the newest run per workload, one row each; "" when none ran."""
+    """MATRIX.md's pipeline section: the newest run of each pipeline per workload, a table each; "" when none ran."""
     runs = latest_pipelines(hardware_dir)
     if not runs:
         return ""
     parts = [
-        "## Pipeline: SFT → merge → DPO → merge → generate",
+        "## Pipelines: SFT → merge → DPO → merge → generate, and RLHF (SFT, reward model, GRPO or RLOO)",
         "",
         "Each stage a process of its own (`python -m bench pipeline`, docs/pipeline.md); peak = max RSS per process "
         "on CPU, CUDA max allocated on GPU. Stage records: "

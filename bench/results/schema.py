@@ -192,8 +192,11 @@ class Learning(BaseModel):
     losses: list[float | None] = []
     """Per step; None where the loss was not finite."""
     rewards: list[float | None] = []
-    """Online methods: the mean sampled reward of each generation, one per step where each step generates (the
+    """Online methods: the mean total reward of each generation, one per step where each step generates (the
     check: its last quarter above its first)."""
+    reward_parts: dict[str, list[float | None]] = {}
+    """Online methods: each reward function's mean per generation (the rule's, a reward model's), of which `rewards`
+    is the sum."""
     failures: list[str] = []
     """Why the check failed (empty: passed)."""
 

@@ -80,6 +80,9 @@ class RunContext:
     None: the profile's."""
     save_dir: Path | None = None
     """Where each cell's worker saves the trained model (a pipeline's training stage); None: nothing is saved."""
+    reward_model: Path | None = None
+    """A trained reward model an online cell's `reward_model` option scores with (the rlhf pipeline); None: a
+    zero-head one built from the workload's checkpoint."""
 
     @property
     def facts(self) -> RunFacts:
@@ -144,9 +147,14 @@ def run_cell(
     dataset = out_dir / "dataset"
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
-    save_dir = None if ctx.save_dir is None else str(ctx.save_dir)
     spec = WorkerSpec(
-        cell=cell, profile=ctx.profile, workload=ctx.workload, assets=assets, out_dir=str(out_dir), save_dir=save_dir
+        cell=cell,
+        profile=ctx.profile,
+        workload=ctx.workload,
+        assets=assets,
+        out_dir=str(out_dir),
+        save_dir=None if ctx.save_dir is None else str(ctx.save_dir),
+        reward_model=None if ctx.reward_model is None else str(ctx.reward_model),
     )
     plan = _written_plan(ctx, spec, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}

@@ -138,6 +138,7 @@ def _record_training(
     report.cpu_times = recorder.cpu_times
     report.losses, report.reward_accuracies = recorder.losses, recorder.reward_accuracies
     report.sampled_rewards = recorder.sampled_rewards
+    report.reward_parts = recorder.reward_parts
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from bench.isolation import progress
 from bench.worker import memory
-from bench.worker.rewards import REWARD_METRIC
+from bench.worker.rewards import PART_PREFIX, PART_SUFFIX, REWARD_METRIC
 
 ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
 """The trainers' names for the share of pairs whose chosen answer scores higher: the preference trainers' implicit
@@ -62,7 +62,9 @@ class StepRecorder(TrainerCallback):
         self.losses: list[float | None] = []
         self.reward_accuracies: list[float | None] = []
         self.sampled_rewards: list[float | None] = []
-        """Online methods: each generation's mean rule-based reward over every rank's completions; empty otherwise."""
+        """Online methods: each generation's mean total reward over every rank's completions; empty otherwise."""
+        self.reward_parts: dict[str, list[float | None]] = {}
+        """Online methods: each reward function's mean per generation, by the name TRL logs it under."""
         self._rewards_logged = 0
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
@@ -97,14 +99,19 @@ class StepRecorder(TrainerCallback):
             self.progress.mark("ended", len(self.step_ends))
 
     def _record_generation(self) -> None:
-        """The rule reward of a generation that happened in this step. A generation serves steps_per_generation
+        """The rewards of a generation that happened in this step (the total and each function's part). A generation
+        serves steps_per_generation
         steps (bench/matrix/online.py), and the trainers log its reward once: one value per generation, so that the
         learning check's spread counts each sample once."""
-        logged = ((getattr(self.trainer, "_metrics", None) or {}).get("train") or {}).get(REWARD_METRIC) or []
+        metrics = (getattr(self.trainer, "_metrics", None) or {}).get("train") or {}
+        logged = metrics.get(REWARD_METRIC) or []
         if len(logged) != self._rewards_logged:
             self._rewards_logged = len(logged)
-            value = float(logged[-1])
-            self.sampled_rewards.append(value if math.isfinite(value) else None)
+            self.sampled_rewards.append(_finite(logged[-1]))
+            for name, values in metrics.items():
+                if name.startswith(PART_PREFIX) and name.endswith(PART_SUFFIX) and values:
+                    part = name.removeprefix(PART_PREFIX).removesuffix(PART_SUFFIX)
+                    self.reward_parts.setdefault(part, []).append(_finite(values[-1]))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:
@@ -114,6 +121,11 @@ class StepRecorder(TrainerCallback):
         if self._synchronize and torch.cuda.is_initialized():
             for device in self.devices or [None]:
                 torch.cuda.synchronize(device)
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def record_losses(trainer: Any, recorder: StepRecorder) -> None:

@@ -122,13 +122,16 @@ def dtype_keyword(transformers_version: str) -> str:
     return "dtype" if Version(transformers_version) >= Version(DTYPE_KEYWORD_SINCE) else "torch_dtype"
 
 
-def load_pretrained(spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", **kwargs: Any) -> Any:
-    """The workload's checkpoint through a transformers Auto class, quantized and placed as the cell asks."""
+def load_pretrained(
+    spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", path: str | None = None, **kwargs: Any
+) -> Any:
+    """The workload's checkpoint (or the one at `path`) through a transformers Auto class, quantized and placed as
+    the cell asks."""
     import transformers
 
     dtype = DTYPES[spec.profile.precision]
     return getattr(transformers, auto_class).from_pretrained(
-        spec.assets.model,
+        path or spec.assets.model,
         quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),
         device_map=device_map(spec),
         trust_remote_code=False,

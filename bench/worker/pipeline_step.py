@@ -1,7 +1,8 @@
 """The pipeline's steps that do not train, each a process of its own: `python -m bench.worker.pipeline_step
 SPEC.json` (bench/pipeline runs them).
 
-- merge: the base checkpoint plus a trained LoRA adapter, merged with PEFT's `merge_and_unload` and saved with
+- merge: the base checkpoint plus a trained LoRA adapter (a causal LM's, or a reward model's with its trained
+  sequence-classification head), merged with PEFT's `merge_and_unload` and saved with
   `save_pretrained` (and the tokenizer beside it), as the optimum-habana guide's merge step does. Checked: the
   adapter changes the base model's logits on a fixed prompt (it was trained and loaded), and the merged model's
   logits equal the adapter model's within the precision's tolerance (the merge kept what was trained).
@@ -40,6 +41,9 @@ class StepSpec(BaseModel):
     device: str
     prompt: str
     adapter: str | None = None
+    task: Literal["causal_lm", "sequence_classification"] = "causal_lm"
+    """merge: what the adapter was trained on: a causal LM, or a reward model's one-output head (bench/worker/stages/
+    reward.py), whose trained head the merged model keeps."""
     output: str | None = None
     """merge: the folder the merged model is saved to."""
     new_tokens: int = 0
@@ -69,12 +73,18 @@ def _device(spec: StepSpec) -> str:
 
 def merge(spec: StepSpec, checks: dict[str, float | int | str]) -> None:
     import torch
+    import transformers
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.worker.stages import reward
 
     assert spec.adapter is not None and spec.output is not None
-    tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer)
-    base = AutoModelForCausalLM.from_pretrained(spec.model, dtype=_dtype(spec.precision)).to(_device(spec))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(spec.tokenizer)
+    auto_class, kwargs = "AutoModelForCausalLM", {}
+    if spec.task == "sequence_classification":
+        auto_class, kwargs = reward.MODEL_CLASS, reward.MODEL_KWARGS
+    loaded = getattr(transformers, auto_class).from_pretrained(spec.model, dtype=_dtype(spec.precision), **kwargs)
+    base = loaded.to(_device(spec))
     model = PeftModel.from_pretrained(base, spec.adapter).eval()
     probe = tokenizer(spec.prompt, return_tensors="pt").to(_device(spec))
     with torch.no_grad():

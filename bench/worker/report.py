@@ -38,7 +38,9 @@ class RankReport(BaseModel):
     reward_accuracies: list[float | None] = []
     """The trainer's rank-gathered reward accuracy per step (bench/worker/measure.py ACCURACY_METRICS)."""
     sampled_rewards: list[float | None] = []
-    """Online methods: the rank-gathered mean rule-based reward of each generation (bench/worker/rewards.py)."""
+    """Online methods: the rank-gathered mean total reward of each generation (bench/worker/rewards.py)."""
+    reward_parts: dict[str, list[float | None]] = {}
+    """Online methods: each reward function's rank-gathered mean per generation, by the name TRL logs it under."""
     pair_accuracy: float | None = None
     """Reward models: the pairwise accuracy of the trained model on `pairs_evaluated` training pairs, measured
     after training (bench/worker/stages/reward.py)."""

@@ -20,5 +20,10 @@ def target_token_share(completion_ids: Sequence[Sequence[int]], **_: Any) -> lis
     return [sum(is_target(t) for t in ids) / len(ids) if len(ids) else 0.0 for ids in completion_ids]
 
 
-REWARD_METRIC = f"rewards/{target_token_share.__name__}/mean"
-"""The name GRPOTrainer and RLOOTrainer log the reward's mean over every rank's completions of a generation under."""
+REWARD_METRIC = "reward"
+"""What GRPOTrainer and RLOOTrainer log as a generation's mean total reward over every rank's completions: each
+reward function's score, weighted (1 each), summed. With the rule alone, or with a reward model whose head is zero,
+it is the rule's; with a trained reward model (the rlhf pipeline's), the sum the policy is trained to raise."""
+PART_PREFIX, PART_SUFFIX = "rewards/", "/mean"
+"""Each reward function's own mean is logged as rewards/<name>/mean (the rule: target_token_share; a reward model:
+its checkpoint folder's name)."""

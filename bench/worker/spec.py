@@ -21,6 +21,10 @@ class WorkerSpec(BaseModel):
     save_dir: str | None = None
     """Where the trained model (for adapters: the adapter) is saved after training, for a pipeline's next stage;
     None: nothing is saved (a matrix cell)."""
+    reward_model: str | None = None
+    """A trained sequence-classification reward model (the rlhf pipeline's reward stage, merged) that scores an
+    online cell's completions with the `reward_model` option; None: the option builds one from the workload's
+    checkpoint with a zero head (its memory, no reward)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -1,13 +1,15 @@
 """GRPO and RLOO: TRL's online trainers (trl.GRPOTrainer, trl.RLOOTrainer take the same arguments). Each step
 samples `generation.num_generations` completions per prompt from the policy through transformers' generate (or
 vLLM with the `vllm` option), scores them with the rule-based reward (bench/worker/rewards.py), and, with the
-`reward_model` option, also with a sequence-classification reward model built from the workload's checkpoint as
-the reward stage builds it (its head starts at zero, so it adds memory and a forward pass, not reward).
+`reward_model` option, also with a sequence-classification reward model: in a matrix cell built from the workload's
+checkpoint as the reward stage builds it (its head starts at zero, so it adds memory and a forward pass, not
+reward); in the rlhf pipeline the reward model its reward stage trained (WorkerSpec.reward_model).
 
 The reference is TRL's KL term at the workload's beta (TRL's GRPO default, 0, would build none): the adapter
 disabled (one_adapter), the frozen `ref` adapter TRL copies (two_adapters), or, for two_models, a second model TRL
 loads itself from the checkpoint's path (the trainers take no `ref_model`)."""
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.matrix.axes import Option
@@ -16,11 +18,11 @@ from bench.matrix.methods import method_spec
 from bench.matrix.online import steps_per_generation
 from bench.matrix.recipes import verify_installed
 from bench.matrix.scenario import world_size
-from bench.worker.models import build_models, load_causal_lm
+from bench.worker.models import build_models, load_causal_lm, load_pretrained
 from bench.worker.rewards import target_token_share
 from bench.worker.spec import WorkerSpec
 from bench.worker.stages import inputs
-from bench.worker.stages.reward import load_reward_model
+from bench.worker.stages.reward import MODEL_CLASS, MODEL_KWARGS, load_reward_model
 from bench.worker.trainer_args import common_arguments
 
 
@@ -42,6 +44,7 @@ def online_arguments(spec: WorkerSpec) -> dict[str, Any]:
             spec.workload.train.gradient_accumulation_steps or 1,
         ),
         "use_vllm": Option.VLLM in spec.cell.options,
+        "reward_weights": [1.0, generation.reward_model_weight][: len(reward_functions(spec))],
         "vllm_mode": "colocate",
     }
 
@@ -55,6 +58,21 @@ def policy(spec: WorkerSpec) -> tuple[Any, Any]:
     return built.model, built.peft_config
 
 
+def scoring_model(spec: WorkerSpec) -> Any:
+    """The `reward_model` option's model: the trained one a pipeline hands on, else a zero-head one."""
+    if spec.reward_model is None:
+        return load_reward_model(spec)
+    return load_pretrained(spec, MODEL_CLASS, path=spec.reward_model, **MODEL_KWARGS)
+
+
+def reward_functions(spec: WorkerSpec) -> list[Callable[[], Any]]:
+    """What scores the completions, each as a loader: the rule, then the `reward_model` option's model."""
+    found: list[Callable[[], Any]] = [lambda: target_token_share]
+    if Option.REWARD_MODEL in spec.cell.options:
+        found.append(lambda: scoring_model(spec))
+    return found
+
+
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     import trl
 
@@ -62,9 +80,7 @@ def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     config_class, trainer_class = getattr(trl, name.replace("Trainer", "Config")), getattr(trl, name)
     tokenizer, dataset = inputs(spec)
     model, peft_config = policy(spec)
-    reward_funcs: list[Any] = [target_token_share]
-    if Option.REWARD_MODEL in spec.cell.options:
-        reward_funcs.append(load_reward_model(spec))
+    reward_funcs = [load() for load in reward_functions(spec)]
     return trainer_class(
         model=model,
         reward_funcs=reward_funcs,

@@ -59,9 +59,15 @@ def test_a_generation_serving_two_steps_records_its_reward_once():
 
     recorder = StepRecorder()
     logged: list[float] = []
-    recorder.trainer = SimpleNamespace(_metrics={"train": {REWARD_METRIC: logged}})
+    rule: list[float] = []
+    model: list[float] = []
+    metrics = {REWARD_METRIC: logged, "rewards/target_token_share/mean": rule, "rewards/rm/mean": model}
+    recorder.trainer = SimpleNamespace(_metrics={"train": metrics | {"rewards/rm/std": [1.0]}})
     for generated in (0.5, None, 0.75, None):
         if generated is not None:
             logged.append(generated)
+            rule.append(generated - 0.25)
+            model.append(0.25)
         recorder._record_generation()
     assert recorder.sampled_rewards == [0.5, 0.75]
+    assert recorder.reward_parts == {"target_token_share": [0.25, 0.5], "rm": [0.25, 0.25]}
