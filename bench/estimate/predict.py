@@ -147,7 +147,7 @@ def predict_cell(
     world = world_size(cell, profile)
     knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
     terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs, cpu)
-    if profile.device == "cpu" and _bf16_adapters(cell, profile, knobs):
+    if profile.device == "cpu" and _cpu_bf16_matmuls(method_of(cell, knobs), cell, profile, knobs):
         notes.append(_kernels_note(cpu, terms_.get("onednn_bf16_kernels", 0.0)))
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
@@ -455,7 +455,7 @@ def _trainable(s: _Setting, weights: _Weights) -> _Trainable:
         if not knobs.master_weights:
             train_b = b  # pure 16-bit training: adapters in the compute dtype
         elif quantized:
-            train_b = 2  # TRL 1.16 casts the adapter of a quantized model to bf16 (QLoRA recipe)
+            train_b = 2 if _bf16_adapters(method, s.cell, s.profile.precision) else 4
         elif stage == 3:
             train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
         else:
@@ -634,7 +634,7 @@ def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dic
     shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
     if shm:
         out["deepspeed_shm_allreduce"] = shm
-    if _bf16_adapters(cell, profile, knobs):
+    if _cpu_bf16_matmuls(s.method, cell, profile, knobs):
         micro_steps = workload.train.steps * (workload.train.gradient_accumulation_steps or 1)
         linears = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
         kernels = cpu_kernels.adapter_kernels(cpu, linears, workload.lora.r, micro_steps, seq)
@@ -690,11 +690,17 @@ def train_terms(
     return out, load, host
 
 
-def _bf16_adapters(cell: Cell, profile: HardwareProfile, knobs: Knobs) -> bool:
-    """A CPU cell in fp32 whose adapters TRL casts to bf16 (a quantized model's, train_terms): their matmuls are
-    the cell's only bf16 ones."""
+def _cpu_bf16_matmuls(method: MethodSpec, cell: Cell, profile: HardwareProfile, knobs: Knobs) -> bool:
+    """An fp32 cell with fp32 master weights whose only bf16 matmuls are its bf16 adapters'."""
+    return knobs.master_weights and profile.precision == "fp32" and _bf16_adapters(method, cell, profile.precision)
+
+
+def _bf16_adapters(method: MethodSpec, cell: Cell, precision: str) -> bool:
+    """A quantized model's adapters that its trainer casts to bf16 (MethodSpec.qlora_cast). On a CPU in fp32
+    their matmuls are the cell's only bf16 ones: measured on tiny (Xeon, AMX), the stable trainers' quantized cells
+    kept ~100 MiB of oneDNN kernels, the experimental ORPO and CPO trainers' (adapters left in fp32) none."""
     quantized = quant_spec(cell.quant).quantized
-    return init_spec(cell.init).adapters and quantized and knobs.master_weights and profile.precision == "fp32"
+    return init_spec(cell.init).adapters and method.bf16_adapters(quantized, str(cell.quant), precision)
 
 
 def _kernels_note(cpu: CpuFeatures | None, kernels: float) -> str:

@@ -15,6 +15,12 @@ DataForm = Literal["pairs", "completions", "unpaired", "prompts"]
 a desirable and an undesirable (prompt, completion, label) row, interleaved: KTO) or `prompts` (the prompts alone:
 the online methods generate their own completions)."""
 
+QloraCast = Literal["always", "nf4_bf16"]
+"""When a trainer casts a quantized model's trained adapters to bf16 (the QLoRA recipe): `always` (TRL 1.16's
+SFT, DPO, KTO, Reward, GRPO and RLOO trainers cast every trainable parameter), or only a 4-bit model's under
+bf16=True (`nf4_bf16`: the experimental ORPO and CPO trainers' peft_module_casting_to_bf16). Otherwise PEFT keeps
+them in fp32 (autocast_adapter_dtype)."""
+
 Output = Literal["fused_logprobs", "full_logits", "scalar"]
 """How the loss reads the model's output: TRL 1.16's fused LM head (log-probs in tiles, the full logits never
 exist: DPO, KTO, SFT), the model's full logits (the experimental ORPO and CPO/SimPO trainers call the model
@@ -51,9 +57,14 @@ class MethodSpec:
     from the policy, scores them with a reward (bench/worker/rewards.py) and trains on them; the reference is a
     KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed. The sampling's forwards
     (a prefill and one decoding step per token) are not among `extra_forwards`: MFU counts the training step's."""
+    qlora_cast: QloraCast = "always"
     trl_script: str | None = None
     """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
     recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
+
+    def bf16_adapters(self, quantized: bool, quant: str, precision: str) -> bool:
+        """A quantized model's adapters are trained in bf16 (else fp32, PEFT's default). Pure."""
+        return quantized and (self.qlora_cast == "always" or (quant == "nf4" and precision == "bf16"))
 
     @property
     def title(self) -> str:
@@ -117,6 +128,7 @@ METHODS: dict[Method, MethodSpec] = {
             reference=False,
             stage="orpo",
             experimental=True,
+            qlora_cast="nf4_bf16",
             output="full_logits",
             reference_forwards=0,
         ),
@@ -126,6 +138,7 @@ METHODS: dict[Method, MethodSpec] = {
             reference=False,
             stage="simpo",
             experimental=True,
+            qlora_cast="nf4_bf16",
             output="full_logits",
             reference_forwards=0,
             # SimPO's margin is the difference of length-normalised log-probs (a per-token mean, DPO's is a sum
