@@ -19,6 +19,12 @@ DPOTrainer(...) (tokenizing the dataset, accelerate's state, modules imported on
 transformers' Trainer importing deepspeed is 11.8 MiB (`DEEPSPEED_IMPORT`); plus load_from_disk 2.1 MiB and the
 model objects around the mapped weights 1.7 MiB are in `MODEL_AND_DATA_OBJECTS`."""
 
+ONLINE_TRAINER_STATE = 16.8 * MiB
+"""TRAINER_STATE for GRPOTrainer and RLOOTrainer, which tokenize their prompts at each step instead of the dataset
+up front: the built trainer's anonymous memory above the baseline, less MODEL_AND_DATA_OBJECTS, measured with
+memory_phases on one_adapter-none-single: GRPO 20.4 and 20.6 MiB, RLOO 20.8 (tiny); GRPO and RLOO 90.3 and 90.6
+(small, of which its weights, loaded as anonymous memory, are ~69)."""
+
 MODEL_AND_DATA_OBJECTS = 3.8 * MiB
 """load_from_disk (Arrow tables over mapped files) 2.1 MiB + from_pretrained's module objects 1.7 MiB (the weights
 themselves are a mapping of the checkpoint: `weights_charged`)."""
@@ -40,6 +46,12 @@ during the first steps: RssFile growth 24.0 MiB (tiny, whose weights are 0.6 MB)
 touched weight pages); 21.2 MiB with deepspeed imported first. Already in the page cache, so a cgroup does not
 charge them."""
 
+
+ONLINE_HEAP_RETENTION = 0.0
+"""HEAP_RETENTION for the online trainers: none measured. On tiny the step's peak was 9.2 MiB (GRPO) and 9.3 MiB
+(RLOO) above the built trainer, less than the 12.5-13.1 MiB of tensors torch.profiler found live at the peak: the
+freed heap the step's temporaries came from was not grown beyond them. Their training rows are a prompt and 8
+completion tokens, not 128-token pairs. (small's step peak fell below its load peak, so it measures nothing here.)"""
 
 ZERO3_ENGINE_STATE = 9 * MiB
 """What a ZeRO-3 engine holds beyond a ZeRO-2 one at the step's peak, measured on one rank of each (tiny, anonymous
@@ -64,13 +76,19 @@ def weights_charged(resident: float, mapped: float, written: float, kind: Memory
     return resident - mapped + min(written, mapped)
 
 
-def process_terms(kind: MemoryKind, deepspeed_imported_first: bool, zero_stage: int | None) -> dict[str, float]:
-    """The process's own memory beyond tensors at the training peak, per rank."""
+def process_terms(
+    kind: MemoryKind, deepspeed_imported_first: bool, zero_stage: int | None, online: bool = False
+) -> dict[str, float]:
+    """The process's own memory beyond tensors at the training peak, per rank. `online`: GRPO's and RLOO's trainer
+    (their DeepSpeed cells are assumed to pay DEEPSPEED_IMPORT before the baseline as the others do: not measured)."""
+    state = ONLINE_TRAINER_STATE if online else TRAINER_STATE
     out = {
-        "trainer_state": TRAINER_STATE - (DEEPSPEED_IMPORT if deepspeed_imported_first else 0.0),
+        "trainer_state": max(0.0, state - (DEEPSPEED_IMPORT if deepspeed_imported_first else 0.0)),
         "model_and_data_objects": MODEL_AND_DATA_OBJECTS,
-        "heap_retention": HEAP_RETENTION,
     }
+    retention = ONLINE_HEAP_RETENTION if online else HEAP_RETENTION
+    if retention:
+        out["heap_retention"] = retention
     if zero_stage == 3:
         out["zero3_engine_state"] = ZERO3_ENGINE_STATE
     if kind == "rss":

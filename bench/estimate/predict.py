@@ -630,7 +630,7 @@ def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dic
     out: dict[str, float] = {}
     seq = knobs.max_length or workload.train.max_length
     kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
-    out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage))
+    out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage, s.method.generates))
     shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
     if shm:
         out["deepspeed_shm_allreduce"] = shm
