@@ -76,7 +76,7 @@ def test_the_rlhf_chain_scores_its_online_stage_with_the_reward_model_it_trained
         ("merge_sft", "/base", str(work / "1-sft"), Method.SFT),
         ("reward", sft_model, None, 1.0),
         ("merge_reward", sft_model, str(work / "3-reward"), Method.REWARD),
-        ("grpo", sft_model, reward_model, 1.0),
+        ("grpo", sft_model, reward_model, chain.ONLINE_RATE),
         ("merge_grpo", sft_model, str(work / "5-grpo"), Method.GRPO),
         ("generate", str(work / "6-merge_grpo"), str(work / "5-grpo"), Method.GRPO),
     ]

@@ -78,7 +78,7 @@ def test_matrix_md_takes_each_method_from_its_newest_complete_run_and_shows_the_
     assert text.startswith("# DPO compatibility matrix — cpu\n") and "Run `20260101-000000`" in text
     sft = text[text.index("## Method: sft") :]
     assert "Run `20260102-000000`" in sft and "| one_adapter · none | ✅" in sft
-    assert "## Pipeline: SFT → merge → DPO → merge → generate" in text and "[`pipelines/p1/`](pipelines/p1/)" in text
+    assert "## Pipelines: SFT → merge → DPO → merge → generate" in text and "[`pipelines/p1/`](pipelines/p1/)" in text
     assert (hardware / "matrix.csv").read_text().splitlines()[0].startswith("cell_id,method,")
 
 
