@@ -22,7 +22,8 @@ class Generation:
     completions: int
     """g: completions one rank generates in one call to generate."""
     prompt_tokens: int
-    """P: a prompt's tokens, bounded by the workload's max_length (TRL 1.16 truncates no prompt)."""
+    """P: a prompt's tokens: the workload's `generation.prompt_length` where its data is known, else its max_length
+    (TRL 1.16 truncates no prompt)."""
     completion_tokens: int
     """C."""
 
@@ -41,7 +42,8 @@ def generation_of(
     steps = steps_per_generation(
         per_device, world, gen.num_generations, workload.train.gradient_accumulation_steps or 1
     )
-    return Generation(per_device * steps, max_length or workload.train.max_length, gen.max_completion_length)
+    prompt = max_length or gen.prompt_length or workload.train.max_length
+    return Generation(per_device * steps, prompt, gen.max_completion_length)
 
 
 def kv_cache(completions: int, tokens: int, layers: int, kv_heads: int, head_dim: int, compute_bytes: int) -> float:

@@ -197,6 +197,12 @@ class GenerationSpec(Strict):
     learning_rate_scale: float = Field(
         default=1.0, gt=0, description="factor on the workload's learning rate (train or lora) for the online methods"
     )
+    prompt_length: int | None = Field(
+        default=None,
+        ge=1,
+        description="a prompt's most tokens where the workload's data is known; None: max_length (TRL 1.16 "
+        "truncates no prompt, so the estimator assumes the longest a row may be)",
+    )
     reward_model_weight: float = Field(
         default=1.0,
         ge=0,
