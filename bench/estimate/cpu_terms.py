@@ -47,11 +47,12 @@ touched weight pages); 21.2 MiB with deepspeed imported first. Already in the pa
 charge them."""
 
 
-ONLINE_HEAP_RETENTION = 0.0
-"""HEAP_RETENTION for the online trainers: none measured. On tiny the step's peak was 9.2 MiB (GRPO) and 9.3 MiB
-(RLOO) above the built trainer, less than the 12.5-13.1 MiB of tensors torch.profiler found live at the peak: the
-freed heap the step's temporaries came from was not grown beyond them. Their training rows are a prompt and 8
-completion tokens, not 128-token pairs. (small's step peak fell below its load peak, so it measures nothing here.)"""
+ONLINE_HEAP_RETENTION = 8 * MiB
+"""HEAP_RETENTION for the online trainers: the free heap glibc kept after the first step, above the baseline's
+(memory_phases mallinfo2 fordblks, one_adapter-none-single): GRPO 7.7 and RLOO 8.3 MiB (tiny), 9.0 and 6.0 (small).
+HEAP_RETENTION's derivation (peak - trainer state - live tensors per torch.profiler) does not carry over: the
+profiler counts TRL's [tokens, 32768] projection buffer whole (7-10.5 MiB a call on tiny), of which a CPU process
+touches one page a row (tiny's vocabulary is 512 wide)."""
 
 ZERO3_ENGINE_STATE = 9 * MiB
 """What a ZeRO-3 engine holds beyond a ZeRO-2 one at the step's peak, measured on one rank of each (tiny, anonymous

@@ -754,8 +754,8 @@ def _charge_mapped_weights(
     world: int,
     mapped_bytes: float,
 ) -> None:
-    """CPU: what of `weights` and `reference_model` the measured figure charges (cpu_terms.weights_charged). The
-    checkpoint is mapped where it is stored in the compute dtype. A full fine-tune writes its weights at every step;
+    """CPU: what of `weights`, `reference_model` and `reward_model` the measured figure charges
+    (cpu_terms.weights_charged). The checkpoint is mapped where it is stored in the compute dtype. A full fine-tune writes its weights at every step;
     on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine (`_broadcast_model`, also the stage-0
     engine TRL makes of a reference) overwrite the weights with rank 0's. ZeRO-3 copies parameters into its own
     partitions (nothing mapped)."""
@@ -770,6 +770,11 @@ def _charge_mapped_weights(
         if "reference_model" in out:
             written = mapped_bytes if broadcast and spec.zero_stage in (1, 2) else 0.0
             out["reference_model"] = cpu_terms.weights_charged(out["reference_model"], mapped_bytes, written, kind)
+        if "reward_model" in out:
+            # mapped too, but for its one-output head (H elements), and never written: accelerate prepares it for
+            # evaluation, with no DDP wrapper to broadcast into it
+            reward = out["reward_model"]
+            out["reward_model"] = cpu_terms.weights_charged(reward, reward, 0.0, kind)
 
 
 def checkpoint_bytes(workload: Workload, shapes: ModelShapes) -> int:
