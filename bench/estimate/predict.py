@@ -755,10 +755,10 @@ def _charge_mapped_weights(
     mapped_bytes: float,
 ) -> None:
     """CPU: what of `weights`, `reference_model` and `reward_model` the measured figure charges
-    (cpu_terms.weights_charged). The checkpoint is mapped where it is stored in the compute dtype. A full fine-tune writes its weights at every step;
-    on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine (`_broadcast_model`, also the stage-0
-    engine TRL makes of a reference) overwrite the weights with rank 0's. ZeRO-3 copies parameters into its own
-    partitions (nothing mapped)."""
+    (cpu_terms.weights_charged). The checkpoint is mapped where it is stored in the compute dtype. A full fine-tune
+    writes its weights at every step; on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine
+    (`_broadcast_model`, also the stage-0 engine TRL makes of a reference) overwrite the weights with rank 0's.
+    ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
     if checkpoint_bytes(workload, shapes) != (4 if profile.precision == "fp32" else 2):
         return
     spec = backend_spec(backend)
