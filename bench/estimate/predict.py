@@ -583,13 +583,19 @@ def _peak_phase(
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
 
 
+def _row_length(s: _Setting) -> int:
+    """A training row's most tokens: max_length, or for an online method a prompt and one sampled completion."""
+    knobs, workload = s.knobs, s.workload
+    if s.method.generates:
+        return generation.generation_of(workload, s.world, knobs.batch_size, knobs.max_length).sequence
+    return knobs.max_length or workload.train.max_length
+
+
 def _layer_activations(s: _Setting) -> tuple[int, int, float]:
     """(rows, sequence length, one decoder layer's activations) of a step's micro-batch."""
     method, knobs, workload, shapes, profile = s.method, s.knobs, s.workload, s.shapes, s.profile
     rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
-    seq = knobs.max_length or workload.train.max_length
-    if method.generates:  # a training row is a prompt and one sampled completion
-        seq = generation.generation_of(workload, s.world, knobs.batch_size, knobs.max_length).sequence
+    seq = _row_length(s)
     attention = knobs.attention or "sdpa"
     per_layer = terms.layer_activations(
         rows * seq,
@@ -628,7 +634,7 @@ def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dic
     cell, profile, workload, shapes, knobs = s.cell, s.profile, s.workload, s.shapes, s.knobs
     spec, stage, world = s.spec, s.stage, s.world
     out: dict[str, float] = {}
-    seq = knobs.max_length or workload.train.max_length
+    seq = _row_length(s)
     kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
     out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage, s.method.generates))
     shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
