@@ -100,9 +100,8 @@ class StepRecorder(TrainerCallback):
 
     def _record_generation(self) -> None:
         """The rewards of a generation that happened in this step (the total and each function's part). A generation
-        serves steps_per_generation
-        steps (bench/matrix/online.py), and the trainers log its reward once: one value per generation, so that the
-        learning check's spread counts each sample once."""
+        serves steps_per_generation steps (bench/matrix/online.py), and the trainers log its reward once: one value
+        per generation, so that the learning check's spread counts each sample once."""
         metrics = (getattr(self.trainer, "_metrics", None) or {}).get("train") or {}
         logged = metrics.get(REWARD_METRIC) or []
         if len(logged) != self._rewards_logged:

@@ -9,7 +9,6 @@ The reference is TRL's KL term at the workload's beta (TRL's GRPO default, 0, wo
 disabled (one_adapter), the frozen `ref` adapter TRL copies (two_adapters), or, for two_models, a second model TRL
 loads itself from the checkpoint's path (the trainers take no `ref_model`)."""
 
-from collections.abc import Callable
 from typing import Any
 
 from bench.matrix.axes import Option
@@ -44,7 +43,7 @@ def online_arguments(spec: WorkerSpec) -> dict[str, Any]:
             spec.workload.train.gradient_accumulation_steps or 1,
         ),
         "use_vllm": Option.VLLM in spec.cell.options,
-        "reward_weights": [1.0, generation.reward_model_weight][: len(reward_functions(spec))],
+        "reward_weights": [1.0, generation.reward_model_weight][: 1 + (Option.REWARD_MODEL in spec.cell.options)],
         "vllm_mode": "colocate",
     }
 
@@ -65,14 +64,6 @@ def scoring_model(spec: WorkerSpec) -> Any:
     return load_pretrained(spec, MODEL_CLASS, path=spec.reward_model, **MODEL_KWARGS)
 
 
-def reward_functions(spec: WorkerSpec) -> list[Callable[[], Any]]:
-    """What scores the completions, each as a loader: the rule, then the `reward_model` option's model."""
-    found: list[Callable[[], Any]] = [lambda: target_token_share]
-    if Option.REWARD_MODEL in spec.cell.options:
-        found.append(lambda: scoring_model(spec))
-    return found
-
-
 def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     import trl
 
@@ -80,7 +71,9 @@ def trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
     config_class, trainer_class = getattr(trl, name.replace("Trainer", "Config")), getattr(trl, name)
     tokenizer, dataset = inputs(spec)
     model, peft_config = policy(spec)
-    reward_funcs = [load() for load in reward_functions(spec)]
+    reward_funcs: list[Any] = [target_token_share]
+    if Option.REWARD_MODEL in spec.cell.options:
+        reward_funcs.append(scoring_model(spec))
     return trainer_class(
         model=model,
         reward_funcs=reward_funcs,
