@@ -14,6 +14,7 @@ from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.layout import ENV_FILE, RESULTS_FILE
 from bench.results.runs import later_records, latest_complete_run
+from bench.results.schema import ResultRecord
 from bench.results.store import load_results
 
 
@@ -56,6 +57,14 @@ def method_runs(
     return found
 
 
+def matrix_title(records: list[ResultRecord], hardware: str) -> str:
+    """The page's title: the methods its cells train, in the order they appear. Pure."""
+    methods = list(dict.fromkeys(str(r.method) for r in records)) or ["dpo"]
+    if methods == ["dpo"]:
+        return f"DPO compatibility matrix — {hardware}"
+    return f"Compatibility matrix ({', '.join(methods)}) — {hardware}"
+
+
 def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] | None = None) -> Path:
     """Every trial of the matrix's cells recorded in `run_dir`, in matrix order (cells no longer in the matrix are
     left out); for each method in `others`, that method's cells from its own run instead, with that run's context."""
@@ -76,7 +85,7 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
     hardware = records[0].hardware if records else run_dir.parent.name
     present = {r.cell_id for r in records}
     pending = [c for c in cell_ids if c not in present and "+" in c]
-    text = render(records, f"DPO compatibility matrix — {hardware}", context, pending, method_context)
+    text = render(records, matrix_title(records, hardware), context, pending, method_context)
     if pipelines := pipeline_section(run_dir.parent):
         text += "\n" + pipelines
     out = run_dir.parent / "MATRIX.md"

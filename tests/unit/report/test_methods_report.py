@@ -75,7 +75,7 @@ def test_matrix_md_takes_each_method_from_its_newest_complete_run_and_shows_the_
     for stage in stages("p1", [Status.OK] * 5):
         write_stage(hardware / "pipelines" / "p1", stage)
     text = write_matrix(runs["dpo"], [c.id for c in cells], runs).read_text()
-    assert text.startswith("# DPO compatibility matrix — cpu\n") and "Run `20260101-000000`" in text
+    assert text.startswith("# Compatibility matrix (dpo, sft) — cpu\n") and "Run `20260101-000000`" in text
     sft = text[text.index("## Method: sft") :]
     assert "Run `20260102-000000`" in sft and "| one_adapter · none | ✅" in sft
     assert "## Pipelines: SFT → merge → DPO → merge → generate" in text and "[`pipelines/p1/`](pipelines/p1/)" in text
