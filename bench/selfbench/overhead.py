@@ -131,13 +131,13 @@ def plain_environment(spec_path: Path, python: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def plain_starter(start: str, hw: str, log: Path) -> Iterator[tuple[ForkServer | None, str]]:
+def plain_starter(start: str, hw: str, log: Path) -> Iterator[ForkServer | None]:
     """The fork server the plain side forks from where the suite's cells fork under `start`, started as a run
-    starts its own, once per round (see the module's text), else None; and the line that says how it starts."""
+    starts its own, once per round (see the module's text), else None."""
     executor = LocalExecutor(PROJECT_ROOT)
     with fork_server(start, executor, load_profile(hw), {}, log) as serve:
-        line = serve()
-        yield executor.fork_server, line
+        serve()
+        yield executor.fork_server
 
 
 def start_plain(spec_path: Path, log: Path, server: ForkServer | None, cores: set[int] | None) -> Popen:
@@ -194,6 +194,11 @@ def launched(results: Path, hw: str, cell: str, suite: Popen) -> None:
         time.sleep(0.05)
 
 
+def plain_start(args: argparse.Namespace) -> str:
+    """How the plain side starts: as the suite's cells (`--start`), or fresh with `--plain-start fresh`."""
+    return args.start if args.plain_start == "same" else "fresh"
+
+
 def concurrent_round(index: int, args: argparse.Namespace, tmp: Path, spec: Path) -> Round:
     """Both sides at once, each on its half of the cores (swapped every round), the plain side started as the suite
     launches its cell: whatever the machine does during the round, both windows see it."""
@@ -202,7 +207,7 @@ def concurrent_round(index: int, args: argparse.Namespace, tmp: Path, spec: Path
     suite_cores, plain_cores = halves if index % 2 == 0 else halves[::-1]
     results = tmp / f"round-{index}"
     suite = start_suite(args.cell, args.hw, results, args.start, args.steps, suite_cores)
-    with plain_starter(args.plain_start_as, args.hw, tmp / f"fork-server-{index}.log") as (server, _):
+    with plain_starter(plain_start(args), args.hw, tmp / f"fork-server-{index}.log") as server:
         launched(results, args.hw, args.cell, suite)
         log = tmp / f"plain-{index}.log"
         plain = finish_plain(start_plain(spec, log, server, plain_cores), log, server)
@@ -213,7 +218,7 @@ def sequential_round(index: int, args: argparse.Namespace, tmp: Path, spec: Path
     """One side after the other on every core, the order alternating so that drift hits both sides alike."""
     log = tmp / f"plain-{index}.log"
     results = tmp / f"round-{index}"
-    with plain_starter(args.plain_start_as, args.hw, tmp / f"fork-server-{index}.log") as (server, _):
+    with plain_starter(plain_start(args), args.hw, tmp / f"fork-server-{index}.log") as server:
         if index % 2 == 1:
             plain = finish_plain(start_plain(spec, log, server, None), log, server)
         suite, spec = finish_suite(
@@ -246,10 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairing == "concurrent" and core_halves() is None:
         parser.error("--pairing concurrent needs two cores or more; use --pairing sequential")
     kinds = {"tokens/s": [], "median step speed": [], "CPU time per step": []}
-    args.plain_start_as = args.start if args.plain_start == "same" else "fresh"
     play = concurrent_round if args.pairing == "concurrent" else sequential_round
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
-        print(f"plain side started: {args.plain_start_as} (a fork server of its own each round); {args.pairing}")
+        print(f"plain side started: {plain_start(args)} (a fork server of its own each round); {args.pairing}")
         warm = Path(tmp) / "warm-up"
         _, spec = finish_suite(
             start_suite(args.cell, args.hw, warm, args.start, args.steps, None), args.cell, args.hw, warm
