@@ -762,25 +762,35 @@ def _charge_mapped_weights(
 ) -> None:
     """CPU: what of `weights`, `reference_model` and `reward_model` the measured figure charges
     (cpu_terms.weights_charged). The checkpoint is mapped where it is stored in the compute dtype. A full fine-tune
-    writes its weights at every step; on ranks other than 0, DDP (`_sync_module_states`) and a ZeRO-1/2 engine
-    (`_broadcast_model`, also the stage-0 engine TRL makes of a reference) overwrite the weights with rank 0's.
-    ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
+    writes its weights at every step. Under DDP every rank copies every model it places (`cpu_copies_placed_models`);
+    a ZeRO-1/2 engine overwrites the policy with rank 0's on the other ranks (`_broadcast_model`), and the stage-0
+    engine TRL makes of a reference too. ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
     if checkpoint_bytes(workload, shapes) != (4 if profile.precision == "fp32" else 2):
         return
     spec = backend_spec(backend)
     kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
-    broadcast = world > 1 and (backend == Backend.DDP or spec.zero_stage in (1, 2))
+    copied = cpu_copies_placed_models(backend, world)
+    broadcast = world > 1 and spec.zero_stage in (1, 2)
     if spec.zero_stage != 3:
-        written = mapped_bytes if (broadcast or not init_spec(cell.init).adapters) else 0.0
+        written = mapped_bytes if (copied or broadcast or not init_spec(cell.init).adapters) else 0.0
         out["weights"] = cpu_terms.weights_charged(out["weights"], mapped_bytes, written, kind)
         if "reference_model" in out:
-            written = mapped_bytes if broadcast and spec.zero_stage in (1, 2) else 0.0
+            written = mapped_bytes if copied or broadcast else 0.0
             out["reference_model"] = cpu_terms.weights_charged(out["reference_model"], mapped_bytes, written, kind)
         if "reward_model" in out:
-            # mapped too, but for its one-output head (H elements), and never written: accelerate prepares it for
-            # evaluation, with no DDP wrapper to broadcast into it
+            # mapped too, but for its one-output head (H elements)
             reward = out["reward_model"]
-            out["reward_model"] = cpu_terms.weights_charged(reward, reward, 0.0, kind)
+            out["reward_model"] = cpu_terms.weights_charged(reward, reward, reward if copied else 0.0, kind)
+
+
+def cpu_copies_placed_models(backend: Backend, world: int) -> bool:
+    """Whether a CPU cell's processes copy the models they load out of the checkpoint's mapping. accelerate runs
+    several CPU processes as MULTI_CPU and gives each `torch.device("cpu", 0)` (PartialState.set_device), and
+    `Tensor.to` copies between "cpu" and "cpu:0": the Trainer's `_move_model_to_device` copies the policy, and
+    `prepare_model` the reference and a reward model, on every rank (traced with /proc/self/maps, 2026-11-28):
+    nothing of them stays mapped. A DeepSpeed engine places the policy itself, and one process runs on "cpu".
+    Pure."""
+    return world > 1 and backend == Backend.DDP
 
 
 def checkpoint_bytes(workload: Workload, shapes: ModelShapes) -> int:

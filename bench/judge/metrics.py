@@ -50,6 +50,7 @@ def rank_memory(reports: Sequence[RankReport], kernel: Sequence[RankMemory]) -> 
                 kernel_peak_bytes=k.peak_bytes if k else None,
                 limit_bytes=k.limit_bytes if k else None,
                 oom_killed=bool(k and k.oom_kills > 0),
+                longest_batch=max(report.batch_widths) if report and report.batch_widths else None,
             )
         )
     return figures

@@ -336,6 +336,7 @@ def rank_memory_rows(record: ResultRecord) -> list[list[str]]:
             *(_fmt_bytes(v) for v in figures),
             _fmt_bytes(f.limit_bytes),
             "yes" if f.oom_killed else "no",
+            "—" if f.longest_batch is None else str(f.longest_batch),
         ]
 
     return [row(f) for f in record.rank_memory]

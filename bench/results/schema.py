@@ -169,6 +169,10 @@ class RankMemoryFigures(BaseModel):
     kernel_peak_bytes: int | None = None
     limit_bytes: int | None = None
     oom_killed: bool = False
+    longest_batch: int | None = None
+    """Tokens per row of the longest padded batch this rank trained on. Ranks read different batches, and a rank's
+    activation peak follows its longest: under DDP one rank can peak above another by that alone. None in records
+    from before it was kept, and for a rank with no report."""
 
 
 class Learning(BaseModel):

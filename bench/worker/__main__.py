@@ -137,6 +137,7 @@ def _record_training(
     report.step_ends, report.tokens, report.memory_now = recorder.step_ends, recorder.tokens, recorder.memory_now
     report.cpu_times = recorder.cpu_times
     report.losses, report.reward_accuracies = recorder.losses, recorder.reward_accuracies
+    report.batch_widths = recorder.batch_widths
     report.sampled_rewards = recorder.sampled_rewards
     report.reward_parts = recorder.reward_parts
     report.host_peak_rss_bytes = memory.peak_rss_bytes()

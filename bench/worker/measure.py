@@ -38,6 +38,15 @@ def batch_tokens(inputs: dict[str, Any]) -> Any:
     return sum(mask.sum() for mask in masks)
 
 
+def batch_width(inputs: dict[str, Any]) -> int:
+    """Tokens per row of the longest sequence the policy sees in a batch, padding included (the collators pad to the
+    batch's longest row, cut at max_length): the widest `*input_ids` tensor, or an online batch's prompt +
+    completion."""
+    if "completion_ids" in inputs:
+        return int(inputs["prompt_ids"].shape[-1] + inputs["completion_ids"].shape[-1])
+    return max((int(v.shape[-1]) for k, v in inputs.items() if k.endswith("input_ids")), default=0)
+
+
 class StepRecorder(TrainerCallback):
     """Step-end timestamps (CUDA-synchronised), cumulative global tokens and memory per step.
 
@@ -60,6 +69,8 @@ class StepRecorder(TrainerCallback):
         self.tokens: list[int] = []
         self.memory_now: list[int] = []
         self.losses: list[float | None] = []
+        self.batch_widths: list[int] = []
+        """This rank's padded row length of each training batch (batch_width)."""
         self.reward_accuracies: list[float | None] = []
         self.sampled_rewards: list[float | None] = []
         """Online methods: each generation's mean total reward over every rank's completions; empty otherwise."""
@@ -128,8 +139,9 @@ def _finite(value: float) -> float | None:
 
 
 def record_losses(trainer: Any, recorder: StepRecorder) -> None:
-    """Append this rank's loss of every training step to `recorder.losses` (None when not finite), and count the
-    batch's global tokens for a trainer that keeps no count (`_total_train_tokens`) of its own.
+    """Append this rank's loss and batch width of every training step to `recorder.losses` (None when not finite)
+    and `recorder.batch_widths`, and count the batch's global tokens for a trainer that keeps no count
+    (`_total_train_tokens`) of its own.
 
     The Trainer keeps the loss in a local of its training loop; every trainer's compute_loss returns it, so the
     bound method is wrapped.
@@ -146,6 +158,7 @@ def record_losses(trainer: Any, recorder: StepRecorder) -> None:
         if training:
             value = float(loss.detach().float().item())
             recorder.losses.append(value if math.isfinite(value) else None)
+            recorder.batch_widths.append(batch_width(inputs))
         return result
 
     trainer.compute_loss = recording_compute_loss

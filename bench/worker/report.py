@@ -35,6 +35,9 @@ class RankReport(BaseModel):
     """The rank's memory cgroup usage at the same moment (None without a memory budget)."""
     losses: list[float | None] = []
     """This rank's training loss per step (None: not finite)."""
+    batch_widths: list[int] = []
+    """This rank's padded row length of each training batch: the longest row it saw, which its activation peak
+    follows (ranks read different batches); empty in older reports."""
     reward_accuracies: list[float | None] = []
     """The trainer's rank-gathered reward accuracy per step (bench/worker/measure.py ACCURACY_METRICS)."""
     sampled_rewards: list[float | None] = []

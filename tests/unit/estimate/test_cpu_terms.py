@@ -3,7 +3,7 @@
 import pytest
 
 from bench.estimate import cpu_terms
-from bench.estimate.predict import predict_cell
+from bench.estimate.predict import cpu_copies_placed_models, predict_cell
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
@@ -51,13 +51,44 @@ def single_weights(workload) -> float:
     return shapes_for(workload).total * 4
 
 
-def test_ddp_broadcast_and_a_full_fine_tune_write_the_mapped_weights():
+def test_ddp_copies_and_a_full_fine_tune_writes_the_mapped_weights():
     workload, budget = load_workload("small"), load_profile("cpu-budget")
     ddp = predict_cell(cell(Init.ONE_ADAPTER, Quant.NONE, Backend.DDP), budget, workload)
-    assert ddp.terms["weights"] == pytest.approx(single_weights(workload))  # rank 1's copy of rank 0's weights
+    assert ddp.terms["weights"] == pytest.approx(single_weights(workload))  # each rank's copy on "cpu:0"
     full = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE), load_profile("cpu-budget-4g"), workload)
     assert full.terms["weights"] == pytest.approx(single_weights(workload))  # the optimizer writes them
     assert "reference_model" not in full.terms  # a frozen mapping of the same file
+    # under DDP the reference is copied as the policy is, although nothing trains or broadcasts into it
+    full_ddp = predict_cell(cell(Init.TWO_MODELS, Quant.NONE, Backend.DDP), load_profile("cpu-budget-4g"), workload)
+    assert full_ddp.terms["reference_model"] == pytest.approx(single_weights(workload))
+    assert full_ddp.terms["weights"] == pytest.approx(single_weights(workload))
+
+
+def test_a_reward_model_is_charged_where_ddp_copies_it():
+    from bench.matrix.axes import Method, Option
+
+    workload, budget = load_workload("small"), load_profile("cpu-budget")
+
+    def online(backend):
+        grpo = Cell(
+            init=Init.TWO_MODELS,
+            quant=Quant.NONE,
+            backend=backend,
+            launcher=backend_spec(backend).default_launcher,
+            method=Method.GRPO,
+            options=[Option.REWARD_MODEL],
+        )
+        return predict_cell(grpo, budget, workload).terms
+
+    assert "reward_model" not in online(Backend.SINGLE)  # mapped, never written
+    assert online(Backend.DDP)["reward_model"] > 0
+
+
+def test_only_ddp_on_several_ranks_copies_placed_models():
+    assert cpu_copies_placed_models(Backend.DDP, 2)
+    assert not cpu_copies_placed_models(Backend.DDP, 1)
+    assert not cpu_copies_placed_models(Backend.ZERO2, 2)
+    assert not cpu_copies_placed_models(Backend.SINGLE, 1)
 
 
 def test_the_deepspeed_shm_buffer_is_whole_in_a_cgroup_and_touched_pages_in_rss():

@@ -67,3 +67,13 @@ def test_model_memory_is_peak_minus_baseline_of_the_same_kind_max_over_ranks():
         (0, False, 700, 500),
         (1, True, 1000, None),
     ]
+
+
+def test_each_rank_keeps_its_longest_batch():
+    from bench.judge.metrics import rank_memory
+
+    # under DDP each rank reads other batches: here rank 0's longest row is 95 tokens and rank 1's 127
+    r0 = report(0).model_copy(update={"batch_widths": [95, 32, 52]})
+    r1 = report(1).model_copy(update={"batch_widths": [30, 127, 35]})
+    older = report(2)
+    assert [f.longest_batch for f in rank_memory([r0, r1, older], [])] == [95, 127, None]
