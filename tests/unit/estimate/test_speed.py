@@ -129,24 +129,28 @@ def test_prediction_is_labelled_and_ranged():
 
 
 MIN_SMALL_RHO = 0.7
-"""Spearman's rho of PREDICTED vs measured tokens/s over the small workload's ok cells of the runs the CPU constants
-were not fitted on (75 cells, 7 runs; 6 on EPYC, 1 on an Intel Xeon). Measured: 0.76 (docs/estimator.md, "Speed").
-The noise ceiling is below 1: two runs of the same 18 cells (cpu-budget 20261123-080923 and -143013) rank-agree with
-each other at 0.88 only, so a rerun alone moves rho by about 0.1; 0.7 fails when the model loses a real part of the
-ordering, not on one noisy rerun."""
+"""The median over runs of Spearman's rho of PREDICTED vs measured tokens/s, within each run of the small workload
+with at least MIN_RUN_CELLS ok cells the CPU constants were not fitted on. Within a run, not pooled over runs: this
+VM's speed moves from day to day more than the model's terms do (DPO's one_adapter-none-single measured 139 and 153
+tokens/s on 2026-11-23, 289 on 2026-11-26, 206 and 207 on 2026-11-28, predicted 145–257 from each run's host
+figures), so a ranking pooled over days ranks the days (pooled: 0.76 over 75 cells, 0.67 over 123 once
+cpu-budget-4g/20261128-135038 joined). Measured 2026-11-28: the median of 7 runs is 0.87 (0.56–0.92). The noise
+ceiling is below 1: two runs of the same 18 cells (cpu-budget 20261123-080923 and -143013) rank-agree with each
+other at 0.88 only; 0.7 fails when the model loses a real part of the ordering in most runs."""
+MIN_RUN_CELLS = 8
 
 
 def test_small_workload_ranking_agrees_with_the_measured_one():
-    from scipy.stats import spearmanr
+    from statistics import median
 
-    from bench.estimate.speed.speed_validation import speed_rows
+    from bench.estimate.speed.speed_validation import speed_rows, summarize
 
     rows = [
         r for r in speed_rows(tracked_results(), load_speed_calibration()) if r.workload == "small" and not r.fitted
     ]
-    assert len(rows) >= 60
-    rho = spearmanr([r.predicted_tokens_per_s for r in rows], [r.measured_tokens_per_s for r in rows]).statistic
-    assert rho >= MIN_SMALL_RHO
+    runs = [s for s in summarize(rows) if s.cells >= MIN_RUN_CELLS]
+    assert len(runs) >= 5
+    assert median(s.spearman_rho for s in runs) >= MIN_SMALL_RHO
 
 
 def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
