@@ -4,15 +4,15 @@ import pytest
 
 from bench.estimate import cpu_terms
 from bench.estimate.predict import cpu_copies_placed_models, predict_cell
-from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.axes import Backend, Init, Method, Option, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
 from bench.units import MiB
 
 
-def cell(init, quant, backend):
-    return Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher)
+def cell(init, quant, backend, **fields):
+    return Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher, **fields)
 
 
 def test_memory_kind_follows_the_budget():
@@ -65,19 +65,10 @@ def test_ddp_copies_and_a_full_fine_tune_writes_the_mapped_weights():
 
 
 def test_a_reward_model_is_charged_where_ddp_copies_it():
-    from bench.matrix.axes import Method, Option
-
     workload, budget = load_workload("small"), load_profile("cpu-budget")
 
     def online(backend):
-        grpo = Cell(
-            init=Init.TWO_MODELS,
-            quant=Quant.NONE,
-            backend=backend,
-            launcher=backend_spec(backend).default_launcher,
-            method=Method.GRPO,
-            options=[Option.REWARD_MODEL],
-        )
+        grpo = cell(Init.TWO_MODELS, Quant.NONE, backend, method=Method.GRPO, options=[Option.REWARD_MODEL])
         return predict_cell(grpo, budget, workload).terms
 
     assert "reward_model" not in online(Backend.SINGLE)  # mapped, never written
