@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from bench.assets.method_data import FORMS
 from bench.matrix.profiles import Workload, inside_folder
-from bench.paths import BUILD_DIR, SCENARIOS_DIR
+from bench.paths import BUILD_DIR, scenarios_dir
 from bench.units import GiB
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
@@ -58,7 +58,7 @@ def workload_fingerprint(workload: Workload) -> str:
     blob = workload.model_dump_json()
     if workload.model.config_file is not None:
         blob += workload.model.config_file.read_text(encoding="utf-8")
-    data = _local_or_hub(workload.dataset.source, SCENARIOS_DIR) if workload.dataset.source else ""
+    data = _local_or_hub(workload.dataset.source, scenarios_dir()) if workload.dataset.source else ""
     for path in sorted(Path(data).glob("*")) if data and Path(data).is_dir() else []:
         blob += hashlib.sha256(path.read_bytes()).hexdigest()
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -73,7 +73,7 @@ def _prepare_dataset(workload: Workload, out: Path) -> None:
         Dataset.from_list(generate(workload.dataset.synthetic, workload.train.max_length)).save_to_disk(str(out))
         return
     assert workload.dataset.source is not None
-    source = _local_or_hub(workload.dataset.source, SCENARIOS_DIR)
+    source = _local_or_hub(workload.dataset.source, scenarios_dir())
     dataset = load_dataset(source, split=workload.dataset.split)
     missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
     if missing:
@@ -236,14 +236,14 @@ def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
         _train_tokenizer(workload, dataset_dir, tokenizer)
         tokenizer_ref = str(tokenizer)
     else:
-        tokenizer_ref = _local_or_hub(workload.tokenizer.source or workload.model.source or "", SCENARIOS_DIR)
+        tokenizer_ref = _local_or_hub(workload.tokenizer.source or workload.model.source or "", scenarios_dir())
 
     if workload.model.weights == "random":
         model = root / "model"
         _build_random_model(workload, model)
         model_ref = str(model)
     else:
-        model_ref = _local_or_hub(workload.model.source or "", SCENARIOS_DIR)
+        model_ref = _local_or_hub(workload.model.source or "", scenarios_dir())
 
     derived = _derive_datasets(dataset_dir, root)
     assets = PreparedAssets(model=model_ref, tokenizer=tokenizer_ref, dataset=str(dataset_dir), derived=derived)

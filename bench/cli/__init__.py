@@ -4,20 +4,27 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 from bench.cli import advise, estimate, export, pipeline, report, run
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
-from bench.paths import RESULTS_DIR, SCENARIOS_DIR
+from bench.paths import RESULTS_DIR, SCENARIOS_ENV, scenarios_dir
 
 GROUPS = (run, pipeline, report, estimate, advise, export)
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    top.add_argument("--scenarios", default=str(SCENARIOS_DIR), help="scenario folder (default: %(default)s)")
+    top.add_argument(
+        "--scenarios",
+        default=str(scenarios_dir()),
+        help=f"scenario folder: every file of it is read from there, by this command and the cells it starts "
+        f"(default: ${SCENARIOS_ENV}, else %(default)s)",
+    )
     top.add_argument("--results", default=str(RESULTS_DIR), help="results folder (default: %(default)s)")
     sub = top.add_subparsers(dest="command", required=True)
     for group in GROUPS:
@@ -31,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         check_scenarios(Path(args.scenarios))
-        code = args.func(args)
+        with scenarios_in_use(Path(args.scenarios)):
+            code = args.func(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -55,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
 def check_scenarios(folder: Path) -> None:
     if not folder.is_dir():
         raise BenchError(f"--scenarios {folder}: no such folder (it holds hardware/, workloads/ and matrix.yaml)")
+
+
+@contextmanager
+def scenarios_in_use(folder: Path) -> Iterator[None]:
+    """`folder` is the scenario folder of every reader (bench.paths.scenarios_dir), in this process and the ones it
+    starts, while the command runs."""
+    before = os.environ.get(SCENARIOS_ENV)
+    os.environ[SCENARIOS_ENV] = str(folder.absolute())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SCENARIOS_ENV, None)
+        else:
+            os.environ[SCENARIOS_ENV] = before
 
 
 def exit_now(code: int) -> NoReturn:

@@ -11,8 +11,10 @@ from bench.cli.common import (
     all_cells,
     cell_timeout,
     checked_run_id,
+    checked_scenario_files,
     positive,
     positive_float,
+    run_id_of,
 )
 from bench.cli.target import add_target_arguments
 from bench.errors import BenchError
@@ -22,6 +24,7 @@ from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    checked_scenario_files(Path(args.scenarios))
     profile = load_profile(args.hw, Path(args.scenarios))
     cells = select(all_cells(args), args.filter)
     runnable = 0
@@ -39,15 +42,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
     from bench.results.env import check_resumable
     from bench.results.run_folder import open_run
-    from bench.results.store import new_run_id
     from bench.run.leftovers import clean_up_dead_runners
     from bench.run.runners import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
+    checked_scenario_files(Path(args.scenarios))
     profile, workload = target(args)
     if args.cell_timeout is not None:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_id = run_id_of(args)
     select(all_cells(args), args.filter)  # refused before the run folder is made
     run_dir = Path(args.results) / profile.name / run_id
     # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
@@ -110,7 +113,7 @@ def _run(
     if run_is_complete(recorded.latest_by_cell(), [c.id for c in matrix_cells]):
         print(f"matrix written to {write_hardware_matrix(run_dir.parent, Path(args.scenarios))}")
     else:
-        print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
+        print(f"run {run_id} covers part of the matrix; {run_dir.parent / 'MATRIX.md'} left as it was")
     return 0
 
 
@@ -131,10 +134,9 @@ def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | N
 
 
 def cmd_first_contact(args: argparse.Namespace) -> int:
-    from bench.results.store import new_run_id
     from bench.run.first_contact import first_contact
 
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_id = run_id_of(args)
     out = Path(args.out) if args.out else Path(args.results) / "first-contact" / run_id
     path = first_contact(args.minutes, out, Path(args.results), run_id)
     print(f"first-contact: archive {path} ({path.stat().st_size / 2**20:.1f} MiB)")
@@ -158,7 +160,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     hardware_dir = Path(args.results) / profile.name
-    run_dir = hardware_dir / checked_run_id(args.run_id) if args.run_id else None
+    run_dir = None if args.run_id is None else hardware_dir / checked_run_id(args.run_id)
     print(f"matrix written to {write_hardware_matrix(hardware_dir, Path(args.scenarios), run_dir)}")
     return 0
 

@@ -265,9 +265,9 @@ def predicted_profiles() -> list[str]:
     """The profiles whose PREDICTED.md + predicted.csv are committed: every GPU/accelerator profile (CPU profiles are
     measured here)."""
     from bench.matrix.profiles import available, load_profile
-    from bench.paths import SCENARIOS_DIR
+    from bench.paths import scenarios_dir
 
-    return [name for name in available(SCENARIOS_DIR / "hardware") if load_profile(name).device != "cpu"]
+    return [name for name in available(scenarios_dir() / "hardware") if load_profile(name).device != "cpu"]
 
 
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:

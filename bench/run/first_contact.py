@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.matrix.gpus import identify
 from bench.matrix.profiles import available, load_profile
-from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
+from bench.paths import PROJECT_ROOT, scenarios_dir
 
 WORKLOAD = "llama-3.2-1b"
 """The 1B real-architecture workload of the one-GPU matrix."""
@@ -45,8 +45,9 @@ class ContactPhase:
     argv: list[str]
 
 
-def pick_profile(driver_name: str, scenarios: Path = SCENARIOS_DIR) -> list[str]:
+def pick_profile(driver_name: str, scenarios: Path | None = None) -> list[str]:
     """The target arguments of the card the driver names: `--hw <shipped one-GPU profile>` or `--gpu NAME:1`."""
+    scenarios = scenarios or scenarios_dir()
     card = identify(driver_name)
     if card is None:
         raise BenchError(

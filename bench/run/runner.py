@@ -2,6 +2,7 @@
 as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 """
 
+import errno
 import json
 import os
 import sys
@@ -190,6 +191,11 @@ def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int)
         return stop_disk_full(ctx, label, str(exc), lines)
     if isinstance(exc, Unrecorded):
         return stop_unwritable(ctx, label, str(exc), lines)
+    if exc.errno == errno.EISDIR and exc.filename:  # writable, but a folder stands where a file goes
+        return BenchError(
+            f"{exc.filename} is a folder, where the run writes a file: the run stops; {lines} record(s) kept, {label} "
+            f"not recorded; move {exc.filename} away, then resume with --run-id {ctx.run_id}"
+        )
     what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
     if exc.errno not in DISK_FULL_ERRNOS:
         return stop_unwritable(ctx, label, what, lines)

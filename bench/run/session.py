@@ -3,6 +3,7 @@ the workload's assets prepared, the executor chosen, the environment recorded (e
 DeepSpeed host ops made ready, and the cells executed (bench/run/runner.py). What the run printed as its table is
 the CLI's (bench/cli/run.py)."""
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,35 @@ class RunRequest:
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
     """Run the request's cells; the records of this session. KeyboardInterrupt passes through once the runner has
-    stopped the running cell and said how to resume."""
+    stopped the running cell and said how to resume, or, before the first cell, once a line has said so."""
+    preparing = True
+    try:
+        ctx, machine = prepared(request)
+        choice = "fresh" if machine.untested_reason else request.start
+        log = request.run_dir / "logs" / "fork-server.log"
+        with fork_server(choice, ctx.executor, ctx.profile, machine.launch_env, log) as serve:
+            if isinstance(ctx.executor, LocalExecutor) and not machine.untested_reason:
+                host_ops_ready(ctx.executor.python, request)
+            budget = None
+            if request.time_budget_min is not None:
+                budget = time_budget(
+                    request.time_budget_min * 60, ctx.profile, request.workload, request.cells, request.started
+                )
+            if line := serve():
+                print(line, flush=True)
+            preparing = False
+            return execute(
+                ctx, request.cells, request.force, request.repeats, budget=budget, exclusive=request.exclusive
+            )
+    except KeyboardInterrupt:
+        if preparing:
+            print("interrupted while preparing the run: no cell ran", file=sys.stderr, flush=True)
+        raise
+
+
+def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
+    """The run's context once the machine is checked, the assets prepared, the executor chosen and env.json written;
+    and the machine as the cells will see it."""
     known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     profile = request.profile
     if profile.nodes > 1 and request.executor != "slurm":
@@ -92,21 +121,7 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
     )
-    choice = "fresh" if machine.untested_reason else request.start
-    log = request.run_dir / "logs" / "fork-server.log"
-    with fork_server(choice, executor, profile, machine.launch_env, log) as serve:
-        if isinstance(executor, LocalExecutor) and not machine.untested_reason:
-            host_ops_ready(executor.python, request)
-        budget = None
-        if request.time_budget_min is not None:
-            budget = time_budget(
-                request.time_budget_min * 60, profile, request.workload, request.cells, request.started
-            )
-        if line := serve():
-            print(line, flush=True)
-        return execute(
-            ctx, request.cells, force=request.force, repeats=request.repeats, budget=budget, exclusive=request.exclusive
-        )
+    return ctx, machine
 
 
 def checked_machine(request: RunRequest, where: str | None) -> Preflight:

@@ -227,3 +227,48 @@ def test_a_timeout_names_its_limit(tmp_path, scenario_copy):
     (record,) = load_results(next((tmp_path / "cpu").iterdir())).records
     assert record.status == "timeout" and record.message.startswith("cell exceeded its time limit of 10 s")
     assert leftovers(str(tmp_path)) == []
+
+
+def test_values_that_cannot_work_are_refused_before_preparation(tmp_path, scenario_copy):
+    """Flags and profile values that cannot work and a broken scenario file of `--scenarios`: one line from run,
+    predict (and list), before anything is prepared, and no run folder."""
+    results = tmp_path / "results"
+    run = ("run", "--executor", "local", "--filter", CELL)
+    predict = ("predict", "--hw", "cpu", "--filter", CELL)
+    assert one_line(bench(results, *run, "--steps", "3")).startswith("error: --steps 3: must be at least 7 (")
+    line = one_line(bench(results, *run, "--run-id", ""))
+    assert line == "error: --run-id '' names no run: leave --run-id out to start a new one"
+    profile = scenario_copy / "hardware" / "cpu.yaml"
+    shipped = profile.read_text()
+    for value, why in (
+        ("1.0e+30", "less than or equal to 65536"),
+        ("1.0e-10", "greater than or equal to 0.25"),
+        (".inf", "a finite number"),
+    ):
+        profile.write_text(shipped + f"memory_budget_gb: {value}\n")
+        for args in (run, predict):
+            line = one_line(bench(results, *args, scenarios=scenario_copy))
+            assert line == f"error: {profile}: key 'memory_budget_gb': Input should be {why}", (args, line)
+    profile.write_text(shipped)
+    broken = scenario_copy / "known_issues.yaml"
+    broken.write_text("issues: [\n")
+    for args in (run, predict, ("list",)):
+        assert one_line(bench(results, *args, scenarios=scenario_copy)).startswith(f"error: {broken}: malformed YAML")
+    assert not results.exists()
+
+
+def test_ctrl_c_while_the_workload_is_prepared_is_one_line(tmp_path):
+    """A real SIGINT once the runner says it prepares the workload (about 2 s of work follow, measured): one line,
+    exit 130, and the new run's folder is gone."""
+    import signal
+
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--executor", "local", "--filter", CELL]
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert runner.stdout is not None
+    for line in runner.stdout:
+        if line.startswith("preparing workload"):
+            runner.send_signal(signal.SIGINT)
+            break
+    _, err = runner.communicate(timeout=120)
+    assert (runner.returncode, err) == (130, "interrupted while preparing the run: no cell ran\n"), err
+    assert not (tmp_path / "cpu").exists() or list((tmp_path / "cpu").rglob("*")) == []

@@ -158,3 +158,101 @@ def test_a_bad_env_json_stops_run_compare_and_matrix_in_one_line(capsys, tmp_pat
         assert main(["--results", str(results), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {run_dir / 'env.json'}: ") and err.count("\n") == 1, err
+
+
+CELL = "one_adapter-none-single"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--steps", "3"],  # every cell used to end `error` (warm-up 5 must be below steps), exit 0
+            "error: --steps 3: must be at least 7 (workload tiny warms up for 5 steps, its warmup_steps, and tokens/s "
+            "are timed over 2 steps after them)",
+        ),
+        (["--steps", "6"], "error: --steps 6: must be at least 7 (workload tiny warms up for 5 steps"),
+        (["--steps", "0"], "error: --steps 0: must be greater than or equal to 2"),
+        (["--max-length", "4"], "error: --max-length 4: must be greater than or equal to 8"),
+        (["--batch-size", "0"], "error: --batch-size 0: must be greater than or equal to 1"),
+        (["--lora-r", "100000000"], "error: --lora-r 100000000: must be less than or equal to 65536"),
+        (["--lora-targets", ","], "error: --lora-targets ',': names none"),
+        (["--gpu", "A10:100000"], "error: --gpu A10:100000: the profile's 'device_count': "),
+        (["--run-id", ""], "error: --run-id '' names no run: leave --run-id out to start a new one"),
+    ],
+)
+def test_flag_values_that_cannot_work_are_refused_naming_the_flag(capsys, tmp_path, args, line):
+    results = tmp_path / "results"
+    assert refused(capsys, results, *args, "--filter", CELL).startswith(line)
+    assert not results.exists() or list(results.rglob("*")) == [], list(results.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("memory_budget_gb", "1.0e+30"), ("memory_budget_gb", "1.0e-10"), ("memory_budget_gb", ".inf")],
+)
+def test_a_profile_value_that_cannot_work_is_refused_before_preparation(capsys, tmp_path, scenario_copy, key, value):
+    """1e30 used to end every cell as a false `oom` (limit_bytes 0), 1e-10 in a ValueError traceback after the
+    workload was prepared, .inf in an OverflowError traceback."""
+    path = scenario_copy / "hardware" / "cpu.yaml"
+    path.write_text(path.read_text() + f"{key}: {value}\n")
+    results = tmp_path / "results"
+    line = refused(capsys, results, "--filter", CELL, scenarios=scenario_copy)
+    assert line.startswith(f"error: {path}: key '{key}': "), line
+    assert not results.exists() or list(results.rglob("*")) == []
+    assert main(["--scenarios", str(scenario_copy), "predict", "--hw", "cpu", "--filter", CELL]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}: key '{key}': ")
+
+
+BROKEN = "issues: [\n"
+
+
+@pytest.mark.parametrize("name", ["matrix.yaml", "known_issues.yaml", "recipes.yaml", "gpus.yaml"])
+def test_a_broken_scenario_file_is_reported_by_list_predict_and_run(capsys, tmp_path, scenario_copy, name):
+    """`--scenarios X` is every reader's folder: predict used to read the shipped matrix.yaml, and no command read
+    X's known_issues.yaml."""
+    broken = scenario_copy / name
+    broken.write_text(BROKEN)
+    expected = f"error: {broken}: malformed YAML"
+    for argv in (["list"], ["predict", "--hw", "cpu"]):
+        assert main(["--scenarios", str(scenario_copy), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(expected) and err.count("\n") == 1, (argv, err)
+    assert refused(capsys, tmp_path / "results", "--filter", CELL, scenarios=scenario_copy).startswith(expected)
+
+
+def test_a_partial_run_names_the_matrix_file_of_its_own_results_folder(capsys, tmp_path, monkeypatch):
+    """It used to print results/cpu/MATRIX.md whatever --results was."""
+    monkeypatch.setattr("bench.run.session.run_session", lambda request: [])
+    results = tmp_path / "elsewhere"
+    assert main(["--results", str(results), "run", "--executor", "local", "--filter", CELL]) == 0
+    out = capsys.readouterr().out
+    assert f"covers part of the matrix; {results / 'cpu' / 'MATRIX.md'} left as it was" in out, out
+
+
+def test_ctrl_c_while_the_run_is_prepared_is_one_line_and_exit_130(capsys, tmp_path, monkeypatch):
+    """A real SIGINT while the workload is prepared: it used to end with no line at all."""
+    import os
+    import signal
+    import time
+
+    from bench.run.preflight import Preflight
+
+    def interrupted(workload):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the signal arrives before this ends
+
+    monkeypatch.setattr("bench.run.session.preflight", lambda *a, **kw: Preflight())
+    monkeypatch.setattr("bench.run.session.prepare", interrupted)
+    results = tmp_path / "results"
+    assert main(["--results", str(results), "run", "--executor", "local", "--filter", CELL]) == 130
+    err = capsys.readouterr().err
+    assert err == "interrupted while preparing the run: no cell ran\n", err
+    assert not results.exists() or list(results.rglob("*")) == []
+
+
+def test_a_cell_timeout_past_the_profiles_bound_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--cell-timeout", "100000000000000000000"])
+    assert done.value.code == 2
+    assert "argument --cell-timeout: --cell-timeout must be <= 604800 (a week)" in capsys.readouterr().err

@@ -188,6 +188,19 @@ def test_a_run_folder_that_cannot_be_written_mid_run_stops_it_with_one_line_and_
     )
 
 
+def test_a_config_file_replaced_by_a_folder_is_named_as_such(tmp_path, cpu_profile):
+    """It used to read "make <run folder> writable", which it was."""
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    spec = tmp_path / "configs" / DDP.id / "spec.json"
+    spec.mkdir(parents=True)
+    with pytest.raises(BenchError) as err:
+        execute(context(tmp_path, cpu_profile, FakeExecutor(ran)), [DDP], out=io.StringIO())
+    assert str(err.value) == (
+        f"{spec} is a folder, where the run writes a file: the run stops; 0 record(s) kept, {DDP.id} not recorded; "
+        f"move {spec} away, then resume with --run-id r1"
+    )
+
+
 def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
     device_map = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
     plans = plan_cells([DDP, device_map], cpu_profile, untested="no stack")
