@@ -29,6 +29,8 @@ def write_whole(path: Path, text: str | bytes) -> None:
     try:
         try:
             _write_all(fd, data)
+        except OSError as exc:  # os.write names no file: say which one could not be written
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         finally:
             os.close(fd)
         os.replace(tmp, path)

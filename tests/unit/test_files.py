@@ -48,7 +48,7 @@ def test_a_write_that_fills_the_disk_leaves_no_temporary_file(small_disk):
     filler = fill_up(small_disk)
     with pytest.raises(OSError) as failed:
         write_whole(small_disk / "running.json", "x" * (1 << 20))
-    assert failed.value.errno == errno.ENOSPC
+    assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(small_disk / "running.json"))
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "running.json"]
     assert (small_disk / "running.json").read_text() == "old"
     filler.unlink()
