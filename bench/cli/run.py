@@ -213,7 +213,10 @@ def _register_run(sub: "argparse._SubParsersAction") -> None:
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument(
-        "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
+        "--run-id",
+        default=None,
+        help="name of the run: resumes it when it exists (with the workload and training settings it was made with), "
+        "else starts it under that name",
     )
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
     p.add_argument(
