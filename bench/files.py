@@ -16,19 +16,18 @@ NOT_THROUGH_LINKS = "a symbolic link; the suite writes through none"
 """The reason a file opened for writing is refused when it is a link."""
 
 
-def write_whole(path: Path, text: str | bytes) -> None:
+def write_whole(path: Path, text: str) -> None:
     """`text` into `path` through a temporary file beside it and a rename (atomic within a filesystem): a link at
     `path` is replaced, its target untouched. The temporary name carries the writer's pid and thread, so writers of
     the same path never share one; it matches no `*.json` glob, is created new (never through a link planted there)
     and is removed when the write fails (a full disk)."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_native_id()}")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # what a dead writer of the same pid left
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
         try:
-            _write_all(fd, data)
+            _write_all(fd, text.encode("utf-8"))
         except OSError as exc:  # os.write names no file: say which one could not be written
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         finally:

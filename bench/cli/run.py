@@ -22,7 +22,7 @@ from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
 
 if TYPE_CHECKING:
-    from bench.results.env import Training
+    from bench.results.env_schema import Training
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -19,14 +19,10 @@ from bench.paths import PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
-from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware
+from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware, Training
 from bench.results.store import now_iso
 from bench.secrets import redact
 from bench.files import write_whole
-
-
-Training = dict[str, str | int | bool | list[str] | None]
-"""env.json `training`: setting name -> its value (bench/results/env_schema.py EnvFingerprint.training)."""
 
 
 def lock_file_hash(lock: Path) -> str | None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.matrix.profiles import load_profile, load_workload
+from bench.results.env import training_of
 from bench.results.store import load_results
 from tests.unit.report.test_compare import ENV, rec, write_run
 
@@ -163,9 +165,6 @@ def test_a_bad_env_json_stops_run_compare_and_matrix_in_one_line(capsys, tmp_pat
 
 def defaults_env(**settings) -> dict:
     """The env.json of a run made with the cpu profile's defaults (tiny), `settings` changed."""
-    from bench.matrix.profiles import load_profile, load_workload
-    from bench.results.env import training_of
-
     return ENV | {"training": training_of(load_profile("cpu"), load_workload("tiny")) | settings}
 
 
