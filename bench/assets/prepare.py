@@ -16,13 +16,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from bench.assets.method_data import FORMS
+from bench.files import write_whole
 from bench.matrix.profiles import Workload, inside_folder
 from bench.paths import BUILD_DIR, scenarios_dir
 from bench.units import GiB
 
+MANIFEST = "assets.json"
+"""In a workload's asset folder, written last: where each asset is (PreparedAssets)."""
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 LARGE_MODEL_PARAMS = 100_000_000
 SHARD_BYTES = 2 * GiB
@@ -220,12 +223,11 @@ def _derive_datasets(dataset_dir: Path, root: Path) -> dict[str, str]:
 def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
     """Build (or reuse) the workload's assets and return where each one is."""
     root = build_dir / "assets" / f"{workload.name}-{workload_fingerprint(workload)}"
-    manifest = root / "assets.json"
-    if manifest.is_file():
-        assets = PreparedAssets.model_validate_json(manifest.read_text())
+    manifest = root / MANIFEST
+    if (assets := read_manifest(manifest)) is not None:
         if set(assets.derived) != set(FORMS):  # assets built before a form existed: add it
             assets = assets.model_copy(update={"derived": _derive_datasets(Path(assets.dataset), root)})
-            manifest.write_text(json.dumps(assets.model_dump(), indent=2))
+            write_whole(manifest, json.dumps(assets.model_dump(), indent=2))
         return assets
     root.mkdir(parents=True, exist_ok=True)
     dataset_dir = root / "dataset"
@@ -247,5 +249,20 @@ def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
 
     derived = _derive_datasets(dataset_dir, root)
     assets = PreparedAssets(model=model_ref, tokenizer=tokenizer_ref, dataset=str(dataset_dir), derived=derived)
-    manifest.write_text(json.dumps(assets.model_dump(), indent=2))
+    write_whole(manifest, json.dumps(assets.model_dump(), indent=2))  # last, whole: it says the rest is there
     return assets
+
+
+def read_manifest(manifest: Path) -> PreparedAssets | None:
+    """The assets a manifest lists; None when there is none or it does not read (a preparation cut short before
+    the manifest was written whole): the assets are then prepared again, which gives the same bytes."""
+    try:
+        return PreparedAssets.model_validate_json(manifest.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    print(f"notice: {manifest} does not read ({why}): preparing the assets again", flush=True)
+    return None

@@ -4,6 +4,7 @@ import argparse
 import functools
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.cli.common import (
     INTERRUPTED,
@@ -21,6 +22,9 @@ from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
+
+if TYPE_CHECKING:
+    from bench.results.env_schema import Training
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -40,7 +44,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
-    from bench.results.env import check_resumable
+    from bench.results.env import check_resumable, training_of
     from bench.results.run_folder import open_run
     from bench.run.leftovers import clean_up_dead_runners
     from bench.run.runners import registered, sharing_notices
@@ -55,7 +59,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.results) / profile.name / run_id
     # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
     with open_run(Path(args.results), run_dir) as lock:
-        check_resumable(run_dir, args.force)  # env.json reads; records without one are re-run only with --force
+        # env.json reads and holds the training settings asked for; records without one are re-run only with --force
+        check_resumable(run_dir, args.force, training_of(profile, workload), functools.partial(_defaults, args))
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         resumes_jobs = args.executor == "slurm"  # a dead runner's Slurm jobs of this run are waited for, not cancelled
@@ -65,6 +70,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             for line in sharing_notices(others):
                 print(line, flush=True)
             return _run(args, profile, workload, run_id, run_dir, started)
+
+
+def _defaults(args: argparse.Namespace) -> "Training":
+    """What this command's profile and workload train with when no training-setting flag is given."""
+    from bench.cli.target import target
+    from bench.matrix.settings import TrainingSettings
+    from bench.results.env import training_of
+
+    return training_of(*target(argparse.Namespace(**(vars(args) | dict.fromkeys(TrainingSettings.model_fields)))))
 
 
 def _run(
@@ -160,9 +174,29 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     hardware_dir = Path(args.results) / profile.name
-    run_dir = None if args.run_id is None else hardware_dir / checked_run_id(args.run_id)
+    run_dir = recorded_run(hardware_dir, checked_run_id(args.run_id)) if args.run_id is not None else None
     print(f"matrix written to {write_hardware_matrix(hardware_dir, Path(args.scenarios), run_dir)}")
     return 0
+
+
+def recorded_run(hardware_dir: Path, run_id: str) -> Path:
+    """The folder of the run `--run-id` names; one line when it has no records (a typo would otherwise head
+    MATRIX.md, its cells filled from other runs)."""
+    from bench.results.layout import RESULTS_FILE
+    from bench.results.runs import run_dirs
+
+    run_dir = hardware_dir / run_id
+    if (run_dir / RESULTS_FILE).is_file():
+        return run_dir
+    try:
+        newest = [run.name for run in run_dirs(hardware_dir)[:1]]
+    except BenchError:  # another run's env.json does not read: that is not this command's question
+        newest = []
+    raise BenchError(
+        f"--run-id {run_id}: no run of {hardware_dir.name} by that name ({run_dir / RESULTS_FILE} does not exist)"
+        + "".join(f"; the newest is {name}" for name in newest)
+        + "; leave --run-id out for the newest complete run"
+    )
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
@@ -181,7 +215,10 @@ def _register_run(sub: "argparse._SubParsersAction") -> None:
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument(
-        "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
+        "--run-id",
+        default=None,
+        help="name of the run: resumes it when it exists (with the workload and training settings it was made with), "
+        "else starts it under that name",
     )
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
     p.add_argument(

@@ -59,6 +59,24 @@ def apply_to_workload(
     return workload.model_copy(update=update)
 
 
+def in_effect(profile: HardwareProfile, workload: Workload) -> TrainingSettings:
+    """Every setting's value in `profile` and `workload` (what `apply_to_workload` and `apply_to_profile` set): what a
+    run trains with, whatever flags said so."""
+    train, lora = workload.train, workload.lora
+    return TrainingSettings(
+        max_length=train.max_length,
+        batch_size=train.per_device_train_batch_size,
+        grad_accum=train.gradient_accumulation_steps,
+        steps=train.steps,
+        lora_r=lora.r,
+        lora_targets=tuple(lora.target_modules),
+        gradient_checkpointing=train.gradient_checkpointing,
+        optim=train.optim,
+        precision=profile.precision,
+        precompute_ref=train.precompute_ref,
+    )
+
+
 def apply_to_profile(profile: HardwareProfile, settings: TrainingSettings) -> HardwareProfile:
     if settings.precision is None or settings.precision == profile.precision:
         return profile

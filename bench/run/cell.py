@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
 from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan
+from bench.files import own_folder, without_link
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
@@ -142,9 +143,8 @@ def run_cell(
     out_dir = folder.cell(cell.id)
     if fresh:
         shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    folder.logs.mkdir(exist_ok=True)
-    dataset = out_dir / "dataset"
+    dataset = own_folder(out_dir / "dataset", ctx.run_dir)  # a link on the way is replaced (bench/files.py)
+    own_folder(folder.logs, ctx.run_dir)
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
     spec = WorkerSpec(
@@ -159,7 +159,7 @@ def run_cell(
     plan = _written_plan(ctx, spec, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
     labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
-    log_path = folder.log(cell.id, trial)
+    log_path = without_link(folder.log(cell.id, trial))  # the executor's output makes a file of its own there
     limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
     started = now_iso()
     try:
@@ -191,7 +191,7 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
         cores=placement.cores if placement is not None else None,
         slot=placement.first if placement is not None else None,
     )
-    write_files(plan)
+    write_files(plan, ctx.run_dir)
     return plan
 
 

@@ -15,12 +15,13 @@ from bench.executors import docker_images as images
 from bench.executors.base import Executor
 from bench.executors.choice import cells_run_in, select_executor
 from bench.executors.local import LocalExecutor, extensions_dir
+from bench.files import own_folder, without_link
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
 from bench.matrix.packages import PACKAGES
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason
-from bench.results.env import environment_fingerprint, write_env
+from bench.results.env import environment_fingerprint, training_of, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
@@ -63,7 +64,7 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
     try:
         ctx, machine = prepared(request)
         choice = "fresh" if machine.untested_reason else request.start
-        log = request.run_dir / "logs" / "fork-server.log"
+        log = without_link(own_folder(request.run_dir / "logs", request.run_dir) / "fork-server.log")
         with fork_server(choice, ctx.executor, ctx.profile, machine.launch_env, log) as serve:
             if isinstance(ctx.executor, LocalExecutor) and not machine.untested_reason:
                 host_ops_ready(ctx.executor.python, request)
@@ -167,7 +168,12 @@ def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerpr
     """The run's env.json, written: this interpreter's versions, or the image's where the cells run in one."""
     flavor = request.profile.image_flavor
     env = environment_fingerprint(
-        request.profile.name, request.workload.name, executor.name, images.lock_file(flavor), executor.image
+        request.profile.name,
+        request.workload.name,
+        executor.name,
+        images.lock_file(flavor),
+        executor.image,
+        training_of(request.profile, request.workload),
     )
     if executor.name == "docker":
         inside = images.image_report(executor.image, PACKAGES)
@@ -182,7 +188,7 @@ def host_ops_ready(python: str, request: RunRequest) -> None:
     from bench.run.host_ops import ensure_built, needs_host_ops
 
     if needs_host_ops(c for c in request.cells if not_applicable_reason(c, request.profile) is None):
-        print(ensure_built(python, extensions_dir(), request.run_dir / "host-ops.log"), flush=True)
+        print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
 
 
 def time_budget(

@@ -1,13 +1,16 @@
 """`run` with input it refuses: one line, exit 2, before any process starts, and no run folder left behind."""
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench.cli import main
+from bench.matrix.profiles import load_profile, load_workload
+from bench.results.env import training_of
 from bench.results.store import load_results
-from tests.unit.report.test_compare import rec, write_run
+from tests.unit.report.test_compare import ENV, rec, write_run
 
 
 class Started(AssertionError):
@@ -256,3 +259,78 @@ def test_a_cell_timeout_past_the_profiles_bound_is_refused_by_the_parser(capsys)
         main(["run", "--cell-timeout", "100000000000000000000"])
     assert done.value.code == 2
     assert "argument --cell-timeout: --cell-timeout must be <= 604800 (a week)" in capsys.readouterr().err
+
+
+def defaults_env(**settings) -> dict:
+    """The env.json of a run made with the cpu profile's defaults (tiny), `settings` changed."""
+    return ENV | {"training": training_of(load_profile("cpu"), load_workload("tiny")) | settings}
+
+
+@pytest.mark.parametrize(
+    ("args", "differs"),
+    [
+        (["--precision", "bf16"], "--precision fp32; this command asks for --precision bf16"),
+        (["--workload", "tiny-synthetic"], "workload tiny; this command asks for workload tiny-synthetic"),
+        (
+            ["--steps", "8", "--gradient-checkpointing", "off", "--lora-targets", "q_proj"],
+            "--steps 30, --lora-targets q_proj,k_proj,v_proj,o_proj, --gradient-checkpointing on; this command asks "
+            "for --steps 8, --lora-targets q_proj, --gradient-checkpointing off",
+        ),
+    ],
+)
+def test_a_resumed_run_refuses_other_training_settings_naming_them(capsys, tmp_path, args, differs):
+    """A resume (with --force too) that would mix records of other settings into the run: one line naming what
+    differs and how to go on; nothing is written."""
+    results = tmp_path / "results"
+    run_dir = write_run(results / "cpu" / "r", [rec("two_models-none-single")], env=defaults_env())
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    line = refused(capsys, results, "--run-id", "r", "--filter", "two_models-none-single", "--force", *args)
+    assert line == (
+        f"error: {run_dir}: this run trained with {differs}: a resumed run keeps its training settings; start a new "
+        "run (another --run-id) for these"
+    )
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "run.lock"} == before
+
+
+def test_a_resumed_run_with_its_own_settings_is_not_refused(capsys, tmp_path):
+    """The same settings, given or not (fp32 is the cpu profile's own precision), go on to run the cells."""
+    results = tmp_path / "results"
+    write_run(results / "cpu" / "r", [rec("two_models-none-single")], env=defaults_env())
+    for args in ([], ["--precision", "fp32", "--workload", "tiny", "--steps", "30"]):
+        with pytest.raises(Started):
+            main(["--results", str(results), "run", "--run-id", "r", "--filter", "two_models-none-single", *args])
+
+
+def test_a_run_whose_env_json_predates_the_settings_is_resumed_with_the_defaults_only(capsys, tmp_path):
+    results = tmp_path / "results"
+    run_dir = write_run(results / "cpu" / "r", [rec("two_models-none-single")])  # env.json without `training`
+    line = refused(capsys, results, "--run-id", "r", "--filter", "two_models-none-single", "--precision", "bf16")
+    assert line == (
+        f"error: {run_dir}: this run trained with --precision fp32 (the defaults: its env.json predates recorded "
+        "training settings); this command asks for --precision bf16: a resumed run keeps its training settings; "
+        "start a new run (another --run-id) for these"
+    )
+    with pytest.raises(Started):
+        main(["--results", str(results), "run", "--run-id", "r", "--filter", "two_models-none-single"])
+
+
+@pytest.mark.parametrize("what", ["no_folder", "no_results_file"])
+def test_matrix_of_an_unknown_run_is_refused_and_writes_nothing(capsys, tmp_path, what):
+    """A typo'd --run-id used to rewrite MATRIX.md and matrix.csv from other runs under "Run `<typo>` · workload
+    `None`"."""
+    results = tmp_path / "results"
+    write_run(results / "cpu" / "20260101-000000", [rec("one_adapter-none-single")])
+    (results / "cpu" / "MATRIX.md").write_text("the committed matrix")
+    typo = results / "cpu" / "typo-in-run-id"
+    if what == "no_results_file":
+        typo.mkdir()
+        (typo / "env.json").write_text(json.dumps(ENV))
+    before = sorted(p.relative_to(results) for p in results.rglob("*"))
+    assert main(["--results", str(results), "matrix", "--hw", "cpu", "--run-id", "typo-in-run-id"]) == 2
+    out, err = capsys.readouterr()
+    assert err == (
+        f"error: --run-id typo-in-run-id: no run of cpu by that name ({typo / 'results.jsonl'} does not exist); the "
+        "newest is 20260101-000000; leave --run-id out for the newest complete run\n"
+    )
+    assert out == "" and sorted(p.relative_to(results) for p in results.rglob("*")) == before
+    assert (results / "cpu" / "MATRIX.md").read_text() == "the committed matrix"

@@ -23,6 +23,13 @@ from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 DDP = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+RAN_DDP = Engagement(
+    world_size=2,
+    distributed_type="MULTI_CPU",
+    wrapper="DistributedDataParallel",
+    adapters=["default"],
+    trainer="DPOTrainer",
+)
 
 
 class FakeExecutor:
@@ -98,6 +105,26 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     # the cell loaded the dataset through its own folder, removed with its caches once the cell ended
     assert executor.datasets == [tmp_path / "cells" / DDP.id / "dataset"]
     assert not executor.datasets[0].exists()
+
+
+def test_nothing_a_cell_writes_goes_through_a_link_out_of_the_run_folder(tmp_path, tmp_path_factory, cpu_profile):
+    """Its config files, its log and its rank reports' folder, each a link to a user's file or folder beforehand: the
+    links are replaced, the user's files are untouched."""
+    user = tmp_path_factory.mktemp("user")
+    for name in ("spec.json", "log.txt", "rank0.json"):
+        (user / name).write_text("the user's own")
+    (tmp_path / "configs" / DDP.id).mkdir(parents=True)
+    (tmp_path / "configs" / DDP.id / "spec.json").symlink_to(user / "spec.json")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / f"{DDP.id}.log").symlink_to(user / "log.txt")
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / DDP.id).symlink_to(user, target_is_directory=True)
+    (record,) = execute(context(tmp_path, cpu_profile, FakeExecutor(RAN_DDP)), [DDP], out=io.StringIO())
+    assert record.status == Status.OK, record.message
+    assert sorted(p.name for p in user.iterdir()) == ["log.txt", "rank0.json", "spec.json"]
+    assert all((user / name).read_text() == "the user's own" for name in ("spec.json", "log.txt", "rank0.json"))
+    assert (tmp_path / "logs" / f"{DDP.id}.log").read_text() == "fake launch\n"
+    assert not any(p.is_symlink() for p in (tmp_path / "configs").rglob("*")) and not (tmp_path / "cells").is_symlink()
 
 
 def test_what_ran_decides_the_status(tmp_path, cpu_profile):
