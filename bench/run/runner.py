@@ -120,9 +120,12 @@ def _trials_to_run(
     budget: TimeBudget | None,
 ) -> list[tuple[Cell, int]]:
     """The (cell, trial) pairs not recorded yet (all with `force`), in coverage order under a budget."""
-    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
+    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells; nor is one the harness
+    # spoiled (status harness): its outcome is unknown
     recorded = {
-        (r.cell_id, r.trial) for r in records if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
+        (r.cell_id, r.trial)
+        for r in records
+        if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM) and r.status != Status.HARNESS
     }
     if budget is not None:
         runnable = coverage_order(runnable, budget.predicted_s)
