@@ -431,8 +431,10 @@ class _Launched:
             interrupted = True
             raise
         finally:
-            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-            kill_cell(self.process, self.token, 0.0 if interrupted else GRACE_S, self.fork_server)
+            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left; a
+            # launcher that ended with its stand-in stopped has nothing left to stop gracefully
+            ended = interrupted or (stopped is not None and stopped.exit_code is not None)
+            kill_cell(self.process, self.token, 0.0 if ended else GRACE_S, self.fork_server)
             with _running_lock:
                 _running.pop(self.token, None)
             remove_group_segments(self.plan.env)
