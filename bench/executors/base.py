@@ -40,6 +40,21 @@ class LaunchPlan:
         return list(self.files)
 
 
+@dataclass(frozen=True)
+class HarnessFault:
+    """Something of the harness (the fork server, the process standing in for a forked launcher) or of the machine
+    under it (/dev/shm), not the cell, failed while the cell ran: the record names it, never the cell."""
+
+    what: str
+    """One line: what failed, and what the harness did about it."""
+    spoiled: bool = True
+    """The cell's own outcome is unknown: the fault ended or stopped it. False: the harness recovered the cell's real
+    outcome (its record keeps its own status and names the fault)."""
+    retry: bool = False
+    """Running the cell again once is safe and may succeed: the fault's cause is gone (a dead fork server is
+    restarted, or the cells start fresh), and nothing of the spoiled trial is recorded."""
+
+
 @dataclass
 class Outcome:
     exit_code: int | None
@@ -52,6 +67,8 @@ class Outcome:
     """The kernel's figures per rank under a per-rank memory budget (local executor); empty without one."""
     stalled: str | None = None
     """The progress watchdog's reason for killing the cell (which rank made no step for how long); None otherwise."""
+    harness_fault: HarnessFault | None = None
+    """What of the harness or the machine failed while the cell ran; None: nothing."""
 
 
 class Executor(Protocol):

@@ -11,7 +11,9 @@ interpreter the cells run) and serves FOLDER/socket, printing one JSON line on s
 {"refused": why}. Each request (a client's command line, working directory, environment, standard streams) is
 checked (bench/isolation/zygote_rules.py), forked, and answered with the child's pid and, once it has ended, its
 exit code or signal. A child's pid is listed in FOLDER/children/<pid>.<cell token> while it runs, so that a cell
-that is killed loses every process. The server never runs anything itself: every child starts from the same state.
+that is killed loses every process, and how it ended in FOLDER/ended/<client pid>.<cell token>, so that the runner
+knows it even where the client cannot pass it on. The server never runs anything itself: every child starts from the
+same state.
 """
 
 import contextlib
@@ -32,6 +34,7 @@ from bench.isolation.zygote_client import HEADER
 
 SOCKET = "socket"
 CHILDREN = "children"
+ENDED = "ended"
 CLIENT = "bin/python"
 TOKEN_ENV = "BENCH_CELL_TOKEN"
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -179,7 +182,7 @@ class Server:
         for fd in fds:
             os.close(fd)
         entry = self.folder / CHILDREN / f"{pid}.{body['env'].get(TOKEN_ENV, 'none')}"
-        entry.touch()
+        entry.write_text(str(body["pid"]))  # its client, under which `reap` names how it ended
         self.children[pid] = (connection, os.pidfd_open(pid), entry)
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -191,6 +194,9 @@ class Server:
         ended = (
             {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
         )
+        with contextlib.suppress(OSError):
+            client = entry.read_text()
+            (self.folder / ENDED / f"{client}.{entry.name.split('.', 1)[1]}").write_text(json.dumps(ended))
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps(ended).encode() + b"\n")
         connection.close()
@@ -257,6 +263,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"refused": "; ".join(hazards)}), flush=True)
         return 0
     (folder / CHILDREN).mkdir(parents=True, exist_ok=True)
+    (folder / ENDED).mkdir(exist_ok=True)
     write_client(folder / CLIENT)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(folder / SOCKET))

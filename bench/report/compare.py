@@ -161,6 +161,8 @@ def status_change(base: CellSummary | None, head: CellSummary | None) -> str | N
         return "new"
     if head is None:
         return "removed"
+    if Status.HARNESS in (base.status, head.status) and base.status != head.status:
+        return "harness"  # the harness failed on one side: nothing to hold against the cell
     if base.status == Status.OK and head.status != Status.OK:
         return "regression"
     if base.status != Status.OK and head.status == Status.OK:
@@ -313,11 +315,12 @@ def to_json(comparison: Comparison, fail_on: Iterable[str] = ()) -> dict:
 
 
 MARKER = "<!-- dpo-bench-compare -->"
-STATUS_ORDER = ("regression", "improvement", "changed", "new", "removed")
+STATUS_ORDER = ("regression", "improvement", "changed", "harness", "new", "removed")
 STATUS_LABEL = {
     "regression": "🔴 regression",
     "improvement": "🟢 improvement",
     "changed": "🟡 changed",
+    "harness": "🛠️ harness failed, not the cell",
     "new": "🆕 new",
     "removed": "➖ removed",
 }
@@ -356,7 +359,7 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
         f"trials rejects equal distributions (p ≤ {ALPHA}) and the medians differ by more than the threshold "
         f"({c.threshold:.0%}); a cell with fewer than {MIN_TRIALS} trials on a side gets no verdict. "
         f"Status: ok → anything else (learning_failed: ran but did not train correctly, included) is a "
-        f"regression.</sub>",
+        f"regression, but for `harness` (the harness or the machine failed, not the cell).</sub>",
     ]
     return redact("\n".join(lines) + "\n")
 

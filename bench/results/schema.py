@@ -8,7 +8,8 @@ from pydantic import BaseModel
 from bench.matrix.cell import CellAxes
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the status `harness` and the field `harness_fault` (records of version 1 have neither)."""
 
 
 class Engagement(BaseModel):
@@ -63,6 +64,7 @@ class Status(StrEnum):
     PREDICTED_OOM = "predicted_oom"
     NOT_RUN = "not_run"
     LEARNING_FAILED = "learning_failed"
+    HARNESS = "harness"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,15 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
     Status.UNTESTED: StatusMeaning(
         "the device's software stack was absent, nothing ran",
         "not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked",
+    ),
+    Status.HARNESS: StatusMeaning(
+        "the harness or the machine failed, not the cell (harness: the note says what; a resume runs it again)",
+        "the harness (its fork server, the process standing in for a forked launcher) or the machine under it (a "
+        "`/dev/shm` DeepSpeed cannot write) failed, not the cell: `harness_fault` says what, the cell's own outcome "
+        "is unknown, and nothing of it is held against the cell (compare and the matrices never call it a "
+        "regression; a resume runs it again). Where running it again is safe (the fork server died mid-cell and "
+        "was restarted) the cell is re-run once before anything is recorded. A trial the harness disturbed but "
+        "recovered keeps its own status and names what happened in `harness_fault`",
     ),
 }
 
@@ -285,6 +296,10 @@ class ResultRecord(CellAxes):
     status: Status
     error_class: ErrorClass | None = None
     message: str = ""
+    harness_fault: str | None = None
+    """What of the harness or the machine failed during this trial (not the cell): the cause of a `harness` status,
+    or on another status what the harness recovered from (a fork server restarted, a re-run once, a stuck stand-in
+    process ended). None: nothing; records of schema version 1 never say."""
     known_issue: str | None = None
     """Upstream link of the known issue the failure matches (scenarios/known_issues.yaml), if any."""
     known_issue_note: str | None = None

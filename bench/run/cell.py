@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
-from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan
+from bench.errors import BenchError
+from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan, Outcome
 from bench.files import own_folder, without_link
 from bench.judge.mfu import inputs_for
-from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record, retried
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -53,6 +54,14 @@ def disk_full_failure(record: ResultRecord, free: int) -> str | None:
         if any(text in line for text in DISK_FULL_MESSAGES):
             return f"{record.cell_id} failed: {line.strip()}"
     return None
+
+
+def absent_assets(assets: PreparedAssets) -> list[tuple[str, str]]:
+    """(what, path) of each prepared folder the assets name that is not there (moved or deleted since it was
+    prepared); a Hub id names no folder. A cell given such a path would take it for a Hub id and fail."""
+    named = [("model", assets.model), ("tokenizer", assets.tokenizer), ("dataset", assets.dataset)]
+    named += [(f"{form} dataset", folder) for form, folder in assets.derived.items()]
+    return [(what, path) for what, path in named if os.path.isabs(path) and not os.path.exists(path)]
 
 
 @dataclass
@@ -135,9 +144,37 @@ def run_cell(
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
     (a scheduler job an earlier run submitted is still writing into it). `placement`: its devices when cells run
     side by side (bench/run/side_by_side.py). DiskFull when the results folder has too little room to start, or the
-    cell failed on a full disk: nothing is recorded then."""
+    cell failed on a full disk: nothing is recorded then. A trial the harness spoiled (status `harness`) where
+    running it again is safe is run once more, its record naming the first try's fault (the first try's log is kept
+    as `<cell>.first-try.log`). BenchError when a prepared asset folder is gone: the run stops."""
     if (free := free_bytes(ctx.run_dir)) < MIN_FREE_BYTES:
         raise DiskFull(f"{free >> 10} KiB free in {ctx.run_dir}; a cell needs {MIN_FREE_BYTES >> 20} MiB")
+    if gone := absent_assets(ctx.assets):
+        what, path = gone[0]
+        raise BenchError(
+            f"the workload's prepared {what} {path} is gone (moved or deleted during the run): {cell.id} and the "
+            f"cells after it would take it for a Hub id; resume with --run-id {ctx.run_id} to prepare it again"
+        )
+    record, outcome = _trial(ctx, cell, trial, prediction, fresh, timeout_s, placement)
+    fault = outcome.harness_fault
+    if record.status != Status.HARNESS or fault is None or not fault.retry:
+        return record
+    log = RunFolder(ctx.run_dir).log(cell.id, trial)
+    log.replace(log.with_name(f"{log.stem}.first-try{log.suffix}"))
+    again, _ = _trial(ctx, cell, trial, prediction, fresh, timeout_s, placement)
+    return retried(record, again)
+
+
+def _trial(
+    ctx: RunContext,
+    cell: Cell,
+    trial: int,
+    prediction: PredictionSummary | None,
+    fresh: bool,
+    timeout_s: float | None,
+    placement: "SlotPlacement | None",
+) -> tuple[ResultRecord, Outcome]:
+    """One try of a trial: its record, and the executor's outcome it was judged from."""
     folder = RunFolder(ctx.run_dir)
     config_dir = folder.configs(cell.id)
     out_dir = folder.cell(cell.id)
@@ -174,7 +211,7 @@ def run_cell(
     record = finished_record(ctx.facts, cell, _expectation(ctx, spec, prediction, limit), ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
-    return record
+    return record, outcome
 
 
 def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement: "SlotPlacement | None") -> LaunchPlan:

@@ -121,9 +121,12 @@ def _trials_to_run(
     budget: TimeBudget | None,
 ) -> list[tuple[Cell, int]]:
     """The (cell, trial) pairs not recorded yet (all with `force`), in coverage order under a budget."""
-    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
+    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells; nor is one the harness
+    # spoiled (status harness): its outcome is unknown
     recorded = {
-        (r.cell_id, r.trial) for r in records if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
+        (r.cell_id, r.trial)
+        for r in records
+        if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM) and r.status != Status.HARNESS
     }
     if budget is not None:
         runnable = coverage_order(runnable, budget.predicted_s)
@@ -192,9 +195,10 @@ def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int)
     if isinstance(exc, Unrecorded):
         return stop_unwritable(ctx, label, str(exc), lines)
     if exc.errno == errno.EISDIR and exc.filename:  # writable, but a folder stands where a file goes
+        folder = exc.filename2 or exc.filename  # a rename of a whole file's temporary names the target second
         return BenchError(
-            f"{exc.filename} is a folder, where the run writes a file: the run stops; {lines} record(s) kept, {label} "
-            f"not recorded; move {exc.filename} away, then resume with --run-id {ctx.run_id}"
+            f"{folder} is a folder, where the run writes a file: the run stops; {lines} record(s) kept, {label} "
+            f"not recorded; move {folder} away, then resume with --run-id {ctx.run_id}"
         )
     what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
     if exc.errno not in DISK_FULL_ERRNOS:

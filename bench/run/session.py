@@ -3,6 +3,7 @@ the workload's assets prepared, the executor chosen, the environment recorded (e
 DeepSpeed host ops made ready, and the cells executed (bench/run/runner.py). What the run printed as its table is
 the CLI's (bench/cli/run.py)."""
 
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,13 +22,14 @@ from bench.matrix.known_issues import known_issues
 from bench.matrix.packages import PACKAGES
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason
+from bench.paths import BUILD_DIR
 from bench.results.env import environment_fingerprint, training_of, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
-from bench.run.cell import RunContext
+from bench.run.cell import RunContext, absent_assets
 from bench.run.forking import fork_server
-from bench.run.preflight import Preflight, preflight
+from bench.run.preflight import Preflight, preflight, shm_check
 from bench.run.runner import execute
 
 SlurmFactory = Callable[[HardwareProfile, Path], Executor]
@@ -104,7 +106,7 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         assets = PreparedAssets(model="", tokenizer="", dataset="")
     else:
         print(f"preparing workload {request.workload.name} (model, tokenizer, dataset) ...", flush=True)
-        assets = prepare(request.workload)
+        assets = present_assets(request.workload, prepare(request.workload))
     executor, machine = chosen_executor(request, machine, where, assets)
     env = recorded_environment(request, executor)
     ctx = RunContext(
@@ -123,6 +125,29 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         peak_tflops=machine.peak_tflops(profile),
     )
     return ctx, machine
+
+
+def present_assets(workload: Workload, assets: PreparedAssets, build_dir: Path = BUILD_DIR) -> PreparedAssets:
+    """The prepared assets, every folder of them there: what was prepared here (under `build_dir`) and has gone since
+    (moved or deleted) is prepared again, once; BenchError, in one line, for a folder that is not the suite's to
+    make (a local checkpoint) or that preparing again does not bring back."""
+    gone = absent_assets(assets)
+    if not gone:
+        return assets
+    built = build_dir.resolve() / "assets"
+    what, path = gone[0]
+    if all(Path(p).resolve().is_relative_to(built) for _, p in gone):
+        for folder in {built / Path(p).resolve().relative_to(built).parts[0] for _, p in gone}:
+            print(f"notice: the prepared {what} {path} is gone (moved or deleted): preparing again", flush=True)
+            shutil.rmtree(folder)
+        assets = prepare(workload, build_dir)
+        if not (gone := absent_assets(assets)):
+            return assets
+        what, path = gone[0]
+    raise BenchError(
+        f"workload {workload.name}: its {what} {path} is gone (moved or deleted after it was prepared); put it back, "
+        "or point the workload at where it is now"
+    )
 
 
 def checked_machine(request: RunRequest, where: str | None) -> Preflight:
@@ -152,15 +177,19 @@ def chosen_executor(
     request: RunRequest, machine: Preflight, where: str | None, assets: PreparedAssets
 ) -> tuple[Executor, Preflight]:
     """The run's executor, and the machine as the cells will see it: where `auto` fell back from an image to this
-    venv, its own torch must see the devices (checked again)."""
+    venv, its own torch must see the devices (checked again), and where cells run on this machine, /dev/shm must take
+    the DeepSpeed buffers of those that make one."""
     if request.executor == "slurm" and not machine.untested_reason:
         if request.slurm is None:
             raise ValueError("a Slurm run needs the executor's options")
         return request.slurm(request.profile, request.run_dir), machine
     kind = "local" if machine.untested_reason else request.executor
     executor = select_executor(kind, request.profile, request.run_dir, assets)
-    if where == "image" and executor.name == "local" and not machine.untested_reason:
-        machine = preflight(request.profile, request.emulate, where="local")
+    if executor.name == "local" and not machine.untested_reason:
+        if where == "image":
+            machine = preflight(request.profile, request.emulate, where="local")
+        if (refusal := shm_check(request.cells, request.profile)) is not None:
+            raise refusal
     return executor, machine
 
 

@@ -25,9 +25,13 @@ def nothing_starts(monkeypatch):
     def started(*args, **kwargs):
         raise Started("the run was not refused: it got to preflight, the workload or the cells")
 
-    monkeypatch.setattr("bench.run.preflight.preflight", started)
-    monkeypatch.setattr("bench.assets.prepare.prepare", started)
-    monkeypatch.setattr("bench.run.runner.execute", started)
+    # where they are defined and where the session holds them (a module imported earlier keeps its own names)
+    for name in ("bench.run.preflight.preflight", "bench.run.session.preflight"):
+        monkeypatch.setattr(name, started)
+    for name in ("bench.assets.prepare.prepare", "bench.run.session.prepare"):
+        monkeypatch.setattr(name, started)
+    for name in ("bench.run.runner.execute", "bench.run.session.execute"):
+        monkeypatch.setattr(name, started)
 
 
 def refused(capsys, results: Path, *args: str, scenarios: Path | None = None) -> str:
