@@ -1,7 +1,10 @@
 """The run's fork server (bench/isolation/zygote.py) as the runner sees it: started while the run prepares, waited
 for before the first cell, and used by the local executor to start every Python process of a cell: the cell's
 command line is routed through the server's `python` (its launcher, and the interpreter it names for the ranks), its
-environment names the server's socket, and a killed cell loses the server's children too."""
+environment names the server's socket, and a killed cell loses the server's children too.
+
+The server's folder (bench/isolation/server_folder.py) is held by its runner while the server runs and removed when
+it stops, a stop signal included."""
 
 import contextlib
 import json
@@ -10,13 +13,14 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.isolation import lifeline
+from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.server_folder import FOLDER_PREFIX, claim_folder
 from bench.isolation.zygote import CHILDREN, CLIENT, SOCKET, TITLE_ROOM
 from bench.isolation.zygote_client import SOCKET_ENV
 
@@ -40,7 +44,7 @@ def python_script(path: Path, python: str) -> bool:
 def is_client(args: list[str]) -> bool:
     """Whether a process's command line (its /proc cmdline, split) is a fork server's client standing in for a
     forked child, whose command line is the client's after the interpreter's."""
-    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and "dpo-bench-zygote-" in args[2]
+    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and FOLDER_PREFIX in args[2]
 
 
 def route(argv: list[str], python: str, client: str) -> list[str]:
@@ -61,11 +65,13 @@ class ForkServer:
     log: Path
     ready: dict | None = None
     why_not: str | None = None
+    hold: int = -1
+    """The descriptor that holds the folder flock'd (claim_folder)."""
 
     @classmethod
     def start(cls, python: str, cwd: Path, env: Mapping[str, str], preload: str, log: Path) -> "ForkServer":
         """Start the server: it imports in the background; `wait` before routing anything through it."""
-        folder = Path(tempfile.mkdtemp(prefix="dpo-bench-zygote-"))  # short: a socket path has at most 107 bytes
+        folder, hold = claim_folder()
         runner = os.getpid()
         with log.open("ab") as out:
             process = subprocess.Popen(
@@ -78,7 +84,7 @@ class ForkServer:
                 start_new_session=True,
                 preexec_fn=lambda: lifeline.die_with_parent(runner),
             )
-        return cls(folder, process, log)
+        return cls(folder, process, log, hold=hold)
 
     def wait(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
         """Wait until the server serves; None then, else why it will not (it refused, ended or did not answer)."""
@@ -124,17 +130,22 @@ class ForkServer:
         return pids
 
     def stop(self) -> None:
-        """End the server (its children die with it) and remove its folder."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while self.process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+        """End the server (its children die with it) and remove its folder; a stop signal meanwhile waits until it
+        is done."""
+        with DeferredSigint():
             if self.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while self.process.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                    self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.hold >= 0:
+                os.close(self.hold)
+                self.hold = -1
