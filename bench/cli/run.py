@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
     from bench.results.env import check_resumable, training_of
     from bench.results.run_folder import open_run
-    from bench.run.leftovers import clean_up_dead_runners
+    from bench.run.leftovers import clean_up_dead_runners, remove_left_fork_folders
     from bench.run.runners import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
@@ -64,7 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         resumes_jobs = args.executor == "slurm"  # a dead runner's Slurm jobs of this run are waited for, not cancelled
-        for line in clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs):
+        left = clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs)
+        for line in left + remove_left_fork_folders():
             print(f"cleaned up: {line}", flush=True)
         with registered(run_id, run_dir) as others:  # cells measured while another runner runs are marked
             for line in sharing_notices(others):

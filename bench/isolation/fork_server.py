@@ -3,7 +3,10 @@ for before the first cell, and used by the local executor to start every Python 
 command line is routed through the server's `python` (its launcher, and the interpreter it names for the ranks), its
 environment names the server's socket, and a killed cell loses the server's children too. A server that died is
 started again in its place (`restart`); how each of a cell's forked programs ended is read from the server's folder
-(`ended_as`), for a client that cannot pass it on."""
+(`ended_as`), for a client that cannot pass it on.
+
+The server's folder (bench/isolation/server_folder.py) is held by its runner while the server runs and removed when
+it stops, a stop signal included."""
 
 import contextlib
 import json
@@ -12,13 +15,14 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.isolation import lifeline
+from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.server_folder import FOLDER_PREFIX, claim_folder
 from bench.isolation.zygote import CHILDREN, CLIENT, ENDED, SOCKET, TITLE_ROOM
 from bench.isolation.zygote_client import SOCKET_ENV
 
@@ -42,7 +46,7 @@ def python_script(path: Path, python: str) -> bool:
 def is_client(args: list[str]) -> bool:
     """Whether a process's command line (its /proc cmdline, split) is a fork server's client standing in for a
     forked child, whose command line is the client's after the interpreter's."""
-    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and "dpo-bench-zygote-" in args[2]
+    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and FOLDER_PREFIX in args[2]
 
 
 def route(argv: list[str], python: str, client: str) -> list[str]:
@@ -99,13 +103,15 @@ class ForkServer:
     ready: dict | None = None
     why_not: str | None = None
     launch: Launch | None = None
+    hold: int = -1
+    """The descriptor that holds the folder flock'd (claim_folder)."""
 
     @classmethod
     def start(cls, python: str, cwd: Path, env: Mapping[str, str], preload: str, log: Path) -> "ForkServer":
         """Start the server: it imports in the background; `wait` before routing anything through it."""
         launch = Launch(python, cwd, dict(env), preload, log)
-        folder = Path(tempfile.mkdtemp(prefix="dpo-bench-zygote-"))  # short: a socket path has at most 107 bytes
-        return cls(folder, launch.popen(folder), log, launch=launch)
+        folder, hold = claim_folder()
+        return cls(folder, launch.popen(folder), log, launch=launch, hold=hold)
 
     def ended(self) -> str | None:
         """How the server ended (`killed by SIGKILL`), once it has; None while it runs."""
@@ -118,7 +124,7 @@ class ForkServer:
         if self.launch is None:
             raise ValueError("this fork server was not started by ForkServer.start")
         self.stop()
-        self.folder = Path(tempfile.mkdtemp(prefix="dpo-bench-zygote-"))
+        self.folder, self.hold = claim_folder()
         self.process = self.launch.popen(self.folder)
         self.ready = self.why_not = None
         return self.wait(timeout_s)
@@ -181,17 +187,22 @@ class ForkServer:
             entry.unlink(missing_ok=True)
 
     def stop(self) -> None:
-        """End the server (its children die with it) and remove its folder."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while self.process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+        """End the server (its children die with it) and remove its folder; a stop signal meanwhile waits until it
+        is done."""
+        with DeferredSigint():
             if self.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while self.process.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                    self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.hold >= 0:
+                os.close(self.hold)
+                self.hold = -1

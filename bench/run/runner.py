@@ -2,6 +2,7 @@
 as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -12,6 +13,7 @@ from collections import Counter
 from bench.errors import BenchError
 from bench.executors.local import LocalExecutor
 from bench.files import write_whole
+from bench.isolation.deferred_sigint import stopped_by
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import PredictionSummary, ResultRecord, Status
@@ -178,10 +180,15 @@ def _run_in_order(
             if budget is not None:
                 budget.learn(cell, record)
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (bench/isolation/deferred_sigint.py)
             kept = len(load_results(ctx.run_dir, quiet=True).records) > before
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
-            print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot be told
+                print(
+                    f"\ninterrupted{stopped_by(exc)} {what}; re-run with --run-id {ctx.run_id} to resume",
+                    file=out,
+                    flush=True,
+                )
             raise
         except (DiskFull, Unrecorded, OSError) as exc:
             raise _stopped(ctx, label, exc, lines) from None
