@@ -4,9 +4,11 @@ bf16 matmul kernels) is within 15 % but the named exceptions, with no model-memo
 verdict on the budgeted profiles is on the side of the outcome (but one measured both ways), the offload backends'
 one-rank cells are validated, and the held-out verdicts really leave each cell's records out of its baselines' fit."""
 
+from pathlib import Path
+
 import pytest
 
-from bench.estimate.calibrate import calibration_records, fit, fit_records
+from bench.estimate.calibrate import calibration_records, fit, fit_records, measured_records
 from bench.estimate.predict import load_calibration
 from bench.estimate.validate import (
     Row,
@@ -19,6 +21,14 @@ from bench.estimate.validate import (
     validation_line,
     workload_summary,
 )
+from bench.paths import PROJECT_ROOT
+from bench.results.cpu_features import CpuFeatures
+from bench.results.env import write_env
+from bench.results.env_schema import EnvFingerprint, HostHardware
+from bench.results.layout import RESULTS_FILE
+from bench.results.schema import ResultRecord, Status
+from bench.results.store import append_result, load_results
+from tests.unit.estimate.fit_tolerance import mismatches
 
 GOAL = 0.15
 """Issue 26: every `ok` cell of tiny and small within 15 %, no constant fitted per workload."""
@@ -126,8 +136,9 @@ def test_no_model_memory_constant_is_fitted():
 
 
 def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
-    # a new run under a budgeted profile needs `python -m bench.estimate.calibrate` and `make predicted`
-    assert load_calibration() == fit()
+    # a new run under a budgeted profile needs `python -m bench.estimate.calibrate` and `make predicted`; medians of
+    # measured bytes come out the same on every CPU, held like every fit to a stated tolerance (fit_tolerance)
+    assert not mismatches(fit(), load_calibration())
 
 
 def test_held_out_baselines_are_fitted_without_any_record_of_the_cell(committed, folds):
@@ -140,7 +151,7 @@ def test_held_out_baselines_are_fitted_without_any_record_of_the_cell(committed,
     # each cell's fold is the fit of every other cell's records (the Xeon's 4 GiB cells added six baselines of
     # 55.0 / 67.9 MiB: no single cell's leaving moves a median any more)
     for cell_id, calibration in folds.items():
-        assert calibration == fit_records([m for m in records if m.record.cell_id != cell_id])
+        assert not mismatches(fit_records([m for m in records if m.record.cell_id != cell_id]), calibration)
     assert len(records) > len(folds)
 
 
@@ -193,3 +204,31 @@ def test_write_calibration_writes_the_committed_file(tmp_path):
 
     write_calibration(load_calibration(), tmp_path / "calibration.json")
     assert (tmp_path / "calibration.json").read_bytes() == CALIBRATION_FILE.read_bytes()
+
+
+def _run_of(results: Path, name: str, created_at: str, record: ResultRecord, flags: list[str] | None) -> None:
+    run_dir = results / "cpu" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / RESULTS_FILE).touch()
+    append_result(run_dir, record.model_copy(update={"run_id": name}))
+    cpu = CpuFeatures(flags=flags) if flags is not None else None
+    write_env(
+        run_dir, EnvFingerprint(created_at=created_at, hardware=HostHardware(cpu_model="AMD EPYC"), cpu_features=cpu)
+    )
+
+
+def test_a_cpu_of_the_same_name_and_other_instruction_sets_keeps_its_own_record(tmp_path):
+    """An EPYC Zen 5 and a Zen 4 both read `AMD EPYC` under the hypervisor; their recorded instruction sets differ
+    (Zen 5's AVX-VNNI). A run that recorded none is superseded by a later one of the name, and its outcome kept."""
+    record = load_results(PROJECT_ROOT / "results/cpu/20261128-064850").latest_by_cell()["one_adapter-none-single"]
+    zen4 = ["avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"]
+    results = tmp_path / "results"
+    _run_of(results, "old", "2026-11-24T00:00:00+00:00", record.model_copy(update={"status": Status.OOM}), None)
+    _run_of(results, "zen4", "2026-11-28T06:48:50+00:00", record, zen4)
+    _run_of(results, "zen4-again", "2026-11-28T20:00:00+00:00", record, zen4)
+    _run_of(results, "zen5", "2026-11-28T18:33:42+00:00", record, [*zen4, "avx_vnni"])
+    found = {m.source: m for m in measured_records(results)}
+    assert set(found) == {"results/cpu/zen4-again", "results/cpu/zen5"}
+    assert found["results/cpu/zen4-again"].outcomes == {True, False} and found["results/cpu/zen5"].outcomes == {False}
+    _run_of(results, "unrecorded", "2026-11-29T00:00:00+00:00", record, None)
+    assert [m.source for m in measured_records(results)] == ["results/cpu/unrecorded"]
