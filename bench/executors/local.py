@@ -134,9 +134,8 @@ class LocalExecutor:
         live = self.live_file
         if live is not None and plan.slot is not None:
             live = live.with_name(f"running.{plan.slot}.json")
-        return run_local(
-            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, live, self.fork_server, self.python
-        )
+        budget = plan.memory_budget_bytes if plan.memory_budget_bytes is not None else self.memory_budget_bytes
+        return run_local(plan, log_path, timeout_s, self.cwd, budget, live, self.fork_server, self.python)
 
     def stop_all(self) -> None:
         """Kill every cell this process runs now (cells side by side, on Ctrl-C or a failure that stops the run)."""

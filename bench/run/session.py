@@ -25,8 +25,10 @@ from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
 from bench.run.cell import RunContext
 from bench.run.forking import fork_server
+from bench.run.memory_slots import SPEED_CELLS, SharedDevice, SlotRequest, shared_device
 from bench.run.preflight import Preflight, preflight
 from bench.run.runner import execute
+from bench.run.slots import VISIBLE_ENV
 
 SlurmFactory = Callable[[HardwareProfile, Path], Executor]
 """Builds the Slurm executor of a run from the options the CLI parsed (bench/executors/slurm/options.py)."""
@@ -53,6 +55,10 @@ class RunRequest:
     time_budget_min: float | None = None
     exclusive: bool = False
     run_predicted_oom: bool = False
+    gpu_slots: int | None = None
+    """--gpu-slots: the device's memory cut into this many slots; None: automatic (bench/run/memory_slots.py)."""
+    speed_cells: int = SPEED_CELLS
+    """--speed-pass: cells of the exclusive speed pass after cells ran in slots."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
@@ -105,8 +111,28 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         if line := serve():
             print(line, flush=True)
         return execute(
-            ctx, request.cells, force=request.force, repeats=request.repeats, budget=budget, exclusive=request.exclusive
+            ctx,
+            request.cells,
+            force=request.force,
+            repeats=request.repeats,
+            budget=budget,
+            exclusive=request.exclusive,
+            slots=None if machine.untested_reason else device_slots(request, machine, executor),
+            speed_cells=request.speed_cells,
         )
+
+
+def device_slots(request: RunRequest, machine: Preflight, executor: Executor) -> SharedDevice | None:
+    """The device the cells share in slots (--gpu-slots, or automatically on a big card), None: they do not."""
+    slot_request = SlotRequest(
+        slots=request.gpu_slots,
+        exclusive=request.exclusive,
+        local=isinstance(executor, LocalExecutor),
+        emulated=machine.emulated_from is not None,
+        device_bytes=machine.device_memory_bytes,
+        gpu=machine.launch_env.get(VISIBLE_ENV),
+    )
+    return shared_device(request.profile, slot_request)
 
 
 def checked_machine(request: RunRequest, where: str | None) -> Preflight:
