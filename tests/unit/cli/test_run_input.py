@@ -46,6 +46,9 @@ def refused(capsys, results: Path, *args: str, scenarios: Path | None = None) ->
         (["--filter", "nothing*"], "--filter 'nothing*' matches no cell"),
         (["--method", "dpo2"], "dpo2"),
         (["--gpu", "A10:8", "--nodes", "2", "--filter", "one_adapter-none-single"], "use --executor slurm"),
+        (["--hw", "1xH200", "--gpu-slots", "4", "--exclusive"], "--gpu-slots 4: --exclusive runs one cell at a time"),
+        (["--hw", "cpu", "--gpu-slots", "2"], "--gpu-slots 2: profile cpu has no memory_budget_gb"),
+        (["--hw", "2xA10", "--gpu-slots", "2"], "--gpu-slots 2: profile 2xA10 spans 2 GPUs"),
     ],
 )
 def test_rejected_input_is_one_line_and_leaves_no_run_folder(capsys, tmp_path, args, message):
