@@ -161,3 +161,22 @@ def test_a_bad_env_json_stops_run_compare_and_matrix_in_one_line(capsys, tmp_pat
         assert main(["--results", str(results), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {run_dir / 'env.json'}: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-slots", "0"], "argument --gpu-slots: must be 1 to 64, got 0"),
+        (["--gpu-slots", "65"], "argument --gpu-slots: must be 1 to 64, got 65"),
+        (["--gpu-slots", "many"], "argument --gpu-slots: invalid slot_count value: 'many'"),
+        (["--speed-pass", "-1"], "argument --speed-pass: must be >= 0, got -1"),
+    ],
+)
+def test_slot_flags_out_of_range_are_one_line(capsys, args, message):
+    from bench.cli import parser
+
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["run", *args])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+    parsed = parser().parse_args(["run"])
+    assert (parsed.gpu_slots, parsed.speed_pass) == (None, 5)

@@ -56,6 +56,7 @@ def test_a_cell_takes_the_slots_its_predicted_memory_with_the_margin_needs():
     assert slots_taken(device, predicted(37 * GiB), 1) == 2  # ORPO's 37 GiB
     assert slots_taken(device, predicted(500 * GiB), 1) == 5  # more than the card: every slot, alone
     assert slots_taken(device, None, 1) == 5 and slots_taken(device, predicted(None), 1) == 5  # no prediction: alone
+    assert slots_taken(device, predicted(0.0), 1) == 1  # at least one
     cpu = host()  # 6 slots of 256 MiB
     assert slots_taken(cpu, predicted(123 * MiB), 1) == 1
     assert slots_taken(cpu, predicted(123 * MiB), 2) == 2  # each rank's memory counts
@@ -162,3 +163,19 @@ def test_the_cli_refuses_what_the_profile_alone_rules_out_before_anything_is_pre
         check_asked(load_profile("cpu"), 2, exclusive=False)
     check_asked(load_profile("cpu"), 1, exclusive=True)  # one slot: nothing is shared, nothing to refuse
     check_asked(load_profile("1xH200"), None, exclusive=True)
+
+
+def test_a_runs_request_is_read_from_its_flags_its_machine_and_its_executor(tmp_path):
+    from bench.executors.local import LocalExecutor
+    from bench.run.preflight import Preflight
+    from bench.run.session import RunRequest, device_slots
+
+    h200 = load_profile("1xH200")
+    machine = Preflight(launch_env={"CUDA_VISIBLE_DEVICES": "GPU-1234"}, device_memory_bytes=H200)
+    asked = RunRequest("r", tmp_path, h200, None, [], "local", 0.0, gpu_slots=2)  # type: ignore[arg-type]
+    device = device_slots(asked, machine, LocalExecutor(tmp_path))
+    assert device == SharedDevice("GPU-1234", "GPU-1234", H200, 2, None, None)
+    visible = {"CUDA_VISIBLE_DEVICES": "0"}
+    emulated = Preflight(launch_env=visible, emulated_from="NVIDIA H200", device_memory_bytes=H200)
+    a10 = RunRequest("r", tmp_path, load_profile("1xA10"), None, [], "local", 0.0)  # type: ignore[arg-type]
+    assert device_slots(a10, emulated, LocalExecutor(tmp_path)).emulated_bytes == int(24 * GB)

@@ -211,3 +211,38 @@ def test_cells_on_disjoint_core_groups_still_run_side_by_side_and_two_ranks_alon
     assert [cell_id for cell_id, _, _ in fake.ran][-1] == DDP and records[DDP].devices == "cores 0-1"
     assert records[DDP].shared_with == [] and not records[DDP].gpu_shared and records[DDP].slot is None
     assert all(records[c].devices in ("core 0", "core 1") and records[c].shared_with for c in SINGLES)
+
+
+def test_two_trials_of_one_cell_never_run_together_and_a_trial_says_which_it_is(tmp_path, monkeypatch):
+    fake = FakeCells(needs={})
+    _, text = run(context(tmp_path, monkeypatch, fake, {}), cells=[CELLS[SINGLES[0]]], slots=HOST, repeats=2)
+    assert fake.most == 1 and [t for _, t, _ in fake.ran] == [0, 1]
+    assert "(trial 2/2)" in text
+    cell = CELLS[SINGLES[0]]
+    assert side_by_side.label(Trial(cell, 0), 1) == cell.id
+    assert side_by_side.label(Trial(cell, 3, True), 2) == f"{cell.id} (speed pass, trial 2/{SPEED_TRIALS})"
+
+
+def test_a_run_whose_slots_another_run_holds_waits_for_them(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(side_by_side, "POLL_S", 0.1)
+    other = DeviceLedger.for_device(HOST.key, HOST.slots, HOST.memory_bytes, "run2")
+    other = DeviceLedger(other.path, HOST.slots, HOST.memory_bytes, "run2", pid=os.getppid())
+    held, span = other.take(6, "takes-it-all")
+    threading.Timer(1.0, other.give, (held, span)).start()
+    fake = FakeCells(needs={})
+    started = time.monotonic()
+    records, _ = run(context(tmp_path, monkeypatch, fake, {}), cells=[CELLS[SINGLES[0]]], slots=HOST)
+    assert time.monotonic() - started >= 1.0 and records[SINGLES[0]].status == Status.OK
+    assert records[SINGLES[0]].shared_with == [] and not records[SINGLES[0]].gpu_shared  # it ended before
+
+
+def test_an_emulated_card_is_said_and_disjoint_devices_run_no_speed_pass(tmp_path, monkeypatch):
+    emulated = SharedDevice("0", "0", 100 * BUDGET, 6, BUDGET, BUDGET)
+    _, text = run(context(tmp_path, monkeypatch, FakeCells({}), {}), cells=[CELLS[SINGLES[0]]], slots=emulated)
+    assert f"each capped at its card's {BUDGET / 1e9:g} GB" in text and "slots of GPU 0" in text
+    monkeypatch.setattr("bench.run.runner.os.sched_getaffinity", lambda pid: {0, 1})
+    ctx = context(tmp_path / "d", monkeypatch, FakeCells({}), {}, profile="cpu-slots")
+    _, text = run(ctx, cells=[CELLS[c] for c in SINGLES], speed_cells=5)
+    assert "speed pass" not in text

@@ -59,9 +59,16 @@ def test_a_run_waiting_for_the_whole_device_holds_the_other_runs_off_until_it_ra
     held, span = second.take(1, "b")
     assert first.take(4, "alone") is None  # waits, and says so
     assert second.take(1, "c") is None  # held off, though slots are free
-    assert first.take(1, "small") is not None  # the waiting run itself is not held off
+    small = first.take(1, "small")  # the waiting run itself is not held off
+    assert small is not None and small[0] == [1]
     second.give(held, span)
     assert first.take(4, "alone") is None  # its own small cell still holds a slot
+    first.give(*small)
+    alone = first.take(4, "alone")
+    assert alone is not None and alone[0] == [0, 1, 2, 3]
+    assert json.loads(first.path.read_text())["waiting"] == []  # it ran: the others may take slots again
+    first.give(*alone)
+    assert second.take(1, "c") is not None
 
 
 def test_a_dead_runners_slots_and_wait_are_let_go_by_the_next_reader():
@@ -85,7 +92,12 @@ def test_a_pid_that_another_process_took_is_not_the_holder():
     stored = json.loads(record.path.read_text())
     stored["holders"][0]["since"] -= 1  # the same pid, started at another time: a reused pid
     record.path.write_text(json.dumps(stored))
-    assert ledger("new").take(4, "b") is not None
+    assert ledger("new").take(4, "b") is not None  # the reused pid's slots are let go
+    stored = json.loads(record.path.read_text())
+    assert [h["cell"] for h in stored["holders"]] == ["b"]
+    stored["holders"][0]["since"] = None  # a start time that could not be read: a live pid is taken as the holder
+    record.path.write_text(json.dumps(stored))
+    assert ledger("newer").take(1, "c") is None
 
 
 def test_a_run_asking_for_other_slots_than_the_runs_on_the_device_is_a_one_line_error():
