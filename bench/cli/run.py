@@ -22,6 +22,7 @@ from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
+from bench.run.memory_slots import AUTO_FROM_BYTES, MAX_SLOTS, SLOT_BYTES, SPEED_CELLS, SPEED_TRIALS
 
 if TYPE_CHECKING:
     from bench.results.env_schema import Training
@@ -47,11 +48,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.results.env import check_resumable, training_of
     from bench.results.run_folder import open_run
     from bench.run.leftovers import clean_up_dead_runners, remove_left_fork_folders
+    from bench.run.memory_slots import check_asked
     from bench.run.runners import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
     checked_scenario_files(Path(args.scenarios))
     profile, workload = target(args)
+    check_asked(profile, args.gpu_slots, args.exclusive)  # refused before the run folder is made
     if args.cell_timeout is not None:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
     run_id = run_id_of(args)
@@ -114,6 +117,8 @@ def _run(
         time_budget_min=args.time_budget,
         exclusive=args.exclusive,
         run_predicted_oom=args.run_predicted_oom,
+        gpu_slots=args.gpu_slots,
+        speed_cells=args.speed_pass,
     )
     try:
         records = run_session(request)
@@ -200,6 +205,20 @@ def recorded_run(hardware_dir: Path, run_id: str) -> Path:
     )
 
 
+def slot_count(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_SLOTS}, got {number}")
+    return number
+
+
+def cell_count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
+    return number
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("list", help="show every cell and why some are not applicable; runs nothing")
     p.add_argument("--hw", default="cpu")
@@ -254,6 +273,26 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run one cell at a time, the machine to itself (for throughput-critical work); by default cells run "
         "side by side on disjoint devices where the machine has more than a cell takes, their records saying so",
+    )
+    p.add_argument(
+        "--gpu-slots",
+        type=slot_count,
+        default=None,
+        metavar="N",
+        help="cut the GPU's memory into N slots and run cells side by side in them, each admitted by its predicted "
+        "memory with a margin and capped at its slots (a per-process memory fraction), with its share of the host's "
+        "cores; with --emulate each cell is capped at its card's memory, so several 24 GB profiles' runs share one big "
+        "card; on a CPU profile with memory_budget_gb the host's memory and cores the same way. Default: automatic "
+        f"on a card of {AUTO_FROM_BYTES / 1e9:.0f} GB or more (one slot per {SLOT_BYTES / 2**30:.0f} GiB), else 1 "
+        "(docs/hardware.md)",
+    )
+    p.add_argument(
+        "--speed-pass",
+        type=cell_count,
+        default=SPEED_CELLS,
+        metavar="CELLS",
+        help=f"after cells ran in slots, run this many of them {SPEED_TRIALS} times each alone on the device: speed "
+        "figures nothing shared (default: %(default)s; 0: none)",
     )
     p.add_argument(
         "--start",

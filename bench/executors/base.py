@@ -34,6 +34,9 @@ class LaunchPlan:
     """The CPU cores every process of the cell is bound to (cells side by side on a CPU profile); None: any."""
     slot: int | None = None
     """Where cells run side by side: the first of its devices, unique among the cells running at once."""
+    memory_budget_bytes: int | None = None
+    """Per-rank memory limit of this cell in a slot of the host's memory (bench/run/memory_slots.py); None: the
+    executor's own."""
 
     @property
     def config_files(self) -> list[Path]:

@@ -138,9 +138,8 @@ class LocalExecutor:
         if live is not None and plan.slot is not None:
             live = live.with_name(f"running.{plan.slot}.json")
         restarted = self.serving()
-        outcome = run_local(
-            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, live, self.fork_server, self.python
-        )
+        budget = plan.memory_budget_bytes if plan.memory_budget_bytes is not None else self.memory_budget_bytes
+        outcome = run_local(plan, log_path, timeout_s, self.cwd, budget, live, self.fork_server, self.python)
         if restarted is not None and outcome.harness_fault is None:
             outcome.harness_fault = restarted
         return outcome

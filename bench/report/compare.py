@@ -202,8 +202,8 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
 
 def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
     """`head: <cell> trials 1, 2 (overlapped by <run>)` per cell with trials measured on a machine another run
-    shared, and `head: <cell> trial 1 (beside <cells> on other devices: memory compared)` for trials of cells
-    that ran side by side."""
+    shared, and `head: <cell> trial 1 (beside <cells> on other devices: memory compared)` (or `in slots of one
+    device`) for trials of cells that ran side by side."""
     by_cell: dict[str, dict[int, ResultRecord]] = {}
     for record in records:
         by_cell.setdefault(record.cell_id, {})[record.trial] = record  # the newest line of a trial wins
@@ -213,8 +213,12 @@ def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
         for shared, what in (
             ([r for r in ordered if r.overlapped_by], lambda rs: f"overlapped by {_names(rs, 'overlapped_by')}"),
             (
-                [r for r in ordered if r.shared_with and not r.overlapped_by],
+                [r for r in ordered if r.shared_with and not r.overlapped_by and not r.gpu_shared],
                 lambda rs: f"beside {_names(rs, 'shared_with')} on other devices: memory compared",
+            ),
+            (
+                [r for r in ordered if r.gpu_shared and not r.overlapped_by],
+                lambda rs: f"beside {_names(rs, 'shared_with')} in slots of one device: memory compared",
             ),
         ):
             if shared:
@@ -228,8 +232,9 @@ def _names(records: list[ResultRecord], field: str) -> str:
 
 
 def measured_alone(records: list[ResultRecord]) -> list[ResultRecord]:
-    """The records whose cell had the machine to itself: no other runner, no other cell of its run meanwhile."""
-    return [r for r in records if not r.overlapped_by and not r.shared_with]
+    """The records whose cell had the machine to itself: no other runner, no other cell beside it (ResultRecord
+    speed_shared)."""
+    return [r for r in records if not r.speed_shared]
 
 
 def own_devices(records: list[ResultRecord]) -> list[ResultRecord]:

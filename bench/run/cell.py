@@ -3,6 +3,7 @@ runnable cell: plan (pure: argv, environment, file contents) -> write its files 
 (bench/judge/record.py, the only place records are built).
 """
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -208,7 +209,8 @@ def _trial(
     reports, problems = read_rank_reports(out_dir)
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    record = finished_record(ctx.facts, cell, _expectation(ctx, spec, prediction, limit), ran)
+    expected = _expectation(ctx, spec, prediction, limit, plan.memory_budget_bytes)
+    record = finished_record(ctx.facts, cell, expected, ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
     return record, outcome
@@ -228,12 +230,17 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
         cores=placement.cores if placement is not None else None,
         slot=placement.first if placement is not None else None,
     )
+    if placement is not None and placement.memory_budget_bytes is not None:
+        plan = dataclasses.replace(plan, memory_budget_bytes=placement.memory_budget_bytes)
     write_files(plan, ctx.run_dir)
     return plan
 
 
-def _expectation(ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float) -> Expectation:
-    """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget and time limit."""
+def _expectation(
+    ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float, budget: int | None = None
+) -> Expectation:
+    """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget (`budget`: its slot's,
+    else the executor's) and time limit."""
     cell, train = spec.cell, ctx.workload.train
     world = world_size(cell, ctx.profile)
     precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
@@ -245,7 +252,7 @@ def _expectation(ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummar
         mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
-        memory_budget_bytes=ctx.executor.memory_budget_bytes,
+        memory_budget_bytes=budget if budget is not None else ctx.executor.memory_budget_bytes,
         prediction=prediction,
         timeout_s=limit,
     )

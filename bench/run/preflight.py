@@ -297,7 +297,9 @@ def preflight(
     card, memory = identified(found, needed_devices(profile))
     if emulate:
         real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
-        return Preflight(launch_env=emulation_env(profile, found), emulated_from=real, card=card)
+        return Preflight(
+            launch_env=emulation_env(profile, found), emulated_from=real, card=card, device_memory_bytes=memory
+        )
     if found.device == "cuda":
         return Preflight(launch_env=visible_env(profile, found), card=card, device_memory_bytes=memory)
     return Preflight(card=card, device_memory_bytes=memory)

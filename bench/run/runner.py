@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
 from bench.executors.local import LocalExecutor
@@ -32,6 +33,10 @@ from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
 from bench.run.slots import DeviceSlot, machine_devices
 from bench.run.unrecorded import Unrecorded, append_or_keep
+
+if TYPE_CHECKING:
+    from bench.run.memory_slots import SharedDevice
+    from bench.run.side_by_side import Sharing
 
 BUDGET_FILE = "budget.json"
 """What a time-boxed run ran and did not run, with each prediction (run --time-budget)."""
@@ -60,11 +65,14 @@ def execute(
     out=sys.stdout,
     budget: TimeBudget | None = None,
     exclusive: bool = False,
+    slots: "SharedDevice | None" = None,
+    speed_cells: int = 0,
 ) -> list[ResultRecord]:
     """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends. With a `budget`
     the cells run in coverage order and none starts that would end after it (bench/run/budget.py). Cells run side by
-    side on disjoint devices where the machine has more than a cell takes (bench/run/side_by_side.py), unless
-    `exclusive`. Returns this run's latest record per cell."""
+    side on disjoint devices where the machine has more than a cell takes, or in `slots` of one device's memory, then
+    an exclusive speed pass over up to `speed_cells` of them (bench/run/side_by_side.py), unless `exclusive`. Returns
+    this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
         print(f"warning: {notice}", file=out, flush=True)
@@ -84,12 +92,12 @@ def execute(
 
         run_in_flight(ctx, todo, predictions, done, out)
         return [done[c.id] for c in cells if c.id in done]
-    devices = [] if exclusive else shareable_devices(ctx)
-    if len(devices) > 1 and todo:
+    sharing = None if exclusive or not todo else shared_devices(ctx, slots)
+    if sharing is not None:
         from bench.run.side_by_side import run_side_by_side
 
         try:
-            over = run_side_by_side(ctx, todo, devices, predictions, done, repeats, budget, out)
+            over = run_side_by_side(ctx, todo, sharing, predictions, done, repeats, budget, out, speed_cells)
         except (DiskFull, Unrecorded) as exc:
             kept = len(load_results(ctx.run_dir, quiet=True).records)
             stop = stop_disk_full if isinstance(exc, DiskFull) else stop_unwritable
@@ -211,6 +219,21 @@ def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int)
     if exc.errno not in DISK_FULL_ERRNOS:
         return stop_unwritable(ctx, label, what, lines)
     return stop_disk_full(ctx, label, what, lines)
+
+
+def shared_devices(ctx: RunContext, slots: "SharedDevice | None") -> "Sharing | None":
+    """What the cells share: the `slots` of one device's memory (their ledger shared with every run on it), else
+    the machine's devices where it has more than one; None: one cell at a time."""
+    from bench.run.memory_slots import slot_devices
+    from bench.run.side_by_side import Sharing, in_process
+    from bench.run.slot_ledger import DeviceLedger
+
+    cores = sorted(os.sched_getaffinity(0))
+    if slots is not None and not ctx.untested:
+        ledger = DeviceLedger.for_device(slots.key, slots.slots, slots.memory_bytes, ctx.run_id)
+        return Sharing(slot_devices(slots, cores), ledger, slots)
+    devices = shareable_devices(ctx)
+    return in_process(devices, ctx.run_id) if len(devices) > 1 else None
 
 
 def shareable_devices(ctx: RunContext) -> list[DeviceSlot]:

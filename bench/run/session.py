@@ -29,8 +29,10 @@ from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
 from bench.run.cell import RunContext, absent_assets
 from bench.run.forking import fork_server
+from bench.run.memory_slots import SPEED_CELLS, SharedDevice, SlotRequest, shared_device
 from bench.run.preflight import Preflight, preflight, shm_check
 from bench.run.runner import execute
+from bench.run.slots import VISIBLE_ENV
 
 SlurmFactory = Callable[[HardwareProfile, Path], Executor]
 """Builds the Slurm executor of a run from the options the CLI parsed (bench/executors/slurm/options.py)."""
@@ -57,6 +59,10 @@ class RunRequest:
     time_budget_min: float | None = None
     exclusive: bool = False
     run_predicted_oom: bool = False
+    gpu_slots: int | None = None
+    """--gpu-slots: the device's memory cut into this many slots; None: automatic (bench/run/memory_slots.py)."""
+    speed_cells: int = SPEED_CELLS
+    """--speed-pass: cells of the exclusive speed pass after cells ran in slots."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
@@ -79,7 +85,14 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
                 print(line, flush=True)
             preparing = False
             return execute(
-                ctx, request.cells, request.force, request.repeats, budget=budget, exclusive=request.exclusive
+                ctx,
+                request.cells,
+                request.force,
+                request.repeats,
+                budget=budget,
+                exclusive=request.exclusive,
+                slots=None if machine.untested_reason else device_slots(request, machine, ctx.executor),
+                speed_cells=request.speed_cells,
             )
     except KeyboardInterrupt:
         if preparing:
@@ -148,6 +161,19 @@ def present_assets(workload: Workload, assets: PreparedAssets, build_dir: Path =
         f"workload {workload.name}: its {what} {path} is gone (moved or deleted after it was prepared); put it back, "
         "or point the workload at where it is now"
     )
+
+
+def device_slots(request: RunRequest, machine: Preflight, executor: Executor) -> SharedDevice | None:
+    """The device the cells share in slots (--gpu-slots, or automatically on a big card), None: they do not."""
+    slot_request = SlotRequest(
+        slots=request.gpu_slots,
+        exclusive=request.exclusive,
+        local=isinstance(executor, LocalExecutor),
+        emulated=machine.emulated_from is not None,
+        device_bytes=machine.device_memory_bytes,
+        gpu=machine.launch_env.get(VISIBLE_ENV),
+    )
+    return shared_device(request.profile, slot_request)
 
 
 def checked_machine(request: RunRequest, where: str | None) -> Preflight:

@@ -89,9 +89,9 @@ def _card_of(run_dir: Path) -> DeviceFigures | None:
 
 
 def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
-    """Every ok cell with a throughput, with its step setup at the run's measured sequence length (tokens over
-    steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure), on the device
-    that ran it: the CPU's measured rates, or the GPU catalog's card."""
+    """Every ok cell with a throughput measured alone (not ResultRecord.speed_shared), with its step setup at the
+    run's measured sequence length (tokens over steps, ranks and sequences: the data's length, an input like the batch
+    size, not a fitted figure), on the device that ran it: the CPU's measured rates, or the GPU catalog's card."""
     from bench.matrix.profiles import load_profile, load_workload
     from bench.matrix.scenario import expand, load_matrix
 
@@ -112,6 +112,8 @@ def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
             metrics = record.metrics
             cell = cells.get(record.cell_id)
             if record.status != "ok" or metrics is None or cell is None or not metrics.tokens_per_s:
+                continue
+            if record.speed_shared:  # another run or cell shared its machine or device: not this device's speed
                 continue
             profile, workload = load_profile(record.hardware), load_workload(record.workload)
             rows = method_spec(cell.method).rows_per_example

@@ -53,6 +53,9 @@ def refused(capsys, results: Path, *args: str, scenarios: Path | None = None) ->
         (["--filter", "nothing*"], "--filter 'nothing*' matches no cell"),
         (["--method", "dpo2"], "dpo2"),
         (["--gpu", "A10:8", "--nodes", "2", "--filter", "one_adapter-none-single"], "use --executor slurm"),
+        (["--hw", "1xH200", "--gpu-slots", "4", "--exclusive"], "--gpu-slots 4: --exclusive runs one cell at a time"),
+        (["--hw", "cpu", "--gpu-slots", "2"], "--gpu-slots 2: profile cpu has no memory_budget_gb"),
+        (["--hw", "2xA10", "--gpu-slots", "2"], "--gpu-slots 2: profile 2xA10 spans 2 GPUs"),
     ],
 )
 def test_rejected_input_is_one_line_and_leaves_no_run_folder(capsys, tmp_path, args, message):
@@ -338,3 +341,22 @@ def test_matrix_of_an_unknown_run_is_refused_and_writes_nothing(capsys, tmp_path
     )
     assert out == "" and sorted(p.relative_to(results) for p in results.rglob("*")) == before
     assert (results / "cpu" / "MATRIX.md").read_text() == "the committed matrix"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-slots", "0"], "argument --gpu-slots: must be 1 to 64, got 0"),
+        (["--gpu-slots", "65"], "argument --gpu-slots: must be 1 to 64, got 65"),
+        (["--gpu-slots", "many"], "argument --gpu-slots: invalid slot_count value: 'many'"),
+        (["--speed-pass", "-1"], "argument --speed-pass: must be >= 0, got -1"),
+    ],
+)
+def test_slot_flags_out_of_range_are_one_line(capsys, args, message):
+    from bench.cli import parser
+
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["run", *args])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+    parsed = parser().parse_args(["run"])
+    assert (parsed.gpu_slots, parsed.speed_pass) == (None, 5)

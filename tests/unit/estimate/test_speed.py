@@ -206,3 +206,30 @@ def test_committed_calibration_names_its_rows():
         assert "efficiency" in constants.fitted
     for run in calibration.classes["cpu"].fitted_on:
         assert (tracked_results() / run / "results.jsonl").is_file()
+
+
+def test_validate_speed_and_its_fit_leave_out_every_speed_measured_beside_something_else(tmp_path):
+    from bench.estimate.speed.speed_validation import measured_cells
+    from bench.results.schema import Metrics, ResultRecord
+    from bench.results.store import append_result
+
+    metrics = Metrics(
+        tokens_per_s=1000.0, pairs_per_s=10.0, step_time_median_s=0.5, step_time_p90_s=0.6, steps=10,
+        warmup_steps=1, tokens_total=20000, memory_kind="rss", load_peak_bytes=None, train_peak_bytes=None,
+        mem_growth_per_step_bytes=None, load_s=None,
+    )  # fmt: skip
+    alone = ResultRecord(
+        run_id="r", cell_id="one_adapter-none-single", init="one_adapter", quant="none", backend="single",
+        launcher="python", hardware="cpu", workload="tiny", status="ok", metrics=metrics,
+    )  # fmt: skip
+    run_dir = tmp_path / "cpu" / "r"
+    run_dir.mkdir(parents=True)
+    shared = [
+        {"trial": 1, "gpu_shared": True, "shared_with": ["two_models-none-single"]},  # in slots of one device
+        {"trial": 2, "shared_with": ["two_models-none-single"]},  # on other devices of the machine
+        {"trial": 3, "overlapped_by": ["another-run"]},  # another runner on the machine
+    ]
+    for record in [alone, *(alone.model_copy(update=u) for u in shared)]:
+        append_result(run_dir, record)
+    found = measured_cells(tmp_path, load_speed_calibration().host)
+    assert [(m.run, m.cell_id) for m in found] == [("cpu/r", "one_adapter-none-single")]

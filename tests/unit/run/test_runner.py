@@ -304,3 +304,25 @@ def test_mfu_counts_the_reference_forward_only_where_the_trainer_runs_one(tmp_pa
     assert zero2.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=True)
     assert ddp.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=False)
     assert ddp.metrics.mfu / zero2.metrics.mfu > 1.3
+
+
+def test_a_cell_in_a_slot_of_the_hosts_memory_runs_under_its_slots_cap(tmp_path, cpu_profile):
+    """The slot's cap is each rank's memory cgroup (the plan's budget, the executor's own otherwise), and the record
+    is judged against it; on a GPU the cap is the per-process memory fraction in the cell's environment."""
+    from bench.run.cell import run_cell
+    from bench.run.slots import DeviceSlot, SlotPlacement
+
+    ran = Engagement(
+        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"],
+        trainer="DPOTrainer",
+    )  # fmt: skip
+    executor = FakeExecutor(ran)
+    ctx = context(tmp_path, cpu_profile, executor)
+    slots = (DeviceSlot(cores=(0,), memory_bytes=2**28), DeviceSlot(cores=(1,), memory_bytes=2**28))
+    record = run_cell(ctx, DDP, placement=SlotPlacement((2, 3), slots, cap_bytes=2**28, of=6))
+    assert executor.plans[0].memory_budget_bytes == 2**28 and executor.plans[0].cores == [0, 1]
+    assert record.memory_budget_bytes == 2**28
+    gpu = SlotPlacement((0,), (DeviceSlot(gpu="0", memory_bytes=2**34),), cap_bytes=2**33, device_bytes=2**35, of=4)
+    run_cell(ctx, DDP, placement=gpu)
+    plan = executor.plans[1]
+    assert plan.memory_budget_bytes is None and plan.env["BENCH_EMULATE_MEMORY_FRACTION"] == "0.250000"
