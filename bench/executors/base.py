@@ -52,6 +52,10 @@ class Outcome:
     """The kernel's figures per rank under a per-rank memory budget (local executor); empty without one."""
     stalled: str | None = None
     """The progress watchdog's reason for killing the cell (which rank made no step for how long); None otherwise."""
+    launched_at: float | None = None
+    """Epoch seconds when the executor started the launcher, and when it saw the launcher end: the ends of the wall
+    time the judge splits by the ranks' phases (bench/judge/phases.py); None where the executor does not say."""
+    ended_at: float | None = None
 
 
 class Executor(Protocol):

@@ -325,6 +325,7 @@ def run_local(
             launched = _Launched(process, token, plan, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
             live = launched.live(runner, log_path.stem, str(cell.path) if cell else None)
             timed_out, stalled = launched.wait(timeout_s, sigint, live_file, live)
+            ended_epoch = time.time()
             rank_memory = cell.read() if cell else []
     finally:
         if live_file is not None:  # the cell and its cgroups are gone (or reported left over by cell_cgroups)
@@ -338,6 +339,8 @@ def run_local(
         oom_killed=any(rank.oom_kills > 0 for rank in rank_memory),
         rank_memory=rank_memory,
         stalled=stalled,
+        launched_at=started_epoch,
+        ended_at=ended_epoch,
     )
 
 
