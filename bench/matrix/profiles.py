@@ -21,6 +21,15 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
 
 
+class ForkValidation(Strict):
+    """Two committed runs of a profile (run ids under results/<profile>/), the same cells once forked from the fork
+    server (--start forked) and once fresh (--start fresh), whose cells ended with the same statuses
+    (bench/selfbench/fork_parity.py checks them; a unit test holds every profile that names some to it)."""
+
+    forked: str = Field(min_length=1)
+    fresh: str = Field(min_length=1)
+
+
 class HardwareProfile(Strict):
     name: str
     description: str = ""
@@ -73,6 +82,11 @@ class HardwareProfile(Strict):
     container_cpus: float | None = Field(default=None, gt=0, description="docker executor: --cpus of a cell")
     container_memory_gb: float | None = Field(default=None, gt=0, description="docker executor: --memory of a cell")
     shm_size_gb: float | None = Field(default=None, gt=0, description="docker executor: --shm-size of a cell")
+    fork_validated_by: ForkValidation | None = Field(
+        default=None,
+        description="accelerator profiles: the runs that showed its cells end alike forked and fresh; `run --start "
+        "auto` forks its cells only where they are named (bench/run/forking.py)",
+    )
     memory_budget_gb: float | None = Field(
         default=None,
         gt=0,
