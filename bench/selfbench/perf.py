@@ -116,14 +116,14 @@ def phase_row(group: list[ResultRecord]) -> tuple[dict[str, float], float, float
     return medians, statistics.median(start_ups), statistics.median(shares) if shares else float("nan")
 
 
-def phase_table(records: Iterable[ResultRecord]) -> list[str]:
+def phase_table(records: Iterable[ResultRecord], run: str = "") -> list[str]:
     """Where each launcher's wall goes, segment by segment (medians over its trials); empty without phases."""
     groups = phase_groups(records)
     if not groups:
         return []
     lines = [
         "",
-        "## Where the wall goes, per launcher (medians over trials, seconds; bench/judge/phases.py)",
+        f"## Where the wall goes{run}, per launcher (medians over trials, seconds; bench/judge/phases.py)",
         "",
         "| launcher x ranks start | trials | " + " | ".join(NAMES) + " | start-up | unaccounted / start-up |",
         "|---|---|" + "---|" * (len(NAMES) + 2),
@@ -189,7 +189,9 @@ def report(run_dir: Path, repeats: int, base_dir: Path | None = None, imports: b
                 f"| {name} | {len(group)} | {b_wall:.1f} | {wall:.1f} | {b_fixed:.1f} | {fixed:.1f} | "
                 f"{fixed / b_fixed:.2f} | {b_train:.1f} | {train:.1f} |"
             )
-    lines += phase_table(ran)
+    lines += phase_table(ran, f" in {run_dir.name}" if base_dir else "")
+    if base_dir is not None:
+        lines += phase_table(base, f" in {base_dir.name}")
     if ran:
         slowest = max(ran, key=lambda r: r.wall_s)
         lines += ["", f"Slowest cell: {slowest.cell_id} {slowest.wall_s:.1f} s ({slowest.status})."]

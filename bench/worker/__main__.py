@@ -57,6 +57,8 @@ def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]
 def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
+    phases.mark("torch_imported")
+    init_cuda()
     from bench.isolation import cgroups, progress
     from bench.worker import faults, memory
     from bench.worker.build import build_trainer, import_libraries
@@ -64,11 +66,9 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     from bench.worker.measure import StepRecorder, record_losses
     from bench.worker.stages import stage_for
 
-    phases.mark("torch_imported")
     # the launch sets the threads (more for a host optimizer step: bench/run/launch.py host_threads)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or spec.profile.threads_per_process))
     started = time.perf_counter()
-    init_cuda()
     import_libraries(spec)
     phases.mark("imported")
     report.baseline_rss_bytes = memory.current_rss_bytes()
