@@ -57,8 +57,6 @@ def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]
 def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
-    phases.mark("torch_imported")
-    init_cuda()
     from bench.isolation import cgroups, progress
     from bench.worker import faults, memory
     from bench.worker.build import build_trainer, import_libraries
@@ -101,11 +99,13 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     shutdown_distributed()
 
 
-def init_cuda() -> None:
-    """Initialise torch's CUDA state now, where the rank has CUDA, as a phase of its own: before the libraries, one of
-    which (bitsandbytes, through peft) would otherwise initialise it while it imports, as every fresh rank did."""
+def start_torch() -> None:
+    """Import torch and initialise its CUDA state, where the rank has CUDA, each a phase of its own: before the
+    libraries, one of which (bitsandbytes, through peft) would otherwise initialise CUDA while it imports, as every
+    fresh rank did."""
     import torch
 
+    phases.mark("torch_imported")
     if torch.cuda.is_available():
         torch.cuda.init()
         phases.mark("cuda_init")
@@ -183,12 +183,13 @@ def main(argv: list[str]) -> int:
         return 2
     spec = WorkerSpec.read(argv[1])
     os.environ.update(rank_env_for(spec, os.environ))
+    phases.mark("process_start", phases.process_start())
+    start_torch()
     # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
     from bench.worker import faults
 
     cgroups.join_rank(launcher_rank(spec), os.environ)
-    phases.mark("process_start", phases.process_start())
     report = RankReport(
         rank=launcher_rank(spec),
         pid=os.getpid(),

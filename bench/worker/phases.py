@@ -21,12 +21,13 @@ EVENTS = (
     "finished",
 )
 """In the order a rank passes them. process_start: the kernel's start of the process (a forked rank: the fork);
-main_start: the worker's module begins to run (the interpreter and its site set up); torch_imported: the worker's
-own modules and torch; cuda_init: torch's CUDA state initialised (ranks that have CUDA); imported: the cell's
-libraries; model_loaded: the policy and the reference built; trainer_built: the method's trainer; train_begun: the
-trainer placed the model (accelerator.prepare, DeepSpeed's engine) and begins; first_step: the first step begins;
-last_step: the last step ended; finished: evaluated, saved, left the process group, the report about to be
-written (the process leaves right after)."""
+main_start: the worker's module begins to run (the interpreter and its site set up); torch_imported: its spec read,
+the worker's own modules and torch imported; cuda_init: torch's CUDA state initialised (ranks that have CUDA);
+imported: the cell's libraries; model_loaded: the policy and the reference built; trainer_built: the method's
+trainer; train_begun: the trainer prepared its training (data loader, precomputed reference log-probs, optimizer,
+accelerator.prepare, DeepSpeed's engine) and begins; first_step: the first step begins; last_step: the last step
+ended; finished: evaluated, saved, left the process group, the report about to be written (the process leaves right
+after)."""
 
 _marks: dict[str, float] = {}
 
