@@ -20,7 +20,7 @@ from bench.matrix.profiles import HardwareProfile
 from bench.run.launch import shared_env
 
 CHOICES = ("auto", "forked", "fresh")
-PRELOAD = {"cpu": "bench.worker.preload:cpu"}
+PRELOAD = {"cpu": "bench.worker.preload:cpu", "hpu": "bench.worker.preload:hpu"}
 """Per device kind, the preload function (MODULE:FUNCTION); any other kind takes ACCELERATOR_PRELOAD."""
 ACCELERATOR_PRELOAD = "bench.worker.preload:accelerator"
 

@@ -47,6 +47,13 @@ def accelerator() -> None:
     cpu()
 
 
+def hpu() -> None:
+    """Only what imports without touching a Gaudi: bitsandbytes imports habana_frameworks.torch where it is installed,
+    which is left to the child, as peft, trl and the worker's modules with it (not measured on a Gaudi)."""
+    for name in ("torch", "transformers", "transformers.modeling_utils", "datasets", "accelerate"):
+        __import__(name)
+
+
 @contextlib.contextmanager
 def capability_from_nvml(torch: Any) -> Iterator[list[str]]:
     """While the block runs, torch.cuda.get_device_capability answers from NVML where CUDA is not initialised

@@ -96,7 +96,8 @@ def test_every_trained_cell_splits_its_wall_by_its_ranks_phases(run):
         if status in ("ok", "silent_fallback"):
             phases = latest[cell].phases
             assert {"launch", "interpreter", "imports", "model", "trainer", "prepare", "steps", "exit"} <= set(phases)
-            assert all(seconds >= 0 for name, seconds in phases.items() if name != "unaccounted"), (cell, phases)
+            # a process start is known to a clock tick (10 ms): a launch that quick may come out a tick early
+            assert all(seconds > -0.02 for name, seconds in phases.items() if name != "unaccounted"), (cell, phases)
             assert abs(phases["unaccounted"]) < 0.1 * start_up_s(phases), (cell, phases)
 
 
