@@ -72,6 +72,10 @@ class Outcome:
     """The progress watchdog's reason for killing the cell (which rank made no step for how long); None otherwise."""
     harness_fault: HarnessFault | None = None
     """What of the harness or the machine failed while the cell ran; None: nothing."""
+    launched_at: float | None = None
+    """Epoch seconds when the executor started the launcher, and when it saw the launcher end: the ends of the wall
+    time the judge splits by the ranks' phases (bench/judge/phases.py); None where the executor does not say."""
+    ended_at: float | None = None
 
 
 class Executor(Protocol):

@@ -352,6 +352,7 @@ def run_local(
             launched = _Launched(process, token, plan, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
             live = launched.live(runner, log_path.stem, str(cell.path) if cell else None)
             timed_out, stopped = launched.wait(timeout_s, sigint, live_file, live, _Looking(watch, log_path))
+            ended_epoch = time.time()
             rank_memory = cell.read() if cell else []
     finally:
         if live_file is not None:  # the cell and its cgroups are gone (or reported left over by cell_cgroups)
@@ -369,6 +370,8 @@ def run_local(
         rank_memory=rank_memory,
         stalled=stopped.stalled,
         harness_fault=fault,
+        launched_at=started_epoch,
+        ended_at=ended_epoch,
     )
 
 

@@ -4,8 +4,9 @@ Python process of a cell, so that no cell pays the imports (5-8 s per process on
     python -m bench.isolation.zygote FOLDER MODULE:FUNCTION [PADDING]
 
 started by bench/isolation/fork_server.py with the environment the cells share. It calls the preload function
-(bench/worker/preload.py), checks that forking is safe (one Python thread; no CUDA initialised, not even the
-driver loaded: a CUDA context does not survive a fork), notes the file-backed pages it has resident (its children
+(bench/worker/preload.py), shuts NVML down, checks that forking is safe (one Python thread; no CUDA initialised, not
+even the driver loaded, NVML not initialised: a CUDA context does not survive a fork, and each child's CUDA must read
+its own CUDA_VISIBLE_DEVICES: bench/isolation/gpu_state.py), notes the file-backed pages it has resident (its children
 map them again: bench/isolation/zygote_child.py), writes FOLDER/bin/python (bench/isolation/zygote_client.py, the
 interpreter the cells run) and serves FOLDER/socket, printing one JSON line on stdout: {"ready": ...} or
 {"refused": why}. Each request (a client's command line, working directory, environment, standard streams) is
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.isolation import zygote_child, zygote_rules
+from bench.isolation import gpu_state, zygote_child, zygote_rules
 from bench.isolation.zygote_client import HEADER
 
 SOCKET = "socket"
@@ -44,8 +45,9 @@ TITLE_ROOM = 4096
 """Bytes of padding on the server's command line: each child writes its program's command line over it."""
 
 
-def fork_hazards() -> list[str]:
-    """Why forking this process now would hand children a broken state; empty when it is safe."""
+def fork_hazards(maps_text: str | None = None) -> list[str]:
+    """Why forking this process now would hand children a broken state; empty when it is safe. `maps_text`: this
+    process's memory map (default: read now)."""
     hazards = []
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
@@ -53,9 +55,10 @@ def fork_hazards() -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         hazards.append("CUDA was initialised while the libraries imported")
-    with contextlib.suppress(OSError):
-        if "libcuda.so" in Path("/proc/self/maps").read_text():
-            hazards.append("the CUDA driver (libcuda) was loaded while the libraries imported")
+    if gpu_state.libcuda_mapped(maps_text):
+        hazards.append("the CUDA driver (libcuda) was loaded while the libraries imported")
+    if gpu_state.nvml_initialised():
+        hazards.append("NVML is still initialised after the libraries imported")
     return hazards
 
 
@@ -219,13 +222,15 @@ class Server:
 
 
 def preload(spec: str) -> float:
-    """Call MODULE:FUNCTION with NVML answering CUDA's availability; the seconds it took."""
+    """Call MODULE:FUNCTION with NVML answering CUDA's availability, then shut NVML down as often as the answers
+    initialised it; the seconds it took."""
     module, _, function = spec.partition(":")
     before = os.environ.get(NVML_CHECK_ENV)
     os.environ[NVML_CHECK_ENV] = "1"
     started = time.perf_counter()
     try:
         getattr(importlib.import_module(module), function)()
+        gpu_state.shutdown_nvml()
     finally:
         if before is None:
             os.environ.pop(NVML_CHECK_ENV, None)

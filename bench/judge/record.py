@@ -13,6 +13,7 @@ from bench.judge.engagement import mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
+from bench.judge.phases import wall_split
 from bench.matrix.cell import Cell, CellAxes
 from bench.results.schema import ErrorClass, PredictionSummary, ProcessStart, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
@@ -118,6 +119,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "started_at": ran.started_at,
             "finished_at": ran.finished_at,
             "process_start": process_start(reports),
+            "phases": wall_split(outcome, reports),
             "rank_memory": figures,
             "memory_budget_bytes": expect.memory_budget_bytes,
             "prediction": expect.prediction,

@@ -62,6 +62,15 @@ LearningRate = Annotated[float, Field(gt=0, le=1)]
 LoraRank = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 
 
+class ForkValidation(Strict):
+    """Two committed runs of a profile (run ids under results/<profile>/), the same cells once forked from the fork
+    server (--start forked) and once fresh (--start fresh), whose cells ended with the same statuses
+    (bench/selfbench/fork_parity.py checks them; a unit test holds every profile that names some to it)."""
+
+    forked: str = Field(min_length=1)
+    fresh: str = Field(min_length=1)
+
+
 class HardwareProfile(Strict):
     name: str
     description: str = ""
@@ -125,6 +134,11 @@ class HardwareProfile(Strict):
     )
     container_memory_gb: Gigabytes | None = Field(default=None, description="docker executor: --memory of a cell")
     shm_size_gb: Gigabytes | None = Field(default=None, description="docker executor: --shm-size of a cell")
+    fork_validated_by: ForkValidation | None = Field(
+        default=None,
+        description="accelerator profiles: the runs that showed its cells end alike forked and fresh; `run --start "
+        "auto` forks its cells only where they are named (bench/run/forking.py)",
+    )
     memory_budget_gb: float | None = Field(
         default=None,
         ge=MIN_BUDGET_GB,

@@ -350,6 +350,9 @@ class ResultRecord(CellAxes):
     process_start: ProcessStart | None = None
     """How its ranks started: `forked` from the run's fork server (the libraries imported once per run), `fresh`
     (each an interpreter of its own), `mixed`; None in older records and for cells that did not start."""
+    phases: dict[str, float] = {}
+    """Its wall time split in seconds: the launcher's start, each phase of the rank that finished last, the exit,
+    and what they leave `unaccounted` (bench/judge/phases.py); empty in older records and where no rank reported."""
     emulated_from: str | None = None
     """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
     devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""
