@@ -57,8 +57,9 @@ Zephyr-7B, DPO's best-known recipe) at 2,048 tokens, batch 1, 8 steps. LoRA in b
 reference as the disabled adapter and as a second adapter, the full fine-tune on the GPU, and the full fine-tune
 with ZeRO-3's optimizer offload. PREDICTED on 1xH200 (`python -m bench predict --hw 1xH200 --workload mistral-7b`):
 GPU 7.9-17.9 GB for the adapters, 76.3 GB for the full fine-tune (likely_fits on an 80 GB H100: 50 %), 35.1 GB plus
-115.9 GB of host memory for the offload one: the only offload full fine-tune whose host state fits a 128 GiB host
-(ZeRO-2 offload 130.6 GB, FSDP offload 130.4 GB, ZeRO-3 with parameter offload 144.8 GB). Its 8 steps take 2-3.5
+115.9 GB of host memory for the offload one: the offload full fine-tune that leaves room on a 128 GiB host (ZeRO-2
+offload 130.6 GB, FSDP offload 130.4 GB, ZeRO-3 with parameter offload 144.8 GB; Llama-3.1-8B's ZeRO-3 offload
+128.5 GB, Qwen2.5-7B's 121.8 GB). Its 8 steps take 2-3.5
 minutes (PREDICTED 17-25 s a step, the host's Adam over 7.2B parameters), the others' under 11 s."""
 WINDOW_WORKLOADS = (WORKLOAD, EMULATED[1], SEVEN_B[0])
 """The workloads of the window, in the order its phases need them (and what `carry-assets` carries by default)."""
