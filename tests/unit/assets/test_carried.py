@@ -107,3 +107,17 @@ def test_carrying_again_replaces_the_folder(tmp_path):
     assert again == first and sorted(p.name for p in again.iterdir()) == [ARCHIVE, MANIFEST]
     with tarfile.open(again / ARCHIVE) as tar:
         assert {m.name.split("/")[0] for m in tar.getmembers()} >= {"dataset", "tokenizer", "dataset-prompts"}
+
+
+def test_the_command_carries_the_named_workloads_and_refuses_an_unknown_one_first(tmp_path, capsys):
+    import argparse
+
+    from bench.cli.run import cmd_carry_assets
+    from bench.errors import BenchError
+
+    with pytest.raises(BenchError, match="unknown workload 'nope'"):
+        cmd_carry_assets(argparse.Namespace(workloads=["tiny", "nope"], out=str(tmp_path)))
+    assert not any(tmp_path.iterdir())  # nothing built before every name is known
+    assert cmd_carry_assets(argparse.Namespace(workloads=["tiny"], out=str(tmp_path))) == 0
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["tiny"]
+    assert "1 workload(s) carried in" in capsys.readouterr().out
