@@ -163,6 +163,16 @@ def cmd_first_contact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_carry_assets(args: argparse.Namespace) -> int:
+    from bench.assets.carried import carry_all, carry_folder
+    from bench.matrix.profiles import load_workload
+    from bench.run.first_contact import WINDOW_WORKLOADS
+
+    workloads = [load_workload(name) for name in args.workloads or WINDOW_WORKLOADS]  # every name checked first
+    carry_all(workloads, Path(args.out) if args.out else carry_folder())
+    return 0
+
+
 def cmd_images(args: argparse.Namespace) -> int:
     if not images.engine_available():
         raise BenchError(f"no docker engine answers `{images.DOCKER} info`; start dockerd first")
@@ -337,6 +347,19 @@ def _register_others(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--out", default=None, help="folder of the archive (default: results/first-contact/<run-id>)")
     p.add_argument("--run-id", default=None)
     p.set_defaults(func=cmd_first_contact)
+
+    p = sub.add_parser(
+        "carry-assets",
+        help="build workloads' dataset, tokenizer and derived rows (no model) into a folder that travels with the "
+        "tree to a GPU box, where prepare unpacks them (docs/hardware.md, 'A GPU box without internet')",
+    )
+    p.add_argument(
+        "workloads", nargs="*", help="default: first-contact's (bench/run/first_contact.py WINDOW_WORKLOADS)"
+    )
+    p.add_argument(
+        "--out", default=None, help="the carry folder (default: $BENCH_CARRIED_ASSETS, else build/carried-assets)"
+    )
+    p.set_defaults(func=cmd_carry_assets)
 
     p = sub.add_parser(
         "matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run (of DPO and of each method)"

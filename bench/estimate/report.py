@@ -107,15 +107,16 @@ def to_markdown(
 
 SPEED_NOTE = (
     '**PREDICTED tokens/s**: the speed model (docs/estimator.md, "Speed"), over every rank, at full max_length '
-    "sequences, with the range its calibration rows spread over; `python -m bench validate-speed` holds it against "
-    "every measured CPU cell."
+    "sequences, with the range its calibration rows spread over, and the MFU it implies (bench/judge/mfu.py's "
+    "convention, the card's peak); `python -m bench validate-speed` holds it against every measured CPU cell."
 )
 
 
 def _speed(s: SpeedPrediction | None) -> str:
     if s is None or s.tokens_per_s is None:
         return "—"
-    return f"{s.tokens_per_s:,.0f} ({s.tokens_per_s_low:,.0f}–{s.tokens_per_s_high:,.0f})"
+    mfu = f" · MFU {s.mfu:.1%}" if s.mfu is not None else ""
+    return f"{s.tokens_per_s:,.0f} ({s.tokens_per_s_low:,.0f}–{s.tokens_per_s_high:,.0f}){mfu}"
 
 
 def _host(p: Prediction, device: str) -> str:
@@ -245,16 +246,18 @@ SPEED_COLUMNS = (
     "predicted_tokens_per_s_low",
     "predicted_tokens_per_s_high",
     "predicted_s_per_step",
+    "predicted_mfu",
 )
 
 
 def _speed_cells(s: SpeedPrediction | None) -> list[str]:
     if s is None or s.tokens_per_s is None:
         return [""] * len(SPEED_COLUMNS)
-    return [
+    figures = [
         f"{v:.1f}" if v >= 1 else f"{v:.4f}"
         for v in (s.tokens_per_s, s.tokens_per_s_low, s.tokens_per_s_high, s.s_per_step)
     ]
+    return [*figures, "" if s.mfu is None else f"{s.mfu:.4f}"]
 
 
 def to_json(predictions: list[Prediction]) -> str:
