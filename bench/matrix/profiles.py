@@ -1,5 +1,6 @@
 """Hardware profiles and workloads: typed schemas and loading from scenarios/."""
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -315,11 +316,13 @@ def least_steps(warmup_steps: int) -> int:
 
 
 def inside_folder(folder: Path, relative: str) -> Path:
-    """Resolve `relative` under `folder`, refusing anything that escapes it."""
-    candidate = (folder / relative).resolve()
-    if not candidate.is_relative_to(folder.resolve()):
+    """`relative` under `folder`, refusing a name that climbs out of it (`..`, an absolute path). A link the user put
+    inside the folder is followed wherever it points: the folder is theirs, and a scenario copy links the shipped
+    data rather than copying it."""
+    named = Path(os.path.normpath(folder / relative))
+    if not named.is_relative_to(os.path.normpath(folder)):
         raise ValueError(f"path {relative!r} escapes {folder.name}/")
-    return candidate
+    return named.resolve()
 
 
 def checked_name(kind: str, name: str, folder: Path) -> Path:

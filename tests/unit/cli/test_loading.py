@@ -52,6 +52,16 @@ def test_workload_config_path_cannot_escape(scenario_copy):
         load_workload("tiny", scenario_copy)
 
 
+def test_a_link_inside_the_scenario_folder_is_followed_wherever_it_points(scenario_copy, tmp_path):
+    from bench.assets.text_assets import local_or_hub
+
+    elsewhere = tmp_path / "elsewhere" / "tiny_prefs"
+    elsewhere.mkdir(parents=True)
+    (scenario_copy / "data").symlink_to(elsewhere.parent)
+    assert local_or_hub("data/tiny_prefs", scenario_copy) == str(elsewhere.resolve())
+    assert local_or_hub("data/../../owner/name", scenario_copy) == "data/../../owner/name"
+
+
 def test_warmup_must_be_below_steps(scenario_copy):
     path = scenario_copy / "workloads" / "tiny.yaml"
     path.write_text(path.read_text().replace("warmup_steps: 5", "warmup_steps: 30"))
