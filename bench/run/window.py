@@ -43,6 +43,8 @@ SETTLE_S = 20.0
 LEAST_S = 30.0
 """A phase is not started with less than this left: no cell would fit."""
 PLAN_FILE, SUMMARY_FILE, LOG_FILE = "plan.json", "summary.json", "window.log"
+HOST_OPS = "DeepSpeed's host op"
+"""The build's future among the workloads' (prepare): a phase with a DeepSpeed cell waits for it too."""
 
 
 def pick_profile(driver_name: str, scenarios: Path | None = None) -> list[str]:
@@ -178,7 +180,8 @@ def window_phases_of(found: Machine, run_id: str) -> list[WindowPhase]:
 
 
 def prepare(found: Machine, phases: list[WindowPhase], run_id: str, out: Path, log) -> dict[str, Future]:
-    """DeepSpeed's host op built and the workloads' assets prepared in the background; name -> its assets' future."""
+    """DeepSpeed's host op built and the workloads' assets prepared in the background; name -> its future (HOST_OPS:
+    the build's)."""
     from bench.executors.local import extensions_dir
     from bench.run.host_ops import start_build
 
@@ -187,10 +190,24 @@ def prepare(found: Machine, phases: list[WindowPhase], run_id: str, out: Path, l
     workloads = list(dict.fromkeys([p.workload for p in phases]))
     device = "cpu" if found.profile.device == "cpu" else "cuda"
     ready = start_assets(workloads, run_id, out, log, device)
-    ops.wait()
-    print(f"window: DeepSpeed host op built (exit {ops.returncode}; {time.monotonic() - started:.0f} s)", file=log,
-          flush=True)  # fmt: skip
-    return ready
+    built: Future = Future()
+
+    def wait_for_build() -> None:
+        code = ops.wait()
+        print(f"window: DeepSpeed host op built (exit {code}; {time.monotonic() - started:.0f} s)", file=log,
+              flush=True)  # fmt: skip
+        built.set_result(code)
+
+    threading.Thread(target=wait_for_build, name="host-ops", daemon=True).start()
+    return ready | {HOST_OPS: built}
+
+
+def needs_ops(phase: WindowPhase) -> bool:
+    """Whether a cell of the phase runs DeepSpeed (its host op is built before it starts, not inside its time)."""
+    from bench.matrix.scenario import expand, load_matrix
+    from bench.run.host_ops import needs_host_ops
+
+    return needs_host_ops(c for c in expand(load_matrix()) if c.id in set(phase.cells))
 
 
 def start_assets(workloads: list[str], run_id: str, work: Path, log, device: str = "cuda") -> dict[str, Future]:
@@ -219,8 +236,10 @@ def start_assets(workloads: list[str], run_id: str, work: Path, log, device: str
 
 
 def assets_ready(phase: WindowPhase, ready: Mapping[str, Future], deadline: float, log) -> bool:
-    """Wait (until `deadline`, monotonic) for the phase's workload's assets; False, with a line, when they are not
-    there in time or their preparation failed."""
+    """Wait (until `deadline`, monotonic) for the phase's workload's assets (and DeepSpeed's host op, where a cell of
+    it needs one); False, with a line, when they are not there in time or their preparation failed."""
+    if HOST_OPS in ready and needs_ops(phase):
+        wait([ready[HOST_OPS]], timeout=max(0.0, deadline - time.monotonic()))
     future = ready.get(phase.workload)
     if future is None:
         return True
@@ -262,8 +281,8 @@ def run_phase(
 ) -> None:  # fmt: skip
     """One phase: wait for the phase it follows and for its assets, then its `bench run` with the time left."""
     try:
-        if phase.after in ended:
-            ended[phase.after].wait(timeout=max(0.0, deadline - time.monotonic()))
+        for before in phase.after:
+            ended[before].wait(timeout=max(0.0, deadline - time.monotonic()))
         if not assets_ready(phase, ready, deadline - SETTLE_S - LEAST_S, log):
             return
         if phase.speed_of is not None:
@@ -306,8 +325,10 @@ def summarize(phases: list[WindowPhase], planned: dict, results: Path, seconds: 
     for phase, row in zip(phases, planned["phases"], strict=True):
         run_dir = results / phase.profile / phase.run_id
         records = load_results(run_dir, quiet=True).records if run_dir.is_dir() else []
-        mine = [r for r in records if r.cell_id in set(row["cells"]) or r.cell_id in set(phase.cells)]
-        mine = [r for r in mine if (r.trial > 0) == (phase.speed_of is not None)]
+        if phase.speed_of is not None:  # its cells are chosen as it starts: the run's later trials
+            mine = [r for r in records if r.trial > 0]
+        else:
+            mine = [r for r in records if r.cell_id in set(phase.cells) and r.trial == 0]
         ran = [r for r in mine if r.wall_s is not None]
         rows.append({"name": phase.name, "run": f"{phase.profile}/{phase.run_id}", "planned": len(row["cells"]),
                      "predicted_cells": row["predicted_cells"], "ran": len(ran),

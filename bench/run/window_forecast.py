@@ -109,9 +109,7 @@ def plan_phases(phases: list[WindowPhase], inputs: Inputs, scenario: Scenario) -
                               c.budget_steps_s) for c in source for t in range(SPEED_TRIALS)]  # fmt: skip
         ready = first if workloads.index(phase.workload) == 0 else others
         planned.append(PlanPhase(phase.name, phase.priority, ready, tuple(cells), phase.after))
-    names = {p.name for p in planned}
-    return [p if p.after is None or p.after in names else PlanPhase(p.name, p.priority, p.ready_s, p.cells)
-            for p in planned]  # fmt: skip
+    return planned
 
 
 def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[PlanCell]:

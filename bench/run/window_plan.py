@@ -44,8 +44,8 @@ class PlanPhase:
     """When its assets are predicted ready, seconds into the window."""
     cells: tuple[PlanCell, ...]
     """In the order its run starts them."""
-    after: str | None = None
-    """The phase whose run this one resumes: it starts once that one has ended."""
+    after: tuple[str, ...] = ()
+    """The phases it starts after (the one whose run it resumes among them)."""
 
 
 @dataclass
@@ -87,14 +87,11 @@ class _State:
         self.outcome = {p.name: PhaseOutcome(p.name, len(p.cells)) for p in self.phases}
 
     def opens_at(self, phase: PlanPhase) -> float | None:
-        """When the phase's run takes its first slot; None while the phase it resumes has not ended."""
-        ready = phase.ready_s
-        if phase.after is not None:
-            before = self.outcome[phase.after].ended_s
-            if before is None:
-                return None
-            ready = max(ready, before)
-        return ready + self.run_start_s
+        """When the phase's run takes its first slot; None while a phase it starts after has not ended."""
+        ended = [self.outcome[name].ended_s for name in phase.after]
+        if None in ended:
+            return None
+        return max([phase.ready_s, *ended]) + self.run_start_s  # type: ignore[list-item]
 
     def free(self) -> int:
         return self.slots - sum(min(r.cell.slots, self.slots) for r in self.running)

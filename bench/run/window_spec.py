@@ -9,11 +9,13 @@ On a card (its one-GPU profile, e.g. 1xH200), lower priority numbers first:
    `--emulate`, each cell capped at 24 GB in the slots;
 4. `7b`: the 7B workload's cells (SEVEN_B), and `7b-alone`, the one whose host memory leaves room for nothing
    beside it, with every slot;
-5. `speed`: the exclusive speed pass, SPEED_TRIALS more trials of SPEED_CELLS of `dpo`'s cells, each alone;
-6. the rest of the other methods' matrix, then of each 24 GB card's DPO matrix, for as long as the window lasts.
+5. `speed`: the exclusive speed pass, SPEED_TRIALS more trials of SPEED_CELLS of `dpo`'s cells, each alone, once
+   every phase above has ended (no other run's runner starts or ends beside it);
+6. the rest of the other methods' matrix, then of each 24 GB card's DPO matrix, after the speed pass, for as long as
+   the window lasts.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.matrix.cell import Cell
 from bench.matrix.methods import Method
@@ -74,8 +76,9 @@ class WindowPhase:
     workload: str
     run_id: str
     cells: tuple[str, ...]
-    after: str | None = None
-    """The phase whose run this one resumes (or whose records it reads): it starts once that one has ended."""
+    after: tuple[str, ...] = ()
+    """The phases it starts after: the one whose run it resumes (or whose records it reads), the speed pass for the
+    rests (nothing else runs on the machine while it measures)."""
     alone: bool = False
     repeats: int = 1
     cell_timeout: int = CELL_TIMEOUT_S
@@ -132,19 +135,26 @@ def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
         profile=content.profile, workload=seven_b, run_id=f"{run_id}-{seven_b}", cell_timeout=SEVEN_B_CELL_TIMEOUT_S
     )
     phases = [dpo, methods]
-    phases += [_emulated(e, run_id, EMULATED_CARDS, e.cells, None) for e in content.emulated]
+    phases += [_emulated(e, run_id, EMULATED_CARDS, e.cells) for e in content.emulated]
     phases += [WindowPhase("7b", SEVEN_B_CELLS, card, cells=shared, **big)]
-    phases += [WindowPhase("7b-alone", SEVEN_B_CELLS, card, cells=alone, after="7b", alone=True, **big)]
+    phases += [WindowPhase("7b-alone", SEVEN_B_CELLS, card, cells=alone, after=("7b",), alone=True, **big)]
+    before = tuple(p.name for p in phases if p.cells)  # every phase of a higher priority has ended: nothing beside it
     speed = dpo.cells[: content.speed_cells]
-    phases += [WindowPhase("speed", SPEED, card, content.profile, content.workload, run_id, speed, after="dpo",
+    phases += [WindowPhase("speed", SPEED, card, content.profile, content.workload, run_id, speed, after=before,
                            alone=True, repeats=1 + SPEED_TRIALS, speed_of="dpo")]  # fmt: skip
     phases += [WindowPhase("methods-rest", METHODS_REST, card, content.profile, content.workload, methods.run_id,
-                           content.methods_rest, after="methods")]  # fmt: skip
-    phases += [_emulated(e, run_id, EMULATED_REST, e.rest, f"emulated:{e.profile}") for e in content.emulated]
-    return [p for p in phases if p.cells]
+                           content.methods_rest, after=("methods", "speed"))]  # fmt: skip
+    phases += [
+        _emulated(e, run_id, EMULATED_REST, e.rest, (f"emulated:{e.profile}", "speed")) for e in content.emulated
+    ]
+    kept = [p for p in phases if p.cells]
+    names = {p.name for p in kept}
+    return [replace(p, after=tuple(a for a in p.after if a in names)) for p in kept]
 
 
-def _emulated(card: Emulated, run_id: str, priority: int, cells: tuple[str, ...], after: str | None) -> WindowPhase:
+def _emulated(
+    card: Emulated, run_id: str, priority: int, cells: tuple[str, ...], after: tuple[str, ...] = ()
+) -> WindowPhase:
     name = f"emulated:{card.profile}" + ("-rest" if after else "")
     return WindowPhase(name, priority, card.target, card.profile, card.workload, f"{run_id}-emulated", cells, after)
 

@@ -2,10 +2,12 @@
 command on cpu-budget, its phases' `bench run`s side by side in the host memory's slots (the same scheduler, ledger
 and priorities as on a card), each cell's ranks capped by their memory cgroups, small workloads; then what it wrote
 under its folder read back, and held against the same cells run one at a time (`--exclusive`). Real runs (about
-10 minutes on 2 cores; root and the cgroup v1 memory controller, as this machine kind has)."""
+10 minutes on 2 cores: a 20-minute window, which ends once its phases have; root and the cgroup v1 memory
+controller, as this machine kind has)."""
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,15 +21,16 @@ from bench.run.window_spec import REHEARSAL
 PROFILE = "cpu-budget"
 PEAK_TOLERANCE = 0.05
 """A cell's RSS peak (each rank's) in the window and alone: repeats differ by a few MiB; a neighbour counted in would
-add hundreds (tests/integration/test_gpu_slots.py)."""
-CGROUP_TOLERANCE = 0.10
-"""The kernel's cgroup peak: the libraries' pages are charged to the cgroup that first read them, so repeats of one
-cell alone differ by up to 6 % (tests/integration/test_gpu_slots.py)."""
+add hundreds (tests/integration/test_gpu_slots.py). The kernel's cgroup peak is printed, not held: it counts the
+libraries' pages the cgroup read first, so it depends on which cell of the machine read them first (the sft cell:
+139.8 MB first in the window, 110.5 MB alone after two others of its run)."""
 
 
-def bench(results: Path, *argv: str, timeout: float = 1200) -> str:
+def bench(results: Path, *argv: str, runners: Path, timeout: float = 1800) -> str:
+    """`python -m bench` with its own runners folder (the module's: the autouse one is per test)."""
+    env = os.environ | {"BENCH_RUNNERS_DIR": str(runners)}
     done = subprocess.run([sys.executable, "-m", "bench", "--results", str(results), *argv], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+                          text=True, timeout=timeout, env=env)  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout
 
@@ -36,14 +39,15 @@ def bench(results: Path, *argv: str, timeout: float = 1200) -> str:
 def rehearsal(tmp_path_factory) -> dict:
     """The window on cpu-budget, and the same cells alone, one run per workload."""
     root = tmp_path_factory.mktemp("window")
-    out = root / "out"
-    printed = bench(root, "window", "--hw", PROFILE, "--minutes", "12", "--out", str(out), "--run-id", "w")
+    out, runners = root / "out", root / "runners"
+    printed = bench(root, "window", "--hw", PROFILE, "--minutes", "20", "--out", str(out), "--run-id", "w",
+                    runners=runners)  # fmt: skip
     alone = root / "alone"
     second, (small, shared, by_itself) = REHEARSAL["second"], REHEARSAL["seven_b"]
     tiny = (*REHEARSAL["dpo"], *REHEARSAL["methods"], *REHEARSAL["methods_rest"])
     for workload, cells in ((REHEARSAL["workload"], tiny), second, (small, (*shared, *by_itself))):
         bench(alone, "run", "--hw", PROFILE, "--workload", workload, "--method", "all", "--filter", ",".join(cells),
-              "--run-id", workload, "--exclusive", "--executor", "local")  # fmt: skip
+              "--run-id", workload, "--exclusive", "--executor", "local", runners=runners)  # fmt: skip
     return {"out": out, "printed": printed, "alone": alone}
 
 
@@ -90,11 +94,14 @@ def test_the_phases_ran_side_by_side_and_in_their_order_and_the_cells_alone_had_
     shared = next(r for r in runs["w-small"] if r.cell_id in REHEARSAL["seven_b"][1])
     assert _span(alone)[0] >= _span(shared)[1] - dt.timedelta(seconds=1)  # 7b-alone resumes 7b's run
     for record in [*speed, alone]:
-        assert record.slot == "0-5 of 6" and not record.speed_shared and record.shared_with == []
-        assert record.memory_cap_bytes is None  # its profile's own memory, nothing beside it
+        print(f"{record.cell_id} (trial {record.trial}) alone: overlapped_by {record.overlapped_by}")
+        # nothing beside it on the device; another run's runner starting or ending meanwhile is said, not hidden
+        assert record.slot == "0-5 of 6" and record.shared_with == [] and not record.gpu_shared
+        assert record.memory_cap_bytes is None  # its profile's own memory
+    assert not any(r.speed_shared for r in speed)  # every phase above it had ended, the rests wait for it
     rest = next(r for r in runs["w-methods"] if r.cell_id in REHEARSAL["methods_rest"])
     before = next(r for r in runs["w-methods"] if r.cell_id in REHEARSAL["methods"])
-    assert _span(rest)[0] >= _span(before)[1] - dt.timedelta(seconds=1)
+    assert _span(rest)[0] >= max(_span(before)[1], *(_span(r)[1] for r in speed)) - dt.timedelta(seconds=1)
 
 
 def test_each_cell_ends_as_it_does_alone_with_its_own_peak(rehearsal):
@@ -111,4 +118,3 @@ def test_each_cell_ends_as_it_does_alone_with_its_own_peak(rehearsal):
         print(f"{key}: RSS peaks {rss} in the window, {rss_alone} alone; cgroup peak {mine} / {theirs}; "
               f"slot {record.slot}; wall {record.wall_s:.0f} s, {reference.wall_s:.0f} s alone")  # fmt: skip
         assert all(abs(a - b) <= PEAK_TOLERANCE * b for a, b in zip(rss, rss_alone, strict=True)), key
-        assert abs(mine - theirs) <= CGROUP_TOLERANCE * theirs, key

@@ -64,12 +64,14 @@ def test_the_phases_are_the_dpo_matrix_the_other_methods_the_24gb_cards_the_7b_c
     for name, workload in EMULATED:
         card = phases[f"emulated:{name}"]
         assert card.target == ("--hw", name, "--emulate") and card.workload == workload
-        assert phases[f"emulated:{name}-rest"].after == card.name and card.run_id == "R-emulated"
-    assert phases["7b"].workload == phases["7b-alone"].workload == SEVEN_B[0] and phases["7b-alone"].after == "7b"
+        assert phases[f"emulated:{name}-rest"].after == (card.name, "speed") and card.run_id == "R-emulated"
+    assert phases["7b"].workload == phases["7b-alone"].workload == SEVEN_B[0] and phases["7b-alone"].after == ("7b",)
     assert set(phases["7b"].cells) | set(phases["7b-alone"].cells) == set(SEVEN_B[1])
     assert phases["7b-alone"].cells == SEVEN_B_ALONE and phases["7b-alone"].alone
     speed = phases["speed"]
-    assert (speed.run_id, speed.after, speed.alone, speed.repeats, speed.speed_of) == ("R", "dpo", True, 3, "dpo")
+    assert (speed.run_id, speed.alone, speed.repeats, speed.speed_of) == ("R", True, 3, "dpo")
+    assert speed.after == tuple(name for name, p in phases.items() if p.priority < speed.priority)  # nothing beside it
+    assert phases["methods-rest"].after == ("methods", "speed")
     assert list(dict.fromkeys(p.workload for p in phases.values())) == list(WINDOW_WORKLOADS)
 
 
@@ -217,3 +219,15 @@ def test_the_plan_is_printed_and_written_first_with_each_phases_predicted_cells(
     assert planned["predicted_total"]["slow"] == sum(r["predicted_cells"]["slow"] for r in rows.values())
     printed = capsys.readouterr().out
     assert "PREDICTED" in printed and "dpo" in printed and not (tmp_path / "results").exists()
+
+
+def test_only_a_phase_with_a_deepspeed_cell_waits_for_the_host_op_to_be_built():
+    phases = h200_phases()
+    building: Future = Future()
+    ready = {WORKLOAD: _done("a"), SEVEN_B[0]: _done("b"), window.HOST_OPS: building}
+    started = time.monotonic()
+    assert assets_ready(phases["7b"], ready, started + 0.3, io.StringIO())  # single-GPU cells: no DeepSpeed
+    assert time.monotonic() - started < 0.25
+    assert window.needs_ops(phases["dpo"])  # its ZeRO cells
+    assert assets_ready(phases["dpo"], ready, started + 0.3, io.StringIO())  # waited until the deadline for it ...
+    assert time.monotonic() - started >= 0.3  # ... and its cells say what a failed build did to them

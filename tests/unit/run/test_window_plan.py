@@ -11,7 +11,7 @@ def cell(name: str, slots: int = 1, start_up: float = 10.0, steps: float = 10.0,
     return PlanCell(name, slots, start_up, steps, start_up, steps if budget is None else budget)
 
 
-def phase(name: str, priority: int, *cells: PlanCell, ready: float = 0.0, after: str | None = None) -> PlanPhase:
+def phase(name: str, priority: int, *cells: PlanCell, ready: float = 0.0, after: tuple[str, ...] = ()) -> PlanPhase:
     return PlanPhase(name, priority, ready, tuple(cells), after)
 
 
@@ -35,7 +35,7 @@ def test_a_run_of_a_higher_priority_gets_the_slots_first_and_holds_the_lower_off
 def test_a_phase_opens_when_its_assets_are_ready_and_the_phase_it_resumes_has_ended():
     first = phase("first", 1, cell("a"), cell("b"))
     later = phase("later", 1, cell("c"), ready=50.0)
-    resumes = phase("resumes", 1, cell("d"), after="first")
+    resumes = phase("resumes", 1, cell("d"), after=("first",))
     outcome = simulate([first, later, resumes], slots=4, seconds=200, shared=False, run_start_s=5)
     assert outcome["later"].started_s == 55  # ready, plus its run's own start
     assert outcome["first"].ended_s == pytest.approx(25)
