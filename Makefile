@@ -29,7 +29,7 @@ WHEEL_CUDA   ?= 130
 
 BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom) $(if $(EXCLUSIVE),--exclusive) $(if $(START),--start $(START))
 
-.PHONY: wheelhouse carry-assets first-contact mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: wheelhouse carry-assets window-carry gpu-window mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -52,8 +52,14 @@ wheelhouse: setup ## on a connected machine: the wheels an offline GPU box needs
 carry-assets: setup ## on a connected machine: the window's datasets and tokenizers (no weights), packed for a GPU box [CARRY=<dir>: default build/carried-assets] [WORKLOADS='w1 w2']
 	$(PY) -m bench carry-assets $(if $(CARRY),--out '$(CARRY)') $(WORKLOADS)
 
-first-contact: setup ## on a GPU box: the time-boxed one-GPU matrix + phi-2 on an emulated A10 + the 7B cells, one archive [OUT=<dir>] [MINUTES=7] [CARRY=<dir>]
-	$(if $(CARRY),BENCH_CARRIED_ASSETS='$(CARRY)') $(PY) -m bench first-contact $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
+window-carry: ## on a connected machine: what a lent GPU's window needs carried (the device tool's `carry`): the wheelhouse (Python 3.12, CUDA 13.0) and the window's text assets, with their sizes [WHEELHOUSE=build/wheelhouse] [CARRY=build/carried-assets]
+	@$(MAKE) --no-print-directory wheelhouse WHEELHOUSE='$(or $(WHEELHOUSE),build/wheelhouse)'
+	@$(MAKE) --no-print-directory carry-assets CARRY='$(or $(CARRY),build/carried-assets)'
+	@du -sh '$(or $(WHEELHOUSE),build/wheelhouse)' '$(or $(CARRY),build/carried-assets)'
+	@git ls-files -z | xargs -0 stat -c %s | awk '{s += $$1} END {printf "%.1f MiB\tthe tracked tree (the device tool carries 64 MiB in all)\n", s / 1048576}'
+
+gpu-window: setup ## on a lent GPU: its DPO matrix, the other methods, emulated 24 GB cards, the 7B cells, a speed pass, side by side in its slots, everything under OUT as it ends [OUT=<dir>] [MINUTES=9] [WHEELHOUSE=<dir>: set up offline first] [CARRY=<dir>]
+	$(if $(CARRY),BENCH_CARRIED_ASSETS='$(CARRY)') $(PY) -m bench window $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
 
 $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)

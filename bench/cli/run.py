@@ -119,6 +119,8 @@ def _run(
         run_predicted_oom=args.run_predicted_oom,
         gpu_slots=args.gpu_slots,
         speed_cells=args.speed_pass,
+        slot_priority=args.slot_priority,
+        alone=args.alone,
     )
     try:
         records = run_session(request)
@@ -153,20 +155,20 @@ def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | N
     return write_matrix(runs["dpo"], [c.id for c in cells], runs)
 
 
-def cmd_first_contact(args: argparse.Namespace) -> int:
-    from bench.run.first_contact import first_contact
+def cmd_window(args: argparse.Namespace) -> int:
+    from bench.run.window import window
 
     run_id = run_id_of(args)
-    out = Path(args.out) if args.out else Path(args.results) / "first-contact" / run_id
-    path = first_contact(args.minutes, out, Path(args.results), run_id)
-    print(f"first-contact: archive {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    out = Path(args.out) if args.out else Path(args.results) / "window" / run_id
+    window(args.minutes, out, run_id, args.hw, args.plan, args.gpu_slots)
+    print(f"window: everything under {out}")
     return 0
 
 
 def cmd_carry_assets(args: argparse.Namespace) -> int:
     from bench.assets.carried import carry_all, carry_folder
     from bench.matrix.profiles import load_workload
-    from bench.run.first_contact import WINDOW_WORKLOADS
+    from bench.run.window_spec import WINDOW_WORKLOADS
 
     workloads = [load_workload(name) for name in args.workloads or WINDOW_WORKLOADS]  # every name checked first
     carry_all(workloads, Path(args.out) if args.out else carry_folder())
@@ -284,26 +286,7 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
         help="run one cell at a time, the machine to itself (for throughput-critical work); by default cells run "
         "side by side on disjoint devices where the machine has more than a cell takes, their records saying so",
     )
-    p.add_argument(
-        "--gpu-slots",
-        type=slot_count,
-        default=None,
-        metavar="N",
-        help="cut the GPU's memory into N slots and run cells side by side in them, each admitted by its predicted "
-        "memory with a margin and capped at its slots (a per-process memory fraction), with its share of the host's "
-        "cores; with --emulate each cell is capped at its card's memory, so several 24 GB profiles' runs share one big "
-        "card; on a CPU profile with memory_budget_gb the host's memory and cores the same way. Default: automatic "
-        f"on a card of {AUTO_FROM_BYTES / 1e9:.0f} GB or more (one slot per {SLOT_BYTES / 2**30:.0f} GiB), else 1 "
-        "(docs/hardware.md)",
-    )
-    p.add_argument(
-        "--speed-pass",
-        type=cell_count,
-        default=SPEED_CELLS,
-        metavar="CELLS",
-        help=f"after cells ran in slots, run this many of them {SPEED_TRIALS} times each alone on the device: speed "
-        "figures nothing shared (default: %(default)s; 0: none)",
-    )
+    _add_slot_arguments(p)
     p.add_argument(
         "--start",
         choices=["auto", "forked", "fresh"],
@@ -337,25 +320,78 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
     add_slurm_arguments(p)
 
 
+def _add_slot_arguments(p: argparse.ArgumentParser) -> None:
+    """How the cells share one device's memory in slots."""
+    p.add_argument(
+        "--gpu-slots",
+        type=slot_count,
+        default=None,
+        metavar="N",
+        help="cut the GPU's memory into N slots and run cells side by side in them, each admitted by its predicted "
+        "memory with a margin and capped at its slots (a per-process memory fraction), with its share of the host's "
+        "cores; with --emulate each cell is capped at its card's memory, so several 24 GB profiles' runs share one big "
+        "card; on a CPU profile with memory_budget_gb the host's memory and cores the same way. Default: automatic "
+        f"on a card of {AUTO_FROM_BYTES / 1e9:.0f} GB or more (one slot per {SLOT_BYTES / 2**30:.0f} GiB), else 1 "
+        "(docs/hardware.md)",
+    )
+    p.add_argument(
+        "--speed-pass",
+        type=cell_count,
+        default=SPEED_CELLS,
+        metavar="CELLS",
+        help=f"after cells ran in slots, run this many of them {SPEED_TRIALS} times each alone on the device: speed "
+        "figures nothing shared (default: %(default)s; 0: none)",
+    )
+    p.add_argument(
+        "--slot-priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="this run's priority among the runs sharing the device's slots: it takes no slot while a run of a lower "
+        "N waits for one (default: %(default)s; bench/run/slot_ledger.py)",
+    )
+    p.add_argument(
+        "--alone",
+        action="store_true",
+        help="in slots: each cell takes every slot of the device, through the ledger the other runs on it share "
+        "(nothing beside it: a speed pass, a cell whose host memory leaves no room)",
+    )
+
+
 def _register_others(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
-        "first-contact",
-        help="on a GPU box: pick the card's profile, prepare, run the time-boxed one-GPU matrix and phi-2 on an "
-        "emulated 24 GB card, archive the runs (docs/hardware.md, 'A GPU box without internet')",
+        "window",
+        help="on a GPU lent for minutes: the card's DPO matrix, the other methods, emulated 24 GB cards, the 7B cells "
+        "and a speed pass, in that priority, side by side in the card's slots, everything under --out as it ends "
+        "(docs/hardware.md, 'A window on a lent GPU')",
     )
-    p.add_argument("--minutes", type=positive_float, default=7.0, help="the cells' deadline (default: %(default)s)")
-    p.add_argument("--out", default=None, help="folder of the archive (default: results/first-contact/<run-id>)")
+    p.add_argument("--minutes", type=positive_float, default=9.0, help="the window's deadline (default: %(default)s)")
+    p.add_argument("--out", default=None, help="where everything goes (default: results/window/<run-id>)")
     p.add_argument("--run-id", default=None)
-    p.set_defaults(func=cmd_first_contact)
+    p.add_argument(
+        "--hw",
+        default=None,
+        help="the one-GPU profile to plan for (default: the card nvidia-smi lists), or a CPU profile with "
+        "memory_budget_gb to rehearse the window on (cpu-budget)",
+    )
+    p.add_argument(
+        "--gpu-slots",
+        type=slot_count,
+        default=None,
+        metavar="N",
+        help="the slots every phase's run cuts the card into (default: the card's automatic count, one per 24 GiB)",
+    )
+    p.add_argument(
+        "--plan", action="store_true", help="print the plan and its PREDICTED coverage, write plan.json, run nothing"
+    )
+    p.set_defaults(func=cmd_window)
 
     p = sub.add_parser(
         "carry-assets",
         help="build workloads' dataset, tokenizer and derived rows (no model) into a folder that travels with the "
         "tree to a GPU box, where prepare unpacks them (docs/hardware.md, 'A GPU box without internet')",
     )
-    p.add_argument(
-        "workloads", nargs="*", help="default: first-contact's (bench/run/first_contact.py WINDOW_WORKLOADS)"
-    )
+    p.add_argument("workloads", nargs="*", help="default: the window's (bench/run/window_spec.py WINDOW_WORKLOADS)")
     p.add_argument(
         "--out", default=None, help="the carry folder (default: $BENCH_CARRIED_ASSETS, else build/carried-assets)"
     )

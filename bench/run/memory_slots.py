@@ -57,6 +57,10 @@ class SharedDevice:
     per-rank budget; None: the whole card, uncapped."""
     emulated_bytes: int | None = None
     """--emulate: the card every cell's allocator is capped at, whatever its slots."""
+    priority: int = 0
+    """--slot-priority: this run's place among the runs on the device (lower first; bench/run/slot_ledger.py)."""
+    alone: bool = False
+    """--alone: every cell of this run takes every slot (nothing beside it, through the ledger)."""
 
     @property
     def share_bytes(self) -> int:
@@ -140,6 +144,8 @@ class SlotRequest:
     device_bytes: int | None
     """The GPU's memory as the driver reports it; None on CPU or where no GPU was seen."""
     gpu: str | None = None
+    priority: int = 0
+    alone: bool = False
 
 
 def shared_device(profile: HardwareProfile, request: SlotRequest) -> SharedDevice | None:
@@ -156,13 +162,16 @@ def shared_device(profile: HardwareProfile, request: SlotRequest) -> SharedDevic
     if profile.device == "cpu":
         assert profile.memory_budget_bytes is not None and request.slots is not None
         pool = profile.memory_budget_bytes * profile.processes_per_node
-        return SharedDevice("host", None, pool, request.slots, profile.memory_budget_bytes)
+        return SharedDevice(
+            "host", None, pool, request.slots, profile.memory_budget_bytes, None, request.priority, request.alone
+        )
     assert request.device_bytes is not None
     slots = request.slots if request.slots is not None else auto_slots(request.device_bytes)
     if slots < 2:
         return None
     card = int(profile.memory_per_device_gb * GB) if request.emulated and profile.memory_per_device_gb else None
-    return SharedDevice(request.gpu or "0", request.gpu or "0", request.device_bytes, slots, card, card)
+    gpu = request.gpu or "0"
+    return SharedDevice(gpu, gpu, request.device_bytes, slots, card, card, request.priority, request.alone)
 
 
 def refusal(profile: HardwareProfile, request: SlotRequest) -> str | None:

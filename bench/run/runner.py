@@ -230,7 +230,7 @@ def shared_devices(ctx: RunContext, slots: "SharedDevice | None") -> "Sharing | 
 
     cores = sorted(os.sched_getaffinity(0))
     if slots is not None and not ctx.untested:
-        ledger = DeviceLedger.for_device(slots.key, slots.slots, slots.memory_bytes, ctx.run_id)
+        ledger = DeviceLedger.for_device(slots.key, slots.slots, slots.memory_bytes, ctx.run_id, slots.priority)
         return Sharing(slot_devices(slots, cores), ledger, slots)
     devices = shareable_devices(ctx)
     return in_process(devices, ctx.run_id) if len(devices) > 1 else None

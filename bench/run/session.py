@@ -63,6 +63,10 @@ class RunRequest:
     """--gpu-slots: the device's memory cut into this many slots; None: automatic (bench/run/memory_slots.py)."""
     speed_cells: int = SPEED_CELLS
     """--speed-pass: cells of the exclusive speed pass after cells ran in slots."""
+    slot_priority: int = 0
+    """--slot-priority: the run's place among the runs sharing the device's slots (lower first)."""
+    alone: bool = False
+    """--alone: each cell takes every slot of the shared device."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
@@ -172,6 +176,8 @@ def device_slots(request: RunRequest, machine: Preflight, executor: Executor) ->
         emulated=machine.emulated_from is not None,
         device_bytes=machine.device_memory_bytes,
         gpu=machine.launch_env.get(VISIBLE_ENV),
+        priority=request.slot_priority,
+        alone=request.alone,
     )
     return shared_device(request.profile, slot_request)
 

@@ -41,7 +41,8 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial to run; `alone` takes every device (an OOM under a slot's cap run again, the speed pass)."""
+    """One trial to run; `alone` takes every device (an OOM under a slot's cap run again, the speed pass, every trial
+    of a run with --alone)."""
 
     cell: Cell
     trial: int
@@ -107,7 +108,8 @@ def run_side_by_side(
     executor = ctx.executor
     if not isinstance(executor, LocalExecutor):
         raise TypeError(f"cells run side by side under the local executor only, not {executor.name}")
-    machine = _Machine(ctx, sharing, predictions, done, repeats, budget, out, [Trial(c, t) for c, t in todo])
+    alone = sharing.memory is not None and sharing.memory.alone
+    machine = _Machine(ctx, sharing, predictions, done, repeats, budget, out, [Trial(c, t, alone) for c, t in todo])
     if budget is None:  # the budget's coverage order stands
         machine.share_first()
     cells = coverage_order(list({c.id: c for c, _ in todo}.values()), budget.predicted_s if budget else None)
@@ -308,12 +310,15 @@ class _Machine:
 
     def _marked(self, run: Running, record: ResultRecord, names: list[str]) -> ResultRecord:
         """The record with the cells beside it and where it ran; another run's cells beside it in the device's
-        slots are named there, not as a run that overlapped it (their memory is their own)."""
+        slots are named there, not as a run that overlapped it (their memory is their own), and a run that only
+        waits for the device's slots, with no cell on it, did not share the machine."""
         assert run.span.ended is not None
         record = with_overlap(record, run.span.started, run.span.ended)  # another runner shared the machine
         update: dict = {"shared_with": names, "devices": run.placement.label}
         if self.sharing.memory is not None:
             sharing_runs = {name.split("/", 1)[0] for name in names if "/" in name}
+            if isinstance(self.sharing.ledger, DeviceLedger) and record.overlapped_by:
+                sharing_runs |= self.sharing.ledger.waiting_runs(run.span.started)
             update |= {
                 "gpu_shared": bool(names),
                 "slot": run.placement.slot,

@@ -8,6 +8,10 @@ under the file's lock, so their cells run beside each other within the card's me
 cells of every run that ran beside it. A run that waits for the whole device (a cell that runs alone) says so in the
 file, and no other run takes a slot until it has run; the entries of a runner that died are let go by the next
 runner that reads the file.
+
+Runs may have priorities (`run --slot-priority N`, lower first: the window's phases, bench/run/window.py): a run
+does not take a slot while a run of a higher priority wants one (it asked in the last WANT_TTL_S and got none), and
+a run waiting for the whole device holds off only the runs of its priority or lower.
 """
 
 import contextlib
@@ -27,6 +31,10 @@ from bench.run.slots import pick
 
 SLOTS_FOLDER = "slots"
 """Under the machine's runners folder (bench/run/runners.py): one ledger per shared device."""
+WANT_TTL_S = 5.0
+"""A run's unmet request holds lower priorities off this long: a waiting run asks again every second
+(bench/run/side_by_side.py POLL_S); one that stopped asking (its cell started, or its time budget left it out) lets
+go."""
 
 
 @dataclass
@@ -95,6 +103,19 @@ class _Waiter(BaseModel):
     pid: int
     since: int | None
     run_id: str
+    priority: int = 0
+
+
+class _Want(BaseModel):
+    """A run that asked for slots and got none, at `at` (epoch seconds)."""
+
+    pid: int
+    since: int | None
+    run_id: str
+    priority: int
+    at: float
+    first: float = 0.0
+    """When it began to wait, renewed since without a break."""
 
 
 class _SpanRow(BaseModel):
@@ -109,7 +130,9 @@ class _LedgerFile(BaseModel):
     memory_bytes: int
     holders: list[_Holder] = []
     waiting: list[_Waiter] = []
-    """Runs that wait for every slot (a cell alone): no other run takes one meanwhile."""
+    """Runs that wait for every slot (a cell alone): no run of their priority or lower takes one meanwhile."""
+    wanting: list[_Want] = []
+    """Runs that asked for slots and got none: no run of a lower priority takes one meanwhile."""
     ended: list[_SpanRow] = []
 
 
@@ -136,16 +159,18 @@ class DeviceLedger:
     memory_bytes: int
     run_id: str
     pid: int = field(default_factory=os.getpid)
+    priority: int = 0
+    """Lower first: see the module's docstring."""
 
     @classmethod
-    def for_device(cls, key: str, total: int, memory_bytes: int, run_id: str) -> "DeviceLedger":
+    def for_device(cls, key: str, total: int, memory_bytes: int, run_id: str, priority: int = 0) -> "DeviceLedger":
         folder = runners_dir() / SLOTS_FOLDER
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
                 folder.chmod(0o1777)  # every user's runners share it, as the runners folder
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-        return cls(folder / f"{name}.json", total, memory_bytes, run_id)
+        return cls(folder / f"{name}.json", total, memory_bytes, run_id, priority=priority)
 
     @contextlib.contextmanager
     def _opened(self) -> Iterator[_LedgerFile]:
@@ -170,6 +195,7 @@ class DeviceLedger:
             ledger.holders.remove(gone)
             ledger.ended.append(_SpanRow(run_id=gone.run_id, cell=gone.cell, started=gone.started, ended=now))
         ledger.waiting = [w for w in ledger.waiting if _alive(w.pid, w.since)]
+        ledger.wanting = [w for w in ledger.wanting if now - w.at < WANT_TTL_S and _alive(w.pid, w.since)]
         if ledger.holders or ledger.waiting:
             if (ledger.slots, ledger.memory_bytes) != (self.total, self.memory_bytes):
                 raise BenchError(self._mismatch(ledger))
@@ -186,26 +212,36 @@ class DeviceLedger:
         )
 
     def take(self, count: int, cell: str) -> tuple[list[int], Span] | None:
-        """`count` free slots for `cell`, or None; a request for every slot that cannot be met yet holds the other
-        runs off until it is."""
+        """`count` free slots for `cell`, or None; a request for every slot that cannot be met yet holds the runs of
+        its priority or lower off until it is, any other unmet request the runs of a lower priority."""
         with self._opened() as ledger:
-            waiting_others = [w for w in ledger.waiting if w.run_id != self.run_id]
+            since = process_since(self.pid)
+            ahead = [w for w in ledger.waiting if w.run_id != self.run_id and w.priority <= self.priority]
             mine = [w for w in ledger.waiting if w.run_id == self.run_id]
-            if waiting_others and not mine and count < self.total:
-                return None
+            above = [w for w in ledger.wanting if w.run_id != self.run_id and w.priority < self.priority]
             taken = {i for h in ledger.holders for i in h.slots}
             indexes = pick([i for i in range(self.total) if i not in taken], count, self.total)
-            since = process_since(self.pid)
-            if indexes is None:
-                if count >= self.total and not mine:
-                    ledger.waiting.append(_Waiter(pid=self.pid, since=since, run_id=self.run_id))
+            if (ahead and not mine and count < self.total) or above or indexes is None:
+                self._want(ledger, since, alone=count >= self.total and not mine and indexes is None)
                 return None
             ledger.waiting = [w for w in ledger.waiting if w.run_id != self.run_id]
+            ledger.wanting = [w for w in ledger.wanting if w.run_id != self.run_id]
             started = time.time()
             ledger.holders.append(
                 _Holder(pid=self.pid, since=since, run_id=self.run_id, cell=cell, started=started, slots=indexes)
             )
         return indexes, Span(self.run_id, cell, started)
+
+    def _want(self, ledger: _LedgerFile, since: int | None, alone: bool) -> None:
+        """Note (or renew) this run's unmet request; `alone`: one for every slot, which holds the others off."""
+        now = time.time()
+        first = min([w.first for w in ledger.wanting if w.run_id == self.run_id], default=now)
+        ledger.wanting = [w for w in ledger.wanting if w.run_id != self.run_id]
+        ledger.wanting.append(
+            _Want(pid=self.pid, since=since, run_id=self.run_id, priority=self.priority, at=now, first=first)
+        )
+        if alone:
+            ledger.waiting.append(_Waiter(pid=self.pid, since=since, run_id=self.run_id, priority=self.priority))
 
     def give(self, indexes: list[int], span: Span) -> list[str]:
         """Hand the slots back; the cells of every run that ran beside `span` on the device."""
@@ -224,10 +260,19 @@ class DeviceLedger:
             ledger.ended = [e for e in ledger.ended if e.ended >= oldest]  # no cell on the device started before
         return names
 
+    def waiting_runs(self, since: float) -> set[str]:
+        """The other runs that have waited for slots since `since` (epoch seconds) without a break and hold none: their
+        runners had no cell on the device, only a place in the file."""
+        with self._opened() as ledger:
+            held = {h.run_id for h in ledger.holders}
+            waits = {w.run_id for w in ledger.wanting if w.first <= since}
+        return waits - held - {self.run_id}
+
     def leave(self) -> None:
         """This run is done with the device: nothing of it stays in the file (a Ctrl-C's cells included)."""
         with self._opened() as ledger:
             ledger.waiting = [w for w in ledger.waiting if w.pid != self.pid]
+            ledger.wanting = [w for w in ledger.wanting if w.pid != self.pid]
             now = time.time()
             for held in [h for h in ledger.holders if h.pid == self.pid]:
                 ledger.holders.remove(held)

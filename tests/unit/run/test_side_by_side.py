@@ -6,7 +6,7 @@ speed pass, and cells of another run on the same device. The ledger is the real 
 import io
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bench.assets.prepare import PreparedAssets
 from bench.executors.local import LocalExecutor
@@ -116,6 +116,17 @@ def test_a_cell_without_a_prediction_or_too_big_for_the_slots_runs_alone(tmp_pat
     assert {cell_id for cell_id, _, _ in fake.ran[-2:]} == set(SINGLES[:2])
 
 
+def test_a_run_with_alone_runs_each_cell_in_every_slot_one_after_another(tmp_path, monkeypatch):
+    """`run --alone` (the window's speed pass, a cell whose host memory leaves no room): every cell takes every slot
+    through the ledger, so nothing of this run or another runs beside it."""
+    fake = FakeCells(needs={})
+    records, _ = run(context(tmp_path, monkeypatch, fake, {}), cells=[CELLS[c] for c in SINGLES],
+                     slots=replace(HOST, alone=True))  # fmt: skip
+    assert fake.most == 1
+    for record in records.values():
+        assert record.slot == "0-5 of 6" and record.memory_cap_bytes is None and not record.gpu_shared
+
+
 def test_an_oom_under_a_slots_cap_is_not_recorded_and_the_cell_runs_again_alone(tmp_path, monkeypatch):
     fake = FakeCells(needs={SINGLES[0]: 300 * MiB})  # predicted 123 MiB: one slot of 256 MiB, too small
     ctx = context(tmp_path, monkeypatch, fake, {})
@@ -181,6 +192,35 @@ def test_another_runs_cells_in_the_devices_slots_are_named_and_not_taken_for_an_
     assert record.shared_with == ["run2/its-cell"] and record.overlapped_by == ["run3"] and record.gpu_shared
     assert fake.ran[0][2].indexes == (1,)  # slot 0 is the other run's
     other.give(held, span)
+
+
+def test_a_run_that_only_waits_for_the_devices_slots_is_not_taken_for_an_overlap(tmp_path, monkeypatch):
+    """A run whose cells wait in the ledger (the window's phases of a lower priority while a cell runs alone) has no
+    cell on the device: the ledger accounts for it, its idle runner did not share the machine."""
+    import os
+
+    fake = FakeCells(needs={})
+    ctx = context(tmp_path, monkeypatch, fake, {})
+    other = DeviceLedger.for_device(HOST.key, HOST.slots, HOST.memory_bytes, "waiting", priority=9)
+    other = DeviceLedger(other.path, HOST.slots, HOST.memory_bytes, "waiting", pid=os.getppid(), priority=9)
+    third = DeviceLedger(other.path, HOST.slots, HOST.memory_bytes, "third", pid=os.getppid())
+    held = third.take(HOST.slots, "all")
+    assert held is not None and other.take(1, "its-cell") is None  # it waits from before the cell starts ...
+    third.give(*held)
+    overlapped = {"overlapped_by": ["waiting", "elsewhere"]}  # as the runners folder names them
+    monkeypatch.setattr(side_by_side, "with_overlap", lambda record, start, end: record.model_copy(update=overlapped))
+    original = fake.__call__
+
+    def waiting_meanwhile(*args, **kwargs):
+        assert other.take(1, "its-cell") is None  # ... and all along, held off by the cell alone
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(side_by_side, "run_cell", waiting_meanwhile)
+    records, _ = run(ctx, cells=[CELLS[SINGLES[0]]], slots=replace(HOST, alone=True))
+    record = records[SINGLES[0]]
+    assert record.shared_with == [] and record.overlapped_by == ["elsewhere"] and not record.gpu_shared
+    ours = DeviceLedger(other.path, HOST.slots, HOST.memory_bytes, "r1")
+    assert ours.waiting_runs(time.time() - 60) == set()  # one that began waiting later may have done more before
 
 
 def test_a_time_budget_predicts_cells_beside_others_slower_and_keeps_the_speed_pass_time_back(tmp_path, monkeypatch):

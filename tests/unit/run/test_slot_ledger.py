@@ -127,3 +127,46 @@ def test_an_unreadable_ledger_starts_afresh_and_a_span_is_named_by_its_run():
     assert process_since(dead_pid()) is None
     span = Span("r", "a", time.time())
     assert span.ended is None
+
+
+def prioritised(run_id: str, priority: int, pid: int | None = None, slots: int = 4) -> DeviceLedger:
+    made = DeviceLedger.for_device("GPU-ab/12", slots, 100 * GB, run_id, priority)
+    return made if pid is None else DeviceLedger(made.path, slots, 100 * GB, run_id, pid, priority)
+
+
+def test_a_run_does_not_take_a_slot_while_a_run_of_a_higher_priority_wants_one(monkeypatch):
+    import bench.run.slot_ledger as slot_ledger
+
+    first = prioritised("first", 1)
+    later = prioritised("later", 2, pid=os.getppid())
+    held = [first.take(1, f"a{i}") for i in range(3)]
+    assert first.take(2, "big") is None  # one slot free: the first run wants two
+    assert later.take(1, "b") is None  # held off, though a slot is free
+    assert prioritised("peer", 1, pid=os.getppid()).take(1, "p") is not None  # the same priority is not
+    first.give(*held[0])
+    first.give(*held[1])
+    big = first.take(2, "big")
+    assert big is not None
+    assert json.loads(first.path.read_text())["wanting"] == [
+        {"pid": os.getppid(), "since": process_since(os.getppid()), "run_id": "later", "priority": 2,
+         "at": pytest.approx(time.time(), abs=5), "first": pytest.approx(time.time(), abs=5)}
+    ]  # fmt: skip
+    first.give(*held[2])
+    b = later.take(1, "b")
+    assert b is not None  # nothing above it wants a slot now
+    later.give(*b)
+    assert first.take(3, "x") is None  # wants again ...
+    monkeypatch.setattr(slot_ledger, "WANT_TTL_S", 0.0)
+    assert later.take(1, "c") is not None  # ... but a want that was not renewed lapses
+
+
+def test_a_run_waiting_for_the_whole_device_holds_off_only_its_priority_and_lower():
+    alone = prioritised("alone", 4)
+    above, below = prioritised("above", 1, pid=os.getppid()), prioritised("below", 6, pid=os.getppid())
+    held = above.take(1, "a")
+    assert alone.take(4, "alone") is None  # waits
+    assert above.take(1, "b") is not None  # a higher priority is not held off
+    assert below.take(1, "c") is None  # a lower one is
+    stored = json.loads(alone.path.read_text())
+    assert [(w["run_id"], w["priority"]) for w in stored["waiting"]] == [("alone", 4)]
+    assert held is not None
