@@ -51,6 +51,7 @@ def rank_memory(reports: Sequence[RankReport], kernel: Sequence[RankMemory]) -> 
                 limit_bytes=k.limit_bytes if k else None,
                 oom_killed=bool(k and k.oom_kills > 0),
                 longest_batch=max(report.batch_widths) if report and report.batch_widths else None,
+                rss_parts=dict(report.rss_parts) if report else {},
             )
         )
     return figures

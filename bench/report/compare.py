@@ -197,7 +197,17 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
         # written before these were recorded is compared on its machine line alone)
         base |= base_env.cpu_features.facts()
         head |= head_env.cpu_features.facts()
-    return [f"{name}: {base[name]} → {head[name]}" for name in base if base[name] != head[name]]
+    if base_env.memory_settings is not None and head_env.memory_settings is not None:
+        # huge pages and the filesystems decide how many page-cache pages a rank's RSS counts
+        base |= base_env.memory_settings.facts()
+        head |= head_env.memory_settings.facts()
+    names = dict.fromkeys([*base, *head])  # a filesystem only one run names (a docker run's libraries) too
+    unknown = "not recorded"
+    return [
+        f"{name}: {base.get(name, unknown)} → {head.get(name, unknown)}"
+        for name in names
+        if base.get(name) != head.get(name)
+    ]
 
 
 def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:

@@ -15,8 +15,9 @@ from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.settings import in_effect
-from bench.paths import PROJECT_ROOT
+from bench.paths import BUILD_DIR, PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
+from bench.results.memory_settings import MemorySettings, detect_memory_settings
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
 from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware, Training
@@ -103,6 +104,17 @@ def installation(prefix: Path | None = None) -> tuple[str, list[str]]:
     return where, [str(line) for line in record.get("differences", [])]
 
 
+def memory_settings(executor: str) -> MemorySettings:
+    """The memory settings and filesystems that decide what a rank's RSS counts: torch's shared libraries (the local
+    venv's; in an image they are the image's), the checkout and the assets."""
+    import torch
+
+    folders = {"checkout": PROJECT_ROOT, "assets": BUILD_DIR / "assets"}
+    if executor != "docker":
+        folders["libraries"] = Path(torch.__file__).parent / "lib"
+    return detect_memory_settings(folders, PROJECT_ROOT)
+
+
 def _project_relative(path: Path) -> str:
     return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
@@ -137,6 +149,7 @@ def environment_fingerprint(
         command=redact(" ".join(sys.argv)),
         training=training,
         cpu_features=detect_cpu_features(),
+        memory_settings=memory_settings(executor),
     )
 
 

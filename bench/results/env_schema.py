@@ -6,6 +6,7 @@ Every field is optional and unknown keys are kept, so env.json files written bef
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.results.cpu_features import CpuFeatures
+from bench.results.memory_settings import MemorySettings
 
 LOCAL_VENV = "none (local venv)"
 
@@ -89,6 +90,10 @@ class EnvFingerprint(Open):
     cpu_features: CpuFeatures | None = None
     """What this CPU switches on in torch, oneDNN and bitsandbytes (bench/results/cpu_features.py); None in env.json
     files written before it was recorded."""
+    memory_settings: MemorySettings | None = None
+    """The kernel's huge-page settings and the filesystems of the libraries, the checkout and the assets: what
+    decides how many page-cache pages a rank's RSS counts (bench/results/memory_settings.py); None in env.json files
+    written before it was recorded."""
 
     @property
     def image_label(self) -> str:

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -168,6 +169,29 @@ class ErrorClass(StrEnum):
     """Slurm: the job was cancelled (scancel, or by an administrator) before the worker reported."""
 
 
+RssMoment = Literal["baseline", "loaded", "trained"]
+"""When a rank splits its RSS: with its baseline (libraries imported), when its load peak is read (trainer built) and
+when its training peak is read (training over)."""
+
+
+class RssParts(BaseModel):
+    """A process's resident memory at one moment by what backs it (/proc/self/status RssAnon, RssFile, RssShmem; they
+    sum to VmRSS). Anonymous: heap, tensors, stacks. File and shmem: page-cache pages the process has mapped and
+    touched (shared libraries' code and data, the mapped checkpoint and datasets; shmem: files on a tmpfs and
+    /dev/shm segments). RSS counts a mapped file page in every process that maps it, though the page cache holds it
+    once; how much one touch maps follows the page cache's folio sizes and the kernel's fault-around, which are the
+    machine's, not the program's (docs/metrics.md)."""
+
+    anon_bytes: int
+    file_bytes: int
+    shmem_bytes: int
+
+    @property
+    def page_cache_bytes(self) -> int:
+        """File-backed and shmem pages together: where a library's pages count depends on its filesystem."""
+        return self.file_bytes + self.shmem_bytes
+
+
 class RankMemoryFigures(BaseModel):
     """One rank's memory, host side. baseline: after the libraries are imported, before the model loads.
     kernel_peak: the peak usage of the rank's own memory cgroup (the kernel's figure, page cache it charged
@@ -184,6 +208,12 @@ class RankMemoryFigures(BaseModel):
     """Tokens per row of the longest padded batch this rank trained on. Ranks read different batches, and a rank's
     activation peak follows its longest: under DDP one rank can peak above another by that alone. None in records
     from before it was kept, and for a rank with no report."""
+    rss_parts: dict[RssMoment, RssParts] = {}
+    """The rank's RSS split by what backs it at each moment it was read (RssMoment). VmHWM is one number: the peak's
+    own split is unknown. A file page stays mapped once touched, so the page-cache growth from `baseline` to
+    `trained` is the library and checkpoint pages the rank mapped after its baseline, which its model memory counts
+    (a mapping removed before the end aside); the rest of the model memory is anonymous. Empty in records from
+    before it was kept, and for a rank with no report or without /proc."""
 
 
 class Learning(BaseModel):

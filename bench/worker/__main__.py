@@ -30,6 +30,7 @@ from bench.isolation import zygote_child
 from bench.isolation.shm_segments import remove_group_segments
 from bench.isolation.zygote_client import FRESH_ENV
 from bench.launchers import rank_from_env, torch_rank_env
+from bench.results.schema import RssMoment
 from bench.secrets import redact
 from bench.worker import phases
 from bench.worker.report import RankReport
@@ -70,6 +71,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     import_libraries(spec)
     phases.mark("imported")
     report.baseline_rss_bytes = memory.current_rss_bytes()
+    _split_rss(report, "baseline")
     report.baseline_cgroup_bytes = cgroups.own_usage_bytes() if os.environ.get(cgroups.CELL_ENV) else None
     devices, nvml_sampler = _own_devices(spec)
     recorder = StepRecorder(devices)
@@ -142,8 +144,17 @@ def _read_load_peak(report: RankReport, recorder: "StepRecorder", devices: list[
         recorder.on_train_start = end_of_load
     else:
         report.load_peak_bytes = memory.peak_rss_bytes()
+    _split_rss(report, "loaded")
     memory.reset_peak_rss()
     return on_cuda
+
+
+def _split_rss(report: RankReport, moment: RssMoment) -> None:
+    """The rank's RSS by what backs it now, kept under `moment` (nothing where /proc does not split it)."""
+    from bench.worker import memory
+
+    if (parts := memory.rss_parts()) is not None:
+        report.rss_parts[moment] = parts
 
 
 def _record_training(
@@ -160,6 +171,7 @@ def _record_training(
     report.sampled_rewards = recorder.sampled_rewards
     report.reward_parts = recorder.reward_parts
     report.host_peak_rss_bytes = memory.peak_rss_bytes()
+    _split_rss(report, "trained")
     report.nvml_peak_bytes = nvml_sampler.stop() if nvml_sampler else None
     if on_cuda:
         report.train_peak_bytes, report.cuda_reserved_peak_bytes = memory.cuda_peaks(recorder.devices)

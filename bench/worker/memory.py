@@ -5,15 +5,45 @@ from pathlib import Path
 
 import torch
 
+from bench.results.schema import RssParts
+
+STATUS = Path("/proc/self/status")
+
+
+def _status_fields(text: str) -> dict[str, int]:
+    """The `Name:  <n> kB` lines of a /proc/<pid>/status text, in KiB."""
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        parts = value.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[name] = int(parts[0])
+    return fields
+
 
 def _status_kib(field: str) -> int | None:
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+        return _status_fields(STATUS.read_text()).get(field)
     except OSError:
         return None
-    return None
+
+
+def parts_of(status_text: str) -> RssParts | None:
+    """RSS by what backs it, from a /proc/<pid>/status text; None where the kernel does not split it (before 4.5)."""
+    fields = _status_fields(status_text)
+    if not all(k in fields for k in ("RssAnon", "RssFile", "RssShmem")):
+        return None
+    return RssParts(
+        anon_bytes=fields["RssAnon"] * 1024, file_bytes=fields["RssFile"] * 1024, shmem_bytes=fields["RssShmem"] * 1024
+    )
+
+
+def rss_parts() -> RssParts | None:
+    """This process's RSS by what backs it now (one read of /proc/self/status); None without /proc."""
+    try:
+        return parts_of(STATUS.read_text())
+    except OSError:
+        return None
 
 
 def current_rss_bytes() -> int | None:

@@ -5,7 +5,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.files import write_whole
-from bench.results.schema import Engagement
+from bench.results.schema import Engagement, RssMoment, RssParts
 
 
 class RankReport(BaseModel):
@@ -33,6 +33,9 @@ class RankReport(BaseModel):
     """RSS after the cell's libraries are imported, before the model loads."""
     baseline_cgroup_bytes: int | None = None
     """The rank's memory cgroup usage at the same moment (None without a memory budget)."""
+    rss_parts: dict[RssMoment, RssParts] = {}
+    """RSS by what backs it, read with the baseline, the load peak and the training peak (bench/results/schema.py
+    RankMemoryFigures.rss_parts); empty in older reports."""
     losses: list[float | None] = []
     """This rank's training loss per step (None: not finite)."""
     batch_widths: list[int] = []

@@ -59,6 +59,11 @@ def test_the_budget_kills_two_full_models_and_fits_one_adapter(tmp_path):
     m = fits.metrics
     assert m.peak_bytes < budget and m.model_memory_bytes == m.peak_bytes - m.baseline_bytes
     assert fits.rank_memory[0].baseline_rss_bytes > 0 and fits.rank_memory[0].peak_rss_bytes > m.baseline_bytes
+    parts = fits.rank_memory[0].rss_parts  # RSS by what backs it, read with the baseline and each peak
+    assert set(parts) == {"baseline", "loaded", "trained"}
+    split = parts["baseline"].anon_bytes + parts["baseline"].page_cache_bytes
+    assert abs(split - fits.rank_memory[0].baseline_rss_bytes) < 2**20
+    assert parts["trained"].page_cache_bytes > parts["baseline"].page_cache_bytes  # library code first run in training
     assert fits.learning.first_loss == pytest.approx(LN2, abs=1e-3) and fits.learning.failures == []
     assert leftover_cgroups(tmp_path) == []
 
