@@ -155,6 +155,8 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         ]
         for name, text in a.run.files.items():
             lines += ["", f"`{name}` (what `run` writes for the cell):", "", "```", text.rstrip("\n"), "```"]
+        for name, why in a.run.not_shown.items():
+            lines += ["", f"`{name}` (what `run` writes for the cell): not shown here: {why}."]
     return "\n".join(lines) + "\n"
 
 
