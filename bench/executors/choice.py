@@ -81,7 +81,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
     image_id = images.image_id(tag)
     if image_id is None:
         print(
-            f"image {tag} is not built yet: building it (python -m bench images --flavor {profile.image_flavor}) ...",
+            f"image {tag} is not built yet: building it (dpo-bench images --flavor {profile.image_flavor}) ...",
             flush=True,
         )
         offline = images.image_id(images.OFFLINE_BASE_TAG) is not None
@@ -89,9 +89,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
             image_id = images.build_image(profile.image_flavor, offline_base=offline)
         except BenchError as exc:
             if choice == "docker":
-                raise BenchError(
-                    f"{exc}; build it with `python -m bench images --flavor {profile.image_flavor}`"
-                ) from None
+                raise BenchError(f"{exc}; build it with `dpo-bench images --flavor {profile.image_flavor}`") from None
             print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
             return local()
     from bench.executors.docker import DockerExecutor, container_spec
