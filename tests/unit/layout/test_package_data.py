@@ -143,16 +143,34 @@ def test_installed_it_plans_from_any_folder_without_the_training_stack(installed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing else written, no results/ by planning
 
 
-def test_installed_it_reads_results_of_the_current_folder_and_says_what_needs_the_extra(installed, tmp_path):
+RUNS = ("20261126-021505", "20261127-014330")
+"""Two committed CPU runs, for matrix, compare and publish."""
+
+
+def test_installed_it_reports_on_results_of_the_current_folder_without_the_training_stack(installed, tmp_path):
     matrix = dpo_bench(installed, tmp_path, "matrix", "--hw", "cpu")
     assert matrix.returncode == 2 and f"no complete run under {tmp_path / 'results' / 'cpu'};" in matrix.stderr
+    for run in RUNS:
+        shutil.copytree(PROJECT_ROOT / "results" / "cpu" / run, tmp_path / "results" / "cpu" / run)
+    assert dpo_bench(installed, tmp_path, "matrix", "--hw", "cpu").returncode == 0
+    assert (tmp_path / "results" / "cpu" / "MATRIX.md").is_file()
+    compare = dpo_bench(installed, tmp_path, "compare", *(f"results/cpu/{run}" for run in RUNS))
+    assert compare.returncode == 0 and "one_adapter-none-single" in compare.stdout, compare.stderr
+    scenarios = tmp_path / "scenarios"
+    shutil.copytree(installed / "bench" / "_scenarios", scenarios)
+    grid = {"workloads": ["tiny"], "models": [], "gpus": ["A10"], "counts": [1], "max_lengths": [512]}
+    (scenarios / "decide.yaml").write_text(json.dumps(grid | {"batch_sizes": [1]}))
+    publish = dpo_bench(installed, tmp_path, "--scenarios", str(scenarios), "publish", "--jobs", "1")
+    assert publish.returncode == 0, publish.stderr[-2000:]
+    assert (tmp_path / "results" / "site" / "decide.html").is_file() and (tmp_path / "results" / "README.md").is_file()
+
+
+def test_installed_it_says_in_one_line_that_run_needs_the_train_extra(installed, tmp_path):
     run = dpo_bench(installed, tmp_path, "run", "--hw", "cpu", "--filter", "one_adapter-none-single")
     assert run.returncode == 2, run.stderr
-    assert (
-        run.stderr.strip()
-        .splitlines()[-1]
-        .endswith('is not installed: this needs the training stack (pip install "dpo-bench[train]")')
-    )
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.endswith('is not installed: this needs the training stack (pip install "dpo-bench[train]")'), last
+    assert not (tmp_path / "results").exists()  # the run folder it made is removed again, nothing recorded
 
 
 def test_scenarios_names_the_folder_of_every_reader(installed, tmp_path):
