@@ -36,12 +36,16 @@ def git(*args: str) -> str | None:
 def write_build_info(target_root: Path) -> None:
     """`bench/_build_info.py` under `target_root`: the checkout's commit, and whether the files built differ from it.
     Built from an sdist (no git), the copy the sdist carries, already copied as a module of `bench`, is kept."""
-    sha = (git("rev-parse", "HEAD") or "").strip() or None
+    top = (git("rev-parse", "--show-toplevel") or "").strip()
+    if not top or Path(top).resolve() != ROOT:  # no git, or an unpacked sdist lying inside another repository
+        sha, dirty = None, None
+    else:
+        sha = (git("rev-parse", "HEAD") or "").strip() or None
+        status = git("status", "--porcelain", "--", *CODE_PATHS)
+        dirty = None if status is None else bool(status.strip())
     target = target_root / BUILD_INFO
     if sha is None and target.is_file():
         return
-    status = git("status", "--porcelain", "--", *CODE_PATHS)
-    dirty = None if status is None else bool(status.strip())
     target.parent.mkdir(parents=True, exist_ok=True)
     text = f'"""Written by setup.py when the package was built."""\n\nGIT_SHA = {sha!r}\nGIT_DIRTY = {dirty!r}\n'
     target.write_text(text, encoding="utf-8")
