@@ -17,6 +17,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+export XDG_CACHE_HOME=$work/cache  # the installed package prepares assets in the user's cache: this one goes too
 seconds() { python3 -c "import time, sys; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$1"; }
 stack=torch,transformers,trl,peft,accelerate,deepspeed,bitsandbytes,datasets
 
