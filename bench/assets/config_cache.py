@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.files import write_whole
-from bench.paths import SCENARIOS_DIR, scenarios_dir
+from bench.paths import SCENARIOS_DIR, scenarios_dir, user_cache_dir
 
 CACHE_ENV = "BENCH_SHAPES_CACHE"
-"""The cache's folder (default: ~/.cache/dpo-bench/shapes); `off`: nothing is kept or read, every shape is built."""
+"""The cache's folder (default: shapes/ of the user's cache folder, ~/.cache/dpo-bench/shapes); `off`: nothing is kept
+or read, every shape is built."""
 SHIPPED_DIR = SCENARIOS_DIR / "shapes"
 """The committed entries of the shipped configs (shipped_configs), built with the pinned transformers; read from the
 scenario folder in use (shipped_dir)."""
@@ -67,7 +68,7 @@ def entry_name(kind: str, config_file: Path) -> str | None:
 def cache_file(kind: str, config_file: Path) -> Path | None:
     """Where `kind` of this config is kept; None when nothing is (the cache off, the config or transformers
     unreadable)."""
-    folder = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "dpo-bench" / "shapes")
+    folder = os.environ.get(CACHE_ENV) or str(user_cache_dir() / "shapes")
     name = entry_name(kind, config_file)
     if folder == "off" or name is None:
         return None
