@@ -80,6 +80,8 @@ class RunPlan(BaseModel):
     command: str
     files: dict[str, str]
     """File name -> content: the DeepSpeed and accelerate configs `run` writes for the cell (none for a plain one)."""
+    not_shown: dict[str, str] = {}
+    """File name -> why its content is not in `files` (accelerate.yaml where accelerate is not installed)."""
 
 
 class Advice(BaseModel):

@@ -1,5 +1,6 @@
 """The command that runs the chosen cell and the native config files `run` would write for it."""
 
+import importlib.util
 import json
 import shlex
 from pathlib import Path
@@ -7,6 +8,8 @@ from pathlib import Path
 import yaml
 
 from bench.advise.advice import Advice, RunPlan
+from bench.errors import BenchError
+from bench.install import TRAIN_EXTRA
 from bench.launchers import launcher_spec
 from bench.launchers.accelerate import accelerate_config
 from bench.matrix.backends import backend_spec
@@ -28,25 +31,50 @@ def to_run(advice: Advice) -> tuple[str, str | None, list[str]] | None:
     return fixed.fix.cell_id, fixed.fix.change, fixed.fix.flags
 
 
+def run_command(cell: Cell, base_flags: list[str], extra: list[str]) -> str:
+    """`dpo-bench run` of the cell. `base_flags`: the hardware, model and settings flags the advice was asked with."""
+    argv = ["dpo-bench", "run", *base_flags, *extra, "--filter", cell.id]
+    if cell.method != "dpo":
+        argv[2:2] = ["--method", str(cell.method)]
+    return shlex.join(argv)
+
+
 def run_plan(
     cell: Cell, profile: HardwareProfile, base_flags: list[str], change: str | None, extra: list[str]
 ) -> RunPlan:
-    """`base_flags`: the hardware, model and settings flags the advice was asked with."""
-    argv = ["python", "-m", "bench", "run", *base_flags, *extra, "--filter", cell.id]
-    if cell.method != "dpo":
-        argv[4:4] = ["--method", str(cell.method)]
-    return RunPlan(cell_id=cell.id, change=change, command=shlex.join(argv), files=native_files(cell, profile))
+    files = native_files(cell, profile, missing_ok=True)
+    not_shown = {} if len(files) == len(native_file_names(cell)) else {ACCELERATE_FILE: NO_ACCELERATE}
+    return RunPlan(
+        cell_id=cell.id,
+        change=change,
+        command=run_command(cell, base_flags, extra),
+        files=files,
+        not_shown=not_shown,
+    )
 
 
-def native_files(cell: Cell, profile: HardwareProfile) -> dict[str, str]:
+NO_ACCELERATE = f"accelerate writes it (its ClusterConfig) and is not installed: {TRAIN_EXTRA}"
+
+
+def native_file_names(cell: Cell) -> list[str]:
+    """The native config files `run` writes for the cell: deepspeed.json, accelerate.yaml, both or none."""
+    names = [DEEPSPEED_FILE] if backend_spec(cell.backend).deepspeed is not None else []
+    return names + ([ACCELERATE_FILE] if launcher_spec(cell.launcher).reads_accelerate_config else [])
+
+
+def native_files(cell: Cell, profile: HardwareProfile, missing_ok: bool = False) -> dict[str, str]:
     """File name -> content: the deepspeed.json and accelerate.yaml `run` writes for the cell (none for a plain one),
-    the DeepSpeed file named relative to the folder both are in."""
-    backend = backend_spec(cell.backend)
+    the DeepSpeed file named relative to the folder both are in. Without accelerate (the base install) its file
+    cannot be made: left out with `missing_ok`, else a one-line error."""
+    names = native_file_names(cell)
     files: dict[str, str] = {}
     ds_file = None
-    if backend.deepspeed is not None:
+    if DEEPSPEED_FILE in names:
         ds_file = Path(DEEPSPEED_FILE)
-        files[DEEPSPEED_FILE] = json.dumps(deepspeed_config(backend), indent=2) + "\n"
-    if launcher_spec(cell.launcher).reads_accelerate_config:
-        files[ACCELERATE_FILE] = yaml.safe_dump(accelerate_config(cell, profile, EXAMPLE_PORT, ds_file))
+        files[DEEPSPEED_FILE] = json.dumps(deepspeed_config(backend_spec(cell.backend)), indent=2) + "\n"
+    if ACCELERATE_FILE in names:
+        if importlib.util.find_spec("accelerate") is not None:
+            files[ACCELERATE_FILE] = yaml.safe_dump(accelerate_config(cell, profile, EXAMPLE_PORT, ds_file))
+        elif not missing_ok:
+            raise BenchError(f"{ACCELERATE_FILE} of {cell.id}: {NO_ACCELERATE}")
     return files

@@ -256,7 +256,7 @@ def _launch_sh(command: list[str], method: Method, launcher: str, devices: str |
         [
             "#!/usr/bin/env bash",
             f"# Trains the model in {config} as the advised setup; extra arguments go to the training script",
-            "# (TRL's flags, e.g. --max_steps 100). Written by `python -m bench advise --export`.",
+            "# (TRL's flags, e.g. --max_steps 100). Written by `dpo-bench advise --export`.",
             "set -euo pipefail",
             'cd "$(dirname "$0")"',
             f"if grep -q '{placeholder}' {config}; then",
@@ -285,7 +285,7 @@ def _readme(
     lines = [
         f"# {method.upper()} recipe: `{spec.assets.model}` as `{cell.id}` on {spec.profile.name}",
         "",
-        "Written by `python -m bench advise --export`. This trains your model on your data. The `python -m bench run"
+        "Written by `dpo-bench advise --export`. This trains your model on your data. The `dpo-bench run"
         " ... --filter` line `advise` prints is a check of this setup on random weights and synthetic data (a few "
         "steps), not training your model.",
         "",

@@ -42,7 +42,7 @@ SCRIPT = '''"""{title} of {model} as the dpo-bench cell `{cell_id}` trains it, w
 {config_file}'s (TRL's ScriptArguments, {config} and ModelConfig); this script, not TRL's own, because
 {reasons}.
 
-Written by `python -m bench advise --export`; run it with launch.sh."""
+Written by `dpo-bench advise --export`; run it with launch.sh."""
 
 {typing}import torch
 import transformers

@@ -3,7 +3,7 @@
 import csv
 import io
 
-from bench.advise.advice import Advice, CellAdvice
+from bench.advise.advice import Advice, CellAdvice, RunPlan
 from bench.matrix.axes import Method
 from bench.matrix.methods import method_spec
 from bench.units import GB, bytes_text
@@ -138,24 +138,30 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         notes.append(HOST_NOTE)
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
-    lines += ["", "## To run it", ""]
-    if a.run is None:
-        lines.append("Nothing is predicted to fit, not even with one change: more or bigger GPUs (`--gpu NAME:COUNT`).")
-    else:
-        if a.run.change:
-            lines.append(f"No cell fits as it is; `{a.run.cell_id}` is predicted to fit with: {a.run.change}.")
-            lines.append("")
-        lines += [
-            f"`bench run` below is {CHECK_LABEL}. `--export DIR` writes the recipe that trains your model in this "
-            "setup (launch line, accelerate/DeepSpeed config, TRL's DPO settings; docs/advise.md).",
-            "",
-            "```",
-            a.run.command,
-            "```",
-        ]
-        for name, text in a.run.files.items():
-            lines += ["", f"`{name}` (what `run` writes for the cell):", "", "```", text.rstrip("\n"), "```"]
+    lines += ["", "## To run it", "", *_to_run(a.run)]
     return "\n".join(lines) + "\n"
+
+
+def _to_run(run: RunPlan | None) -> list[str]:
+    """The "To run it" section: the command, the native files, or why nothing is to run."""
+    if run is None:
+        return ["Nothing is predicted to fit, not even with one change: more or bigger GPUs (`--gpu NAME:COUNT`)."]
+    lines = []
+    if run.change:
+        lines += [f"No cell fits as it is; `{run.cell_id}` is predicted to fit with: {run.change}.", ""]
+    lines += [
+        f"`dpo-bench run` below is {CHECK_LABEL}. `--export DIR` writes the recipe that trains your model in this "
+        "setup (launch line, accelerate/DeepSpeed config, TRL's DPO settings; docs/advise.md).",
+        "",
+        "```",
+        run.command,
+        "```",
+    ]
+    for name, text in run.files.items():
+        lines += ["", f"`{name}` (what `run` writes for the cell):", "", "```", text.rstrip("\n"), "```"]
+    for name, why in run.not_shown.items():
+        lines += ["", f"`{name}` (what `run` writes for the cell): not shown here: {why}."]
+    return lines
 
 
 def to_json(advice: Advice) -> str:

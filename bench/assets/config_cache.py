@@ -4,7 +4,8 @@ or an `advise`. An entry is keyed by the config's bytes and the transformers rel
 classes decide the modules), so an edited config or another release builds it again.
 
 The configs shipped under scenarios/ (models/, workloads/) have their entries committed too (SHIPPED_DIR, written
-by `python -m bench predict --hw all --write`): the first `predict` or `advise` of a shipped model imports neither."""
+by `python -m bench predict --hw all --write`, with the transformers release they were built with): the first `predict`
+or `advise` of a shipped model imports neither, and needs neither installed."""
 
 import contextlib
 import hashlib
@@ -16,36 +17,58 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.files import write_whole
-from bench.paths import SCENARIOS_DIR
+from bench.paths import SCENARIOS_DIR, scenarios_dir, user_cache_dir
 
 CACHE_ENV = "BENCH_SHAPES_CACHE"
-"""The cache's folder (default: ~/.cache/dpo-bench/shapes); `off`: nothing is kept or read, every shape is built."""
+"""The cache's folder (default: shapes/ of the user's cache folder, ~/.cache/dpo-bench/shapes); `off`: nothing is kept
+or read, every shape is built."""
 SHIPPED_DIR = SCENARIOS_DIR / "shapes"
-"""The committed entries of the shipped configs (shipped_configs), built with the pinned transformers."""
+"""The committed entries of the shipped configs (shipped_configs), built with the pinned transformers; read from the
+scenario folder in use (shipped_dir)."""
+RELEASE_FILE = "transformers-release.txt"
+"""Beside the shipped entries: the transformers release they were built with."""
 
 T = TypeVar("T")
 
 
+def shipped_dir() -> Path:
+    return scenarios_dir() / "shapes"
+
+
 def shipped_configs() -> list[Path]:
     """The config.json files shipped under scenarios/: the models `--model` names, the workloads' models."""
-    return sorted(SCENARIOS_DIR.glob("models/*/config.json")) + sorted(SCENARIOS_DIR.glob("workloads/*/config.json"))
+    folder = scenarios_dir()
+    return sorted(folder.glob("models/*/config.json")) + sorted(folder.glob("workloads/*/config.json"))
+
+
+def transformers_release() -> str | None:
+    """The installed transformers release; without transformers (the base install) the shipped entries' own: nothing
+    can be built then, and what was shipped is read as it is."""
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return (shipped_dir() / RELEASE_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def entry_name(kind: str, config_file: Path) -> str | None:
     """The entry's file name: its kind and a hash of the config's bytes and the transformers release; None when the
-    config or transformers cannot be read."""
+    config or the release cannot be read."""
+    release = transformers_release()
     try:
         content = config_file.read_bytes()
-        release = importlib.metadata.version("transformers")
-    except (OSError, importlib.metadata.PackageNotFoundError):
+    except OSError:
         return None
-    return f"{kind}-{hashlib.sha256(content + release.encode()).hexdigest()}.json"
+    return None if release is None else f"{kind}-{hashlib.sha256(content + release.encode()).hexdigest()}.json"
 
 
 def cache_file(kind: str, config_file: Path) -> Path | None:
     """Where `kind` of this config is kept; None when nothing is (the cache off, the config or transformers
     unreadable)."""
-    folder = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "dpo-bench" / "shapes")
+    folder = os.environ.get(CACHE_ENV) or str(user_cache_dir() / "shapes")
     name = entry_name(kind, config_file)
     if folder == "off" or name is None:
         return None
@@ -71,8 +94,8 @@ def ship(kind: str, config_file: Path, encoded: dict) -> Path:
     name = entry_name(kind, config_file)
     if name is None:
         raise ValueError(f"{config_file}: unreadable, or transformers is not installed")
-    _write(SHIPPED_DIR / name, encoded)
-    return SHIPPED_DIR / name
+    _write(shipped_dir() / name, encoded)
+    return shipped_dir() / name
 
 
 def cached(
@@ -81,7 +104,7 @@ def cached(
     """`decode` of the kept entry, else `build()`, kept for next time (written whole or not at all)."""
     kept = cache_file(kind, config_file)
     if kept is not None:
-        for place in (kept, SHIPPED_DIR / kept.name):
+        for place in (kept, shipped_dir() / kept.name):
             if (found := _read(place, decode)) is not None:
                 return found
     value = build()

@@ -1,4 +1,5 @@
-"""Command line: `python -m bench <command>`. Each command group registers its subcommands here, in this order."""
+"""Command line: `dpo-bench <command>` (also `python -m bench <command>`). Each command group registers its
+subcommands here, in this order."""
 
 import argparse
 import contextlib
@@ -13,25 +14,56 @@ from typing import NoReturn
 from bench.cli import advise, estimate, export, pipeline, report, run
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
+from bench.install import missing_training_stack
 from bench.isolation.deferred_sigint import STOP_SIGNALS, exit_status, interrupt_on_stop_signals, stopped_by
-from bench.paths import RESULTS_DIR, SCENARIOS_ENV, scenarios_dir
+from bench.paths import RESULTS_DEFAULT, SCENARIOS_ENV, scenarios_dir
 
 GROUPS = (run, pipeline, report, estimate, advise, export)
+PROG = "dpo-bench"
+DESCRIPTION = (
+    "Which DPO training setups work on given hardware, how fast, and how much memory they take: `run` trains the "
+    "matrix's cells and records them, `advise` and `predict` predict what fits on GPUs you don't have, `matrix`, "
+    "`compare` and `publish` report. `dpo-bench COMMAND --help` for each."
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    top = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    top.add_argument("--version", action=PrintVersion)
     top.add_argument(
         "--scenarios",
         default=str(scenarios_dir()),
         help=f"scenario folder: every file of it is read from there, by this command and the cells it starts "
         f"(default: ${SCENARIOS_ENV}, else %(default)s)",
     )
-    top.add_argument("--results", default=str(RESULTS_DIR), help="results folder (default: %(default)s)")
+    top.add_argument(
+        "--results", default=str(RESULTS_DEFAULT), help="results folder (default: ./results of the current folder)"
+    )
     sub = top.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.register(sub)
     return top
+
+
+class PrintVersion(argparse.Action):
+    """`--version`: git is asked only when the flag is given."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, top: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(f"{PROG} {version_text()}")
+        top.exit()
+
+
+def version_text() -> str:
+    """The version and the commit: git's in a checkout, else the one the wheel was built from."""
+    from bench.install import VERSION
+    from bench.results.env import git_dirty, git_sha
+
+    sha = git_sha()
+    commit = f"git {sha[:12]}{' + uncommitted changes' if git_dirty() else ''}" if sha else "git commit unknown"
+    return f"{VERSION} ({commit})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,11 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         interrupt_on_stop_signals()
     try:
         args = parser().parse_args(argv)
+        args.results = str(Path(args.results).absolute())  # the cells run elsewhere (bench.paths.PROJECT_ROOT)
         check_scenarios(Path(args.scenarios))
         with scenarios_in_use(Path(args.scenarios)):
             code = args.func(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a base install (no `train` extra) asked to train or build a model's shapes
+        if (message := missing_training_stack(exc)) is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system's own errors, whatever reached them: one line, never a traceback
         from bench.results.store import DISK_FULL_ERRNOS

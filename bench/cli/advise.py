@@ -101,7 +101,7 @@ def of_axes_asked(cells: "list[Cell]", args: argparse.Namespace) -> "list[Cell]"
     narrowed = of_axes(cells, **wanted)
     if cells and not narrowed:
         asked = " ".join(f"--{axis} {','.join(v)}" for axis, v in wanted.items() if v is not None)
-        raise BenchError(f"{asked}: no cell of the matrix has these values together (see `python -m bench list`)")
+        raise BenchError(f"{asked}: no cell of the matrix has these values together (see `dpo-bench list`)")
     return narrowed
 
 

@@ -3,10 +3,12 @@ and written by `python -m bench predict --hw all --write`, so that no `predict` 
 imports torch or transformers."""
 
 import dataclasses
+import importlib.metadata
 from pathlib import Path
 
-from bench.assets.config_cache import SHIPPED_DIR, entry_name, ship, shipped_configs
+from bench.assets.config_cache import RELEASE_FILE, entry_name, ship, shipped_configs, shipped_dir
 from bench.estimate import shapes
+from bench.files import write_whole
 from bench.judge import mfu
 
 KINDS = ("shapes", "mfu")
@@ -19,13 +21,17 @@ def expected_entries() -> set[str]:
 
 
 def write_shipped() -> list[Path]:
-    """Build and write every shipped config's entries; remove entries no shipped config needs any more."""
+    """Build and write every shipped config's entries and the release they were built with; remove entries no
+    shipped config needs any more."""
     written = []
     for config in shipped_configs():
         written.append(ship("shapes", config, dataclasses.asdict(shapes.built_on_meta(str(config)))))
         written.append(ship("mfu", config, dataclasses.asdict(mfu.built_on_meta(str(config.parent)))))
+    release = shipped_dir() / RELEASE_FILE
+    write_whole(release, importlib.metadata.version("transformers") + "\n")
+    written.append(release)
     wanted = expected_entries()
-    for stale in SHIPPED_DIR.glob("*.json"):
+    for stale in shipped_dir().glob("*.json"):
         if stale.name not in wanted:
             stale.unlink()
     return written

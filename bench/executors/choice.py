@@ -30,6 +30,7 @@ def cells_run_in(choice: str, profile: HardwareProfile) -> Where | None:
         and profile.device != "cpu"  # a CPU profile runs anywhere: nothing to check, no engine to ask
         and profile.memory_budget_gb is None
         and profile.image_flavor in images.FLAVORS
+        and images.recipes_here()
         and images.engine_available()
     )
     return "image" if in_image else "local"
@@ -59,6 +60,13 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
             cgroups.remove_stale()
             print(f"executor: local, each rank limited to {profile.memory_budget_gb:g} GiB by a memory cgroup")
         return local(profile.memory_budget_bytes)
+    if not images.recipes_here():
+        if choice == "docker":
+            raise BenchError(
+                "--executor docker: the images are built from a checkout's docker/ folder, which an installed package "
+                "has not; use --executor local, or run from a checkout"
+            )
+        return local()
     if profile.image_flavor not in images.FLAVORS:
         if choice == "docker":
             raise BenchError(f"--executor docker: no image flavor {profile.image_flavor!r}; use --executor local")
@@ -73,7 +81,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
     image_id = images.image_id(tag)
     if image_id is None:
         print(
-            f"image {tag} is not built yet: building it (python -m bench images --flavor {profile.image_flavor}) ...",
+            f"image {tag} is not built yet: building it (dpo-bench images --flavor {profile.image_flavor}) ...",
             flush=True,
         )
         offline = images.image_id(images.OFFLINE_BASE_TAG) is not None
@@ -81,9 +89,7 @@ def select_executor(choice: str, profile: HardwareProfile, run_dir: Path, assets
             image_id = images.build_image(profile.image_flavor, offline_base=offline)
         except BenchError as exc:
             if choice == "docker":
-                raise BenchError(
-                    f"{exc}; build it with `python -m bench images --flavor {profile.image_flavor}`"
-                ) from None
+                raise BenchError(f"{exc}; build it with `dpo-bench images --flavor {profile.image_flavor}`") from None
             print(f"notice: image {tag} could not be built ({exc}); running cells with the local executor")
             return local()
     from bench.executors.docker import DockerExecutor, container_spec

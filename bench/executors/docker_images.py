@@ -28,6 +28,11 @@ HOST_WHEELS_DIR = Path("/opt/wheels")
 WHEEL_GLOBS = ("torch-*.whl",)
 
 
+def recipes_here(root: Path = PROJECT_ROOT) -> bool:
+    """Whether the images can be built here: a checkout has docker/ (Dockerfiles and locks), an installed wheel not."""
+    return (root / "docker").is_dir()
+
+
 def docker_dir(flavor: str, root: Path = PROJECT_ROOT) -> Path:
     if flavor not in FLAVORS:
         raise BenchError(f"unknown image flavor {flavor!r}; available: {', '.join(FLAVORS)}")

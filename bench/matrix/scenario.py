@@ -224,7 +224,7 @@ def select(cells: Iterable[Cell], pattern: str | None) -> list[Cell]:
     patterns = filter_patterns(pattern)
     chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
     if not chosen:
-        raise BenchError(f"--filter {pattern!r} matches no cell; see `python -m bench list` for the cell ids")
+        raise BenchError(f"--filter {pattern!r} matches no cell; see `dpo-bench list` for the cell ids")
     return chosen
 
 

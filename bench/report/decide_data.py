@@ -101,18 +101,18 @@ def _predict_model(decision: DecisionPageJob, model: int) -> tuple[list[PointRes
     progress = ProgressLine(f"decision page, {grid.models[model].name}", len(mine), every_s=decision.progress_every_s)
     points, commands = [], {}
     for done, point in enumerate(mine, 1):
-        profile, result = decision.predict(advise_argv(*point), matrix)
+        _, result = decision.predict(advise_argv(*point), matrix)
         points.append(result)
-        commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})
+        commands.update({c.id: command_template(c) for c in result.cells.values() if c.id not in commands})
         progress.advanced(done)
     return points, commands
 
 
-def command_template(cell: Cell, profile: HardwareProfile) -> str:
+def command_template(cell: Cell) -> str:
     """The command `advise` prints for `cell` (bench/advise/command.py), the point's flags as FLAGS."""
-    from bench.advise.command import run_plan
+    from bench.advise.command import run_command
 
-    return run_plan(cell, profile, [FLAGS], None, []).command
+    return run_command(cell, [FLAGS], [])
 
 
 def command_of(template: str, flags: str) -> str:

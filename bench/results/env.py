@@ -15,7 +15,7 @@ from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.settings import in_effect
-from bench.paths import BUILD_DIR, PROJECT_ROOT
+from bench.paths import BUILD_DIR, IN_CHECKOUT, PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
 from bench.results.memory_settings import MemorySettings, detect_memory_settings
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
@@ -23,6 +23,7 @@ from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
 from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware, Training
 from bench.results.store import now_iso
 from bench.secrets import redact
+from bench.install import stamped_commit
 from bench.files import write_whole
 
 
@@ -35,6 +36,8 @@ CODE_PATHS = ("bench", "scenarios", "docker", "pyproject.toml", "Makefile")
 
 
 def _git(*args: str) -> str | None:
+    if not IN_CHECKOUT:  # an installed wheel: the folder it lies in may be another project's repository
+        return None
     try:
         out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
@@ -43,13 +46,15 @@ def _git(*args: str) -> str | None:
 
 
 def git_sha() -> str | None:
-    return (_git("rev-parse", "HEAD") or "").strip() or None
+    """The checkout's commit, else the one an installed wheel was built from (bench/install.py)."""
+    return (_git("rev-parse", "HEAD") or "").strip() or stamped_commit().sha
 
 
 def git_dirty() -> bool | None:
-    """Whether the code that runs differs from `git_sha` (changed or new files under CODE_PATHS); None outside git."""
+    """Whether the code that runs differs from `git_sha` (changed or new files under CODE_PATHS); a wheel's stamp
+    outside a checkout; None outside git."""
     status = _git("status", "--porcelain", "--", *CODE_PATHS)
-    return None if status is None else bool(status.strip())
+    return stamped_commit().dirty if status is None else bool(status.strip())
 
 
 def cpu_model() -> str | None:
@@ -93,13 +98,16 @@ OFFLINE_STAMP = ".installed-offline"
 """What docker/offline/install.py writes into the venv it made (JSON)."""
 
 
+PIP_INSTALL = "pip: an installed dpo-bench wheel, the versions pip resolved (no lock)"
+
+
 def installation(prefix: Path | None = None) -> tuple[str, list[str]]:
     """(installed_from, lock_differences) of the interpreter running this."""
     stamp = Path(sys.prefix if prefix is None else prefix) / OFFLINE_STAMP
     try:
         record = json.loads(stamp.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "lock", []
+        return ("lock" if IN_CHECKOUT else PIP_INSTALL), []
     where = f"wheelhouse {record.get('wheelhouse')} over {record.get('base_python')}"
     return where, [str(line) for line in record.get("differences", [])]
 
@@ -127,9 +135,10 @@ def environment_fingerprint(
     image: str | None,
     training: Training | None = None,
 ) -> EnvFingerprint:
-    """`lock`: the image flavour's lock file, None for a flavour without one (hpu); `training`: `training_of` the
-    run's profile and workload."""
+    """`lock`: the image flavour's lock file, None for a flavour without one (hpu) or an installed wheel (none
+    shipped); `training`: `training_of` the run's profile and workload."""
     installed_from, differences = installation()
+    lock = lock if lock is not None and lock.is_file() else None
     return EnvFingerprint(
         created_at=now_iso(),
         hardware_profile=hardware,

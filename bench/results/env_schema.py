@@ -67,9 +67,9 @@ class EnvFingerprint(Open):
     lock_file: str | None = None
     lock_hash: str | None = None
     installed_from: str | None = None
-    """How the packages that ran were installed: `lock` (make setup, the images), or `wheelhouse <dir> over <the
+    """How the packages that ran were installed: `lock` (make setup, the images), `wheelhouse <dir> over <the
     box's python>` (make setup WHEELHOUSE=: the box's own torch, transformers, accelerate and peft, the lock's
-    versions of the rest); None in older fingerprints."""
+    versions of the rest), or `pip: …` (an installed wheel); None in older fingerprints."""
     lock_differences: list[str] = []
     """Under a wheelhouse install: each of torch, transformers, accelerate and peft whose version is not the lock's."""
     git_sha: str | None = None

@@ -14,9 +14,12 @@ from pathlib import Path
 
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
-from bench.paths import PROJECT_ROOT
+from bench.paths import IN_CHECKOUT, PACKAGE_DIR, PACKAGED_HOST_OPS, PROJECT_ROOT
 
-SCRIPT = PROJECT_ROOT / "docker" / "cpu" / "prebuild_deepspeed_ops.py"
+SCRIPT = (
+    PROJECT_ROOT / "docker" / "cpu" if IN_CHECKOUT else PACKAGE_DIR / PACKAGED_HOST_OPS
+) / "prebuild_deepspeed_ops.py"
+"""The checkout's script, or a wheel's copy of it (setup.py)."""
 
 
 def needs_host_ops(cells: Iterable[Cell]) -> bool:

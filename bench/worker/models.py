@@ -5,9 +5,7 @@ Shared by every trainer path (TRL, Gaudi) and the plain-TRL baseline (bench/self
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from bench.matrix.axes import Quant
 from bench.matrix.inits import init_spec
@@ -21,7 +19,17 @@ from bench.worker.trainer_args import gradient_checkpointing
 
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """A profile's precision as torch's dtype name (what from_pretrained loads and computes in; TRL's ModelConfig.dtype)."""
-DTYPES = {precision: getattr(torch, name) for precision, name in DTYPE_NAMES.items()}
+
+if TYPE_CHECKING:
+    import torch
+
+
+def torch_dtype(precision: str) -> "torch.dtype":
+    """A profile's precision as a torch dtype. torch is imported here, not with the module: the method stages import
+    this module, and an exported recipe reads their arguments without torch (bench/advise/export.py)."""
+    import torch
+
+    return getattr(torch, DTYPE_NAMES[precision])
 
 
 @dataclass
@@ -50,7 +58,7 @@ def quantization_kwargs(quant: Quant, compute_dtype: Any, settings: Settings) ->
     return None
 
 
-def quantization_config(quant: Quant, compute_dtype: torch.dtype, settings: Settings | None = None) -> Any:
+def quantization_config(quant: Quant, compute_dtype: "torch.dtype", settings: Settings | None = None) -> Any:
     from transformers import BitsAndBytesConfig
 
     kwargs = quantization_kwargs(quant, compute_dtype, settings or Settings())
@@ -81,7 +89,7 @@ def io_module_names(model: Any) -> list[str]:
     return [name for name, module in model.named_modules() if id(module) in wanted]
 
 
-def balanced_io_first_map(model_ref: str, dtype: torch.dtype, max_memory: dict[int | str, int] | None = None) -> dict:
+def balanced_io_first_map(model_ref: str, dtype: "torch.dtype", max_memory: dict[int | str, int] | None = None) -> dict:
     """accelerate's balanced split of the model over the visible GPUs (what device_map="balanced" computes), with
     the input embedding and the LM head on the first GPU (io_first). Built on the meta device: no weights, no
     GPU memory; `max_memory` defaults to each visible GPU's free memory."""
@@ -107,7 +115,7 @@ def device_map(spec: WorkerSpec) -> Any:
 
         return {"": PartialState().local_process_index}
     if chosen == "balanced_io_first":
-        return balanced_io_first_map(spec.assets.model, DTYPES[spec.profile.precision])
+        return balanced_io_first_map(spec.assets.model, torch_dtype(spec.profile.precision))
     return chosen
 
 
@@ -130,7 +138,7 @@ def load_pretrained(
     the cell asks."""
     import transformers
 
-    dtype = DTYPES[spec.profile.precision]
+    dtype = torch_dtype(spec.profile.precision)
     return getattr(transformers, auto_class).from_pretrained(
         path or spec.assets.model,
         quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),

@@ -57,7 +57,8 @@ def test_the_wheelhouse_and_the_base_hold_everything_the_suite_imports():
     for name in sections["install"]:
         missing = requirements_of(name) - known
         assert not missing, f"{name} requires {sorted(missing)}: add them to docker/offline/packages.txt"
-    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    project = project["dependencies"] + project["optional-dependencies"]["train"]
     direct = {wheelhouse.canonical(re.split(r"[<>=!~ \[]", d)[0]) for d in project}
     assert direct <= sections["install"] | sections["base"]
     assert not sections["install"] & sections["base"]

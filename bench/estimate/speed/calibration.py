@@ -69,7 +69,7 @@ class SpeedCalibration(BaseModel):
 
 def load_speed_calibration(path: Path = CALIBRATION_FILE) -> SpeedCalibration:
     if not path.is_file():
-        raise BenchError(f"{path}: no speed calibration (python -m bench validate-speed --fit writes it)")
+        raise BenchError(f"{path}: no speed calibration (dpo-bench validate-speed --fit writes it)")
     return SpeedCalibration.model_validate_json(path.read_text(encoding="utf-8"))
 
 

@@ -125,10 +125,10 @@
   function renderPicks(view){
     var box = document.getElementById('picks');
     box.textContent = '';
-    document.getElementById('answer-for').textContent = 'python -m bench advise ' + view.flags;
+    document.getElementById('answer-for').textContent = 'dpo-bench advise ' + view.flags;
     if (!view.picks.length) {
       var none = box.appendChild(el('p', {'class': 'no-fit', 'id': 'no-fit'}));
-      none.textContent = 'Nothing fits as it is (PREDICTED). Run python -m bench advise ' + view.flags +
+      none.textContent = 'Nothing fits as it is (PREDICTED). Run dpo-bench advise ' + view.flags +
         ' for the smallest fix of each setup; the grid below shows how far each is.';
       return;
     }
@@ -235,7 +235,7 @@
     });
     var counts = {};
     view.cells.forEach(function(v){ if (v) counts[v.verdict] = (counts[v.verdict] || 0) + 1; });
-    document.getElementById('summary').textContent = 'PREDICTED for python -m bench advise ' + view.flags + ': ' +
+    document.getElementById('summary').textContent = 'PREDICTED for dpo-bench advise ' + view.flags + ': ' +
       Object.keys(counts).sort().map(function(k){ return counts[k] + ' ' + k; }).join(', ') + '.';
   }
 
@@ -251,7 +251,7 @@
         if (i) line.appendChild(document.createTextNode(', '));
         line.appendChild(el('code', {'class': 'nearest'}, n));
       });
-      line.appendChild(document.createTextNode('. Showing ' + p.nearest[0] + ' instead; any other value: python -m bench advise.'));
+      line.appendChild(document.createTextNode('. Showing ' + p.nearest[0] + ' instead; any other value: dpo-bench advise.'));
     });
   }
 

@@ -3,13 +3,14 @@ import neither torch nor transformers, and an edited config, a torn entry or the
 device again."""
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-from bench.assets.config_cache import CACHE_ENV, SHIPPED_DIR, cache_file, cached, entry_name
+from bench.assets.config_cache import CACHE_ENV, RELEASE_FILE, SHIPPED_DIR, cache_file, cached, entry_name
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
 
 PREDICT = """
@@ -50,6 +51,7 @@ def test_the_shipped_entries_are_those_the_shipped_configs_need_and_what_a_build
     assert {path.name for path in SHIPPED_DIR.glob("*.json")} == expected_entries(), (
         "stale or missing: `python -m bench predict --hw all --write` writes them"
     )
+    assert (SHIPPED_DIR / RELEASE_FILE).read_text().strip() == importlib.metadata.version("transformers")
     config = SCENARIOS_DIR / "models" / "phi-3-mini-4k" / "config.json"
     kept = SHIPPED_DIR / str(entry_name("shapes", config))
     assert json.loads(kept.read_text()) == json.loads(json.dumps(dataclasses.asdict(built_on_meta(str(config)))))
@@ -75,3 +77,15 @@ def test_a_torn_entry_is_built_again(tmp_path, monkeypatch):
     assert cached("kind", config, build, lambda v: {"value": v}, value) == 7
     assert cached("kind", config, build, lambda v: {"value": v}, value) == 7
     assert builds == [1] and json.loads(kept.read_text()) == {"value": 7}
+
+
+def test_without_transformers_the_shipped_entries_are_found_by_their_own_release(monkeypatch):
+    """A base install has no transformers to name the release by: the shipped entries are read under theirs."""
+    config = SCENARIOS_DIR / "models" / "qwen2.5-7b" / "config.json"
+    shipped = entry_name("shapes", config)
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert entry_name("shapes", config) == shipped and (SHIPPED_DIR / str(shipped)).is_file()

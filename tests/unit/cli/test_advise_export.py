@@ -33,7 +33,7 @@ from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import gpu_profile, load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, of_methods
-from bench.worker.models import DTYPES, lora_config, quantization_config
+from bench.worker.models import lora_config, quantization_config, torch_dtype
 from bench.worker.stages import model_class, stage_for
 
 MODEL = "someone/some-model"
@@ -101,7 +101,7 @@ def test_every_cells_recipe_is_trls_settings_and_the_workers(profile, method, tm
         else:
             assert peft is None, cell.id
         built = get_quantization_config(model_args)
-        worker_quant = quantization_config(cell.quant, DTYPES[profile.precision], spec.recipe.settings)
+        worker_quant = quantization_config(cell.quant, torch_dtype(profile.precision), spec.recipe.settings)
         assert (built is None) == (worker_quant is None), cell.id
         if built is not None:
             for key in ("load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "bnb_4bit_quant_storage"):

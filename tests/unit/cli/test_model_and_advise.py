@@ -174,7 +174,7 @@ def test_advise_on_two_a10s_ranks_and_gives_a_command(capsys, tmp_path):
     argv = ["advise", "--model", str(folder), "--gpu", "A10:2", "--max-length", "2048", "--batch-size", "1"]
     md = _stdout(capsys, argv)
     assert md.startswith("# PREDICTED")
-    assert "| 1 | " in md and "python -m bench run --gpu A10:2 --model" in md
+    assert "| 1 | " in md and "dpo-bench run --gpu A10:2 --model" in md
     advice = Advice.model_validate_json(_stdout(capsys, [*argv, "--format", "json"]))
     assert [c.rank for c in advice.cells] == list(range(1, len(advice.cells) + 1))
     assert advice.chosen == advice.cells[0].cell_id and advice.cells[0].verdict == "fits"

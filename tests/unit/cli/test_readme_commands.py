@@ -13,6 +13,6 @@ def subcommands() -> set[str]:
 
 def test_readme_lists_every_command_of_the_cli():
     readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
-    (row,) = [line for line in readme.splitlines() if line.startswith("| `python -m bench --help` |")]
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `dpo-bench --help` |")]
     listed = set(re.findall(r"`([a-z-]+)`", row.split("|")[2]))
     assert listed == subcommands()

@@ -37,7 +37,7 @@ from bench.results.store import load_results
 from bench.results.tracked import tracked_results
 from bench.run.launch import ACCELERATE_FILE, SPEC_FILE, plan_launch
 from bench.worker import models
-from bench.worker.models import DTYPES, device_map_setting, quantization_kwargs
+from bench.worker.models import device_map_setting, quantization_kwargs, torch_dtype
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
 from tests.unit.results.test_results import record
@@ -172,7 +172,7 @@ def test_cell_ids_of_recipe_rows_are_unchanged_and_newcomer_rows_are_suffixed():
 @pytest.mark.parametrize("hw", GPU_PROFILES)
 def test_every_generated_config_of_every_cell_follows_its_recipe(tmp_path, hw):
     profile = load_profile(hw)
-    dtype = DTYPES[profile.precision]
+    dtype = torch_dtype(profile.precision)
     checked = 0
     for c in CELLS:
         if not_applicable_reason(c, profile) is not None:
