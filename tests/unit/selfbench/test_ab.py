@@ -220,11 +220,13 @@ def test_the_working_tree_runs_in_place(repo, tmp_path):
 
 def test_cli_and_make_target():
     args = parser().parse_args(["compare-ab", "--base", "main"])
-    assert (args.base, args.head, args.pairs, args.hw, args.filter) == ("main", "HEAD", 4, "cpu", None)
+    assert (args.base, args.head, args.pairs, args.hw, args.filter) == ("main", None, 4, "cpu", None)
+    assert ab.default_refs(args.base, args.head, False) == ("main", "HEAD")
     with pytest.raises(SystemExit):
         parser().parse_args(["compare-ab", "--base", "main", "--pairs", "0"])
     makefile = (PROJECT_ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "compare-ab: setup" in makefile and "-m bench compare-ab --base '$(BASE)'" in makefile
+    assert "compare-ab: setup" in makefile and "-m bench compare-ab $(if $(BASE),--base '$(BASE)')" in makefile
+    assert "$(foreach p,$(BASE_WITH),--base-with '$(p)')" in makefile
     assert "$(if $(HEAD),--head '$(HEAD)')" in makefile and "$(if $(PAIRS),--pairs $(PAIRS))" in makefile
     phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY"))
     assert " compare-ab " in phony and " perf-matrix " in phony
