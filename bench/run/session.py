@@ -63,6 +63,8 @@ class RunRequest:
     """--gpu-slots: the device's memory cut into this many slots; None: automatic (bench/run/memory_slots.py)."""
     speed_cells: int = SPEED_CELLS
     """--speed-pass: cells of the exclusive speed pass after cells ran in slots."""
+    report_to: tuple[str, ...] = ("none",)
+    """--report-to: the experiment trackers the cells' trainers report to."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
@@ -136,6 +138,7 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         predict=predictor(machine.memory_profile(profile), request.workload, env.cpu_features),
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
+        report_to=request.report_to,
     )
     return ctx, machine
 

@@ -109,9 +109,16 @@ class Overlay:
         return ", ".join(f"{name} {version}" for name, version in self.versions.items())
 
 
-def overlay_key(specs: Sequence[PackageSpec], base_prefix: str = sys.prefix) -> str:
+def base_prefix() -> Path:
+    """This venv at its real path: a venv reached through a link (a worktree's `.venv`) names the same files as the
+    venv itself, and DeepSpeed keys a built op on its source paths (bench/executors/local.py venv_python)."""
+    return Path(sys.prefix).resolve()
+
+
+def overlay_key(specs: Sequence[PackageSpec]) -> str:
     """Names this venv and the packages: the same A/B side again finds its overlay."""
-    text = json.dumps({"over": base_prefix, "python": sys.version, "packages": sorted(s.text for s in specs)})
+    over = str(base_prefix())
+    text = json.dumps({"over": over, "python": sys.version, "packages": sorted(s.text for s in specs)})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -122,7 +129,7 @@ def site_packages(prefix: Path) -> Path:
 
 def base_pth() -> str:
     """The `.pth` line that adds this venv's site-packages (and what their `.pth` files add) after the overlay's."""
-    dirs = [d for d in site.getsitepackages() if Path(d).is_dir()]
+    dirs = list(dict.fromkeys(os.path.realpath(d) for d in site.getsitepackages() if Path(d).is_dir()))
     return "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n"
 
 
@@ -218,8 +225,8 @@ def make_venv(prefix: Path) -> None:
     own = site_packages(prefix)
     own.mkdir(parents=True, exist_ok=True)
     (own / BASE_PTH).write_text(base_pth(), encoding="utf-8")
-    link_programs(Path(sys.prefix) / "bin", prefix / "bin")
-    extensions = Path(sys.prefix) / "torch_extensions"  # bench/executors/local.py extensions_dir
+    link_programs(base_prefix() / "bin", prefix / "bin")
+    extensions = base_prefix() / "torch_extensions"  # bench/executors/local.py extensions_dir
     if extensions.is_dir():
         shutil.copytree(extensions, prefix / "torch_extensions", symlinks=True)
 
@@ -240,7 +247,7 @@ def write_stamp(prefix: Path, overlay: Overlay) -> None:
 
     here = installed_versions(tuple(overlay.versions))
     differences = [f"{name} {version} (over {here.get(name)})" for name, version in overlay.versions.items()]
-    stamp = {"over": sys.prefix, "packages": [s.text for s in overlay.packages], "versions": overlay.versions}
+    stamp = {"over": str(base_prefix()), "packages": [s.text for s in overlay.packages], "versions": overlay.versions}
     (prefix / OVERLAY_STAMP).write_text(json.dumps(stamp | {"differences": differences}, indent=2) + "\n")
 
 
