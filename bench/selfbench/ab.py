@@ -359,6 +359,10 @@ def cmd_compare_ab(args: argparse.Namespace) -> int:
         "head": parse_packages(args.head_with, "--head-with"),
     }
     base_ref, head_ref = default_refs(args.base, args.head, any(packages.values()))
+    if any(packages.values()) and args.executor != "local":
+        raise BenchError(
+            f"compare-ab: --base-with/--head-with run in overlay venvs here: --executor local, not {args.executor}"
+        )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.out) if args.out else Path(args.results) / "ab" / stamp
     previous = signal.signal(signal.SIGTERM, _terminate)

@@ -415,3 +415,10 @@ def test_the_library_flags_parse_several_packages_per_side():
         ["trl=/x"],
     )
     assert args.method == "all" and args.include_overlapped is False
+
+
+def test_package_sides_run_in_local_overlay_venvs_only(capsys):
+    from bench.cli import main
+
+    code = main(["compare-ab", "--base-with", "trl==1.15.0", "--executor", "docker"])
+    assert code == 2 and "--executor local, not docker" in capsys.readouterr().err
