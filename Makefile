@@ -129,8 +129,8 @@ perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall ti
 compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
 	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
 
-compare-ab: setup ## interleaved A/B of two git refs on this machine: make compare-ab BASE=<ref> [HEAD=<ref>] [FILTER=globs] [PAIRS=4]
-	$(PY) -m bench compare-ab --base '$(BASE)' $(if $(HEAD),--head '$(HEAD)') --hw $(HW) $(if $(FILTER),--filter '$(FILTER)') $(if $(PAIRS),--pairs $(PAIRS)) $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
+compare-ab: setup ## interleaved A/B of two git refs, or of library versions, on this machine: make compare-ab BASE=<ref> [HEAD=<ref>] | BASE_WITH='trl==1.15.0' HEAD_WITH='trl=/path/to/trl' [FILTER=globs] [PAIRS=4]
+	$(PY) -m bench compare-ab $(if $(BASE),--base '$(BASE)') $(if $(HEAD),--head '$(HEAD)') $(foreach p,$(BASE_WITH),--base-with '$(p)') $(foreach p,$(HEAD_WITH),--head-with '$(p)') --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(PAIRS),--pairs $(PAIRS)) $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))
 
 publish: setup ## regenerate results/README.md and the static site results/site/
 	$(PY) -m bench publish

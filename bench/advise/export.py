@@ -124,9 +124,11 @@ def model_id(given: str | None, workload: Workload) -> str:
     return given
 
 
-def recipe_spec(cell: Cell, profile: HardwareProfile, workload: Workload, model: str) -> Any:
+def recipe_spec(
+    cell: Cell, profile: HardwareProfile, workload: Workload, model: str, report_to: tuple[str, ...] = ("none",)
+) -> Any:
     """The worker's spec of the cell with the user's model in place of the prepared assets (no data: the recipe's
-    dataset is the user's)."""
+    dataset is the user's), reporting to `report_to`'s trackers."""
     from bench.assets.prepare import PreparedAssets
     from bench.run.launch import DEEPSPEED_FILE
     from bench.worker.spec import WorkerSpec
@@ -141,6 +143,7 @@ def recipe_spec(cell: Cell, profile: HardwareProfile, workload: Workload, model:
         assets=PreparedAssets(model=model, tokenizer=model, dataset=dataset_placeholder(cell.method)),
         out_dir="",
         deepspeed_config=DEEPSPEED_FILE if through_trainer else None,
+        report_to=report_to,
     )
 
 
@@ -354,13 +357,15 @@ def export_files(
     model: str,
     native: dict[str, str],
     change: str | None = None,
+    report_to: tuple[str, ...] = ("none",),
 ) -> dict[str, str]:
-    """File name -> content of the recipe. `native`: the accelerate / DeepSpeed files (command.py native_files)."""
+    """File name -> content of the recipe. `native`: the accelerate / DeepSpeed files (command.py native_files);
+    `report_to`: the trackers its trainer reports to (`--report-to`)."""
     if cell.method not in EXPORT_METHODS:
         check_method((cell.method,))
     if profile.nodes != 1:
         raise BenchError(f"--export writes one-node recipes; {profile.name} has {profile.nodes} nodes")
-    spec = recipe_spec(cell, profile, workload, model)
+    spec = recipe_spec(cell, profile, workload, model, report_to)
     reasons = script_reasons(spec)
     command = launch_command(spec, script=bool(reasons))
     model_named = not (model == workload.name and workload.model.weights == "random")

@@ -6,7 +6,7 @@ import functools
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from bench.cli.common import add_method_argument, write_or_print
+from bench.cli.common import add_method_argument, add_report_to_argument, write_or_print
 from bench.cli.target import add_target_arguments, target, target_flags
 from bench.matrix.axes import Backend, Init, Quant
 
@@ -63,7 +63,8 @@ def export(args: argparse.Namespace, cell: "Cell", change: str | None, extra: li
 
     fixed = _parser().parse_args(["advise", *target_flags(args), *extra]) if extra else args
     profile, workload = target(fixed)
-    files = export_files(cell, profile, workload, model_id(args.model, workload), native_files(cell, profile), change)
+    model, native = model_id(args.model, workload), native_files(cell, profile)
+    files = export_files(cell, profile, workload, model, native, change, report_to=args.report_to)
     folder = Path(args.export)
     write_export(folder, files)
     _say_once(f"--export: wrote {', '.join(files)} to {folder} (README.md says how to run it)")
@@ -192,4 +193,5 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="write the recipe that trains your model in the chosen setup (launch.sh, dpo.yaml for TRL's DPO script, "
         "the accelerate/DeepSpeed configs) into DIR; `dpo.yaml`'s dataset_name is a placeholder to replace",
     )
+    add_report_to_argument(p, "--export's recipe")
     p.set_defaults(func=cmd_advise)

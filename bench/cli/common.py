@@ -48,6 +48,27 @@ def add_method_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def report_to(text: str) -> tuple[str, ...]:
+    from bench.worker.trackers import parse_report_to
+
+    try:
+        return parse_report_to(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--report-to: ")) from None
+
+
+def add_report_to_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--report-to`: the trackers the trainer reports to (bench/worker/trackers.py)."""
+    parser.add_argument(
+        "--report-to",
+        type=report_to,
+        default=("none",),
+        metavar="wandb|mlflow|tensorboard|trackio|none",
+        help=f"the experiment trackers {what} report to (TrainingArguments.report_to; several comma-separated); "
+        "default none: no tracker, no connection",
+    )
+
+
 def rows_added_in(scenarios: Path) -> dict:
     return rows_added(load_matrix(scenarios / "matrix.yaml"))
 

@@ -17,8 +17,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     from bench.report.export import gab_entries, pytest_benchmark_json
 
     run = load_run(resolve_run(args.run, Path(args.scenarios)))
+    if args.to is not None:
+        return export_table(run, args.to, args.output)
     data = pytest_benchmark_json(run) if args.format == "pytest-benchmark" else gab_entries(run, args.metric)
     write_or_print(redact(json.dumps(data, indent=2)) + "\n", args.output)
+    return 0
+
+
+def export_table(run, to: str, output: str | None) -> int:
+    """`--to parquet` (one file) or `--to hub` (a Hub dataset folder): every record with its env fingerprint."""
+    from bench.report.records_table import write_hub_folder, write_parquet
+
+    if to == "parquet":
+        path = Path(output or f"{run.name}.parquet")
+        rows = write_parquet(run, path)
+        print(f"wrote {rows} records of run {run.name} to {path}")
+        return 0
+    folder = Path(output or f"{run.name}-dataset")
+    written = write_hub_folder(run, folder)
+    print(f"wrote {', '.join(str(p.relative_to(folder)) for p in written)} to {folder}")
+    print(f"  hf upload <user>/<dataset> {folder} --repo-type dataset")
     return 0
 
 
@@ -40,7 +58,10 @@ def cmd_export_task(args: argparse.Namespace) -> int:
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    p = sub.add_parser("export", help="export a run as github-action-benchmark custom JSON or pytest-benchmark JSON")
+    p = sub.add_parser(
+        "export",
+        help="export a run as github-action-benchmark custom JSON or pytest-benchmark JSON, or its records as Parquet",
+    )
     p.add_argument("run", metavar="RUN", help="a run dir, its results.jsonl, or a hardware folder")
     p.add_argument(
         "--format",
@@ -54,6 +75,14 @@ def register(sub: "argparse._SubParsersAction") -> None:
         choices=["throughput", "memory"],
         default="throughput",
         help="gab only: throughput -> tool customBiggerIsBetter (tokens/s); memory -> customSmallerIsBetter (MiB)",
+    )
+    p.add_argument(
+        "--to",
+        choices=["parquet", "hub"],
+        default=None,
+        help="every record instead, with the run's env.json as env.* columns: parquet (one file; --output, default "
+        "<run>.parquet) or hub (a Hugging Face Hub dataset folder: data/<run>.parquet, env.json, README.md; "
+        "--output, default <run>-dataset)",
     )
     p.add_argument("--output", default=None, help="write here instead of stdout")
     p.set_defaults(func=cmd_export)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from bench.cli.common import (
     INTERRUPTED,
     add_method_argument,
+    add_report_to_argument,
     all_cells,
     cell_timeout,
     checked_run_id,
@@ -23,6 +24,7 @@ from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
 from bench.run.memory_slots import AUTO_FROM_BYTES, MAX_SLOTS, SLOT_BYTES, SPEED_CELLS, SPEED_TRIALS
+from bench.worker.trackers import missing_line
 
 if TYPE_CHECKING:
     from bench.results.env_schema import Training
@@ -59,6 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
     run_id = run_id_of(args)
     select(all_cells(args), args.filter)  # refused before the run folder is made
+    if why := missing_line(args.report_to):
+        raise BenchError(why)  # not a failure of every cell in its trainer
     run_dir = Path(args.results) / profile.name / run_id
     # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
     with open_run(Path(args.results), run_dir) as lock:
@@ -121,6 +125,7 @@ def _run(
         speed_cells=args.speed_pass,
         slot_priority=args.slot_priority,
         alone=args.alone,
+        report_to=args.report_to,
     )
     try:
         records = run_session(request)
@@ -275,6 +280,7 @@ def _register_run(sub: "argparse._SubParsersAction") -> None:
         metavar="SECONDS",
         help="wall-clock limit of one cell (default: the profile's timeout_s)",
     )
+    add_report_to_argument(p, "the cells' trainers")
     _add_how_cells_run(p)
     p.set_defaults(func=cmd_run)
 

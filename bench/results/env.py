@@ -12,19 +12,19 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bench.errors import BenchError
+from bench.files import write_whole
+from bench.install import stamped_commit
 from bench.matrix.packages import installed_versions
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.settings import in_effect
 from bench.paths import BUILD_DIR, IN_CHECKOUT, PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
-from bench.results.memory_settings import MemorySettings, detect_memory_settings
+from bench.results.env_schema import DetectedGpu, EnvFingerprint, HostHardware, Training
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
+from bench.results.memory_settings import MemorySettings, detect_memory_settings
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
-from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware, Training
 from bench.results.store import now_iso
 from bench.secrets import redact
-from bench.install import stamped_commit
-from bench.files import write_whole
 
 
 def lock_file_hash(lock: Path) -> str | None:
@@ -96,13 +96,24 @@ def detect_hardware() -> HostHardware:
 
 OFFLINE_STAMP = ".installed-offline"
 """What docker/offline/install.py writes into the venv it made (JSON)."""
+OVERLAY_STAMP = ".installed-overlay"
+"""What bench/selfbench/overlay.py writes into an overlay venv (JSON): the packages it replaced over which venv."""
 
 
 PIP_INSTALL = "pip: an installed dpo-bench wheel, the versions pip resolved (no lock)"
 
 
 def installation(prefix: Path | None = None) -> tuple[str, list[str]]:
-    """(installed_from, lock_differences) of the interpreter running this."""
+    """(installed_from, lock_differences) of the interpreter running this; an overlay's are its packages over its
+    base venv's."""
+    try:
+        overlay = json.loads((Path(sys.prefix if prefix is None else prefix) / OVERLAY_STAMP).read_text("utf-8"))
+    except (OSError, ValueError):
+        overlay = None
+    if isinstance(overlay, dict):
+        where, differences = installation(Path(str(overlay.get("over"))))
+        packages = " ".join(str(p) for p in overlay.get("packages", []))
+        return f"overlay {packages} over {where}", [*differences, *map(str, overlay.get("differences", []))]
     stamp = Path(sys.prefix if prefix is None else prefix) / OFFLINE_STAMP
     try:
         record = json.loads(stamp.read_text(encoding="utf-8"))

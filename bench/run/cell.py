@@ -94,6 +94,8 @@ class RunContext:
     reward_model: Path | None = None
     """A trained reward model an online cell's `reward_model` option scores with (the rlhf pipeline); None: a
     zero-head one built from the workload's checkpoint."""
+    report_to: tuple[str, ...] = ("none",)
+    """The experiment trackers every cell's trainer reports to (`--report-to`)."""
 
     @property
     def facts(self) -> RunFacts:
@@ -193,6 +195,7 @@ def _trial(
         out_dir=str(out_dir),
         save_dir=None if ctx.save_dir is None else str(ctx.save_dir),
         reward_model=None if ctx.reward_model is None else str(ctx.reward_model),
+        report_to=ctx.report_to,
     )
     plan = _written_plan(ctx, spec, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}

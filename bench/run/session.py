@@ -67,6 +67,8 @@ class RunRequest:
     """--slot-priority: the run's place among the runs sharing the device's slots (lower first)."""
     alone: bool = False
     """--alone: each cell takes every slot of the shared device."""
+    report_to: tuple[str, ...] = ("none",)
+    """--report-to: the experiment trackers the cells' trainers report to."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
@@ -140,6 +142,7 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         predict=predictor(machine.memory_profile(profile), request.workload, env.cpu_features),
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
+        report_to=request.report_to,
     )
     return ctx, machine
 

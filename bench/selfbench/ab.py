@@ -1,13 +1,17 @@
-"""Interleaved A/B: two git refs measured alternately in one invocation, so that drift on the machine (another
-job starting, thermal or frequency changes, a noisy neighbour) hits both sides alike.
+"""Interleaved A/B: two git refs, or two sets of library versions, measured alternately in one invocation, so that
+drift on the machine (another job starting, thermal or frequency changes, a noisy neighbour) hits both sides alike.
 
     python -m bench compare-ab --base REF [--head REF] [--filter GLOBS] [--pairs N] [--hw cpu]
-    make compare-ab BASE=REF [HEAD=REF] [FILTER=GLOBS] [PAIRS=N]
+    python -m bench compare-ab --base-with trl==1.15.0 --head-with trl=/path/to/trl [--filter GLOBS] ...
+    make compare-ab BASE=REF [HEAD=REF] [BASE_WITH=SPECS] [HEAD_WITH=SPECS] [FILTER=GLOBS] [PAIRS=N]
 
 Each ref is checked out with `git worktree add --detach` into a temporary folder and runs its OWN code: `python -m
 bench run` with that folder as the working directory (and PYTHONPATH), with this interpreter (so the same venv and
 packages), and `--results` pointing into one A/B folder, `results/ab/<timestamp>/{base,head}/`. `--head .` runs
 the current checkout as it is, uncommitted changes included (edits made while it runs are measured too).
+`--base-with`/`--head-with` give a side packages of its own (a released version, a local checkout or a wheel): its
+runs use the interpreter of an overlay venv over this one (bench/selfbench/overlay.py); without `--base`, both sides
+run the current checkout, so that only the packages differ.
 
 Pair i (1 .. N) runs trial i of each side: `run --run-id <side's run> --repeats i` resumes that side's run, in
 which trials 1 .. i-1 are already recorded, so only trial i runs (the runner records one line per trial). The order
@@ -32,12 +36,13 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.errors import BenchError
 from bench.matrix.scenario import filter_patterns
 from bench.paths import BUILD_DIR, PROJECT_ROOT
+from bench.selfbench.overlay import Overlay, PackageSpec, overlay_for, parse_packages
 
 WORKING_TREE = "."
 """A ref that means the current checkout as it is (no worktree; uncommitted changes included)."""
@@ -65,9 +70,16 @@ class Side:
     run_id: str
     env: Mapping[str, str] = field(default_factory=dict)
     """Added to this side's environment (the noise experiment injects its fault here)."""
+    overlay: Overlay | None = None
+    """The side's own packages: its runs use the overlay's interpreter; None: this interpreter's packages."""
 
     def run_dir(self, hw: str) -> Path:
         return self.results / hw / self.run_id
+
+    @property
+    def packages(self) -> list[str]:
+        """`--base-with`/`--head-with` as given."""
+        return [] if self.overlay is None else [s.text for s in self.overlay.packages]
 
 
 def schedule(pairs: int) -> list[tuple[int, str]]:
@@ -80,10 +92,21 @@ def schedule(pairs: int) -> list[tuple[int, str]]:
 
 
 def run_argv(
-    side: Side, trial: int, hw: str, cell_filter: str | None, python: str = sys.executable, executor: str = "local"
+    side: Side,
+    trial: int,
+    hw: str,
+    cell_filter: str | None,
+    python: str = sys.executable,
+    executor: str = "local",
+    method: str | None = None,
 ) -> list[str]:
-    """The command that records trial `trial` (1-based) of every selected cell in `side`'s run."""
-    argv = [python, "-m", "bench", "--results", str(side.results), "run", "--hw", hw]
+    """The command that records trial `trial` (1-based) of every selected cell in `side`'s run, run by the side's
+    overlay interpreter where it has one (the executor, the fork server and the launchers take the interpreter that
+    runs `bench run`), else by `python`."""
+    interpreter = side.overlay.python if side.overlay is not None else python
+    argv = [interpreter, "-m", "bench", "--results", str(side.results), "run", "--hw", hw]
+    if method:
+        argv += ["--method", method]
     if cell_filter:
         argv += ["--filter", cell_filter]
     return [*argv, "--run-id", side.run_id, "--repeats", str(trial), "--executor", executor]
@@ -126,6 +149,7 @@ def run_pairs(
     python: str = sys.executable,
     executor: str = "local",
     out=sys.stdout,
+    method: str | None = None,
 ) -> list[tuple[int, str, int]]:
     """Run the schedule; returns (trial, side, exit code) per step. A side whose run fails stops the A/B with a
     BenchError; an interrupted one (exit 130) raises KeyboardInterrupt."""
@@ -135,7 +159,7 @@ def run_pairs(
         side = sides[label]
         what = f"pair {trial}/{pairs}: {label} ({side.ref})"
         print(f"\n=== compare-ab [{step}/{2 * pairs}] {what}", file=out, flush=True)
-        argv = run_argv(side, trial, hw, cell_filter, python, executor)
+        argv = run_argv(side, trial, hw, cell_filter, python, executor, method)
         code = runner(argv, side.root, side_env(side, os.environ))
         done.append((trial, label, code))
         if code == INTERRUPTED:
@@ -212,6 +236,7 @@ def make_sides(
     roots: Mapping[str | None, Path],
     out_dir: Path,
     envs: Mapping[str, Mapping[str, str]] | None = None,
+    overlays: Mapping[str, Overlay | None] | None = None,
 ) -> tuple[Side, Side]:
     """The two sides: run ids `base-<sha>` / `head-<sha>` (`head-worktree` for the working tree)."""
     sides = []
@@ -219,19 +244,53 @@ def make_sides(
         sha = shas[label]
         run_id = f"{label}-{sha[:12] if sha else 'worktree'}"
         env = dict((envs or {}).get(label, {}))
-        sides.append(Side(label, ref, sha, roots[sha], out_dir / label, run_id, env))
+        overlay = (overlays or {}).get(label)
+        sides.append(Side(label, ref, sha, roots[sha], out_dir / label, run_id, env, overlay))
     return sides[0], sides[1]
 
 
+def default_refs(base: str | None, head: str | None, with_packages: bool) -> tuple[str, str]:
+    """(base, head) refs: as given, the head `HEAD` by default; without a base, both the current checkout when the
+    sides differ by their packages."""
+    if base is not None:
+        return base, head or "HEAD"
+    if not with_packages:
+        raise BenchError("compare-ab: give --base REF (two git refs) or --base-with/--head-with (two package sets)")
+    return WORKING_TREE, head or WORKING_TREE
+
+
+def side_title(side: Side, run_name: str, names: Sequence[str]) -> str:
+    """`trl 1.15.0 (base-worktree)`: the versions of the packages the sides differ by, this interpreter's where the
+    side has no overlay."""
+    from bench.matrix.packages import installed_versions
+
+    versions = dict(side.overlay.versions) if side.overlay is not None else {}
+    missing = tuple(n for n in names if n not in versions)
+    versions |= {n: v or "not installed" for n, v in installed_versions(missing).items()} if missing else {}
+    return ", ".join(f"{n} {versions[n]}" for n in names) + f" ({run_name})"
+
+
+def for_packages(result, base: Side, head: Side):
+    """With overlays the report is titled by the versions compared, and those versions differing is what is
+    compared, not a reason the runs are not comparable."""
+    names = list(dict.fromkeys(s.name for side in (base, head) if side.overlay for s in side.overlay.packages))
+    if not names:
+        return result
+    kept = [r for r in result.not_comparable if not any(r.startswith(f"package {n}:") for n in names)]
+    titles = {"base": side_title(base, result.base, names), "head": side_title(head, result.head, names)}
+    return replace(result, base=titles["base"], head=titles["head"], not_comparable=kept)
+
+
 def compare_runs(
-    base: Side, head: Side, hw: str, out_dir: Path, threshold: float, fail_on: str
+    base: Side, head: Side, hw: str, out_dir: Path, threshold: float, fail_on: str, include_overlapped: bool = False
 ) -> tuple[str, dict, list[str]]:
     """(Markdown, JSON, failing kinds) of head vs base, also written to out_dir/compare.md and compare.json."""
     from bench.report.compare import compare, failing_kinds, load_run, parse_fail_on, to_json, to_markdown
     from bench.secrets import redact
 
     kinds = parse_fail_on(fail_on)
-    result = compare(load_run(base.run_dir(hw)), load_run(head.run_dir(hw)), threshold)
+    runs = load_run(base.run_dir(hw)), load_run(head.run_dir(hw))
+    result = for_packages(compare(*runs, threshold, include_overlapped=include_overlapped), base, head)
     markdown, data = to_markdown(result, kinds), to_json(result, kinds)
     (out_dir / "compare.md").write_text(markdown, encoding="utf-8")
     (out_dir / "compare.json").write_text(redact(json.dumps(data, indent=2)) + "\n", encoding="utf-8")
@@ -241,10 +300,17 @@ def compare_runs(
 def write_manifest(out_dir: Path, base: Side, head: Side, **facts: object) -> None:
     sides = {
         s.label: {"ref": s.ref, "sha": s.sha, "run_id": s.run_id, "results": str(s.results), "env": dict(s.env)}
+        | _overlay_facts(s)
         for s in (base, head)
     }
     text = json.dumps({"sides": sides, "order": "ABBA (alternating per pair)", **facts}, indent=2, default=str)
     (out_dir / "ab.json").write_text(text + "\n", encoding="utf-8")
+
+
+def _overlay_facts(side: Side) -> dict[str, object]:
+    if side.overlay is None:
+        return {}
+    return {"packages": side.packages, "versions": side.overlay.versions, "overlay": str(side.overlay.prefix)}
 
 
 def run_ab(
@@ -259,21 +325,27 @@ def run_ab(
     runner: Runner = run_process,
     executor: str = "local",
     out=sys.stdout,
+    packages: Mapping[str, Sequence[PackageSpec]] | None = None,
+    method: str | None = None,
 ) -> tuple[Side, Side]:
-    """Check both refs out, run the pairs, remove the checkouts; returns the sides (their runs stay in out_dir)."""
+    """Make the sides' overlays (where `packages` gives a side some), check both refs out, run the pairs, remove
+    the checkouts; returns the sides (their runs stay in out_dir)."""
     if cell_filter is not None:
         filter_patterns(cell_filter)  # an empty --filter would run every cell on both sides
     shas = {"base": resolve(repo, base_ref), "head": resolve(repo, head_ref)}
+    say = lambda line: print(line, file=out, flush=True)  # noqa: E731
+    overlays = {label: overlay_for(specs, say=say) for label, specs in (packages or {}).items() if specs}
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     with checkouts(repo, list(shas.values()), BUILD_DIR / "assets" if repo == PROJECT_ROOT else None) as roots:
-        base, head = make_sides(base_ref, head_ref, shas, roots, out_dir, envs)
+        base, head = make_sides(base_ref, head_ref, shas, roots, out_dir, envs, overlays)
         for side in (base, head):
             where = "the working tree" if side.sha is None else f"{side.sha[:12]} in {side.root}"
-            print(f"compare-ab: {side.label} = {side.ref} ({where}) -> {side.run_dir(hw)}", file=out, flush=True)
-        facts = {"pairs": pairs, "hw": hw, "filter": cell_filter, "started_at": started}
+            extra = f", with {' '.join(side.packages)}" if side.packages else ""
+            say(f"compare-ab: {side.label} = {side.ref} ({where}{extra}) -> {side.run_dir(hw)}")
+        facts = {"pairs": pairs, "hw": hw, "filter": cell_filter, "method": method, "started_at": started}
         write_manifest(out_dir, base, head, **facts)
-        run_pairs(base, head, pairs, hw, cell_filter, runner, executor=executor, out=out)
+        run_pairs(base, head, pairs, hw, cell_filter, runner, executor=executor, out=out, method=method)
         finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         write_manifest(out_dir, base, head, **facts, finished_at=finished)
     return base, head
@@ -282,17 +354,38 @@ def run_ab(
 def cmd_compare_ab(args: argparse.Namespace) -> int:
     if args.pairs % 2:
         print(f"note: {args.pairs} pairs is odd: the base runs first once more than the head", file=sys.stderr)
+    packages = {
+        "base": parse_packages(args.base_with, "--base-with"),
+        "head": parse_packages(args.head_with, "--head-with"),
+    }
+    base_ref, head_ref = default_refs(args.base, args.head, any(packages.values()))
+    if any(packages.values()) and args.executor != "local":
+        raise BenchError(
+            f"compare-ab: --base-with/--head-with run in overlay venvs here: --executor local, not {args.executor}"
+        )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.out) if args.out else Path(args.results) / "ab" / stamp
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        base, head = run_ab(args.base, args.head, args.pairs, args.hw, args.filter, out_dir, executor=args.executor)
+        base, head = run_ab(
+            base_ref,
+            head_ref,
+            args.pairs,
+            args.hw,
+            args.filter,
+            out_dir,
+            executor=args.executor,
+            packages=packages,
+            method=args.method,
+        )
     except KeyboardInterrupt:
         print(f"\ncompare-ab interrupted; worktrees removed, finished trials kept in {out_dir}", file=sys.stderr)
         return INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
-    markdown, _, failed = compare_runs(base, head, args.hw, out_dir, args.threshold, args.fail_on)
+    markdown, _, failed = compare_runs(
+        base, head, args.hw, out_dir, args.threshold, args.fail_on, args.include_overlapped
+    )
     output = Path(args.output) if args.output else None
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.recipes import AppliedRecipe, resolve
+from bench.worker.trackers import Tracker
 
 
 class WorkerSpec(BaseModel):
@@ -25,6 +26,8 @@ class WorkerSpec(BaseModel):
     """A trained sequence-classification reward model (the rlhf pipeline's reward stage, merged) that scores an
     online cell's completions with the `reward_model` option; None: the option builds one from the workload's
     checkpoint with a zero head (its memory, no reward)."""
+    report_to: tuple[Tracker, ...] = ("none",)
+    """The experiment trackers the trainer reports to (`--report-to`; bench/worker/trackers.py)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -9,6 +9,7 @@ from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.reference import reference_plan
 from bench.worker.spec import WorkerSpec
+from bench.worker.trackers import trainer_value
 
 
 def gradient_checkpointing(spec: WorkerSpec) -> bool:
@@ -49,7 +50,7 @@ def common_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "deepspeed": spec.deepspeed_config,
         "logging_steps": train.steps,
         "save_strategy": "no",
-        "report_to": "none",
+        "report_to": trainer_value(spec.report_to),
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
     }

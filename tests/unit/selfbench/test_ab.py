@@ -3,6 +3,7 @@ happens, and a
 whole compare-ab with a fake runner in a throwaway git repository."""
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,11 @@ from bench.cli import parser
 from bench.errors import BenchError
 from bench.paths import PROJECT_ROOT
 from bench.report.compare import MARKER
+from bench.results.env_schema import EnvFingerprint
+from bench.results.schema import Status
 from bench.results.store import append_result
 from bench.selfbench import ab
+from bench.selfbench.overlay import Overlay, parse_package
 from tests.unit.report.test_compare import rec
 
 CELL = "one_adapter-none-single"
@@ -220,11 +224,13 @@ def test_the_working_tree_runs_in_place(repo, tmp_path):
 
 def test_cli_and_make_target():
     args = parser().parse_args(["compare-ab", "--base", "main"])
-    assert (args.base, args.head, args.pairs, args.hw, args.filter) == ("main", "HEAD", 4, "cpu", None)
+    assert (args.base, args.head, args.pairs, args.hw, args.filter) == ("main", None, 4, "cpu", None)
+    assert ab.default_refs(args.base, args.head, False) == ("main", "HEAD")
     with pytest.raises(SystemExit):
         parser().parse_args(["compare-ab", "--base", "main", "--pairs", "0"])
     makefile = (PROJECT_ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "compare-ab: setup" in makefile and "-m bench compare-ab --base '$(BASE)'" in makefile
+    assert "compare-ab: setup" in makefile and "-m bench compare-ab $(if $(BASE),--base '$(BASE)')" in makefile
+    assert "$(foreach p,$(BASE_WITH),--base-with '$(p)')" in makefile
     assert "$(if $(HEAD),--head '$(HEAD)')" in makefile and "$(if $(PAIRS),--pairs $(PAIRS))" in makefile
     phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY"))
     assert " compare-ab " in phony and " perf-matrix " in phony
@@ -320,3 +326,99 @@ def test_ctrl_c_gives_the_running_side_its_own_sigint_and_waits_for_it(tmp_path)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 130 and "interrupted" in out
     assert marker.read_text() == "sigint"
+
+
+# ---------------------------------------------------------------- sides defined by packages (overlay venvs)
+
+
+def fake_overlay(tmp_path: Path, version: str) -> Overlay:
+    spec = parse_package(f"trl=={version}", "--base-with")
+    return Overlay(tmp_path / f"overlay-{version}", (spec,), {"trl": version})
+
+
+def test_a_side_with_packages_runs_on_its_overlays_interpreter(tmp_path):
+    s = ab.Side("base", ".", None, tmp_path, tmp_path / "base", "base-worktree", overlay=fake_overlay(tmp_path, "1.0"))
+    argv = ab.run_argv(s, 1, "cpu", CELL, python="/venv/bin/python", method="all")
+    assert argv[0] == str(tmp_path / "overlay-1.0" / "bin" / "python")
+    assert argv[argv.index("--method") + 1] == "all" and s.packages == ["trl==1.0"]
+
+
+def test_without_a_base_ref_both_sides_run_this_checkout_and_only_their_packages_differ(repo, tmp_path, monkeypatch):
+    made = {}
+    monkeypatch.setattr(
+        ab, "overlay_for", lambda specs, say: made.setdefault(specs[0].text, fake_overlay(tmp_path, specs[0].text[5:]))
+    )
+    assert ab.default_refs(None, None, True) == (".", ".")
+    with pytest.raises(BenchError, match=r"give --base REF .* or --base-with/--head-with"):
+        ab.default_refs(None, None, False)
+    runner = FakeRunner(tokens={"base": 1000.0, "head": 1000.0})
+    packages = {
+        "base": (parse_package("trl==1.0", "--base-with"),),
+        "head": (parse_package("trl==2.0", "--head-with"),),
+    }
+    base, _head = ab.run_ab(
+        ".",
+        ".",
+        2,
+        "cpu",
+        CELL,
+        tmp_path / "ab",
+        repo=repo,
+        runner=runner,
+        out=io.StringIO(),
+        packages=packages,
+        method="all",
+    )
+    assert [argv[0] for argv, _, _ in runner.calls] == [
+        str(tmp_path / f"overlay-{v}" / "bin" / "python") for v in ("1.0", "2.0", "2.0", "1.0")
+    ]
+    assert {cwd for _, cwd, _ in runner.calls} == {repo}
+    assert base.root == repo and base.run_id == "base-worktree"
+    manifest = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    assert manifest["sides"]["head"]["packages"] == ["trl==2.0"] and manifest["sides"]["base"]["versions"] == {
+        "trl": "1.0"
+    }
+    assert manifest["method"] == "all"
+
+
+def test_the_report_is_titled_by_the_versions_compared_and_their_difference_is_no_warning(tmp_path):
+    base = ab.Side(
+        "base", ".", None, tmp_path, tmp_path / "base", "base-worktree", overlay=fake_overlay(tmp_path, "1.0")
+    )
+    head = ab.Side(
+        "head", ".", None, tmp_path, tmp_path / "head", "head-worktree", overlay=fake_overlay(tmp_path, "2.0")
+    )
+    envs = {
+        side: EnvFingerprint(hardware_profile="cpu", lock_hash="l", packages={"trl": v, "peft": p})
+        for side, v, p in (("base", "1.0", "0.1"), ("head", "2.0", "0.2"))
+    }
+    for side in (base, head):
+        run_dir = side.run_dir("cpu")
+        run_dir.mkdir(parents=True)
+        (run_dir / "env.json").write_text(envs[side.label].model_dump_json())
+        for trial in range(4):
+            append_result(run_dir, rec(CELL, status=Status.OK if side.label == "base" else Status.ERROR, trial=trial))
+    markdown, data, failed = ab.compare_runs(base, head, "cpu", tmp_path, 0.05, "status")
+    assert "## DPO bench: `trl 2.0 (head-worktree)` (head) vs `trl 1.0 (base-worktree)` (base)" in markdown
+    assert data["not_comparable"] == ["package peft: 0.1 → 0.2"]  # a package the sides were not meant to differ by
+    assert failed == ["status"] and markdown.index("### Status changes") < markdown.index("Throughput")
+
+
+def test_the_library_flags_parse_several_packages_per_side():
+    args = parser().parse_args(
+        ["compare-ab", "--base-with", "trl==1.15.0", "peft==0.17.0", "--head-with", "trl=/x", "--method", "all"]
+    )
+    assert (args.base, args.head, args.base_with, args.head_with) == (
+        None,
+        None,
+        ["trl==1.15.0", "peft==0.17.0"],
+        ["trl=/x"],
+    )
+    assert args.method == "all" and args.include_overlapped is False
+
+
+def test_package_sides_run_in_local_overlay_venvs_only(capsys):
+    from bench.cli import main
+
+    code = main(["compare-ab", "--base-with", "trl==1.15.0", "--executor", "docker"])
+    assert code == 2 and "--executor local, not docker" in capsys.readouterr().err
