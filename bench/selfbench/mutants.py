@@ -242,13 +242,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # mutmut reads its scope and tests from pyproject.toml only: `mutmut run` with --only's part of them put into the
-# config it loaded (its worker processes are forked, and inherit it). Relies on mutmut's module-level config, which
-# the lock pins.
+# config it loaded (its worker processes are forked, and inherit it). Each mutant's tests run fastest first (mutmut
+# passes them in no order, and stops at the first failure): a mutant one quick test kills no longer waits for the
+# estimator's slow tests of the committed runs first; the verdict is the same, every test runs for a survivor. Relies
+# on mutmut's module-level config and PytestRunner, which the lock pins.
 _MUTMUT_NARROWED = """
 import dataclasses, json, sys
 from mutmut import configuration
 from mutmut.__main__ import cli
+from mutmut.runners.harness import PytestRunner
+from mutmut.state import state
 configuration._config = dataclasses.replace(configuration.config(), **json.loads(sys.argv[1]))
+_args = PytestRunner._pytest_args_regular_run
+def _fastest_first(self, tests):
+    return _args(self, sorted(tests, key=lambda test: state().duration_by_test.get(test, 0.0)))
+PytestRunner._pytest_args_regular_run = _fastest_first
 cli(sys.argv[2:], prog_name="mutmut")
 """
 
