@@ -3,7 +3,8 @@ fault it is for.
 
 mutmut (pinned in the lock; scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in
 the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict,
-terms, cpu_terms, gpu_terms, knobs and uncertainty) and runs their unit tests against each change. A mutant that no
+terms, cpu_terms, gpu_terms, cpu_kernels, generation_terms, knobs and uncertainty, and the run's progress watchdog,
+time budget and device slots) and runs their unit tests against each change. A mutant that no
 test kills is either a missing test, or an equivalent mutant: a change that cannot alter any result (a `>` for a `>=`
 on a tie that gives the same value either way). Each equivalent one is listed, with its reason, in
 equivalent_mutants.yaml beside this file; this module reads it, prints every other survivor with its diff, and exits 1
@@ -12,17 +13,18 @@ if there is one, or if an entry no longer matches a survivor (the code moved: th
 mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
 are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
 
-    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate]
+    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate|run]
 
 --only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
-judges and compare's verdict, `estimate` every configured module under bench/estimate/), for a change to that part
-alone; may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor
-reported stale.
+judges and compare's verdict, `estimate` every configured module under bench/estimate/, `run` the run's modules
+under bench/run/ and bench/isolation/), for a change to that part alone; may be repeated. Entries of
+equivalent_mutants.yaml for modules outside the part are neither matched nor reported stale.
 
 Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
 writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
 this module then re-runs every mutant the tests did not stop last time, against the tests as they are now. A
-deleted or weakened test is only caught by a run without --keep.
+deleted or weakened test is only caught by a run without --keep. Results are kept for the same --only only: mutmut
+resets them when its test selection changes, so a kept run after one of another part starts over.
 """
 
 import argparse
@@ -46,6 +48,10 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.yaml")
 SUBSETS = {
     "judge": (("bench/judge/", "bench/report/"), ("tests/unit/judge", "tests/unit/report/")),
     "estimate": (("bench/estimate/",), ("tests/unit/estimate",)),
+    "run": (
+        ("bench/run/", "bench/isolation/"),
+        ("tests/unit/run/", "tests/unit/isolation/"),
+    ),
 }
 """The parts --only selects: (path prefixes of the modules under [tool.mutmut] only_mutate, path prefixes of the
 tests under its pytest_add_cli_args_test_selection)."""

@@ -174,3 +174,17 @@ def test_spreads_file_round_trip(tmp_path):
     assert (tmp_path / "spread.json").read_bytes() == uncertainty.SPREAD_FILE.read_bytes()
     assert uncertainty.load_spreads(tmp_path / "spread.json") == committed
     assert uncertainty.load_spreads(tmp_path / "missing.json") is None
+
+
+def test_the_pool_label_says_how_the_range_was_made():
+    assert uncertainty.pool_label("a", "a", 5) == "80% interval of 5 comparable rows (a)"
+    assert uncertainty.pool_label("a:b", "a", 40) == "80% interval of a wider pool, 40 rows (a): too few rows like a:b"
+    for kind, rows in ((None, 5), ("a", None), (None, None)):
+        assert uncertainty.pool_label("a", kind, rows) == "no range: no measured rows of this device"
+
+
+def test_held_out_ids_skip_the_head_comments_and_blank_lines(tmp_path):
+    listed = tmp_path / "held_out.txt"
+    listed.write_text("# named before any pool was derived\n\ncpu:one\n#cpu:commented\npublished:two\n", "utf-8")
+    assert uncertainty.held_out_ids(listed) == frozenset({"cpu:one", "published:two"})
+    assert uncertainty.held_out_ids(tmp_path / "none.txt") == frozenset()
