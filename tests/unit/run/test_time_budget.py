@@ -4,6 +4,8 @@ bench/run/runner.py)."""
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
@@ -105,3 +107,43 @@ def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_pa
     assert "not run: predicted" in text and "resume them with --run-id r1" in text
     written = json.loads((tmp_path / runner.BUDGET_FILE).read_text())
     assert len(written["not_run"]) == 1 and written["order"][0] == ran[0][0]
+
+
+def test_a_run_faster_than_the_speed_model_does_not_speed_up_its_predictions():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.05))  # twice as fast as the model's slow end
+    assert budget.slowdown == 1.0
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.15))
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.15))
+    assert budget.slowdown == pytest.approx(1.5)  # the median of 0.5, 1.5, 1.5
+    assert budget.predicted_s(cell) == pytest.approx(18.5 + 30 * 0.1 * 1.5)  # the largest start-up, 20 - 1.5
+
+
+def test_what_a_cell_teaches_needs_its_wall_time_and_a_speed_figure():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, started=0.0)
+    budget.learn(cell, record(cell.id, wall=40.0, step=0.4).model_copy(update={"wall_s": None}))
+    assert budget.start_ups == [] and budget.slowdowns == []
+    budget.learn(cell, record(cell.id, wall=10.0, step=0.4))  # 12 s of steps in 10 s of wall time: no start-up
+    assert budget.start_ups == [0.0] and budget.slowdowns == [4.0]
+    unknown = TimeBudget(300.0, steps=30, step_seconds=lambda c: None, started=0.0)
+    unknown.learn(cell, record(cell.id, wall=40.0, step=0.4))  # no figure to be slower than
+    assert unknown.start_ups == [28.0] and unknown.slowdowns == []
+
+
+def test_a_cell_left_out_says_its_prediction_and_what_is_left(monkeypatch):
+    cell = runnable("1xH200")[0]
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 280.0)
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    assert budget.not_run(cell) == "not run: predicted 48 s, 20 s of the time budget left"
+    assert budget.left() == 20.0 and budget.left(now=310.0) == -10.0
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 400.0)
+    assert budget.not_run(cell) == "not run: predicted 48 s, 0 s of the time budget left"
+
+
+def test_a_cell_started_past_the_budget_still_gets_ten_seconds(monkeypatch):
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 500.0)
+    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
+    assert budget.cell_timeout(900.0) == 10.0
+    assert budget.cell_timeout(900.0, grace_s=250.0) == 50.0
