@@ -382,3 +382,34 @@ def test_the_record_says_how_its_ranks_started(forked, expected):
 def test_a_cell_without_a_rank_report_says_nothing_of_how_it_started():
     record = finished([], Outcome(exit_code=137, timed_out=False, wall_s=1, log_tail=""))
     assert record.process_start is None
+
+
+def test_an_online_method_is_judged_by_the_lead_ranks_sampled_rewards():
+    """GRPO's check is its sampled reward (its loss has no fall to watch): the lead rank's rewards, and each reward
+    function's part of them, reach the learning check and the record."""
+    from bench.results.schema import Engagement
+
+    cell = Cell(method="grpo", init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+    engaged = Engagement(**(DDP_ENGAGED | {"trainer": "GRPOTrainer"}), adapters=["default"])
+    rewards = [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]
+    parts = {"rule": rewards}
+    lead = trained(0, [0.0] * 3).model_copy(
+        update={"engagement": engaged, "sampled_rewards": rewards, "reward_parts": parts}
+    )
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8)
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    record = finished_record(RUN, cell, expect, Execution(outcome, [lead, trained(1, [0.0] * 3)], [], "t0", "t1"))
+    assert (record.method, record.status, record.message) == ("grpo", Status.OK, "")
+    assert (record.learning.rewards, record.learning.reward_parts) == (rewards, parts)
+    flat = lead.model_copy(update={"sampled_rewards": [0.5] * 6})
+    record = finished_record(RUN, cell, expect, Execution(outcome, [flat, trained(1, [0.0] * 3)], [], "t0", "t1"))
+    assert record.status == Status.LEARNING_FAILED and record.message.startswith("reward did not rise")
+
+
+STALL = "rank 1 made no progress for 12 s after step 2 (progress watchdog limit 8 s); rank 0 waits inside step 3"
+
+
+def test_a_cell_the_progress_watchdog_stopped_is_a_hang_with_its_reason():
+    outcome = Outcome(exit_code=-15, timed_out=False, wall_s=30, log_tail="", stalled=STALL)
+    record = finished([rank(0, steps=2), rank(1, steps=2)], outcome)
+    assert (record.status, record.error_class, record.message) == (Status.HANG, None, STALL)
