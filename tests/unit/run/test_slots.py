@@ -74,3 +74,18 @@ def test_a_record_names_the_cells_that_ran_at_some_moment_beside_it():
     c = Running(cell(init=Init.TWO_ADAPTERS), 0, placement, started=11.0, ended=12.0)  # after a ended
     d = Running(cell(Backend.DDP), 0, placement, started=-5.0, ended=-1.0)  # before a started
     assert shared_with(a, [a, b, c, d]) == [b.cell.id]
+
+
+def test_the_last_aligned_block_is_taken_before_a_misaligned_one():
+    assert pick([5, 6, 7], 2, 8) == [6, 7]
+    assert pick([3, 4, 5, 6, 7], 4, 8) == [4, 5, 6, 7]
+
+
+def test_a_cpu_profile_shares_cores_whatever_gpus_the_run_can_see():
+    visible = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert [d.cores for d in machine_devices(load_profile("cpu-slots"), visible, [0, 1, 2, 3])] == [(0, 1), (2, 3)]
+    assert machine_devices(load_profile("cpu"), visible, [0, 1]) == [DeviceSlot()]
+
+
+def test_as_many_cores_as_groups_give_one_core_each():
+    assert [d.cores for d in machine_devices(load_profile("cpu-slots"), {}, [4, 7])] == [(4,), (7,)]

@@ -147,3 +147,23 @@ def test_a_cell_started_past_the_budget_still_gets_ten_seconds(monkeypatch):
     budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
     assert budget.cell_timeout(900.0) == 10.0
     assert budget.cell_timeout(900.0, grace_s=250.0) == 50.0
+
+
+def test_each_cell_is_predicted_and_judged_by_its_own_speed_figure(monkeypatch):
+    fast, slow = runnable("1xH200")[:2]
+    figures = {fast.id: 0.1, slow.id: 1.0}
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 1000.0 + 20.0)
+    budget = TimeBudget(60.0, steps=30, step_seconds=lambda c: figures[c.id], start_up_guess_s=10.0, started=1000.0)
+    assert (budget.predicted_s(fast), budget.predicted_s(slow)) == (10.0 + 3.0, 10.0 + 30.0)
+    assert budget.left() == 40.0 and budget.fits(slow) and not budget.fits(slow, now=1000.0 + 21.0)
+    assert budget.not_run(slow) == "not run: predicted 40 s, 40 s of the time budget left"
+    budget.learn(slow, record(slow.id, wall=50.0, step=2.0))  # twice its own figure
+    assert budget.slowdowns == [2.0] and budget.start_ups == [0.0]
+
+
+def test_the_first_pass_shows_every_value_of_every_axis_the_selection_holds():
+    cells = runnable("1xH200")
+    first = first_pass(cells)
+    for axis in ("backend", "init", "quant", "method", "launcher"):
+        assert {getattr(c, axis) for c in first} == {getattr(c, axis) for c in cells}, axis
+    assert len(first) < len(cells) / 4
