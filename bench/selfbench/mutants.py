@@ -200,20 +200,27 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     return "\n".join(lines)
 
 
-def refresh_unmutated(root: Path, only_mutate: Sequence[str]) -> None:
+def refresh_unmutated(root: Path, only_mutate: Sequence[str], source_paths: Sequence[str] | None = None) -> None:
     """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
-    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code."""
-    from mutmut.configuration import config
+    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code. A module
+    new to `only_mutate` has the copy mutmut made while it was out of scope, which mutmut would take for one already
+    mutated (it is newer than its source, and has no results beside it): that copy goes, and the module is mutated."""
+    if source_paths is None:
+        from mutmut.configuration import config
 
+        source_paths = config().source_paths
     work = root / "mutants"
-    for source in config().source_paths:
+    for source in source_paths:
         for path in (root / source).rglob("*"):
             relative = path.relative_to(root)
             mutated = any(fnmatch.fnmatch(str(relative), pattern) for pattern in only_mutate)
-            if path.is_file() and "__pycache__" not in path.parts and not mutated:
-                target = work / relative
-                if target.parent.is_dir():
-                    shutil.copy2(path, target)
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            target = work / relative
+            if not mutated and target.parent.is_dir():
+                shutil.copy2(path, target)
+            elif mutated and not target.with_name(f"{target.name}.meta").exists():
+                target.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
