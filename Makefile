@@ -29,7 +29,7 @@ WHEEL_CUDA   ?= 130
 
 BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom) $(if $(EXCLUSIVE),--exclusive) $(if $(START),--start $(START))
 
-.PHONY: wheelhouse first-contact mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: wheelhouse carry-assets first-contact mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -49,8 +49,11 @@ wheelhouse: setup ## on a connected machine: the wheels an offline GPU box needs
 	@test -n '$(WHEELHOUSE)' || { echo "error: make wheelhouse needs WHEELHOUSE=<dir>" >&2; exit 2; }
 	$(PY) docker/offline/wheelhouse.py --out '$(WHEELHOUSE)' --flavor $(WHEEL_FLAVOR) --python $(WHEEL_PYTHON) --cuda $(WHEEL_CUDA)
 
-first-contact: setup ## on a GPU box: the time-boxed one-GPU matrix + phi-2 on an emulated A10, one archive [OUT=<dir>] [MINUTES=7]
-	$(PY) -m bench first-contact $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
+carry-assets: setup ## on a connected machine: the window's datasets and tokenizers (no weights), packed for a GPU box [CARRY=<dir>: default build/carried-assets] [WORKLOADS='w1 w2']
+	$(PY) -m bench carry-assets $(if $(CARRY),--out '$(CARRY)') $(WORKLOADS)
+
+first-contact: setup ## on a GPU box: the time-boxed one-GPU matrix + phi-2 on an emulated A10 + the 7B cells, one archive [OUT=<dir>] [MINUTES=7] [CARRY=<dir>]
+	$(if $(CARRY),BENCH_CARRIED_ASSETS='$(CARRY)') $(PY) -m bench first-contact $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
 
 $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -4,6 +4,8 @@ import os
 import re
 from pathlib import Path
 
+from bench.files import write_whole
+
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH", re.I)
 TOKEN_SHAPES = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b|\bgh[pousr]_[A-Za-z0-9]{20,}\b|\bsk-[A-Za-z0-9_-]{20,}\b")
 REDACTED = "***"
@@ -22,7 +24,7 @@ def redact_file(path: Path) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
     cleaned = redact(text)
     if cleaned != text:
-        path.write_text(cleaned, encoding="utf-8")
+        write_whole(path, cleaned)
 
 
 def redact(text: str, environ: dict[str, str] | None = None) -> str:

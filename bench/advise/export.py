@@ -108,7 +108,7 @@ def check_method(methods: tuple[Method, ...]) -> None:
 def model_id(given: str | None, workload: Workload) -> str:
     """What the recipe loads: the `--model` Hub id or local folder as given (a shipped config's name: its Hub id),
     else the workload's pretrained source, else its name (to replace)."""
-    from bench.assets.model_config import MODELS_DIR, shipped_models
+    from bench.assets.model_config import models_dir, shipped_models
 
     if given is None:
         pretrained = workload.model.weights == "pretrained" and workload.model.source
@@ -118,7 +118,7 @@ def model_id(given: str | None, workload: Workload) -> str:
         return str(path.absolute().parent)
     if path.is_dir():
         return str(path.absolute())
-    if "/" not in given and (MODELS_DIR / given / "config.json").is_file():
+    if "/" not in given and (models_dir() / given / "config.json").is_file():
         hub = next((m.hub_id for m in shipped_models() if m.folder == given and m.hub_id), None)
         return hub or given
     return given

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.paths import SCENARIOS_DIR
+from bench.paths import SCENARIOS_DIR, scenarios_dir
 
 MODELS_DIR = SCENARIOS_DIR / "models"
+"""The shipped model configs."""
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -38,9 +39,14 @@ class ShippedModel:
     """The published parameter count, as the README writes it."""
 
 
+def models_dir() -> Path:
+    """The model configs of the scenario folder in use."""
+    return scenarios_dir() / "models"
+
+
 def shipped_models() -> list[ShippedModel]:
     """The configs shipped under scenarios/models/, as its README's table lists them."""
-    rows = SHIPPED_ROW.finditer((MODELS_DIR / "README.md").read_text(encoding="utf-8"))
+    rows = SHIPPED_ROW.finditer((models_dir() / "README.md").read_text(encoding="utf-8"))
     return [
         ShippedModel(
             m["folder"], m["source"].removeprefix(HUB_PAGE) if m["source"].startswith(HUB_PAGE) else None, m["billions"]
@@ -61,15 +67,15 @@ def resolve_model(text: str) -> ModelConfig:
         if not (path / "config.json").is_file():
             raise BenchError(f"--model {text}: the folder holds no config.json")
         return ModelConfig(path.absolute().name, path.absolute() / "config.json")
-    shipped = MODELS_DIR / text / "config.json"
+    shipped = models_dir() / text / "config.json"
     if "/" not in text and shipped.is_file():
         return ModelConfig(text, shipped)
     if HUB_ID.match(text):
         known = next((m for m in shipped_models() if m.hub_id and m.hub_id.lower() == text.lower()), None)
         if known is not None:
-            return ModelConfig(known.folder, MODELS_DIR / known.folder / "config.json")
+            return ModelConfig(known.folder, models_dir() / known.folder / "config.json")
         return ModelConfig(text.replace("/", "--"), _hub_config(text))
-    known = ", ".join(sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json")))
+    known = ", ".join(sorted(p.parent.name for p in models_dir().glob("*/config.json")))
     raise BenchError(f"--model {text}: not a file, a folder, a Hub id (owner/name) or a shipped model config ({known})")
 
 

@@ -1,31 +1,52 @@
 """Prepare a workload's model, tokenizer and dataset on disk, once, so every cell loads them the way
 it would load a hub checkpoint: `from_pretrained(folder)` and `load_from_disk(folder)`.
 
-Random-weight models are built from the shipped config.json with a fixed seed; the tokenizer is a byte-level
-BPE trained on the workload's data. Both are deterministic, so a rebuild gives the same bytes.
+The text assets (bench/assets/text_assets.py: the pairs, a byte-level BPE trained on them, the rows other methods
+train on) are taken from a carried-assets folder when one holds this workload's (bench/assets/carried.py), else
+built here. Random-weight models are built from the shipped config.json with a fixed seed. Everything is
+deterministic, so a rebuild gives the same bytes.
 
 Small random models (the tiny CPU workload) are instantiated and saved with save_pretrained. Models above
-LARGE_MODEL_PARAMS are never materialised whole: their shapes come from a meta-device instance and the
-safetensors shards are written one tensor at a time in bf16 (the dtype of the published checkpoints), so a 70B
-checkpoint needs one shard of host memory, and the worker loads it with the same from_pretrained call (and the
-same bitsandbytes quantization) as a hub checkpoint of that architecture.
+LARGE_MODEL_PARAMS are never materialised whole: bench/assets/random_weights.py writes them tensor by tensor in bf16
+(the dtype of the published checkpoints), on the CPU or a GPU, the same bytes on either, so a 70B checkpoint needs
+one shard of host memory, and the worker loads it with the same from_pretrained call (and the same bitsandbytes
+quantization) as a hub checkpoint of that architecture.
+
+One preparer at a time per asset folder (a lock file in it, across processes and threads): a second waits, then
+finds the manifest.
 """
 
-import hashlib
+import contextlib
+import fcntl
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from bench.assets import carried as carried_assets
+from bench.assets.fingerprint import folder_name, workload_fingerprint
 from bench.assets.method_data import FORMS
-from bench.matrix.profiles import Workload, inside_folder
-from bench.paths import BUILD_DIR, SCENARIOS_DIR
-from bench.units import GiB
+from bench.assets.random_weights import meta_model, parameter_count, write_random_checkpoint
+from bench.assets.text_assets import DATASET, TOKENIZER, build_dataset, derive_datasets, local_or_hub, train_tokenizer
+from bench.files import write_whole
+from bench.matrix.profiles import Workload
+from bench.paths import BUILD_DIR, scenarios_dir
 
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
+__all__ = ["meta_model", "parameter_count", "workload_fingerprint", "write_random_checkpoint"]
+
+MANIFEST = "assets.json"
+"""In a workload's asset folder, written last: where each asset is (PreparedAssets)."""
+LOCK = ".lock"
 LARGE_MODEL_PARAMS = 100_000_000
-SHARD_BYTES = 2 * GiB
+Note = Callable[[str], None]
+_PROCESS_RNG = threading.Lock()
+"""torch's CPU generator is the process's: one small model is seeded and built at a time."""
 
 
 class PreparedAssets(BaseModel):
@@ -45,141 +66,126 @@ class PreparedAssets(BaseModel):
         return self.derived[form]
 
 
-def _local_or_hub(source: str, folder: Path) -> str:
-    """A path under `folder` when one exists there, else the name as given (a hub id)."""
-    try:
-        local = inside_folder(folder, source)
-    except ValueError:
-        return source
-    return str(local) if local.exists() else source
+def asset_folder(workload: Workload, build_dir: Path = BUILD_DIR) -> Path:
+    return build_dir / "assets" / folder_name(workload)
 
 
-def workload_fingerprint(workload: Workload) -> str:
-    blob = workload.model_dump_json()
-    if workload.model.config_file is not None:
-        blob += workload.model.config_file.read_text(encoding="utf-8")
-    data = _local_or_hub(workload.dataset.source, SCENARIOS_DIR) if workload.dataset.source else ""
-    for path in sorted(Path(data).glob("*")) if data and Path(data).is_dir() else []:
-        blob += hashlib.sha256(path.read_bytes()).hexdigest()
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+def prepare(
+    workload: Workload,
+    build_dir: Path = BUILD_DIR,
+    device: str = "cpu",
+    carried: Path | None = None,
+    note: Note = print,
+    model_in_child: bool | None = None,
+) -> PreparedAssets:
+    """Build (or reuse) the workload's assets and return where each one is.
+
+    `device`: where large random weights are generated (cpu, cuda, ...; the same bytes on each). `model_in_child`:
+    whether they are generated in a process of their own (None: off the CPU, so that this process never holds a
+    device context). `carried`: the carried-assets folder (default: carried.carry_folder()). `note`: a line on
+    what was made."""
+    root = asset_folder(workload, build_dir)
+    with _locked(root):
+        manifest = root / MANIFEST
+        if (assets := read_manifest(manifest)) is not None:
+            if set(assets.derived) != set(FORMS):  # assets built before a form existed: add it
+                assets = assets.model_copy(update={"derived": derive_datasets(Path(assets.dataset), root)})
+                write_whole(manifest, json.dumps(assets.model_dump(), indent=2))
+            return assets
+        started = time.monotonic()
+        text, how_text = _text_assets(workload, root, carried or carried_assets.carry_folder(), note)
+        text_s = time.monotonic() - started
+        in_child = device != "cpu" if model_in_child is None else model_in_child
+        model_ref, how_model = _model(workload, root, device, in_child, note)
+        assets = PreparedAssets(model=model_ref, **text)
+        write_whole(manifest, json.dumps(assets.model_dump(), indent=2))  # last, whole: it says the rest is there
+        took = time.monotonic() - started
+        note(f"assets of {workload.name} ready in {took:.1f} s: text {how_text} {text_s:.1f} s, model {how_model} "
+             f"{took - text_s:.1f} s")  # fmt: skip
+        return assets
 
 
-def _prepare_dataset(workload: Workload, out: Path) -> None:
-    from datasets import Dataset, load_dataset
-
-    if workload.dataset.synthetic is not None:
-        from bench.assets.synthetic_prefs import generate
-
-        Dataset.from_list(generate(workload.dataset.synthetic, workload.train.max_length)).save_to_disk(str(out))
-        return
-    assert workload.dataset.source is not None
-    source = _local_or_hub(workload.dataset.source, SCENARIOS_DIR)
-    dataset = load_dataset(source, split=workload.dataset.split)
-    missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
-    if missing:
-        raise ValueError(f"dataset {workload.dataset.source} lacks columns {sorted(missing)}")
-    dataset.save_to_disk(str(out))
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Hold the asset folder's lock (a file system without flock, e.g. Lustre mounted without it: no lock)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / LOCK).open("a") as handle:
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
-def _train_tokenizer(workload: Workload, dataset_dir: Path, out: Path) -> None:
-    from datasets import load_from_disk
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    rows = load_from_disk(str(dataset_dir))
-    texts = [row[key] for row in rows for key in ("prompt", "chosen", "rejected")]
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=workload.tokenizer.vocab_size, special_tokens=SPECIAL_TOKENS)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        model_max_length=max(1024, workload.train.max_length),
-    )
-    tokenizer.save_pretrained(str(out))
+def _text_assets(workload: Workload, root: Path, carried: Path, note: Note) -> tuple[dict, str]:
+    """The dataset, tokenizer and derived folders (PreparedAssets' fields), carried or built, and which."""
+    dataset_dir = root / DATASET
+    trains_tokenizer = workload.tokenizer.kind == "train_bpe"
+    how = "carried" if carried_assets.take(workload, root, carried, note) else "built"
+    if how == "built":
+        build_dataset(workload, dataset_dir)
+        if trains_tokenizer:
+            train_tokenizer(workload, dataset_dir, root / TOKENIZER)
+    if trains_tokenizer:
+        tokenizer_ref = str(root / TOKENIZER)
+    else:
+        tokenizer_ref = local_or_hub(workload.tokenizer.source or workload.model.source or "", scenarios_dir())
+    derived = derive_datasets(dataset_dir, root)
+    return {"tokenizer": tokenizer_ref, "dataset": str(dataset_dir), "derived": derived}, how
 
 
-def _build_random_model(workload: Workload, out: Path) -> None:
+def _model(workload: Workload, root: Path, device: str, in_child: bool, note: Note) -> tuple[str, str]:
+    """The model's reference (a folder made here, or the pretrained source) and how it was made."""
+    if workload.model.weights != "random":
+        return local_or_hub(workload.model.source or "", scenarios_dir()), "pretrained"
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     assert workload.model.config_file is not None
-    config = AutoConfig.from_pretrained(str(workload.model.config_file.parent))
-    if parameter_count(config) > LARGE_MODEL_PARAMS:
-        write_random_checkpoint(config, out, workload.model.seed)
-        return
-    torch.manual_seed(workload.model.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(str(out))
+    out, config_dir = root / "model", workload.model.config_file.parent
+    config = AutoConfig.from_pretrained(str(config_dir))
+    if (count := parameter_count(config)) <= LARGE_MODEL_PARAMS:
+        with _PROCESS_RNG, torch.random.fork_rng(devices=[]):  # the process's own RNG state is kept
+            torch.manual_seed(workload.model.seed)
+            AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(str(out))
+        return str(out), "random fp32"
+    note(f"{workload.name}: writing random weights ({count / 1e9:.2f}B parameters, bf16) on {device} ...")
+    for where in dict.fromkeys([device, "cpu"]):
+        try:
+            if in_child:
+                _in_child(config_dir, out, workload.model.seed, where)
+            else:
+                write_random_checkpoint(config, out, workload.model.seed, where)
+            return str(out), f"random on {where}"
+        except Exception as exc:  # any failure off the CPU: the CPU makes the same bytes
+            if where == "cpu":
+                raise
+            note(f"notice: {workload.name}: random weights on {where} failed ({_last_line(exc)}): generating them "
+                 "on the CPU (the same bytes)")  # fmt: skip
+    raise AssertionError("unreachable: the CPU's attempt returns or raises")
 
 
-def meta_model(config: Any) -> Any:
-    """The architecture with every tensor on the meta device: shapes and names, no memory."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def _in_child(config_dir: Path, out: Path, seed: int, device: str) -> None:
+    """bench/assets/random_weights.py in a process of its own: this one never holds the device's context. Its
+    interruption (a signal) is not a failure to fall back from: it is raised as KeyboardInterrupt."""
+    from bench.isolation.lifeline import die_with_parent
 
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
-
-
-def parameter_count(config: Any) -> int:
-    return sum(p.numel() for p in meta_model(config).parameters())
-
-
-def _random_tensor(name: str, shape: tuple[int, ...], std: float, dtype: Any, generator: Any) -> Any:
-    import torch
-
-    if len(shape) >= 2:
-        return torch.empty(shape, dtype=dtype).normal_(0.0, std, generator=generator)
-    if name.endswith("bias"):
-        return torch.zeros(shape, dtype=dtype)
-    return torch.ones(shape, dtype=dtype)  # norm weights
+    parent = os.getpid()
+    argv = [sys.executable, "-m", "bench.assets.random_weights", str(config_dir), str(out), "--seed", str(seed)]
+    child = subprocess.run(
+        [*argv, "--device", device],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: die_with_parent(parent),
+    )
+    if child.returncode < 0 or child.returncode == 130:
+        raise KeyboardInterrupt
+    if child.returncode:
+        lines = [line.strip() for line in child.stderr.splitlines() if line.strip()] or ["no message"]
+        raise RuntimeError(f"{' '.join(argv[1:3])} on {device} exited {child.returncode}: {lines[-1]}")
 
 
-def write_random_checkpoint(
-    config: Any, out: Path, seed: int, dtype_name: str = "bfloat16", shard_bytes: int = SHARD_BYTES
-) -> None:
-    """A sharded safetensors checkpoint of `config` with random weights, written tensor by tensor.
-
-    Tied weights are written once (from_pretrained ties them again); non-persistent buffers (rotary tables) are
-    rebuilt by the model at load. Persistent buffers are not written: none of the shipped architectures has one.
-    """
-    import torch
-    from safetensors.torch import save_file
-
-    dtype = getattr(torch, dtype_name)
-    model = meta_model(config)
-    parameters = {id(p) for p in model.parameters()}
-    std = getattr(config, "initializer_range", None) or getattr(config, "init_std", 0.02)
-    generator = torch.Generator().manual_seed(seed)
-    out.mkdir(parents=True, exist_ok=True)
-
-    groups: list[list[tuple[str, tuple[int, ...]]]] = [[]]
-    group_bytes, seen = 0, set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) in seen or id(tensor) not in parameters:
-            continue
-        seen.add(id(tensor))
-        size = tensor.numel() * dtype.itemsize
-        if groups[-1] and group_bytes + size > shard_bytes:
-            groups.append([])
-            group_bytes = 0
-        groups[-1].append((name, tuple(tensor.shape)))
-        group_bytes += size
-
-    weight_map, total = {}, 0
-    for index, group in enumerate(groups, start=1):
-        filename = f"model-{index:05d}-of-{len(groups):05d}.safetensors"
-        shard = {name: _random_tensor(name, shape, std, dtype, generator) for name, shape in group}
-        save_file(shard, str(out / filename), metadata={"format": "pt"})
-        total += sum(t.numel() * t.element_size() for t in shard.values())
-        weight_map |= dict.fromkeys(shard, filename)
-        del shard
-    index_file = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out / "model.safetensors.index.json").write_text(json.dumps(index_file, indent=2))
-    config.dtype = dtype
-    config.save_pretrained(str(out))
+def _last_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def cell_dataset(dataset: str, folder: Path) -> str:
@@ -202,50 +208,16 @@ def cell_dataset(dataset: str, folder: Path) -> str:
     return str(folder)
 
 
-def _derive_datasets(dataset_dir: Path, root: Path) -> dict[str, str]:
-    """Every derived form of the pairs in `dataset_dir`, saved beside it (once)."""
-    from datasets import Dataset, load_from_disk
-
-    pairs = None
-    derived = {}
-    for form, rows_of in FORMS.items():
-        out = root / f"dataset-{form}"
-        if not (out / "state.json").is_file():
-            pairs = pairs if pairs is not None else list(load_from_disk(str(dataset_dir)))
-            Dataset.from_list(rows_of(pairs)).save_to_disk(str(out))
-        derived[form] = str(out)
-    return derived
-
-
-def prepare(workload: Workload, build_dir: Path = BUILD_DIR) -> PreparedAssets:
-    """Build (or reuse) the workload's assets and return where each one is."""
-    root = build_dir / "assets" / f"{workload.name}-{workload_fingerprint(workload)}"
-    manifest = root / "assets.json"
-    if manifest.is_file():
-        assets = PreparedAssets.model_validate_json(manifest.read_text())
-        if set(assets.derived) != set(FORMS):  # assets built before a form existed: add it
-            assets = assets.model_copy(update={"derived": _derive_datasets(Path(assets.dataset), root)})
-            manifest.write_text(json.dumps(assets.model_dump(), indent=2))
-        return assets
-    root.mkdir(parents=True, exist_ok=True)
-    dataset_dir = root / "dataset"
-    _prepare_dataset(workload, dataset_dir)
-
-    if workload.tokenizer.kind == "train_bpe":
-        tokenizer = root / "tokenizer"
-        _train_tokenizer(workload, dataset_dir, tokenizer)
-        tokenizer_ref = str(tokenizer)
-    else:
-        tokenizer_ref = _local_or_hub(workload.tokenizer.source or workload.model.source or "", SCENARIOS_DIR)
-
-    if workload.model.weights == "random":
-        model = root / "model"
-        _build_random_model(workload, model)
-        model_ref = str(model)
-    else:
-        model_ref = _local_or_hub(workload.model.source or "", SCENARIOS_DIR)
-
-    derived = _derive_datasets(dataset_dir, root)
-    assets = PreparedAssets(model=model_ref, tokenizer=tokenizer_ref, dataset=str(dataset_dir), derived=derived)
-    manifest.write_text(json.dumps(assets.model_dump(), indent=2))
-    return assets
+def read_manifest(manifest: Path) -> PreparedAssets | None:
+    """The assets a manifest lists; None when there is none or it does not read (a preparation cut short before
+    the manifest was written whole): the assets are then prepared again, which gives the same bytes."""
+    try:
+        return PreparedAssets.model_validate_json(manifest.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    print(f"notice: {manifest} does not read ({why}): preparing the assets again", flush=True)
+    return None

@@ -1,23 +1,32 @@
 """Command line: `python -m bench <command>`. Each command group registers its subcommands here, in this order."""
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 from bench.cli import advise, estimate, export, pipeline, report, run
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
-from bench.paths import RESULTS_DIR, SCENARIOS_DIR
+from bench.isolation.deferred_sigint import STOP_SIGNALS, exit_status, interrupt_on_stop_signals, stopped_by
+from bench.paths import RESULTS_DIR, SCENARIOS_ENV, scenarios_dir
 
 GROUPS = (run, pipeline, report, estimate, advise, export)
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    top.add_argument("--scenarios", default=str(SCENARIOS_DIR), help="scenario folder (default: %(default)s)")
+    top.add_argument(
+        "--scenarios",
+        default=str(scenarios_dir()),
+        help=f"scenario folder: every file of it is read from there, by this command and the cells it starts "
+        f"(default: ${SCENARIOS_ENV}, else %(default)s)",
+    )
     top.add_argument("--results", default=str(RESULTS_DIR), help="results folder (default: %(default)s)")
     sub = top.add_subparsers(dest="command", required=True)
     for group in GROUPS:
@@ -26,12 +35,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command. `argv` None means this is the program itself (`python -m bench`): after a Ctrl-C it leaves
-    at once with INTERRUPTED (see `exit_now`); called with an argv list it returns the code like any other."""
+    """Run one command. `argv` None means this is the program itself (`python -m bench`): SIGTERM and SIGHUP stop it
+    as Ctrl-C does, and after any of them it leaves at once with 128 + the signal's number (130, 143, 129; see
+    `exit_now`); called with an argv list it returns the code like any other."""
+    if argv is None:
+        interrupt_on_stop_signals()
     try:
         args = parser().parse_args(argv)
         check_scenarios(Path(args.scenarios))
-        code = args.func(args)
+        with scenarios_in_use(Path(args.scenarios)):
+            code = args.func(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -42,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {what}{where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        # Any other phase: imports, preflight, preparing the workload, writing the report. (A Ctrl-C during a
+    except KeyboardInterrupt as exc:
+        # Any other phase: imports, preflight, preparing the workload, writing the report. (A stop during a
         # cell is reported by the runner, and `run` returns INTERRUPTED itself.)
-        print("interrupted", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) takes stderr along
+            print(f"interrupted{stopped_by(exc)}", file=sys.stderr, flush=True)
         code = INTERRUPTED
     if code == INTERRUPTED and argv is None:
-        exit_now(code)
+        exit_now(exit_status(code, INTERRUPTED))
     return code
 
 
@@ -57,11 +71,28 @@ def check_scenarios(folder: Path) -> None:
         raise BenchError(f"--scenarios {folder}: no such folder (it holds hardware/, workloads/ and matrix.yaml)")
 
 
+@contextmanager
+def scenarios_in_use(folder: Path) -> Iterator[None]:
+    """`folder` is the scenario folder of every reader (bench.paths.scenarios_dir), in this process and the ones it
+    starts, while the command runs."""
+    before = os.environ.get(SCENARIOS_ENV)
+    os.environ[SCENARIOS_ENV] = str(folder.absolute())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SCENARIOS_ENV, None)
+        else:
+            os.environ[SCENARIOS_ENV] = before
+
+
 def exit_now(code: int) -> NoReturn:
     """Leave without the interpreter's teardown. After a Ctrl-C nothing is left to do (every result line was
     fsync'd when appended, the cell's processes are gone), and tearing down torch, transformers and the rest takes
     0.5 s on an idle 2-core machine and 2-3 s on a busy one (measured), all of it between the Ctrl-C and the prompt."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut the flush short with a traceback
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for signum in STOP_SIGNALS:  # a second stop signal cannot cut the flush short with a traceback
+        signal.signal(signum, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a terminal that closed (SIGHUP) cannot be written to
+            stream.flush()
     os._exit(code)

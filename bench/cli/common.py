@@ -7,7 +7,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
-from bench.matrix.profiles import NAME_PATTERN
+from bench.matrix.profiles import MAX_TIME_S, NAME_PATTERN
 from bench.matrix.scenario import ALL_METHODS, expand, load_matrix, of_methods, parse_methods, rows_added
 
 INTERRUPTED = 130
@@ -24,6 +24,19 @@ def all_cells(args: argparse.Namespace) -> list[Cell]:
 def cell_ids(scenarios: Path, methods: tuple[Method, ...] = (Method.DPO,)) -> list[str]:
     """The ids of the matrix's cells of `methods` (DPO's: the rows a run of the DPO matrix is held to)."""
     return [c.id for c in of_methods(expand(load_matrix(scenarios / "matrix.yaml")), methods)]
+
+
+def checked_scenario_files(scenarios: Path) -> None:
+    """The scenario folder's shared files read before anything is planned, whichever of them the command goes on to
+    read: a broken one is one line naming it, not a traceback or a failure after the assets were prepared."""
+    from bench.matrix.gpus import load_catalog
+    from bench.matrix.known_issues import known_issues
+    from bench.matrix.recipes import recipes
+
+    load_matrix(scenarios / "matrix.yaml")
+    known_issues(scenarios)
+    recipes(scenarios)
+    load_catalog(scenarios / "gpus.yaml")
 
 
 def add_method_argument(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +63,9 @@ def threshold(text: str) -> float:
     return value / 100
 
 
-def whole_number(flag: str, what: str, minimum: int):
-    """An argparse type: a whole number of at least `minimum`, each refusal one line naming `flag`."""
+def whole_number(flag: str, what: str, minimum: int, maximum: tuple[int, str] | None = None):
+    """An argparse type: a whole number of at least `minimum` (and at most `maximum`'s number, which its words
+    explain), each refusal one line naming `flag`."""
 
     def parse(text: str) -> int:
         try:
@@ -60,14 +74,16 @@ def whole_number(flag: str, what: str, minimum: int):
             raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{flag} must be >= {minimum}, got {text!r}")
+        if maximum is not None and value > maximum[0]:
+            raise argparse.ArgumentTypeError(f"{flag} must be <= {maximum[0]} ({maximum[1]}), got {text!r}")
         return value
 
     return parse
 
 
 pairs = whole_number("--pairs", "a number of pairs", 1)
-cell_timeout = whole_number("--cell-timeout", "whole seconds", 10)
-"""The profile schema's own floor for a cell's time limit."""
+cell_timeout = whole_number("--cell-timeout", "whole seconds", 10, (MAX_TIME_S, "a week"))
+"""The profile schema's own bounds for a cell's time limit."""
 
 
 def write_or_print(text: str, path: str | None) -> None:
@@ -95,10 +111,20 @@ def resolve_run(path: str, scenarios: Path) -> Path:
 
 
 def checked_run_id(run_id: str) -> str:
-    """Run ids name a folder under results/<HW>/ and nothing else."""
+    """Run ids name a folder under results/<HW>/ and nothing else; an empty one (a script's unset variable) names no
+    run, as an empty --filter names no cell."""
+    if not run_id.strip():
+        raise BenchError(f"--run-id {run_id!r} names no run: leave --run-id out to start a new one")
     if not NAME_PATTERN.match(run_id):
         raise BenchError(f"invalid run id {run_id!r}: use letters, digits, '_', '-', '.'")
     return run_id
+
+
+def run_id_of(args: argparse.Namespace) -> str:
+    """The run `--run-id` names (checked), or a new run's id when the option is left out."""
+    from bench.results.store import new_run_id
+
+    return new_run_id() if args.run_id is None else checked_run_id(args.run_id)
 
 
 def positive(value: str) -> int:

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from bench.cli.common import add_method_argument, write_or_print
+from bench.cli.common import add_method_argument, checked_scenario_files, write_or_print
 from bench.cli.target import add_target_arguments, target
 from bench.errors import BenchError
 
@@ -11,6 +11,7 @@ from bench.errors import BenchError
 def cmd_predict(args: argparse.Namespace) -> int:
     from bench.estimate.report import predict_all, to_csv, to_json, to_markdown
 
+    checked_scenario_files(Path(args.scenarios))
     if args.write:
         if args.hw is None or args.model is not None:
             raise BenchError("--write takes --hw (a profile, or all) with its own workload, not --gpu or --model")
@@ -115,7 +116,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "validate-estimate", help="memory estimator vs every measured cell under results/: error %% and fits/OOM"
     )
-    p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
+    p.add_argument(
+        "--results", default=argparse.SUPPRESS, help="results folder (default: the one before the command, results/)"
+    )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.add_argument(
         "--published",
@@ -129,7 +132,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "validate-speed",
         help="speed model vs every measured CPU cell: PREDICTED tokens/s error and Spearman rho per run",
     )
-    p.add_argument("--results", default="results", help="results folder (default: %(default)s)")
+    p.add_argument(
+        "--results", default=argparse.SUPPRESS, help="results folder (default: the one before the command, results/)"
+    )
     p.add_argument("--published", action="store_true", help="add the published throughput rows")
     p.add_argument(
         "--fit", action="store_true", help="refit the constants (bench/estimate/speed/speed_calibration.json) first"

@@ -5,7 +5,7 @@ RLOO scored by that reward model -> merge -> generate)."""
 import argparse
 from pathlib import Path
 
-from bench.cli.common import checked_run_id
+from bench.cli.common import run_id_of
 from bench.errors import BenchError
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import BUILD_DIR, PROJECT_ROOT
@@ -23,7 +23,6 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from bench.pipeline.chain import PIPELINES, PipelineContext, run_pipeline
     from bench.report.pipeline import stages_table
     from bench.results.env import environment_fingerprint, write_env
-    from bench.results.store import new_run_id
     from bench.run.preflight import preflight
 
     scenarios = Path(args.scenarios)
@@ -34,7 +33,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     machine = preflight(profile, emulate=False)
     if machine.untested_reason:
         raise BenchError(f"cannot run the pipeline here: {machine.untested_reason}")
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_id = run_id_of(args)
     run_dir = Path(args.results) / profile.name / PIPELINES_DIR / run_id
     if run_dir.exists():
         raise BenchError(

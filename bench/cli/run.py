@@ -4,6 +4,7 @@ import argparse
 import functools
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.cli.common import (
     INTERRUPTED,
@@ -11,17 +12,24 @@ from bench.cli.common import (
     all_cells,
     cell_timeout,
     checked_run_id,
+    checked_scenario_files,
     positive,
     positive_float,
+    run_id_of,
 )
 from bench.cli.target import add_target_arguments
 from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
 from bench.matrix.scenario import load_matrix, not_applicable_reason, rows_added, select, world_size
+from bench.run.memory_slots import AUTO_FROM_BYTES, MAX_SLOTS, SLOT_BYTES, SPEED_CELLS, SPEED_TRIALS
+
+if TYPE_CHECKING:
+    from bench.results.env_schema import Training
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    checked_scenario_files(Path(args.scenarios))
     profile = load_profile(args.hw, Path(args.scenarios))
     cells = select(all_cells(args), args.filter)
     runnable = 0
@@ -37,31 +45,44 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target import target
-    from bench.results.env import check_resumable
+    from bench.results.env import check_resumable, training_of
     from bench.results.run_folder import open_run
-    from bench.results.store import new_run_id
-    from bench.run.leftovers import clean_up_dead_runners
+    from bench.run.leftovers import clean_up_dead_runners, remove_left_fork_folders
+    from bench.run.memory_slots import check_asked
     from bench.run.runners import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
+    checked_scenario_files(Path(args.scenarios))
     profile, workload = target(args)
+    check_asked(profile, args.gpu_slots, args.exclusive)  # refused before the run folder is made
     if args.cell_timeout is not None:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_id = run_id_of(args)
     select(all_cells(args), args.filter)  # refused before the run folder is made
     run_dir = Path(args.results) / profile.name / run_id
     # one line when the folder cannot be made or written, or another runner holds it; removed if nothing is recorded
     with open_run(Path(args.results), run_dir) as lock:
-        check_resumable(run_dir, args.force)  # env.json reads; records without one are re-run only with --force
+        # env.json reads and holds the training settings asked for; records without one are re-run only with --force
+        check_resumable(run_dir, args.force, training_of(profile, workload), functools.partial(_defaults, args))
         if lock.dead_holder:
             print(f"notice: run {run_id} was held by runner {lock.dead_holder}, which is gone: taking it over")
         resumes_jobs = args.executor == "slurm"  # a dead runner's Slurm jobs of this run are waited for, not cancelled
-        for line in clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs):
+        left = clean_up_dead_runners(run_dir.parent, run_dir, lock.dead_holder, resumes_jobs)
+        for line in left + remove_left_fork_folders():
             print(f"cleaned up: {line}", flush=True)
         with registered(run_id, run_dir) as others:  # cells measured while another runner runs are marked
             for line in sharing_notices(others):
                 print(line, flush=True)
             return _run(args, profile, workload, run_id, run_dir, started)
+
+
+def _defaults(args: argparse.Namespace) -> "Training":
+    """What this command's profile and workload train with when no training-setting flag is given."""
+    from bench.cli.target import target
+    from bench.matrix.settings import TrainingSettings
+    from bench.results.env import training_of
+
+    return training_of(*target(argparse.Namespace(**(vars(args) | dict.fromkeys(TrainingSettings.model_fields)))))
 
 
 def _run(
@@ -96,6 +117,8 @@ def _run(
         time_budget_min=args.time_budget,
         exclusive=args.exclusive,
         run_predicted_oom=args.run_predicted_oom,
+        gpu_slots=args.gpu_slots,
+        speed_cells=args.speed_pass,
     )
     try:
         records = run_session(request)
@@ -110,7 +133,7 @@ def _run(
     if run_is_complete(recorded.latest_by_cell(), [c.id for c in matrix_cells]):
         print(f"matrix written to {write_hardware_matrix(run_dir.parent, Path(args.scenarios))}")
     else:
-        print(f"run {run_id} covers part of the matrix; results/{profile.name}/MATRIX.md left as it was")
+        print(f"run {run_id} covers part of the matrix; {run_dir.parent / 'MATRIX.md'} left as it was")
     return 0
 
 
@@ -131,13 +154,22 @@ def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | N
 
 
 def cmd_first_contact(args: argparse.Namespace) -> int:
-    from bench.results.store import new_run_id
     from bench.run.first_contact import first_contact
 
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id()
+    run_id = run_id_of(args)
     out = Path(args.out) if args.out else Path(args.results) / "first-contact" / run_id
     path = first_contact(args.minutes, out, Path(args.results), run_id)
     print(f"first-contact: archive {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def cmd_carry_assets(args: argparse.Namespace) -> int:
+    from bench.assets.carried import carry_all, carry_folder
+    from bench.matrix.profiles import load_workload
+    from bench.run.first_contact import WINDOW_WORKLOADS
+
+    workloads = [load_workload(name) for name in args.workloads or WINDOW_WORKLOADS]  # every name checked first
+    carry_all(workloads, Path(args.out) if args.out else carry_folder())
     return 0
 
 
@@ -158,9 +190,43 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw, Path(args.scenarios))
     hardware_dir = Path(args.results) / profile.name
-    run_dir = hardware_dir / checked_run_id(args.run_id) if args.run_id else None
+    run_dir = recorded_run(hardware_dir, checked_run_id(args.run_id)) if args.run_id is not None else None
     print(f"matrix written to {write_hardware_matrix(hardware_dir, Path(args.scenarios), run_dir)}")
     return 0
+
+
+def recorded_run(hardware_dir: Path, run_id: str) -> Path:
+    """The folder of the run `--run-id` names; one line when it has no records (a typo would otherwise head
+    MATRIX.md, its cells filled from other runs)."""
+    from bench.results.layout import RESULTS_FILE
+    from bench.results.runs import run_dirs
+
+    run_dir = hardware_dir / run_id
+    if (run_dir / RESULTS_FILE).is_file():
+        return run_dir
+    try:
+        newest = [run.name for run in run_dirs(hardware_dir)[:1]]
+    except BenchError:  # another run's env.json does not read: that is not this command's question
+        newest = []
+    raise BenchError(
+        f"--run-id {run_id}: no run of {hardware_dir.name} by that name ({run_dir / RESULTS_FILE} does not exist)"
+        + "".join(f"; the newest is {name}" for name in newest)
+        + "; leave --run-id out for the newest complete run"
+    )
+
+
+def slot_count(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_SLOTS}, got {number}")
+    return number
+
+
+def cell_count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
+    return number
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
@@ -179,7 +245,10 @@ def _register_run(sub: "argparse._SubParsersAction") -> None:
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.add_argument(
-        "--run-id", default=None, help="name of the run: resumes it when it exists, else starts it under that name"
+        "--run-id",
+        default=None,
+        help="name of the run: resumes it when it exists (with the workload and training settings it was made with), "
+        "else starts it under that name",
     )
     p.add_argument("--force", action="store_true", help="re-run cells that already have a result")
     p.add_argument(
@@ -214,6 +283,26 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run one cell at a time, the machine to itself (for throughput-critical work); by default cells run "
         "side by side on disjoint devices where the machine has more than a cell takes, their records saying so",
+    )
+    p.add_argument(
+        "--gpu-slots",
+        type=slot_count,
+        default=None,
+        metavar="N",
+        help="cut the GPU's memory into N slots and run cells side by side in them, each admitted by its predicted "
+        "memory with a margin and capped at its slots (a per-process memory fraction), with its share of the host's "
+        "cores; with --emulate each cell is capped at its card's memory, so several 24 GB profiles' runs share one big "
+        "card; on a CPU profile with memory_budget_gb the host's memory and cores the same way. Default: automatic "
+        f"on a card of {AUTO_FROM_BYTES / 1e9:.0f} GB or more (one slot per {SLOT_BYTES / 2**30:.0f} GiB), else 1 "
+        "(docs/hardware.md)",
+    )
+    p.add_argument(
+        "--speed-pass",
+        type=cell_count,
+        default=SPEED_CELLS,
+        metavar="CELLS",
+        help=f"after cells ran in slots, run this many of them {SPEED_TRIALS} times each alone on the device: speed "
+        "figures nothing shared (default: %(default)s; 0: none)",
     )
     p.add_argument(
         "--start",
@@ -258,6 +347,19 @@ def _register_others(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--out", default=None, help="folder of the archive (default: results/first-contact/<run-id>)")
     p.add_argument("--run-id", default=None)
     p.set_defaults(func=cmd_first_contact)
+
+    p = sub.add_parser(
+        "carry-assets",
+        help="build workloads' dataset, tokenizer and derived rows (no model) into a folder that travels with the "
+        "tree to a GPU box, where prepare unpacks them (docs/hardware.md, 'A GPU box without internet')",
+    )
+    p.add_argument(
+        "workloads", nargs="*", help="default: first-contact's (bench/run/first_contact.py WINDOW_WORKLOADS)"
+    )
+    p.add_argument(
+        "--out", default=None, help="the carry folder (default: $BENCH_CARRIED_ASSETS, else build/carried-assets)"
+    )
+    p.set_defaults(func=cmd_carry_assets)
 
     p = sub.add_parser(
         "matrix", help="regenerate results/<HW>/MATRIX.md from the latest complete run (of DPO and of each method)"

@@ -7,9 +7,18 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload, gpu_profile, load_profile, load_workload
+from bench.matrix.profiles import (
+    OPTIMIZERS,
+    TIMED_STEPS,
+    HardwareProfile,
+    Workload,
+    gpu_profile,
+    least_steps,
+    load_profile,
+    load_workload,
+)
 from bench.matrix.settings import ALL_LINEAR, TrainingSettings, apply_to_profile, apply_to_workload
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
 DEFAULT_SETTINGS_WORKLOAD = "mistral-7b"
 """Where `--gpu` without `--workload` takes its training defaults from: a 7B DPO run (2,048 tokens, batch 1, LoRA r16
@@ -59,7 +68,8 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
 
 
 def settings_of(args: argparse.Namespace) -> TrainingSettings:
-    from bench.matrix.yaml_schema import parse_model
+    """The training-setting flags given; a value the schema refuses is one line naming its flag."""
+    from pydantic import ValidationError
 
     targets = None if args.lora_targets is None else tuple(t.strip() for t in args.lora_targets.split(",") if t)
     values = {
@@ -74,12 +84,31 @@ def settings_of(args: argparse.Namespace) -> TrainingSettings:
         "precision": args.precision,
         "precompute_ref": args.precompute_ref,
     }
-    return parse_model("training settings", {k: v for k, v in values.items() if v is not None}, TrainingSettings)
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        return TrainingSettings.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0])
+        flag, shown = f"--{name.replace('_', '-')}", getattr(args, name, err.get("input"))
+        why = "names none" if err["type"] == "too_short" else err["msg"].replace("Input should", "must")
+        raise BenchError(f"{flag} {shown!r}: {why}" if isinstance(shown, str) else f"{flag} {shown}: {why}") from None
+
+
+def checked_steps(settings: TrainingSettings, workload: Workload) -> None:
+    """`--steps` leaves the workload's warm-up and the steps tokens/s are timed over (one line naming both)."""
+    least = least_steps(workload.train.warmup_steps)
+    if settings.steps is not None and settings.steps < least:
+        raise BenchError(
+            f"--steps {settings.steps}: must be at least {least} (workload {workload.name} warms up for "
+            f"{workload.train.warmup_steps} steps, its warmup_steps, and tokens/s are timed over {TIMED_STEPS} steps "
+            "after them)"
+        )
 
 
 def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
     """The profile and the workload the arguments name, the settings applied."""
-    scenarios = Path(getattr(args, "scenarios", None) or SCENARIOS_DIR)
+    scenarios = Path(getattr(args, "scenarios", None) or scenarios_dir())
     settings = settings_of(args)
     if args.gpu is not None:
         profile = gpu_profile(args.gpu, args.nodes, args.workload or DEFAULT_SETTINGS_WORKLOAD, settings.precision)
@@ -88,6 +117,7 @@ def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
             raise BenchError("--nodes goes with --gpu; a profile states its own nodes")
         profile = apply_to_profile(load_profile(args.hw, scenarios), settings)
     workload = load_workload(args.workload or profile.workload, scenarios)
+    checked_steps(settings, workload)
     if args.model is None:
         return profile, apply_to_workload(workload, _expanded(settings, workload.model.config_file))
     from bench.assets.model_config import resolve_model

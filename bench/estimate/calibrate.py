@@ -53,23 +53,40 @@ def _runs_oldest_first(results: Path) -> list[Path]:
     return [run for hardware in sorted(results.iterdir()) if hardware.is_dir() for run in reversed(run_dirs(hardware))]
 
 
+Flags = tuple[str, ...] | None
+"""A CPU's instruction sets as its run recorded them (bench/results/cpu_features.py), None where not recorded."""
+
+
 def _latest_record_per_cell(results: Path) -> list[tuple[str, ResultRecord, frozenset[bool], CpuFeatures | None]]:
+    """The newest record of each cell per hardware, workload and CPU. A CPU of another model is another measurement,
+    not a re-run: each keeps its own latest record. A hypervisor may give two generations one model name (an EPYC
+    Zen 4 and a Zen 5 both read `AMD EPYC`), so where runs record their instruction sets those tell the CPUs apart;
+    a record of a run that recorded none and one of a run that did supersede each other, newest first (the CPU is not
+    known to differ)."""
     from bench.results.env import read_env, run_cpu_features
     from bench.results.store import load_results
 
-    latest: dict[tuple[str, str, str, str], tuple[str, ResultRecord, CpuFeatures | None]] = {}
-    outcomes: dict[tuple[str, str, str, str], set[bool]] = {}
+    latest: dict[tuple[str, str, str, str], dict[Flags, tuple[str, ResultRecord, CpuFeatures | None]]] = {}
+    outcomes: dict[tuple[str, str, str, str], dict[Flags, set[bool]]] = {}
     for run_dir in _runs_oldest_first(results):
         cpu = run_cpu_features(run_dir)[0]
         env = read_env(run_dir)
-        machine = (env.hardware.cpu_model if env is not None else None) or "unknown"
+        model = (env.hardware.cpu_model if env is not None else None) or "unknown"
+        flags: Flags = tuple(cpu.flags) if cpu is not None else None
         for record in load_results(run_dir).records:
-            # a CPU of another model is another measurement, not a re-run: each keeps its own latest record
-            key = (record.hardware, record.workload, record.cell_id, machine)
-            latest[key] = (str(run_dir.relative_to(results.parent)), record, cpu)
+            cell = (record.hardware, record.workload, record.cell_id, model)
+            kept, seen = latest.setdefault(cell, {}), outcomes.setdefault(cell, {})
+            for other in [f for f in kept if f != flags and (f is None or flags is None)]:
+                del kept[other]
+                seen.setdefault(flags, set()).update(seen.pop(other, set()))
+            kept[flags] = (str(run_dir.relative_to(results.parent)), record, cpu)
             if record.status in _RAN:
-                outcomes.setdefault(key, set()).add(record.status == Status.OOM)
-    return [(source, record, frozenset(outcomes.get(key, ())), cpu) for key, (source, record, cpu) in latest.items()]
+                seen.setdefault(flags, set()).add(record.status == Status.OOM)
+    return [
+        (source, record, frozenset(outcomes[cell].get(flags, ())), cpu)
+        for cell, kept in latest.items()
+        for flags, (source, record, cpu) in kept.items()
+    ]
 
 
 def measured_records(results: Path | None = None) -> list[MeasuredMemory]:

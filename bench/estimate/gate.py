@@ -30,6 +30,7 @@ def summary_of(prediction) -> PredictionSummary | None:
         verdict=prediction.verdict or "unknown",
         margin_bytes=prediction.margin_bytes,
         terms=prediction.terms,
+        reserved_bytes=prediction.reserved_bytes,
     )
 
 

@@ -18,7 +18,7 @@ from bench.estimate.knobs import Knobs
 from bench.matrix.axes import Backend, Init, Launcher, Quant
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.paths import SCENARIOS_DIR
+from bench.paths import SCENARIOS_DIR, scenarios_dir
 from bench.units import GB, GiB
 
 PUBLISHED_DIR = SCENARIOS_DIR / "published"
@@ -88,12 +88,17 @@ class PublishedMemoryRow(BaseModel):
         return f"published:{self.source_id}:{self.label}"
 
 
-def load_entries(folder: Path = PUBLISHED_DIR) -> list[dict[str, Any]]:
-    return yaml.safe_load((folder / "memory.yaml").read_text(encoding="utf-8"))
+def published_dir() -> Path:
+    """scenarios/published/ of the scenario folder in use."""
+    return scenarios_dir() / "published"
 
 
-def load_setups(folder: Path = PUBLISHED_DIR) -> dict[str, PublishedSetup]:
-    raw = yaml.safe_load((folder / "setups.yaml").read_text(encoding="utf-8"))
+def load_entries(folder: Path | None = None) -> list[dict[str, Any]]:
+    return yaml.safe_load(((folder or published_dir()) / "memory.yaml").read_text(encoding="utf-8"))
+
+
+def load_setups(folder: Path | None = None) -> dict[str, PublishedSetup]:
+    raw = yaml.safe_load(((folder or published_dir()) / "setups.yaml").read_text(encoding="utf-8"))
     return {s.id: s for s in (PublishedSetup.model_validate(item) for item in raw)}
 
 
@@ -102,7 +107,7 @@ def _workload(setup: PublishedSetup, seq_len: int) -> Workload:
     return Workload.model_validate(
         {
             "name": setup.id,
-            "model": {"weights": "pretrained", "source": str(SCENARIOS_DIR / (setup.model or ""))},
+            "model": {"weights": "pretrained", "source": str(scenarios_dir() / (setup.model or ""))},
             "tokenizer": {"kind": "pretrained"},
             "dataset": {"synthetic": {}},
             "train": {
@@ -182,7 +187,7 @@ def _label(entry: dict[str, Any], figure: dict[str, Any]) -> str:
     return f"seq {figure.get('seq_len', entry.get('seq_len'))}"
 
 
-def published_rows(folder: Path = PUBLISHED_DIR) -> list[PublishedMemoryRow]:
+def published_rows(folder: Path | None = None) -> list[PublishedMemoryRow]:
     setups = load_setups(folder)
     rows = []
     for entry in load_entries(folder):

@@ -107,15 +107,16 @@ def to_markdown(
 
 SPEED_NOTE = (
     '**PREDICTED tokens/s**: the speed model (docs/estimator.md, "Speed"), over every rank, at full max_length '
-    "sequences, with the range its calibration rows spread over; `python -m bench validate-speed` holds it against "
-    "every measured CPU cell."
+    "sequences, with the range its calibration rows spread over, and the MFU it implies (bench/judge/mfu.py's "
+    "convention, the card's peak); `python -m bench validate-speed` holds it against every measured CPU cell."
 )
 
 
 def _speed(s: SpeedPrediction | None) -> str:
     if s is None or s.tokens_per_s is None:
         return "—"
-    return f"{s.tokens_per_s:,.0f} ({s.tokens_per_s_low:,.0f}–{s.tokens_per_s_high:,.0f})"
+    mfu = f" · MFU {s.mfu:.1%}" if s.mfu is not None else ""
+    return f"{s.tokens_per_s:,.0f} ({s.tokens_per_s_low:,.0f}–{s.tokens_per_s_high:,.0f}){mfu}"
 
 
 def _host(p: Prediction, device: str) -> str:
@@ -245,16 +246,18 @@ SPEED_COLUMNS = (
     "predicted_tokens_per_s_low",
     "predicted_tokens_per_s_high",
     "predicted_s_per_step",
+    "predicted_mfu",
 )
 
 
 def _speed_cells(s: SpeedPrediction | None) -> list[str]:
     if s is None or s.tokens_per_s is None:
         return [""] * len(SPEED_COLUMNS)
-    return [
+    figures = [
         f"{v:.1f}" if v >= 1 else f"{v:.4f}"
         for v in (s.tokens_per_s, s.tokens_per_s_low, s.tokens_per_s_high, s.s_per_step)
     ]
+    return [*figures, "" if s.mfu is None else f"{s.mfu:.4f}"]
 
 
 def to_json(predictions: list[Prediction]) -> str:
@@ -265,9 +268,9 @@ def predicted_profiles() -> list[str]:
     """The profiles whose PREDICTED.md + predicted.csv are committed: every GPU/accelerator profile (CPU profiles are
     measured here)."""
     from bench.matrix.profiles import available, load_profile
-    from bench.paths import SCENARIOS_DIR
+    from bench.paths import scenarios_dir
 
-    return [name for name in available(SCENARIOS_DIR / "hardware") if load_profile(name).device != "cpu"]
+    return [name for name in available(scenarios_dir() / "hardware") if load_profile(name).device != "cpu"]
 
 
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:

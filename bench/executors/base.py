@@ -34,10 +34,28 @@ class LaunchPlan:
     """The CPU cores every process of the cell is bound to (cells side by side on a CPU profile); None: any."""
     slot: int | None = None
     """Where cells run side by side: the first of its devices, unique among the cells running at once."""
+    memory_budget_bytes: int | None = None
+    """Per-rank memory limit of this cell in a slot of the host's memory (bench/run/memory_slots.py); None: the
+    executor's own."""
 
     @property
     def config_files(self) -> list[Path]:
         return list(self.files)
+
+
+@dataclass(frozen=True)
+class HarnessFault:
+    """Something of the harness (the fork server, the process standing in for a forked launcher) or of the machine
+    under it (/dev/shm), not the cell, failed while the cell ran: the record names it, never the cell."""
+
+    what: str
+    """One line: what failed, and what the harness did about it."""
+    spoiled: bool = True
+    """The cell's own outcome is unknown: the fault ended or stopped it. False: the harness recovered the cell's real
+    outcome (its record keeps its own status and names the fault)."""
+    retry: bool = False
+    """Running the cell again once is safe and may succeed: the fault's cause is gone (a dead fork server is
+    restarted, or the cells start fresh), and nothing of the spoiled trial is recorded."""
 
 
 @dataclass
@@ -52,6 +70,12 @@ class Outcome:
     """The kernel's figures per rank under a per-rank memory budget (local executor); empty without one."""
     stalled: str | None = None
     """The progress watchdog's reason for killing the cell (which rank made no step for how long); None otherwise."""
+    harness_fault: HarnessFault | None = None
+    """What of the harness or the machine failed while the cell ran; None: nothing."""
+    launched_at: float | None = None
+    """Epoch seconds when the executor started the launcher, and when it saw the launcher end: the ends of the wall
+    time the judge splits by the ranks' phases (bench/judge/phases.py); None where the executor does not say."""
+    ended_at: float | None = None
 
 
 class Executor(Protocol):

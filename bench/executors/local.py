@@ -24,7 +24,8 @@ from typing import BinaryIO
 
 from pydantic import BaseModel, ValidationError
 
-from bench.executors.base import LaunchPlan, Outcome
+from bench.executors.base import HarnessFault, LaunchPlan, Outcome
+from bench.executors.harness_watch import HarnessWatch, Stopped, server_death
 from bench.files import write_whole
 from bench.isolation import lifeline, progress
 from bench.isolation.cgroups import CellCgroups, CgroupUnavailable, cell_cgroups, remove_cgroup
@@ -122,6 +123,8 @@ class LocalExecutor:
         """Where the running cell is named (the run folder's LIVE_FILE), for `clean_up_after`; None: nowhere."""
         self.fork_server: ForkServer | None = None
         """The run's fork server, once it serves: every Python process of a cell forks from it."""
+        self._serving = threading.Lock()
+        """Held while a fork server that died is started again (cells side by side start at once)."""
 
     def start_fork_server(self, shared_env: Mapping[str, str], preload: str, log: Path) -> ForkServer:
         """Start the run's fork server with the environment every cell shares (`shared_env`: what the launch plans
@@ -134,9 +137,30 @@ class LocalExecutor:
         live = self.live_file
         if live is not None and plan.slot is not None:
             live = live.with_name(f"running.{plan.slot}.json")
-        return run_local(
-            plan, log_path, timeout_s, self.cwd, self.memory_budget_bytes, live, self.fork_server, self.python
-        )
+        restarted = self.serving()
+        budget = plan.memory_budget_bytes if plan.memory_budget_bytes is not None else self.memory_budget_bytes
+        outcome = run_local(plan, log_path, timeout_s, self.cwd, budget, live, self.fork_server, self.python)
+        if restarted is not None and outcome.harness_fault is None:
+            outcome.harness_fault = restarted
+        return outcome
+
+    def serving(self) -> HarnessFault | None:
+        """Start the fork server again where it died since the last cell, or let the cells start fresh where it
+        cannot be; what happened (the next record names it), None where it serves."""
+        with self._serving:
+            server = self.fork_server
+            if server is None or (how := server.ended()) is None:
+                return None
+            pid, started = server.process.pid, time.monotonic()
+            why_not = server.restart()
+            what = f"the fork server (pid {pid}) had ended ({how}) before this cell"
+            if why_not is None:
+                what += f": started again (pid {server.process.pid}, {time.monotonic() - started:.1f} s)"
+            else:
+                self.fork_server = None
+                what += f" and could not be started again ({why_not}): the cells start fresh"
+        print(f"notice: {what}", file=sys.stderr, flush=True)
+        return HarnessFault(what, spoiled=False)
 
     def stop_all(self) -> None:
         """Kill every cell this process runs now (cells side by side, on Ctrl-C or a failure that stops the run)."""
@@ -307,9 +331,12 @@ def run_local(
     runner = os.getpid()
     env = cell_env(plan.env) | {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
     argv = plan.argv
-    if fork_server is not None and memory_budget_bytes is None:
+    if memory_budget_bytes is not None or (fork_server is not None and fork_server.ended() is not None):
+        fork_server = None  # a dead server's clients start fresh: its death is no fault of this cell's
+    if fork_server is not None:
         argv = fork_server.route(plan.argv, python)
         env |= fork_server.env
+    watch = HarnessWatch(token, fork_server)
     started = time.monotonic()
     started_epoch = time.time()
     try:
@@ -324,21 +351,42 @@ def run_local(
                 return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
             launched = _Launched(process, token, plan, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
             live = launched.live(runner, log_path.stem, str(cell.path) if cell else None)
-            timed_out, stalled = launched.wait(timeout_s, sigint, live_file, live)
+            timed_out, stopped = launched.wait(timeout_s, sigint, live_file, live, _Looking(watch, log_path))
+            ended_epoch = time.time()
             rank_memory = cell.read() if cell else []
     finally:
         if live_file is not None:  # the cell and its cgroups are gone (or reported left over by cell_cgroups)
             with DeferredSigint():
                 live_file.unlink(missing_ok=True)
+    exit_code = process.returncode if stopped.exit_code is None else stopped.exit_code
+    failed = timed_out or stopped.stalled is not None or exit_code != 0
+    fault = stopped.fault or (server_death(fork_server, failed) if fork_server is not None else None)
     return Outcome(
-        exit_code=process.returncode,
+        exit_code=exit_code,
         timed_out=timed_out,
         wall_s=time.monotonic() - started,
         log_tail=read_tail(log_path),
         oom_killed=any(rank.oom_kills > 0 for rank in rank_memory),
         rank_memory=rank_memory,
-        stalled=stalled,
+        stalled=stopped.stalled,
+        harness_fault=fault,
+        launched_at=started_epoch,
+        ended_at=ended_epoch,
     )
+
+
+@dataclass(frozen=True)
+class _Looking:
+    """What the wait for a cell looks at besides its launcher: the harness (with the cell's log) and the ranks'
+    progress."""
+
+    harness: HarnessWatch
+    log_path: Path
+
+    def look(self, process: subprocess.Popen, plan: LaunchPlan) -> Stopped | None:
+        if (reason := progress.stalled(plan.progress_dir, plan.stall_s)) is not None:
+            return Stopped(stalled=reason)
+        return self.harness.look(process, read_tail(self.log_path), time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -366,32 +414,36 @@ class _Launched:
         )
 
     def wait(
-        self, timeout_s: float, sigint: DeferredSigint, live_file: Path | None, live: LiveCell
-    ) -> tuple[bool, str | None]:
+        self, timeout_s: float, sigint: DeferredSigint, live_file: Path | None, live: LiveCell, looking: "_Looking"
+    ) -> tuple[bool, Stopped]:
         """Name the cell in `live_file`, wait for it (Ctrl-C is let through only here), then kill what is left of it
-        and clean up after it: (timed out, the progress watchdog's reason when its steps stalled)."""
+        and clean up after it: (timed out, why the executor ended it: its steps stalled, a fault of the harness)."""
         timed_out = interrupted = False
-        stalled = None
+        stopped = None
         with _running_lock:
             _running[self.token] = (self.process, self.fork_server)
         try:
             if live_file is not None:
                 _write_live(live_file, live)
             with sigint.allow():
-                stalled = wait_watching(self.process, timeout_s, self.plan)
+                stopped = wait_watching(self.process, timeout_s, self.plan, looking)
         except subprocess.TimeoutExpired:
             timed_out = True
         except KeyboardInterrupt:
             interrupted = True
             raise
         finally:
-            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left
-            kill_cell(self.process, self.token, 0.0 if interrupted else GRACE_S, self.fork_server)
+            # the cell on a timeout or Ctrl-C (no grace: nothing of it is kept), else stragglers a launcher left; a
+            # launcher that ended with its stand-in stopped has nothing left to stop gracefully
+            ended = interrupted or (stopped is not None and stopped.exit_code is not None)
+            kill_cell(self.process, self.token, 0.0 if ended else GRACE_S, self.fork_server)
             with _running_lock:
                 _running.pop(self.token, None)
             remove_group_segments(self.plan.env)
             remove_stale_build_locks(Path(self.extensions_dir), self.started_epoch)
-        return timed_out, stalled
+            if self.fork_server is not None:
+                self.fork_server.forget(self.token)
+        return timed_out, stopped or Stopped()
 
 
 def _start_launcher(
@@ -434,12 +486,12 @@ def _start_launcher(
         ) from exc
 
 
-def wait_watching(process: subprocess.Popen, timeout_s: float, plan: LaunchPlan) -> str | None:
-    """Wait for the launcher to exit; TimeoutExpired at `timeout_s`. Returns the progress watchdog's reason when a
-    rank's steps stopped for longer than the plan's stall_s (the caller kills the cell), else None."""
-    if plan.progress_dir is None or plan.stall_s is None:
-        process.wait(timeout=timeout_s)
-        return None
+def wait_watching(
+    process: subprocess.Popen, timeout_s: float, plan: LaunchPlan, looking: _Looking | None = None
+) -> Stopped | None:
+    """Wait for the launcher to exit; TimeoutExpired at `timeout_s`. Every WATCH_EVERY_S, `looking` looks at the
+    ranks' progress and at the harness: returns why the cell is to end now (a rank's steps stopped for longer than the
+    plan's stall_s, a fault of the harness; the caller kills the cell), else None once the launcher exited."""
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
@@ -449,6 +501,5 @@ def wait_watching(process: subprocess.Popen, timeout_s: float, plan: LaunchPlan)
             process.wait(timeout=min(WATCH_EVERY_S, left))
             return None
         except subprocess.TimeoutExpired:
-            reason = progress.stalled(plan.progress_dir, plan.stall_s)
-            if reason is not None:
-                return reason
+            if looking is not None and (stopped := looking.look(process, plan)) is not None:
+                return stopped

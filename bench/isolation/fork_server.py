@@ -1,7 +1,12 @@
 """The run's fork server (bench/isolation/zygote.py) as the runner sees it: started while the run prepares, waited
 for before the first cell, and used by the local executor to start every Python process of a cell: the cell's
 command line is routed through the server's `python` (its launcher, and the interpreter it names for the ranks), its
-environment names the server's socket, and a killed cell loses the server's children too."""
+environment names the server's socket, and a killed cell loses the server's children too. A server that died is
+started again in its place (`restart`); how each of a cell's forked programs ended is read from the server's folder
+(`ended_as`), for a client that cannot pass it on.
+
+The server's folder (bench/isolation/server_folder.py) is held by its runner while the server runs and removed when
+it stops, a stop signal included."""
 
 import contextlib
 import json
@@ -10,14 +15,15 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.isolation import lifeline
-from bench.isolation.zygote import CHILDREN, CLIENT, SOCKET, TITLE_ROOM
+from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.server_folder import FOLDER_PREFIX, claim_folder
+from bench.isolation.zygote import CHILDREN, CLIENT, ENDED, SOCKET, TITLE_ROOM
 from bench.isolation.zygote_client import SOCKET_ENV
 
 READY_TIMEOUT_S = 300.0
@@ -40,7 +46,7 @@ def python_script(path: Path, python: str) -> bool:
 def is_client(args: list[str]) -> bool:
     """Whether a process's command line (its /proc cmdline, split) is a fork server's client standing in for a
     forked child, whose command line is the client's after the interpreter's."""
-    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and "dpo-bench-zygote-" in args[2]
+    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and FOLDER_PREFIX in args[2]
 
 
 def route(argv: list[str], python: str, client: str) -> list[str]:
@@ -54,6 +60,41 @@ def route(argv: list[str], python: str, client: str) -> list[str]:
     return routed
 
 
+def how_it_ended(code: int) -> str:
+    """A process's return code (Popen's: negative for a signal) in words."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a server was started: what `restart` starts again."""
+
+    python: str
+    cwd: Path
+    env: dict[str, str]
+    preload: str
+    log: Path
+
+    def popen(self, folder: Path) -> subprocess.Popen:
+        runner = os.getpid()
+        with self.log.open("ab") as out:
+            return subprocess.Popen(
+                [self.python, "-m", "bench.isolation.zygote", str(folder), self.preload, " " * TITLE_ROOM],
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=lambda: lifeline.die_with_parent(runner),
+            )
+
+
 @dataclass
 class ForkServer:
     folder: Path
@@ -61,24 +102,32 @@ class ForkServer:
     log: Path
     ready: dict | None = None
     why_not: str | None = None
+    launch: Launch | None = None
+    hold: int = -1
+    """The descriptor that holds the folder flock'd (claim_folder)."""
 
     @classmethod
     def start(cls, python: str, cwd: Path, env: Mapping[str, str], preload: str, log: Path) -> "ForkServer":
         """Start the server: it imports in the background; `wait` before routing anything through it."""
-        folder = Path(tempfile.mkdtemp(prefix="dpo-bench-zygote-"))  # short: a socket path has at most 107 bytes
-        runner = os.getpid()
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                [python, "-m", "bench.isolation.zygote", str(folder), preload, " " * TITLE_ROOM],
-                cwd=cwd,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=out,
-                start_new_session=True,
-                preexec_fn=lambda: lifeline.die_with_parent(runner),
-            )
-        return cls(folder, process, log)
+        launch = Launch(python, cwd, dict(env), preload, log)
+        folder, hold = claim_folder()
+        return cls(folder, launch.popen(folder), log, launch=launch, hold=hold)
+
+    def ended(self) -> str | None:
+        """How the server ended (`killed by SIGKILL`), once it has; None while it runs."""
+        code = self.process.poll()
+        return None if code is None else how_it_ended(code)
+
+    def restart(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
+        """Start the server again in its place, in a new folder (the old one goes); None once it serves, else why it
+        will not (it is stopped then)."""
+        if self.launch is None:
+            raise ValueError("this fork server was not started by ForkServer.start")
+        self.stop()
+        self.folder, self.hold = claim_folder()
+        self.process = self.launch.popen(self.folder)
+        self.ready = self.why_not = None
+        return self.wait(timeout_s)
 
     def wait(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
         """Wait until the server serves; None then, else why it will not (it refused, ended or did not answer)."""
@@ -123,18 +172,37 @@ class ForkServer:
                 pids.append(int(entry.name.split(".", 1)[0]))
         return pids
 
+    def ended_as(self, client: int, token: str) -> int | None:
+        """How the program forked for the client `client` of the cell `token` ended (Popen's return code: negative
+        for a signal); None while it runs (or was never forked)."""
+        try:
+            ended = json.loads((self.folder / ENDED / f"{client}.{token}").read_text())
+        except (OSError, ValueError):  # not ended yet, or caught mid-write
+            return None
+        return -int(ended["signal"]) if "signal" in ended else int(ended.get("exit", 1))
+
+    def forget(self, token: str) -> None:
+        """Remove what the server noted of the cell `token`'s ended programs."""
+        for entry in (self.folder / ENDED).glob(f"*.{token}"):
+            entry.unlink(missing_ok=True)
+
     def stop(self) -> None:
-        """End the server (its children die with it) and remove its folder."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while self.process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+        """End the server (its children die with it) and remove its folder; a stop signal meanwhile waits until it
+        is done."""
+        with DeferredSigint():
             if self.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while self.process.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                    self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.hold >= 0:
+                os.close(self.hold)
+                self.hold = -1

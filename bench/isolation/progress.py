@@ -4,15 +4,19 @@ waiting out its whole time limit.
 Each rank's worker marks the beginning and the end of every training step in its own file in the cell's folder
 (`mark`, called from the step callback) and removes it when training ends (`end_steps`). The executor looks at the
 files while it waits (`stalled`): once a rank has made no progress for the profile's `stall_s`, the cell has stalled.
-In a collective hang every rank stops, so the rank named is the one furthest behind: the rank that stopped between
-steps is behind its peers that began the next step and wait inside it for the stalled one's collective; among equals,
-the one whose last mark is oldest. Before the first step (model loading, a precomputed reference pass) and after the
-last (saving, evaluation) no file exists and nothing is judged: only the cell's time limit applies there. Files
-only, no TRL: the executors and the workers both use this module.
+In a collective hang every rank stops, so the rank named is the one whose process is stopped (a SIGSTOP, a
+debugger: state T in /proc; each mark names its rank's pid), else the one furthest behind: the rank that stopped
+between steps is behind its peers that began the next step and wait inside it for the stalled one's collective; among
+equals, the one whose last mark is oldest. A rank stopped inside a step is level with its peers, which began the same
+step and wait inside it, and its mark may be the newest: only its process state tells it apart. Before the first
+step (model loading, a precomputed reference pass) and after the last (saving, evaluation) no file exists and nothing
+is judged: only the cell's time limit applies there. Files and /proc only, no TRL: the executors and the workers both
+use this module.
 """
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,6 +31,8 @@ class Mark:
     """The file's modification time: the rank's last progress."""
     phase: Phase
     step: int
+    pid: int | None = None
+    """The rank's process (None in a file without one)."""
 
     @property
     def position(self) -> int:
@@ -49,12 +55,13 @@ class StepMarks:
     def __init__(self, folder: Path, rank: int) -> None:
         self.path = step_file(folder, rank)
         self._fd: int | None = None
+        self._pid = os.getpid()
 
     def mark(self, phase: Phase, step: int) -> None:
         """The rank began or ended training step `step` now."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.pwrite(self._fd, f"{phase} {step:>12}\n".encode(), 0)
+        os.pwrite(self._fd, f"{phase} {step:>12} {self._pid:>10}\n".encode(), 0)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -81,12 +88,28 @@ def end_steps(folder: Path, rank: int) -> None:
 def read_mark(path: Path) -> Mark | None:
     try:
         when = path.stat().st_mtime
-        phase, step = path.read_text(encoding="utf-8").split()
+        phase, step, *pid = path.read_text(encoding="utf-8").split()
     except (OSError, ValueError):  # removed meanwhile (the rank ended its steps), or caught mid-write
         return None
-    if phase not in ("began", "ended") or not step.isdigit():
+    if phase not in ("began", "ended") or not step.isdigit() or len(pid) > 1 or not all(p.isdigit() for p in pid):
         return None
-    return Mark(when, phase, int(step))  # type: ignore[arg-type]
+    return Mark(when, phase, int(step), int(pid[0]) if pid else None)  # type: ignore[arg-type]
+
+
+def process_state(pid: int | None) -> str | None:
+    """The state letter of a live process (field 3 of /proc/<pid>/stat: R, S, D, T stopped, t traced); None when
+    there is no such process."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+STOPPED = frozenset("Tt")
+"""Process states of a process that cannot run until it is continued: stopped by a signal, or by a tracer."""
 
 
 def last_marks(folder: Path) -> dict[int, Mark]:
@@ -99,16 +122,22 @@ def last_marks(folder: Path) -> dict[int, Mark]:
     return marks
 
 
-def stall_reason(marks: dict[int, Mark], now: float, stall_s: float) -> str | None:
-    """Pure: why the cell has stalled (no rank progressed for `stall_s`, naming the rank furthest behind), or None."""
+def stall_reason(
+    marks: dict[int, Mark], now: float, stall_s: float, states: Mapping[int, str | None] | None = None
+) -> str | None:
+    """Pure: why the cell has stalled (no rank progressed for `stall_s`), or None. Named is a rank whose process is
+    stopped (`states`: rank -> its process state), else the rank furthest behind, else the oldest mark."""
     if not marks or any(now - m.when <= stall_s for m in marks.values()):
         return None
-    rank, behind = min(marks.items(), key=lambda item: (item[1].position, item[1].when))
+    states = states or {}
+    stopped = {r for r, state in states.items() if state in STOPPED}
+    rank, behind = min(marks.items(), key=lambda item: (item[0] not in stopped, item[1].position, item[1].when))
+    how = f", its process stopped (state {states[rank]})" if rank in stopped else ""
     others = sorted((r, m) for r, m in marks.items() if r != rank)
     also = "; ".join(f"rank {r} waits {m.describe()}" for r, m in others)
     return (
-        f"rank {rank} made no progress for {now - behind.when:.0f} s {behind.describe()} (progress watchdog limit "
-        f"{stall_s:g} s)" + (f"; {also}" if also else "")
+        f"rank {rank} made no progress for {now - behind.when:.0f} s {behind.describe()}{how} (progress watchdog "
+        f"limit {stall_s:g} s)" + (f"; {also}" if also else "")
     )
 
 
@@ -116,4 +145,6 @@ def stalled(folder: Path | None, stall_s: float | None, now: float | None = None
     """The executor's look: why the cell in `folder` has stalled, or None (also without a watchdog)."""
     if folder is None or stall_s is None:
         return None
-    return stall_reason(last_marks(folder), time.time() if now is None else now, stall_s)
+    marks = last_marks(folder)
+    states = {rank: process_state(mark.pid) for rank, mark in marks.items()}
+    return stall_reason(marks, time.time() if now is None else now, stall_s, states)

@@ -9,11 +9,27 @@ mapping outlives the name); the local executor removes whatever a crashed cell l
 
 import contextlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
 PREFIX = "deepspeed_allreduce_buffer"
+CREATE_FAILED = re.compile(rf"shared_create {PREFIX}\S* failed")
+"""What shm.cpp prints when it cannot make a rank's segment (an unwritable or full /dev/shm); the rank then waits
+forever for the segment to appear (shm_interface.cpp polls shared_open while it is missing)."""
+
+
+def buffer_needed(device: str, launcher: str, world: int) -> bool:
+    """Whether a cell's ranks make the segments: DeepSpeed's CPU allreduce, several ranks, all local by the launcher's
+    LOCAL_SIZE, which only the `deepspeed` launcher sets (bench/estimate/terms.py charges their memory)."""
+    return device == "cpu" and launcher == "deepspeed" and world > 1
+
+
+def create_failure(log: str) -> str | None:
+    """The line of a log where a rank could not make its segment, or None."""
+    found = CREATE_FAILED.search(log)
+    return found.group(0) if found else None
 
 
 def segments(addr: str, port: str | int, uid: int | None = None, shm_dir: Path = SHM_DIR) -> list[Path]:

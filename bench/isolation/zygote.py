@@ -4,14 +4,17 @@ Python process of a cell, so that no cell pays the imports (5-8 s per process on
     python -m bench.isolation.zygote FOLDER MODULE:FUNCTION [PADDING]
 
 started by bench/isolation/fork_server.py with the environment the cells share. It calls the preload function
-(bench/worker/preload.py), checks that forking is safe (one Python thread; no CUDA initialised, not even the
-driver loaded: a CUDA context does not survive a fork), notes the file-backed pages it has resident (its children
+(bench/worker/preload.py), shuts NVML down, checks that forking is safe (one Python thread; no CUDA initialised, not
+even the driver loaded, NVML not initialised: a CUDA context does not survive a fork, and each child's CUDA must read
+its own CUDA_VISIBLE_DEVICES: bench/isolation/gpu_state.py), notes the file-backed pages it has resident (its children
 map them again: bench/isolation/zygote_child.py), writes FOLDER/bin/python (bench/isolation/zygote_client.py, the
 interpreter the cells run) and serves FOLDER/socket, printing one JSON line on stdout: {"ready": ...} or
 {"refused": why}. Each request (a client's command line, working directory, environment, standard streams) is
 checked (bench/isolation/zygote_rules.py), forked, and answered with the child's pid and, once it has ended, its
 exit code or signal. A child's pid is listed in FOLDER/children/<pid>.<cell token> while it runs, so that a cell
-that is killed loses every process. The server never runs anything itself: every child starts from the same state.
+that is killed loses every process, and how it ended in FOLDER/ended/<client pid>.<cell token>, so that the runner
+knows it even where the client cannot pass it on. The server never runs anything itself: every child starts from the
+same state.
 """
 
 import contextlib
@@ -27,11 +30,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.isolation import zygote_child, zygote_rules
+from bench.isolation import gpu_state, zygote_child, zygote_rules
 from bench.isolation.zygote_client import HEADER
 
 SOCKET = "socket"
 CHILDREN = "children"
+ENDED = "ended"
 CLIENT = "bin/python"
 TOKEN_ENV = "BENCH_CELL_TOKEN"
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -41,8 +45,9 @@ TITLE_ROOM = 4096
 """Bytes of padding on the server's command line: each child writes its program's command line over it."""
 
 
-def fork_hazards() -> list[str]:
-    """Why forking this process now would hand children a broken state; empty when it is safe."""
+def fork_hazards(maps_text: str | None = None) -> list[str]:
+    """Why forking this process now would hand children a broken state; empty when it is safe. `maps_text`: this
+    process's memory map (default: read now)."""
     hazards = []
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
@@ -50,9 +55,10 @@ def fork_hazards() -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         hazards.append("CUDA was initialised while the libraries imported")
-    with contextlib.suppress(OSError):
-        if "libcuda.so" in Path("/proc/self/maps").read_text():
-            hazards.append("the CUDA driver (libcuda) was loaded while the libraries imported")
+    if gpu_state.libcuda_mapped(maps_text):
+        hazards.append("the CUDA driver (libcuda) was loaded while the libraries imported")
+    if gpu_state.nvml_initialised():
+        hazards.append("NVML is still initialised after the libraries imported")
     return hazards
 
 
@@ -179,7 +185,7 @@ class Server:
         for fd in fds:
             os.close(fd)
         entry = self.folder / CHILDREN / f"{pid}.{body['env'].get(TOKEN_ENV, 'none')}"
-        entry.touch()
+        entry.write_text(str(body["pid"]))  # its client, under which `reap` names how it ended
         self.children[pid] = (connection, os.pidfd_open(pid), entry)
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -191,6 +197,9 @@ class Server:
         ended = (
             {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
         )
+        with contextlib.suppress(OSError):
+            client = entry.read_text()
+            (self.folder / ENDED / f"{client}.{entry.name.split('.', 1)[1]}").write_text(json.dumps(ended))
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps(ended).encode() + b"\n")
         connection.close()
@@ -213,13 +222,15 @@ class Server:
 
 
 def preload(spec: str) -> float:
-    """Call MODULE:FUNCTION with NVML answering CUDA's availability; the seconds it took."""
+    """Call MODULE:FUNCTION with NVML answering CUDA's availability, then shut NVML down as often as the answers
+    initialised it; the seconds it took."""
     module, _, function = spec.partition(":")
     before = os.environ.get(NVML_CHECK_ENV)
     os.environ[NVML_CHECK_ENV] = "1"
     started = time.perf_counter()
     try:
         getattr(importlib.import_module(module), function)()
+        gpu_state.shutdown_nvml()
     finally:
         if before is None:
             os.environ.pop(NVML_CHECK_ENV, None)
@@ -257,6 +268,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"refused": "; ".join(hazards)}), flush=True)
         return 0
     (folder / CHILDREN).mkdir(parents=True, exist_ok=True)
+    (folder / ENDED).mkdir(exist_ok=True)
     write_client(folder / CLIENT)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(folder / SOCKET))

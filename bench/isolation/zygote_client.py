@@ -8,8 +8,9 @@ stays in its place in the launcher's process tree for as long as the child runs:
 launcher sends its ranks, and ends the way the child ended (its exit code, or killed by the same signal); the
 child dies with it.
 
-Where the server is unreachable or refuses the request (an option a child cannot take on, an environment it was
-not imported under), the real interpreter runs the command line instead, naming the reason in FRESH_ENV.
+Where the server is unreachable, refuses the request (an option a child cannot take on, an environment it was
+not imported under) or ends before it forked the child (killed: its connection reset or closed), the real
+interpreter runs the command line instead, naming the reason in FRESH_ENV: nothing of the program ran yet.
 
 Standard library only: this file runs without site-packages.
 """
@@ -82,11 +83,24 @@ def main() -> None:
 
     for number in FORWARDED:
         signal.signal(number, forward)
+    try:
+        served(connection, child, pending, forward)
+    except (OSError, ValueError) as exc:  # the server died: a reset connection, a reply cut short
+        if not child:
+            fresh(f"the fork server at {path} ended before it forked ({exc})")
+    if not child:
+        fresh(f"the fork server at {path} ended before it forked")
+    # the server ended without a word on the child: it died with the server
+    end_like({"signal": signal.SIGKILL})
+
+
+def served(connection: socket.socket, child: list[int], pending: list[int], forward) -> None:
+    """Send the request and follow the replies: the child's pid, then how it ended (this process then ends alike).
+    Returns when the server closed the connection without saying how the child ended."""
     body = request()
     socket.send_fds(connection, [HEADER.pack(len(body))], [0, 1, 2])
     connection.sendall(body)
-    replies = connection.makefile("rb")
-    for line in replies:
+    for line in connection.makefile("rb"):
         message = json.loads(line)
         if "refused" in message:
             connection.close()
@@ -97,8 +111,6 @@ def main() -> None:
                 forward(number, None)
             continue
         end_like(message)
-    # the server ended without a word on the child: it died with the server (the runner is gone)
-    end_like({"signal": signal.SIGKILL})
 
 
 if __name__ == "__main__":

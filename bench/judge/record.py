@@ -13,6 +13,7 @@ from bench.judge.engagement import mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
+from bench.judge.phases import wall_split
 from bench.matrix.cell import Cell, CellAxes
 from bench.results.schema import ErrorClass, PredictionSummary, ProcessStart, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
@@ -105,6 +106,7 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
     outcome, reports = ran.outcome, ran.reports
     sig = signal_of(outcome.exit_code)
     figures = rank_memory(reports, outcome.rank_memory)
+    fault = outcome.harness_fault
     record = _identity(run, cell, expect.world_size, Status.ERROR).model_copy(
         update={
             "trial": ran.trial,
@@ -117,11 +119,15 @@ def finished_record(run: RunFacts, cell: Cell, expect: Expectation, ran: Executi
             "started_at": ran.started_at,
             "finished_at": ran.finished_at,
             "process_start": process_start(reports),
+            "phases": wall_split(outcome, reports),
             "rank_memory": figures,
             "memory_budget_bytes": expect.memory_budget_bytes,
             "prediction": expect.prediction,
+            "harness_fault": redact(fault.what) if fault is not None else None,
         }
     )
+    if fault is not None and fault.spoiled:  # the harness ended the cell: nothing of it is held against the cell
+        return record.model_copy(update={"status": Status.HARNESS, "message": redact(fault.what)})
     errors = [f"{r.error}\n{r.traceback_tail or ''}" for r in sorted(reports, key=lambda r: r.rank) if r.error]
     failed = outcome.timed_out or outcome.stalled or outcome.oom_killed or outcome.exit_code != 0
     if failed or errors or ran.report_problems:
@@ -206,6 +212,15 @@ def _trained(
             "learning": learning,
         }
     )
+
+
+def retried(first: ResultRecord, again: ResultRecord) -> ResultRecord:
+    """The record of a cell run again once after the harness spoiled its first try (`first`, status `harness`): the
+    second try's own status and figures, naming the first try's fault, and the second's where it has one."""
+    note = f"first try: {first.harness_fault}; re-run once"
+    if again.harness_fault:
+        note += f"; then: {again.harness_fault}"
+    return again.model_copy(update={"harness_fault": note})
 
 
 def process_start(reports: list[RankReport]) -> ProcessStart | None:

@@ -12,9 +12,9 @@ from pydantic import Field, model_validator
 from bench.errors import BenchError
 from bench.matrix.axes import Device
 from bench.matrix.yaml_schema import Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
-GPUS_FILE = SCENARIOS_DIR / "gpus.yaml"
+GPUS_FILE = "gpus.yaml"
 NUMBERS = ("memory_gb", "bf16_tflops", "fp16_tflops", "memory_bandwidth_gbs", "interconnect", "host_link")
 """The figures each of which needs a source (`sources.default` or its own)."""
 GPU_ARGUMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::(?P<count>[0-9]+))?$")
@@ -122,8 +122,13 @@ def spelling(name: str) -> str:
     return folded.removeprefix("nvidia")
 
 
+def load_catalog(path: Path | None = None) -> Catalog:
+    """The catalog at `path` (default: the scenario folder in use's), read once per process."""
+    return _catalog_at(path or scenarios_dir() / GPUS_FILE)
+
+
 @functools.cache
-def load_catalog(path: Path = GPUS_FILE) -> Catalog:
+def _catalog_at(path: Path) -> Catalog:
     return load_yaml_model(path, Catalog)
 
 
@@ -158,9 +163,7 @@ def identify(driver_name: str, catalog: Catalog | None = None) -> GpuSpec | None
     name = driver_name.strip()
     found = [g for g in entries if any(re.search(p, name, re.IGNORECASE) for p in g.driver_names)]
     if len(found) > 1:
-        raise BenchError(
-            f"the driver's name {name!r} matches {' and '.join(g.name for g in found)} in {GPUS_FILE.name}"
-        )
+        raise BenchError(f"the driver's name {name!r} matches {' and '.join(g.name for g in found)} in {GPUS_FILE}")
     return found[0] if found else None
 
 

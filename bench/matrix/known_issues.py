@@ -2,7 +2,7 @@
 
 An entry matches when its regex finds the failure text, the cell meets every condition it lists, and every installed
 package it gives a range for is known and inside that range. Pure apart from `known_issues()`, which reads the
-shipped file once.
+file of the scenario folder in use once.
 """
 
 import re
@@ -17,9 +17,9 @@ from pydantic import Field, field_validator
 from bench.matrix.axes import Backend, Init, Launcher, Method, Option, Quant, Setup
 from bench.matrix.cell import Cell
 from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
-KNOWN_ISSUES_FILE = SCENARIOS_DIR / "known_issues.yaml"
+KNOWN_ISSUES_FILE = "known_issues.yaml"
 
 
 class Conditions(Strict):
@@ -116,14 +116,18 @@ class KnownIssuesFile(Strict):
         return value
 
 
-def load_known_issues(path: Path = KNOWN_ISSUES_FILE) -> tuple[KnownIssue, ...]:
-    return load_yaml_model(path, KnownIssuesFile).issues
+def load_known_issues(path: Path | None = None) -> tuple[KnownIssue, ...]:
+    return load_yaml_model(path or scenarios_dir() / KNOWN_ISSUES_FILE, KnownIssuesFile).issues
+
+
+def known_issues(scenarios: Path | None = None) -> tuple[KnownIssue, ...]:
+    """The entries of `scenarios` (default: the scenario folder in use), read once per process."""
+    return _known_issues_at((scenarios or scenarios_dir()) / KNOWN_ISSUES_FILE)
 
 
 @cache
-def known_issues() -> tuple[KnownIssue, ...]:
-    """The shipped entries, read once per process."""
-    return load_known_issues()
+def _known_issues_at(path: Path) -> tuple[KnownIssue, ...]:
+    return load_known_issues(path)
 
 
 def find_known_issue(

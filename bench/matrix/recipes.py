@@ -3,7 +3,7 @@
 An entry applies to a pattern of cells and states each setting once, with the sources that document it and the
 package versions it needs. A recipe cell gets the settings of every matching entry; its `+newcomer` row gets
 what a newcomer does instead (bench/matrix/axes.py Setup). launch.py and the worker read the resolved settings; nothing
-else decides them. Pure apart from `recipes()` (reads the shipped file once) and `installed_versions()`.
+else decides them. Pure apart from `recipes()` (reads the scenario folder's file once) and `installed_versions()`.
 """
 
 from collections.abc import Mapping, Sequence
@@ -18,12 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from bench.matrix.axes import Backend, Device, Init, Launcher, Quant, Setup
 from bench.matrix.packages import installed_versions
 from bench.matrix.yaml_schema import HttpsLinks, OneLine, PackageSpecifiers, Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
 if TYPE_CHECKING:
     from bench.matrix.cell import Cell
 
-RECIPES_FILE = SCENARIOS_DIR / "recipes.yaml"
+RECIPES_FILE = "recipes.yaml"
 
 
 class Settings(Strict):
@@ -120,14 +120,18 @@ class AppliedRecipe(BaseModel):
     requires: tuple[Requirement, ...] = ()
 
 
-def load_recipes(path: Path = RECIPES_FILE) -> tuple[Recipe, ...]:
-    return load_yaml_model(path, RecipesFile).recipes
+def load_recipes(path: Path | None = None) -> tuple[Recipe, ...]:
+    return load_yaml_model(path or scenarios_dir() / RECIPES_FILE, RecipesFile).recipes
+
+
+def recipes(scenarios: Path | None = None) -> tuple[Recipe, ...]:
+    """The entries of `scenarios` (default: the scenario folder in use), read once per process."""
+    return _recipes_at((scenarios or scenarios_dir()) / RECIPES_FILE)
 
 
 @cache
-def recipes() -> tuple[Recipe, ...]:
-    """The shipped entries, read once per process."""
-    return load_recipes()
+def _recipes_at(path: Path) -> tuple[Recipe, ...]:
+    return load_recipes(path)
 
 
 def matching(cell: "Cell", device: str, entries: Sequence[Recipe]) -> list[Recipe]:

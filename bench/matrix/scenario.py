@@ -23,7 +23,7 @@ from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
 from bench.matrix.yaml_schema import Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
 
 class Axes(Strict):
@@ -114,8 +114,9 @@ class MatrixSpec(Strict):
         return self
 
 
-def load_matrix(path: Path = SCENARIOS_DIR / "matrix.yaml") -> MatrixSpec:
-    return load_yaml_model(path, MatrixSpec)
+def load_matrix(path: Path | None = None) -> MatrixSpec:
+    """matrix.yaml at `path` (default: the scenario folder in use's)."""
+    return load_yaml_model(path or scenarios_dir() / "matrix.yaml", MatrixSpec)
 
 
 def _variant_cells(variant: Variant) -> list[Cell]:

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from bench.matrix.axes import Option
 from bench.matrix.cell import Cell
-from bench.matrix.profiles import HardwareProfile, Optimizer, Workload
+from bench.matrix.profiles import Count, HardwareProfile, LoraRank, MaxLength, Optimizer, Steps, Workload
 from bench.matrix.reference import can_be_precomputed
 from bench.matrix.yaml_schema import Strict
 
@@ -18,11 +18,11 @@ ALL_LINEAR = "all-linear"
 class TrainingSettings(Strict):
     """None: the workload's (or the profile's, for precision) value."""
 
-    max_length: int | None = Field(default=None, ge=8)
-    batch_size: int | None = Field(default=None, ge=1)
-    grad_accum: int | None = Field(default=None, ge=1)
-    steps: int | None = Field(default=None, ge=2)
-    lora_r: int | None = Field(default=None, ge=1)
+    max_length: MaxLength | None = None
+    batch_size: Count | None = None
+    grad_accum: Count | None = None
+    steps: Steps | None = None
+    lora_r: LoraRank | None = None
     lora_targets: tuple[str, ...] | None = Field(default=None, min_length=1)
     """Module names, or (`all-linear`,): every linear layer of the decoder."""
     gradient_checkpointing: bool | None = None
@@ -57,6 +57,24 @@ def apply_to_workload(
         model = workload.model.model_validate({"weights": "random", "config": str(config_file), "seed": 0})
         update |= {"model": model, "name": name or config_file.parent.name}
     return workload.model_copy(update=update)
+
+
+def in_effect(profile: HardwareProfile, workload: Workload) -> TrainingSettings:
+    """Every setting's value in `profile` and `workload` (what `apply_to_workload` and `apply_to_profile` set): what a
+    run trains with, whatever flags said so."""
+    train, lora = workload.train, workload.lora
+    return TrainingSettings(
+        max_length=train.max_length,
+        batch_size=train.per_device_train_batch_size,
+        grad_accum=train.gradient_accumulation_steps,
+        steps=train.steps,
+        lora_r=lora.r,
+        lora_targets=tuple(lora.target_modules),
+        gradient_checkpointing=train.gradient_checkpointing,
+        optim=train.optim,
+        precision=profile.precision,
+        precompute_ref=train.precompute_ref,
+    )
 
 
 def apply_to_profile(profile: HardwareProfile, settings: TrainingSettings) -> HardwareProfile:

@@ -1,5 +1,7 @@
 """Safe YAML loading into typed schemas, with one-line errors that name the file and the key."""
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -45,9 +47,10 @@ PackageSpecifiers = Annotated[dict[str, str], AfterValidator(_package_specifiers
 
 
 class Strict(BaseModel):
-    """Base for every schema read from user files: unknown keys are errors, values are immutable."""
+    """Base for every schema read from user files: unknown keys are errors, numbers are finite (no .inf or .nan),
+    values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def display_path(path: Path) -> str:
@@ -71,19 +74,44 @@ def read_yaml(path: Path) -> object:
         raise BenchError(f"{display_path(path)}: not UTF-8 text") from None
 
 
-def describe_validation_error(source: str, exc: ValidationError) -> str:
-    err = exc.errors()[0]
+def describe_validation_error(source: str, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line for the first problem, an unknown key before any other (a misspelt key also leaves the key it meant
+    missing); with `model`, an unknown key names the known one it resembles."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(part) for part in err["loc"]) or "<top level>"
+    shown = f"'{key}'" if key.isprintable() else repr(key)  # a key of the file may hold a line break
     ctx = err.get("ctx") or {}
     if err["type"] == "extra_forbidden":
-        return f"{source}: unknown key '{key}'"
+        return f"{source}: unknown key {shown}{_resembling(model, err['loc'])}"
     if err["type"] == "missing":
-        return f"{source}: missing key '{key}'"
+        return f"{source}: missing key {shown}"
     if "expected" in ctx:
         got = err.get("input")
-        return f"{source}: key '{key}': unknown value {got!r}; allowed: {ctx['expected']}"
+        return f"{source}: key {shown}: unknown value {got!r}; allowed: {ctx['expected']}"
     msg = err["msg"].removeprefix("Value error, ")
-    return f"{source}: key '{key}': {msg}"
+    return f"{source}: key {shown}: {msg}"
+
+
+def _resembling(model: type[BaseModel] | None, loc: tuple) -> str:
+    """` (did you mean 'x'?)` where the schema at `loc`'s mapping has a key close to its last part, else ''."""
+    for part in loc[:-1]:
+        if model is None:
+            return ""
+        if isinstance(part, str):
+            field = model.model_fields.get(part)
+            model = None if field is None else _schema_in(field.annotation)
+    if model is None or not isinstance(loc[-1], str):
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _schema_in(annotation: object) -> type[BaseModel] | None:
+    """The schema a field holds: itself, or inside Optional, a union or a list/tuple of them."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((found for arg in typing.get_args(annotation) if (found := _schema_in(arg))), None)
 
 
 def parse_model(source: str, data: object, model: type[Model]) -> Model:
@@ -92,7 +120,7 @@ def parse_model(source: str, data: object, model: type[Model]) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise BenchError(describe_validation_error(source, exc)) from None
+        raise BenchError(describe_validation_error(source, exc, model)) from None
 
 
 def load_yaml_model(path: Path, model: type[Model]) -> Model:

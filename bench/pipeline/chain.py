@@ -257,7 +257,7 @@ def step(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models, 
         env=dict(ctx.launch_env),
         files={spec_path: json.dumps(spec.model_dump(), indent=1)},
     )
-    write_files(plan)
+    write_files(plan, ctx.run_dir)
     Path(spec.report).unlink(missing_ok=True)
     (ctx.run_dir / "logs").mkdir(parents=True, exist_ok=True)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": stage.name}

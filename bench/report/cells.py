@@ -19,6 +19,7 @@ MARKS = {
     Status.NOT_APPLICABLE: "N/A",
     Status.UNTESTED: "❔ untested",
     Status.NOT_RUN: "⏭️ not run",
+    Status.HARNESS: "🛠️ harness",
 }
 """MATRIX.md's marks (Markdown viewers have emoji fonts)."""
 BADGES = {
@@ -33,6 +34,7 @@ BADGES = {
     Status.NOT_APPLICABLE: "N/A",
     Status.UNTESTED: "UNTESTED",
     Status.NOT_RUN: "NOT RUN",
+    Status.HARNESS: "HARNESS",
 }
 """The site's marks: plain text on the status's colour (a browser without an emoji font draws emoji as boxes)."""
 VERDICT_BADGES = {

@@ -161,6 +161,8 @@ def status_change(base: CellSummary | None, head: CellSummary | None) -> str | N
         return "new"
     if head is None:
         return "removed"
+    if Status.HARNESS in (base.status, head.status) and base.status != head.status:
+        return "harness"  # the harness failed on one side: nothing to hold against the cell
     if base.status == Status.OK and head.status != Status.OK:
         return "regression"
     if base.status != Status.OK and head.status == Status.OK:
@@ -200,8 +202,8 @@ def comparability(base_env: EnvFingerprint | None, head_env: EnvFingerprint | No
 
 def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
     """`head: <cell> trials 1, 2 (overlapped by <run>)` per cell with trials measured on a machine another run
-    shared, and `head: <cell> trial 1 (beside <cells> on other devices: memory compared)` for trials of cells
-    that ran side by side."""
+    shared, and `head: <cell> trial 1 (beside <cells> on other devices: memory compared)` (or `in slots of one
+    device`) for trials of cells that ran side by side."""
     by_cell: dict[str, dict[int, ResultRecord]] = {}
     for record in records:
         by_cell.setdefault(record.cell_id, {})[record.trial] = record  # the newest line of a trial wins
@@ -211,8 +213,12 @@ def overlapped_trials(side: str, records: Iterable[ResultRecord]) -> list[str]:
         for shared, what in (
             ([r for r in ordered if r.overlapped_by], lambda rs: f"overlapped by {_names(rs, 'overlapped_by')}"),
             (
-                [r for r in ordered if r.shared_with and not r.overlapped_by],
+                [r for r in ordered if r.shared_with and not r.overlapped_by and not r.gpu_shared],
                 lambda rs: f"beside {_names(rs, 'shared_with')} on other devices: memory compared",
+            ),
+            (
+                [r for r in ordered if r.gpu_shared and not r.overlapped_by],
+                lambda rs: f"beside {_names(rs, 'shared_with')} in slots of one device: memory compared",
             ),
         ):
             if shared:
@@ -226,8 +232,9 @@ def _names(records: list[ResultRecord], field: str) -> str:
 
 
 def measured_alone(records: list[ResultRecord]) -> list[ResultRecord]:
-    """The records whose cell had the machine to itself: no other runner, no other cell of its run meanwhile."""
-    return [r for r in records if not r.overlapped_by and not r.shared_with]
+    """The records whose cell had the machine to itself: no other runner, no other cell beside it (ResultRecord
+    speed_shared)."""
+    return [r for r in records if not r.speed_shared]
 
 
 def own_devices(records: list[ResultRecord]) -> list[ResultRecord]:
@@ -313,11 +320,12 @@ def to_json(comparison: Comparison, fail_on: Iterable[str] = ()) -> dict:
 
 
 MARKER = "<!-- dpo-bench-compare -->"
-STATUS_ORDER = ("regression", "improvement", "changed", "new", "removed")
+STATUS_ORDER = ("regression", "improvement", "changed", "harness", "new", "removed")
 STATUS_LABEL = {
     "regression": "🔴 regression",
     "improvement": "🟢 improvement",
     "changed": "🟡 changed",
+    "harness": "🛠️ harness failed, not the cell",
     "new": "🆕 new",
     "removed": "➖ removed",
 }
@@ -356,7 +364,7 @@ def to_markdown(comparison: Comparison, fail_on: Iterable[str] = ()) -> str:
         f"trials rejects equal distributions (p ≤ {ALPHA}) and the medians differ by more than the threshold "
         f"({c.threshold:.0%}); a cell with fewer than {MIN_TRIALS} trials on a side gets no verdict. "
         f"Status: ok → anything else (learning_failed: ran but did not train correctly, included) is a "
-        f"regression.</sub>",
+        f"regression, but for `harness` (the harness or the machine failed, not the cell).</sub>",
     ]
     return redact("\n".join(lines) + "\n")
 

@@ -17,6 +17,7 @@ MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's m
 import base64
 import gzip
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_argv
 from bench.report.grid import build_grid, row_label
+from bench.report.progress_line import ProgressLine
 
 VERDICT_CODES = "abcdefghij"
 """A point's verdicts are a string, one character per cell: the n-th verdict of the table is the n-th letter."""
@@ -62,12 +64,21 @@ class DecisionPageJob:
     grid: DecisionGrid
     predict: PointPredictor
     jobs: int = 1
+    progress_every_s: float = 10.0
+    """Each model's points say how far they are on standard error this often (and when done)."""
 
 
 def predict_grid(decision: DecisionPageJob) -> tuple[list[PointResult], dict[str, str]]:
     """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
     time each (the points are independent; the order is kept)."""
     grid, models = decision.grid, range(len(decision.grid.models))
+    processes = max(1, min(decision.jobs, len(grid.models)))
+    print(
+        f"decision page: predicting {grid.size():,} points ({len(grid.models)} models, {processes} "
+        f"process{'es' if processes > 1 else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
     if decision.jobs <= 1 or len(grid.models) == 1:
         parts = [_predict_model(decision, i) for i in models]
     else:
@@ -86,13 +97,14 @@ def _predict_model(decision: DecisionPageJob, model: int) -> tuple[list[PointRes
     from bench.matrix.scenario import expand, load_matrix
 
     grid, matrix = decision.grid, expand(load_matrix())
+    mine = [point for point in grid.points() if point[0] == grid.models[model]]
+    progress = ProgressLine(f"decision page, {grid.models[model].name}", len(mine), every_s=decision.progress_every_s)
     points, commands = [], {}
-    for point in grid.points():
-        if point[0] != grid.models[model]:
-            continue
+    for done, point in enumerate(mine, 1):
         profile, result = decision.predict(advise_argv(*point), matrix)
         points.append(result)
         commands.update({c.id: command_template(c, profile) for c in result.cells.values() if c.id not in commands})
+        progress.advanced(done)
     return points, commands
 
 

@@ -9,11 +9,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from bench.assets.model_config import MODELS_DIR
+from bench.assets.model_config import models_dir
 from bench.matrix.gpus import load_catalog
 from bench.matrix.profiles import available
 from bench.matrix.yaml_schema import Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import scenarios_dir
 
 DECIDE_FILE = "decide.yaml"
 ALL = "all"
@@ -66,13 +66,14 @@ def advise_argv(model: ModelChoice, gpu: str, count: int, max_length: int, batch
 
 
 def _shipped_models() -> list[str]:
-    return sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
+    return sorted(p.parent.name for p in models_dir().glob("*/config.json"))
 
 
-def grid_of(data: GridFile, scenarios: Path = SCENARIOS_DIR) -> DecisionGrid:
+def grid_of(data: GridFile, scenarios: Path | None = None) -> DecisionGrid:
+    scenarios = scenarios or scenarios_dir()
     workloads = available(scenarios / "workloads") if data.workloads == ALL else data.workloads
     models = _shipped_models() if data.models == ALL else data.models
-    gpus = [g.name for g in load_catalog().gpus] if data.gpus == ALL else data.gpus
+    gpus = [g.name for g in load_catalog(scenarios / "gpus.yaml").gpus] if data.gpus == ALL else data.gpus
     return DecisionGrid(
         models=(
             *(ModelChoice(w, "--workload") for w in workloads),
@@ -89,4 +90,4 @@ def load_grid(path: Path) -> DecisionGrid | None:
     """The grid `path` states; None when there is no such file (no decision page)."""
     if not path.is_file():
         return None
-    return grid_of(load_yaml_model(path, GridFile))
+    return grid_of(load_yaml_model(path, GridFile), path.parent)

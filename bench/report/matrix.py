@@ -1,11 +1,12 @@
 """The compatibility matrix as Markdown (MATRIX.md, the console) and as a flat table (matrix.csv).
 
-Markdown: rows init · quant, columns backend, one cell label each, variant rows below, and a numbered note with
-the reason (and known issue) of every cell that is not ok (a learning_failed cell's note says which check failed);
-DPO first, then the same per other training method, each in a section of its own.
+Markdown: rows init · quant, columns backend, one cell label each (on a GPU its MFU after the memory), variant rows
+below, and a numbered note with the reason (and known issue) of every cell that is not ok (a learning_failed cell's
+note says which check failed); DPO first, then the same per other training method, each in a section of its own.
 """
 
 from collections.abc import Mapping, Sequence
+from statistics import median
 
 import pandas as pd
 
@@ -40,10 +41,29 @@ def footnotes(summaries: dict[str, CellSummary]) -> tuple[dict[str, int], list[s
 NOT_RUN_YET = "not run yet: the row joined the matrix after this run"
 
 
+def headline_mfu(trials: Sequence[ResultRecord]) -> float | None:
+    """A cell's MFU as its tokens/s are shown (bench/report/summary.py): the median over its ok trials, else what its
+    last failing trial measured; None where no trial has one (a CPU profile: no peak)."""
+    ok = [r.metrics.mfu for r in trials if r.status == Status.OK and r.metrics is not None]
+    if any(r.status == Status.OK and r.metrics is not None for r in trials):
+        return median(ok_mfu) if (ok_mfu := [v for v in ok if v is not None]) else None
+    failing = [r for r in trials if r.status != Status.OK]
+    shown = failing[-1] if failing else trials[-1]
+    return shown.metrics.mfu if shown.metrics is not None else None
+
+
+def mfu_text(mfu: float | None) -> str:
+    """` · MFU 10.2%`, or nothing."""
+    return "" if mfu is None else f" · MFU {mfu:.1%}"
+
+
 def _tables(records: list[ResultRecord], pending: Sequence[str], level: str) -> list[str]:
     """One method's grid, its variant rows and its notes, as Markdown blocks (`level`: the notes' heading)."""
     summaries = summarize(records)
     newest = {r.cell_id: r for r in records}
+    trials: dict[str, dict[int, ResultRecord]] = {}
+    for r in records:
+        trials.setdefault(r.cell_id, {})[r.trial] = r  # the newest line of each trial, as summarize folds them
     grid = build_grid(records)
     numbers, notes = footnotes(summaries)
 
@@ -51,7 +71,8 @@ def _tables(records: list[ResultRecord], pending: Sequence[str], level: str) -> 
         if cell_id is None:
             return "not run"
         note = numbers.get(cell_id)
-        return cell_label(summaries[cell_id]) + (f" [{note}]" if note else "")
+        label = cell_label(summaries[cell_id]) + mfu_text(headline_mfu(list(trials[cell_id].values())))
+        return label + (f" [{note}]" if note else "")
 
     rows = [[row_label(i, q), *(text(grid.cell(i, q, b)) for b in grid.backends)] for i, q in grid.rows]
     parts = [_markdown_table(["init · quant", *grid.backends], rows)] if rows else []
@@ -123,6 +144,7 @@ def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
                 "status": str(r.status),
                 "error_class": str(r.error_class) if r.error_class else "",
                 "tokens_per_s": m.tokens_per_s if m else None,
+                "mfu": m.mfu if m else None,
                 "pairs_per_s": m.pairs_per_s if m else None,
                 "step_time_median_s": m.step_time_median_s if m else None,
                 "train_peak_mib": m.train_peak_bytes / MiB if m and m.train_peak_bytes else None,

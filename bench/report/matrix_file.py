@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import write_whole
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell, method_of_id
 from bench.report.matrix import csv_frame, render
@@ -89,7 +90,7 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
     if pipelines := pipeline_section(run_dir.parent):
         text += "\n" + pipelines
     out = run_dir.parent / "MATRIX.md"
-    out.write_text(text, encoding="utf-8")
+    write_whole(out, text)
     latest = {r.cell_id: r for r in records}
-    csv_frame(list(latest.values())).to_csv(run_dir.parent / "matrix.csv", index=False)
+    write_whole(run_dir.parent / "matrix.csv", csv_frame(list(latest.values())).to_csv(index=False))
     return out

@@ -59,6 +59,7 @@ STATUS_COLORS = {
     Status.UNTESTED: "background:#e4ebf5;color:#555",
     Status.LEARNING_FAILED: "background:#ecdff7",
     Status.NOT_RUN: "background:#f4f4f4;color:#777;border:1px dashed #bbb",
+    Status.HARNESS: "background:#e8eef0;color:#345;border:1px dashed #89a",
 }
 
 

@@ -66,9 +66,11 @@ def _values(records: list[ResultRecord], field: Callable[[Metrics], float | None
 
 def _summary(cell_id: str, trials: list[ResultRecord]) -> CellSummary:
     ok = [r for r in trials if r.status == Status.OK and r.metrics is not None]
-    failing = [r for r in trials if r.status != Status.OK]
+    # a trial the harness spoiled says nothing of the cell: shown only where no trial says more
+    judged = [r for r in trials if r.status != Status.HARNESS] or trials
+    failing = [r for r in judged if r.status != Status.OK]
     # A setup that works two times out of three does not "work".
-    shown = failing[-1] if failing else trials[-1]
+    shown = failing[-1] if failing else judged[-1]
     tokens = [r.metrics.tokens_per_s for r in ok]
     peaks = _values(ok, lambda m: m.train_peak_bytes)
     models = _values(ok, lambda m: m.model_memory_bytes)

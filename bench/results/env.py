@@ -6,17 +6,20 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from bench.errors import BenchError
 from bench.matrix.packages import installed_versions
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.settings import in_effect
 from bench.paths import PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
 from bench.results.layout import CPU_FEATURES_AFTER_FILE, ENV_FILE
 from bench.results.microbench import cpu_matmul_gflops, cpu_memory_gbps
-from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware
+from bench.results.env_schema import EnvFingerprint, DetectedGpu, HostHardware, Training
 from bench.results.store import now_iso
 from bench.secrets import redact
 from bench.files import write_whole
@@ -105,9 +108,15 @@ def _project_relative(path: Path) -> str:
 
 
 def environment_fingerprint(
-    hardware: str, workload: str, executor: str, lock: Path | None, image: str | None
+    hardware: str,
+    workload: str,
+    executor: str,
+    lock: Path | None,
+    image: str | None,
+    training: Training | None = None,
 ) -> EnvFingerprint:
-    """`lock`: the image flavour's lock file, None for a flavour without one (hpu)."""
+    """`lock`: the image flavour's lock file, None for a flavour without one (hpu); `training`: `training_of` the
+    run's profile and workload."""
     installed_from, differences = installation()
     return EnvFingerprint(
         created_at=now_iso(),
@@ -126,6 +135,7 @@ def environment_fingerprint(
         git_sha=git_sha(),
         git_dirty=git_dirty(),
         command=redact(" ".join(sys.argv)),
+        training=training,
         cpu_features=detect_cpu_features(),
     )
 
@@ -151,12 +161,57 @@ def read_env(run_dir: Path) -> EnvFingerprint | None:
     return env
 
 
-def check_resumable(run_dir: Path, force: bool) -> None:
-    """Before a run (re)starts: its env.json reads, and a run with records has one (else the package-version check
-    that resuming relies on cannot be made): one line otherwise, unless `force` re-runs the cells."""
+def training_of(profile: HardwareProfile, workload: Workload) -> Training:
+    """What a run's cells train with (env.json `training`): the workload's name and every training setting in effect,
+    in the flags' vocabulary (bench/matrix/settings.py TrainingSettings)."""
+    return {"workload": workload.name} | in_effect(profile, workload).model_dump(mode="json")
+
+
+def _as_flag(name: str, value: object) -> str:
+    """`--precision bf16`, `--lora-targets q_proj,v_proj`, `--gradient-checkpointing on`; `workload tiny` (--workload
+    or --model names it)."""
+    if isinstance(value, bool):
+        shown = "on" if value else "off"
+    elif isinstance(value, list):
+        shown = ",".join(str(item) for item in value)
+    else:
+        shown = "default" if value is None else str(value)
+    return f"workload {shown}" if name == "workload" else f"--{name.replace('_', '-')} {shown}"
+
+
+def check_training(run_dir: Path, env: EnvFingerprint, asked: Training, defaults: Training) -> None:
+    """One line naming each training setting a resumed run asks for (`asked`) that differs from what its records
+    were measured with. An env.json written before the settings were recorded is taken to hold its workload's
+    defaults (`defaults`: this command's, without its training-setting flags)."""
+    recorded = env.training
+    if recorded is None:
+        recorded = defaults | ({"workload": env.workload} if env.workload else {})
+    differ = [name for name, value in asked.items() if recorded.get(name, value) != value]
+    if not differ:
+        return
+    theirs = ", ".join(_as_flag(name, recorded.get(name)) for name in differ)
+    ours = ", ".join(_as_flag(name, asked[name]) for name in differ)
+    assumed = "" if env.training is not None else " (the defaults: its env.json predates recorded training settings)"
+    raise BenchError(
+        f"{run_dir}: this run trained with {theirs}{assumed}; this command asks for {ours}: a resumed run keeps its "
+        "training settings; start a new run (another --run-id) for these"
+    )
+
+
+def check_resumable(
+    run_dir: Path, force: bool, asked: Training | None = None, defaults: Callable[[], Training] | None = None
+) -> None:
+    """Before a run (re)starts: its env.json reads, its training settings are the ones `asked` (see
+    `check_training`; with `force` too: the re-run cells would sit beside the others), and a run with records has
+    an env.json (else the package-version check that resuming relies on cannot be made): one line otherwise, unless
+    `force` re-runs the cells."""
     from bench.results.store import load_results
 
-    if read_env(run_dir) is not None or force:
+    env = read_env(run_dir)
+    if env is not None and asked is not None:
+        assumed = defaults() if env.training is None and defaults is not None else asked
+        check_training(run_dir, env, asked, assumed)
+    if env is not None or force:
         return
     if recorded := len(load_results(run_dir).records):
         raise BenchError(

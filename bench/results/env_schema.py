@@ -9,6 +9,10 @@ from bench.results.cpu_features import CpuFeatures
 
 LOCAL_VENV = "none (local venv)"
 
+Training = dict[str, str | int | bool | list[str] | None]
+"""env.json `training`: `workload` and each training setting's name (bench/matrix/settings.py TrainingSettings) ->
+its value."""
+
 
 class Open(BaseModel):
     """Unknown keys are kept (and written back), not rejected."""
@@ -77,6 +81,11 @@ class EnvFingerprint(Open):
         return (self.git_sha or "unknown") + (" + uncommitted changes" if self.git_dirty else "")
 
     command: str | None = None
+    training: Training | None = None
+    """What the cells trained with: `workload` (its name) and the value in effect of every training-setting flag
+    (bench/matrix/settings.py TrainingSettings: max_length, precision, ...), whether a flag or the workload and
+    profile set it; a resumed run must ask for the same (bench/results/env.py check_resumable). None in env.json files
+    written before it was recorded."""
     cpu_features: CpuFeatures | None = None
     """What this CPU switches on in torch, oneDNN and bitsandbytes (bench/results/cpu_features.py); None in env.json
     files written before it was recorded."""

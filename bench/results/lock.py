@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import open_own
 
 LOCK_FILE = "run.lock"
 
@@ -46,7 +47,7 @@ def _holder(fd: int) -> int | None:
 def _open(run_dir: Path) -> tuple[Path, int]:
     path = run_dir / LOCK_FILE
     try:
-        return path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return path, open_own(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise BenchError(f"cannot open the run's lock file {path}: {exc.strerror}") from None
 
@@ -92,7 +93,7 @@ def died_holding(run_dir: Path) -> Iterator[int | None]:
     """The pid of the runner that died holding the run (its pid is still in the lock file and no one holds the lock),
     the run's lock held meanwhile; None when the run ended cleanly, never ran here, or a runner holds it now."""
     try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
+        fd = open_own(run_dir / LOCK_FILE, os.O_RDWR)
     except OSError:
         yield None
         return

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import open_own
 from bench.results.layout import ENV_FILE
 from bench.results.lock import LOCK_FILE, RunLock, lock_run
 
@@ -59,7 +60,7 @@ def check_writable(run_dir: Path) -> None:
     launcher has started."""
     probe = run_dir / f".write-check.{os.getpid()}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = open_own(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, b"ok\n")
         finally:

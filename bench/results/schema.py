@@ -8,7 +8,8 @@ from pydantic import BaseModel
 from bench.matrix.cell import CellAxes
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the status `harness` and the field `harness_fault` (records of version 1 have neither)."""
 
 
 class Engagement(BaseModel):
@@ -63,6 +64,7 @@ class Status(StrEnum):
     PREDICTED_OOM = "predicted_oom"
     NOT_RUN = "not_run"
     LEARNING_FAILED = "learning_failed"
+    HARNESS = "harness"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,15 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
     Status.UNTESTED: StatusMeaning(
         "the device's software stack was absent, nothing ran",
         "not run: the device's software stack is absent here (e.g. Gaudi without habana_frameworks); never faked",
+    ),
+    Status.HARNESS: StatusMeaning(
+        "the harness or the machine failed, not the cell (harness: the note says what; a resume runs it again)",
+        "the harness (its fork server, the process standing in for a forked launcher) or the machine under it (a "
+        "`/dev/shm` DeepSpeed cannot write) failed, not the cell: `harness_fault` says what, the cell's own outcome "
+        "is unknown, and nothing of it is held against the cell (compare and the matrices never call it a "
+        "regression; a resume runs it again). Where running it again is safe (the fork server died mid-cell and "
+        "was restarted) the cell is re-run once before anything is recorded. A trial the harness disturbed but "
+        "recovered keeps its own status and names what happened in `harness_fault`",
     ),
 }
 
@@ -220,6 +231,9 @@ class PredictionSummary(BaseModel):
     fits, tight or predicted_oom."""
     margin_bytes: float | None
     terms: dict[str, float] = {}
+    reserved_bytes: float | None = None
+    """GPU: the CUDA caching allocator's predicted peak (what a per-process memory fraction caps); total_bytes less
+    this is what sits outside it (context, workspaces, NCCL buffers). None on CPU and in older records."""
 
 
 class Metrics(BaseModel):
@@ -285,6 +299,10 @@ class ResultRecord(CellAxes):
     status: Status
     error_class: ErrorClass | None = None
     message: str = ""
+    harness_fault: str | None = None
+    """What of the harness or the machine failed during this trial (not the cell): the cause of a `harness` status,
+    or on another status what the harness recovered from (a fork server restarted, a re-run once, a stuck stand-in
+    process ended). None: nothing; records of schema version 1 never say."""
     known_issue: str | None = None
     """Upstream link of the known issue the failure matches (scenarios/known_issues.yaml), if any."""
     known_issue_note: str | None = None
@@ -316,14 +334,25 @@ class ResultRecord(CellAxes):
     """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
     were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
     shared_with: list[str] = []
-    """The cells of its own run that ran on other devices of the machine while it ran (bench/run/side_by_side.py):
-    its memory figures are its own (per process, on its own devices), its speed was measured on a shared host.
-    compare leaves such trials out of its speed verdicts unless asked."""
+    """The cells that ran beside it (bench/run/side_by_side.py): its own run's on other devices of the machine, or,
+    in slots of one device (`gpu_shared`), any run's on that device (another run's as `<run>/<cell>`). Its memory
+    figures are its own (per process, capped at its slot), its speed was measured on a shared host or device."""
     devices: str | None = None
-    """The devices it was given when cells ran side by side (`GPUs 2,3`, `cores 1`); None: the run's own."""
+    """The devices it was given when cells ran side by side (`GPUs 2,3`, `cores 1`, `GPU 0`); None: the run's own."""
+    gpu_shared: bool = False
+    """It ran in a slot of a device other cells ran on at the same time (`run --gpu-slots`, bench/run/slot_ledger.py):
+    memory measured per process, speed shared."""
+    slot: str | None = None
+    """Its slots of the shared device (`2 of 5`, `0-1 of 5`; `0-4 of 5`: alone); None: not run in slots."""
+    memory_cap_bytes: int | None = None
+    """The cap it ran under in its slots, per process: the CUDA caching allocator's (a per-process memory fraction;
+    context and library workspaces sit outside it) or, on CPU, each rank's memory cgroup; None: its profile's own."""
     process_start: ProcessStart | None = None
     """How its ranks started: `forked` from the run's fork server (the libraries imported once per run), `fresh`
     (each an interpreter of its own), `mixed`; None in older records and for cells that did not start."""
+    phases: dict[str, float] = {}
+    """Its wall time split in seconds: the launcher's start, each phase of the rank that finished last, the exit,
+    and what they leave `unaccounted` (bench/judge/phases.py); empty in older records and where no rank reported."""
     emulated_from: str | None = None
     """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
     devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""
@@ -331,6 +360,13 @@ class ResultRecord(CellAxes):
     @property
     def emulated(self) -> bool:
         return self.emulated_from is not None
+
+    @property
+    def speed_shared(self) -> bool:
+        """Its speed was measured with something else on its machine or device: another run (`overlapped_by`), cells
+        beside it (`shared_with`), or its device's other slots (`gpu_shared`). compare's speed verdicts,
+        validate-speed, the speed fit and the time budget's speed leave such records out; memory is its own."""
+        return bool(self.overlapped_by or self.shared_with or self.gpu_shared)
 
 
 EMULATED_NOTE = (

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bench.errors import BenchError
+from bench.files import open_own
 from bench.results.layout import RESULTS_FILE
 from bench.results.schema import ResultRecord
 
@@ -113,7 +114,7 @@ def mend_results(run_dir: Path) -> str | None:
     """Move a torn last line of the run's results file aside (see `_mend_tail`); the notice, or None."""
     path = run_dir / RESULTS_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_own(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -132,7 +133,7 @@ def append_result(run_dir: Path, record: ResultRecord) -> None:
     line = (record.model_dump_json() + "\n").encode()
     path = run_dir / RESULTS_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_own(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             notice = _mend_tail(fd, path)
             if notice:

@@ -6,9 +6,14 @@ matrix order breaking ties), then the rest in the matrix order.
 
 Time: a cell is predicted to take the run's start-up cost (what the cells that ended took beyond their training
 steps, the largest so far; the profile's `start_up_s` until one has ended) plus its steps at the speed model's slow end,
-scaled by how much slower than that the cells of this run have trained (bench/estimate/speed). No cell starts that
-its prediction would end after the budget; those are reported as not run, and a later run with the same --run-id
-resumes them.
+scaled by how much slower than that the cells of this run have trained alone (bench/estimate/speed; a cell whose speed
+was shared, ResultRecord.speed_shared, teaches its start-up only). No cell starts that its prediction would end after
+the budget; those are reported as not run, and a later run with the same --run-id resumes them.
+
+Cells side by side in slots of one device (`run --gpu-slots`) run concurrently: each is held to the deadline on its
+own, from when it starts; a cell started beside others is predicted to take its steps as many times as long as there
+are cells on the device (the slow end: the device's compute split evenly), and the time the exclusive speed pass at
+the end is predicted to take (`reserve`) is kept back from the cells that share the device.
 """
 
 import statistics
@@ -73,40 +78,53 @@ class TimeBudget:
     started: float = field(default_factory=time.monotonic)
     start_ups: list[float] = field(default_factory=list)
     slowdowns: list[float] = field(default_factory=list)
-    """Measured over predicted training time of each cell that trained."""
+    """Measured over predicted training time of each cell that trained alone."""
+    reserved: list[tuple[Cell, int]] = field(default_factory=list)
+    """Cells (and trials each) kept time for after the cells that share a device: the exclusive speed pass."""
 
     def left(self, now: float | None = None) -> float:
         return self.seconds - ((time.monotonic() if now is None else now) - self.started)
 
-    def predicted_s(self, cell: Cell) -> float:
+    def predicted_s(self, cell: Cell, beside: int = 0) -> float:
+        """Start-up plus training, the training `beside + 1` times as long when `beside` other cells share its
+        device."""
         per_step = self.step_seconds(cell)
         training = UNKNOWN_STEPS_S if per_step is None else per_step * self.steps * self.slowdown
         start_up = max(self.start_ups) if self.start_ups else self.start_up_guess_s
-        return start_up + training
+        return start_up + training * (1 + beside)
+
+    def reserve(self, cells: Sequence[Cell], trials: int) -> None:
+        """Keep `trials` runs of each of `cells` alone, at the end, out of what the shared cells may use."""
+        self.reserved = [(cell, trials) for cell in cells]
+
+    def reserved_s(self) -> float:
+        return sum(self.predicted_s(cell) * trials for cell, trials in self.reserved)
 
     @property
     def slowdown(self) -> float:
         return max(1.0, statistics.median(self.slowdowns)) if self.slowdowns else 1.0
 
-    def not_run(self, cell: Cell) -> str:
-        """Why `cell` is left out, for the progress line."""
-        return (
-            f"not run: predicted {self.predicted_s(cell):.0f} s, {max(0.0, self.left()):.0f} s of the time budget left"
-        )
+    def not_run(self, cell: Cell, beside: int = 0) -> str:
+        """Why `cell` (started beside `beside` others) is left out, for the progress line."""
+        predicted = self.predicted_s(cell, beside)
+        return f"not run: predicted {predicted:.0f} s, {max(0.0, self.left()):.0f} s of the time budget left"
 
-    def fits(self, cell: Cell, now: float | None = None) -> bool:
-        return self.predicted_s(cell) <= self.left(now)
+    def fits(self, cell: Cell, now: float | None = None, beside: int = 0, reserving: bool = False) -> bool:
+        """Whether `cell`, started now beside `beside` others, ends within the budget (`reserving`: the time kept for
+        the speed pass left aside)."""
+        keep = self.reserved_s() if reserving else 0.0
+        return self.predicted_s(cell, beside) <= self.left(now) - keep
 
     def learn(self, cell: Cell, record: ResultRecord) -> None:
-        """What an ended cell shows: its start-up (wall time beyond its training steps) and, where it trained, how
-        much slower than predicted its steps were."""
+        """What an ended cell shows: its start-up (wall time beyond its training steps) and, where it trained alone,
+        how much slower than predicted its steps were (a shared speed says nothing of the device's)."""
         if record.wall_s is None:
             return
         metrics = record.metrics
         training = metrics.step_time_median_s * self.steps if metrics is not None else 0.0
         self.start_ups.append(max(0.0, record.wall_s - training))
         per_step = self.step_seconds(cell)
-        if metrics is not None and per_step:
+        if metrics is not None and per_step and not record.speed_shared:
             self.slowdowns.append(metrics.step_time_median_s / per_step)
 
     def cell_timeout(self, timeout_s: float, grace_s: float = 60.0) -> float:

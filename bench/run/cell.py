@@ -3,6 +3,7 @@ runnable cell: plan (pure: argv, environment, file contents) -> write its files 
 (bench/judge/record.py, the only place records are built).
 """
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.assets.prepare import PreparedAssets, cell_dataset
-from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan
+from bench.errors import BenchError
+from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan, Outcome
+from bench.files import own_folder, without_link
 from bench.judge.mfu import inputs_for
-from bench.judge.record import Execution, Expectation, RunFacts, finished_record
+from bench.judge.record import Execution, Expectation, RunFacts, finished_record, retried
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -52,6 +55,14 @@ def disk_full_failure(record: ResultRecord, free: int) -> str | None:
         if any(text in line for text in DISK_FULL_MESSAGES):
             return f"{record.cell_id} failed: {line.strip()}"
     return None
+
+
+def absent_assets(assets: PreparedAssets) -> list[tuple[str, str]]:
+    """(what, path) of each prepared folder the assets name that is not there (moved or deleted since it was
+    prepared); a Hub id names no folder. A cell given such a path would take it for a Hub id and fail."""
+    named = [("model", assets.model), ("tokenizer", assets.tokenizer), ("dataset", assets.dataset)]
+    named += [(f"{form} dataset", folder) for form, folder in assets.derived.items()]
+    return [(what, path) for what, path in named if os.path.isabs(path) and not os.path.exists(path)]
 
 
 @dataclass
@@ -134,17 +145,44 @@ def run_cell(
     """Plan, write, execute and record one trial of a runnable cell. fresh=False keeps what the cell's folder holds
     (a scheduler job an earlier run submitted is still writing into it). `placement`: its devices when cells run
     side by side (bench/run/side_by_side.py). DiskFull when the results folder has too little room to start, or the
-    cell failed on a full disk: nothing is recorded then."""
+    cell failed on a full disk: nothing is recorded then. A trial the harness spoiled (status `harness`) where
+    running it again is safe is run once more, its record naming the first try's fault (the first try's log is kept
+    as `<cell>.first-try.log`). BenchError when a prepared asset folder is gone: the run stops."""
     if (free := free_bytes(ctx.run_dir)) < MIN_FREE_BYTES:
         raise DiskFull(f"{free >> 10} KiB free in {ctx.run_dir}; a cell needs {MIN_FREE_BYTES >> 20} MiB")
+    if gone := absent_assets(ctx.assets):
+        what, path = gone[0]
+        raise BenchError(
+            f"the workload's prepared {what} {path} is gone (moved or deleted during the run): {cell.id} and the "
+            f"cells after it would take it for a Hub id; resume with --run-id {ctx.run_id} to prepare it again"
+        )
+    record, outcome = _trial(ctx, cell, trial, prediction, fresh, timeout_s, placement)
+    fault = outcome.harness_fault
+    if record.status != Status.HARNESS or fault is None or not fault.retry:
+        return record
+    log = RunFolder(ctx.run_dir).log(cell.id, trial)
+    log.replace(log.with_name(f"{log.stem}.first-try{log.suffix}"))
+    again, _ = _trial(ctx, cell, trial, prediction, fresh, timeout_s, placement)
+    return retried(record, again)
+
+
+def _trial(
+    ctx: RunContext,
+    cell: Cell,
+    trial: int,
+    prediction: PredictionSummary | None,
+    fresh: bool,
+    timeout_s: float | None,
+    placement: "SlotPlacement | None",
+) -> tuple[ResultRecord, Outcome]:
+    """One try of a trial: its record, and the executor's outcome it was judged from."""
     folder = RunFolder(ctx.run_dir)
     config_dir = folder.configs(cell.id)
     out_dir = folder.cell(cell.id)
     if fresh:
         shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    folder.logs.mkdir(exist_ok=True)
-    dataset = out_dir / "dataset"
+    dataset = own_folder(out_dir / "dataset", ctx.run_dir)  # a link on the way is replaced (bench/files.py)
+    own_folder(folder.logs, ctx.run_dir)
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
     spec = WorkerSpec(
@@ -159,7 +197,7 @@ def run_cell(
     plan = _written_plan(ctx, spec, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
     labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
-    log_path = folder.log(cell.id, trial)
+    log_path = without_link(folder.log(cell.id, trial))  # the executor's output makes a file of its own there
     limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
     started = now_iso()
     try:
@@ -171,10 +209,11 @@ def run_cell(
     reports, problems = read_rank_reports(out_dir)
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    record = finished_record(ctx.facts, cell, _expectation(ctx, spec, prediction, limit), ran)
+    expected = _expectation(ctx, spec, prediction, limit, plan.memory_budget_bytes)
+    record = finished_record(ctx.facts, cell, expected, ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
-    return record
+    return record, outcome
 
 
 def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement: "SlotPlacement | None") -> LaunchPlan:
@@ -191,12 +230,17 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
         cores=placement.cores if placement is not None else None,
         slot=placement.first if placement is not None else None,
     )
-    write_files(plan)
+    if placement is not None and placement.memory_budget_bytes is not None:
+        plan = dataclasses.replace(plan, memory_budget_bytes=placement.memory_budget_bytes)
+    write_files(plan, ctx.run_dir)
     return plan
 
 
-def _expectation(ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float) -> Expectation:
-    """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget and time limit."""
+def _expectation(
+    ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float, budget: int | None = None
+) -> Expectation:
+    """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget (`budget`: its slot's,
+    else the executor's) and time limit."""
     cell, train = spec.cell, ctx.workload.train
     world = world_size(cell, ctx.profile)
     precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
@@ -208,7 +252,7 @@ def _expectation(ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummar
         mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
-        memory_budget_bytes=ctx.executor.memory_budget_bytes,
+        memory_budget_bytes=budget if budget is not None else ctx.executor.memory_budget_bytes,
         prediction=prediction,
         timeout_s=limit,
     )

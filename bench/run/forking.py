@@ -4,8 +4,10 @@ each Python process as an interpreter of its own, and the fork server's life wit
 `auto` forks on CPU profiles run by the local executor without a memory budget. Elsewhere cells start fresh: in a
 container or a Slurm job the server's process is not there; under a per-rank memory budget the libraries' pages a
 child shares with the server stay charged to the server's memory cgroup, not to the rank's, so the rank's cgroup peak
-would not be its own; on GPUs the server may only import what leaves CUDA untouched (bench/worker/preload.py
-`accelerator`), which is not yet validated on a GPU box: `--start forked` asks for it there.
+would not be its own. On accelerators the server imports what every cell imports without initialising CUDA or
+leaving NVML initialised (bench/worker/preload.py `accelerator`); `auto` forks there once the profile names a pair of
+runs, forked and fresh, whose cells ended alike (`fork_validated_by`, bench/selfbench/fork_parity.py), and until
+then `--start forked` asks for it.
 """
 
 import contextlib
@@ -18,7 +20,7 @@ from bench.matrix.profiles import HardwareProfile
 from bench.run.launch import shared_env
 
 CHOICES = ("auto", "forked", "fresh")
-PRELOAD = {"cpu": "bench.worker.preload:cpu"}
+PRELOAD = {"cpu": "bench.worker.preload:cpu", "hpu": "bench.worker.preload:hpu"}
 """Per device kind, the preload function (MODULE:FUNCTION); any other kind takes ACCELERATOR_PRELOAD."""
 ACCELERATOR_PRELOAD = "bench.worker.preload:accelerator"
 
@@ -31,8 +33,11 @@ def why_fresh(choice: str, executor: Executor, profile: HardwareProfile) -> str 
         return f"the {executor.name} executor starts each cell where no fork server runs"
     if executor.memory_budget_bytes is not None:
         return "under a per-rank memory budget a forked rank's library pages stay charged to the fork server's cgroup"
-    if choice == "auto" and profile.device != "cpu":
-        return f"forking on {profile.device} is not yet validated (--start forked asks for it)"
+    if choice == "auto" and profile.device != "cpu" and profile.fork_validated_by is None:
+        return (
+            f"forking on {profile.device} is not yet validated for {profile.name} (its profile names no runs that "
+            "ended alike forked and fresh: fork_validated_by; --start forked asks for it)"
+        )
     return None
 
 

@@ -1,7 +1,7 @@
 """Every cell of a run in flight at once under a scheduler: one thread per cell trial submits its job and waits;
 the cluster decides the order. Records are appended by this (the main) thread as each job ends, with one progress
-line per job and the queue's state (running, pending, ...). Ctrl-C scancels every job of the run and waits until
-none is left before it re-raises.
+line per job and the queue's state (running, pending, ...). Ctrl-C (or SIGTERM, SIGHUP) scancels every job of the
+run and waits until none is left before it re-raises.
 """
 
 import sys
@@ -9,6 +9,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
+from bench.isolation.deferred_sigint import stopped_by
 from bench.judge.slurm_states import with_job_state
 from bench.matrix.cell import Cell
 from bench.results.layout import RunFolder, trial_key
@@ -70,8 +71,12 @@ def run_in_flight(
             if queue != last_queue and remaining:
                 print(f"      jobs: {queue}", file=out, flush=True)
                 last_queue = queue
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: cancelling every job of run {ctx.run_id} (scancel) ...", file=out, flush=True)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (bench/isolation/deferred_sigint.py)
+        print(
+            f"\ninterrupted{stopped_by(exc)}: cancelling every job of run {ctx.run_id} (scancel) ...",
+            file=out,
+            flush=True,
+        )
         left = executor.cancel_all()
         pool.shutdown(wait=False, cancel_futures=True)
         state = f"{len(left)} job(s) still alive: {', '.join(left)}" if left else "no job of the run is left"

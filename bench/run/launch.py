@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from bench.executors.base import LaunchPlan
+from bench.files import own_folder, write_whole
 from bench.isolation.zygote_rules import per_process
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.launchers.accelerate import accelerate_config
@@ -128,10 +129,11 @@ def plan_launch(
     )
 
 
-def write_files(plan: LaunchPlan) -> None:
+def write_files(plan: LaunchPlan, inside: Path) -> None:
+    """The plan's files, each written whole in a folder of its own below `inside` (the run folder): a link there, to
+    a file or a folder, is replaced, never written through (bench/files.py)."""
     for path, text in plan.files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_whole(own_folder(path.parent, inside) / path.name, text)
 
 
 def host_threads(backend: BackendSpec, profile: HardwareProfile, ranks: int, cpus: int) -> int:

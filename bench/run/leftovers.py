@@ -1,14 +1,19 @@
 """Before a run starts: clean up after every runner of the same hardware profile that ended mid-cell without
 cleaning up (SIGKILL, a crash, a power cut): the processes the local executor named in the run folder, and the docker
-containers and Slurm jobs that outlive their runner (labelled with, or writing into, the dead runner's run folder).
+containers and Slurm jobs that outlive their runner (labelled with, or writing into, the dead runner's run folder);
+and after any runner of this user's that died while its fork server ran: the server's folder.
 """
 
 import contextlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from bench.errors import BenchError
 from bench.executors.docker import labelled_containers, remove_container
 from bench.executors.local import LIVE_FILES, clean_up_after
+from bench.isolation.server_folder import FOLDER_PREFIX, left_behind
 from bench.results.lock import LOCK_FILE, died_holding, runner_gone
 
 
@@ -76,3 +81,33 @@ def cancel_jobs_of(dead: dict[Path, int]) -> list[str]:
                 f"{', '.join(cancelled)}{still}"
             )
     return lines
+
+
+def remove_left_fork_folders(parent: Path | None = None) -> list[str]:
+    """Remove the fork-server folders (in the system's temporary folder, or `parent`) that runners of this user's
+    left when they died: those no runner holds (bench/isolation/server_folder.py) and no live process names on its
+    command line (a server, or a client of one). One line per folder removed."""
+    parent = parent or Path(tempfile.gettempdir())
+    lines = []
+    named: list[bytes] | None = None
+    for folder in sorted(parent.glob(f"{FOLDER_PREFIX}*")):
+        with left_behind(folder) as runner:
+            if runner is None:
+                continue
+            named = command_lines() if named is None else named
+            if any(os.fsencode(folder) in line for line in named):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+        whose = f"of runner {runner}, which is gone" if runner else "that no live process uses"
+        lines.append(f"fork server folder {folder} {whose}")
+    return lines
+
+
+def command_lines() -> list[bytes]:
+    """The command line of every live process but this one (arguments joined by NUL)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                found.append(handle.read())
+    return found

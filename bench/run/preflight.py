@@ -6,14 +6,20 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from bench.errors import BenchError
 from bench.executors.choice import Where
 from bench.executors.docker_images import image_cuda_build
+from bench.isolation.shm_segments import SHM_DIR, buffer_needed
 from bench.matrix.axes import Device
+from bench.matrix.cell import Cell
 from bench.matrix.gpus import GpuSpec, identify
 from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.env import cuda_gpus
 from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
@@ -291,7 +297,35 @@ def preflight(
     card, memory = identified(found, needed_devices(profile))
     if emulate:
         real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
-        return Preflight(launch_env=emulation_env(profile, found), emulated_from=real, card=card)
+        return Preflight(
+            launch_env=emulation_env(profile, found), emulated_from=real, card=card, device_memory_bytes=memory
+        )
     if found.device == "cuda":
         return Preflight(launch_env=visible_env(profile, found), card=card, device_memory_bytes=memory)
     return Preflight(card=card, device_memory_bytes=memory)
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why no file can be made in `folder` (the system's reason), or None when one can (it is removed again)."""
+    try:
+        handle, name = tempfile.mkstemp(prefix="dpo-bench-probe-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(handle)
+    os.unlink(name)
+    return None
+
+
+def shm_check(cells: Iterable[Cell], profile: HardwareProfile, folder: Path = SHM_DIR) -> BenchError | None:
+    """None when no cell that runs here makes DeepSpeed's CPU allreduce buffer in /dev/shm, or a file can be made
+    there; else the one-line refusal: such a cell's ranks would wait for their buffer until the time limit."""
+    runnable = [c for c in cells if not_applicable_reason(c, profile) is None]
+    needing = [c.id for c in runnable if buffer_needed(profile.device, c.launcher, world_size(c, profile))]
+    if not needing or (why := unwritable(folder)) is None:
+        return None
+    shown = ", ".join(needing[:3]) + (f" and {len(needing) - 3} more" if len(needing) > 3 else "")
+    return BenchError(
+        f"{folder} is not writable ({why}): DeepSpeed's CPU allreduce makes its buffers there, so {len(needing)} "
+        f"cell(s) ({shown}) would wait for them until their time limit; make {folder} writable (mount -o remount,rw "
+        f"{folder}) or leave those cells out with --filter"
+    )

@@ -2,15 +2,19 @@
 as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
 """
 
+import contextlib
+import errno
 import json
 import os
 import sys
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
 from bench.executors.local import LocalExecutor
 from bench.files import write_whole
+from bench.isolation.deferred_sigint import stopped_by
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import PredictionSummary, ResultRecord, Status
@@ -29,6 +33,10 @@ from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
 from bench.run.slots import DeviceSlot, machine_devices
 from bench.run.unrecorded import Unrecorded, append_or_keep
+
+if TYPE_CHECKING:
+    from bench.run.memory_slots import SharedDevice
+    from bench.run.side_by_side import Sharing
 
 BUDGET_FILE = "budget.json"
 """What a time-boxed run ran and did not run, with each prediction (run --time-budget)."""
@@ -57,11 +65,14 @@ def execute(
     out=sys.stdout,
     budget: TimeBudget | None = None,
     exclusive: bool = False,
+    slots: "SharedDevice | None" = None,
+    speed_cells: int = 0,
 ) -> list[ResultRecord]:
     """Run (or resume) `repeats` trials of each cell; every record is appended as its trial ends. With a `budget`
     the cells run in coverage order and none starts that would end after it (bench/run/budget.py). Cells run side by
-    side on disjoint devices where the machine has more than a cell takes (bench/run/side_by_side.py), unless
-    `exclusive`. Returns this run's latest record per cell."""
+    side on disjoint devices where the machine has more than a cell takes, or in `slots` of one device's memory, then
+    an exclusive speed pass over up to `speed_cells` of them (bench/run/side_by_side.py), unless `exclusive`. Returns
+    this run's latest record per cell."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if notice := mend_results(ctx.run_dir):
         print(f"warning: {notice}", file=out, flush=True)
@@ -81,12 +92,12 @@ def execute(
 
         run_in_flight(ctx, todo, predictions, done, out)
         return [done[c.id] for c in cells if c.id in done]
-    devices = [] if exclusive else shareable_devices(ctx)
-    if len(devices) > 1 and todo:
+    sharing = None if exclusive or not todo else shared_devices(ctx, slots)
+    if sharing is not None:
         from bench.run.side_by_side import run_side_by_side
 
         try:
-            over = run_side_by_side(ctx, todo, devices, predictions, done, repeats, budget, out)
+            over = run_side_by_side(ctx, todo, sharing, predictions, done, repeats, budget, out, speed_cells)
         except (DiskFull, Unrecorded) as exc:
             kept = len(load_results(ctx.run_dir, quiet=True).records)
             stop = stop_disk_full if isinstance(exc, DiskFull) else stop_unwritable
@@ -120,9 +131,12 @@ def _trials_to_run(
     budget: TimeBudget | None,
 ) -> list[tuple[Cell, int]]:
     """The (cell, trial) pairs not recorded yet (all with `force`), in coverage order under a budget."""
-    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells
+    # a cell once skipped as predicted_oom is not "done" for a run that asks to run such cells; nor is one the harness
+    # spoiled (status harness): its outcome is unknown
     recorded = {
-        (r.cell_id, r.trial) for r in records if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM)
+        (r.cell_id, r.trial)
+        for r in records
+        if not (ctx.run_predicted_oom and r.status == Status.PREDICTED_OOM) and r.status != Status.HARNESS
     }
     if budget is not None:
         runnable = coverage_order(runnable, budget.predicted_s)
@@ -174,10 +188,15 @@ def _run_in_order(
             if budget is not None:
                 budget.learn(cell, record)
             print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (bench/isolation/deferred_sigint.py)
             kept = len(load_results(ctx.run_dir, quiet=True).records) > before
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
-            print(f"\ninterrupted {what}; re-run with --run-id {ctx.run_id} to resume", file=out, flush=True)
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot be told
+                print(
+                    f"\ninterrupted{stopped_by(exc)} {what}; re-run with --run-id {ctx.run_id} to resume",
+                    file=out,
+                    flush=True,
+                )
             raise
         except (DiskFull, Unrecorded, OSError) as exc:
             raise _stopped(ctx, label, exc, lines) from None
@@ -190,10 +209,31 @@ def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int)
         return stop_disk_full(ctx, label, str(exc), lines)
     if isinstance(exc, Unrecorded):
         return stop_unwritable(ctx, label, str(exc), lines)
+    if exc.errno == errno.EISDIR and exc.filename:  # writable, but a folder stands where a file goes
+        folder = exc.filename2 or exc.filename  # a rename of a whole file's temporary names the target second
+        return BenchError(
+            f"{folder} is a folder, where the run writes a file: the run stops; {lines} record(s) kept, {label} "
+            f"not recorded; move {folder} away, then resume with --run-id {ctx.run_id}"
+        )
     what = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
     if exc.errno not in DISK_FULL_ERRNOS:
         return stop_unwritable(ctx, label, what, lines)
     return stop_disk_full(ctx, label, what, lines)
+
+
+def shared_devices(ctx: RunContext, slots: "SharedDevice | None") -> "Sharing | None":
+    """What the cells share: the `slots` of one device's memory (their ledger shared with every run on it), else
+    the machine's devices where it has more than one; None: one cell at a time."""
+    from bench.run.memory_slots import slot_devices
+    from bench.run.side_by_side import Sharing, in_process
+    from bench.run.slot_ledger import DeviceLedger
+
+    cores = sorted(os.sched_getaffinity(0))
+    if slots is not None and not ctx.untested:
+        ledger = DeviceLedger.for_device(slots.key, slots.slots, slots.memory_bytes, ctx.run_id)
+        return Sharing(slot_devices(slots, cores), ledger, slots)
+    devices = shareable_devices(ctx)
+    return in_process(devices, ctx.run_id) if len(devices) > 1 else None
 
 
 def shareable_devices(ctx: RunContext) -> list[DeviceSlot]:

@@ -3,6 +3,8 @@ the workload's assets prepared, the executor chosen, the environment recorded (e
 DeepSpeed host ops made ready, and the cells executed (bench/run/runner.py). What the run printed as its table is
 the CLI's (bench/cli/run.py)."""
 
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,19 +16,23 @@ from bench.executors import docker_images as images
 from bench.executors.base import Executor
 from bench.executors.choice import cells_run_in, select_executor
 from bench.executors.local import LocalExecutor, extensions_dir
+from bench.files import own_folder, without_link
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
 from bench.matrix.packages import PACKAGES
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason
-from bench.results.env import environment_fingerprint, write_env
+from bench.paths import BUILD_DIR
+from bench.results.env import environment_fingerprint, training_of, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
-from bench.run.cell import RunContext
+from bench.run.cell import RunContext, absent_assets
 from bench.run.forking import fork_server
-from bench.run.preflight import Preflight, preflight
+from bench.run.memory_slots import SPEED_CELLS, SharedDevice, SlotRequest, shared_device
+from bench.run.preflight import Preflight, preflight, shm_check
 from bench.run.runner import execute
+from bench.run.slots import VISIBLE_ENV
 
 SlurmFactory = Callable[[HardwareProfile, Path], Executor]
 """Builds the Slurm executor of a run from the options the CLI parsed (bench/executors/slurm/options.py)."""
@@ -53,11 +59,50 @@ class RunRequest:
     time_budget_min: float | None = None
     exclusive: bool = False
     run_predicted_oom: bool = False
+    gpu_slots: int | None = None
+    """--gpu-slots: the device's memory cut into this many slots; None: automatic (bench/run/memory_slots.py)."""
+    speed_cells: int = SPEED_CELLS
+    """--speed-pass: cells of the exclusive speed pass after cells ran in slots."""
 
 
 def run_session(request: RunRequest) -> list[ResultRecord]:
     """Run the request's cells; the records of this session. KeyboardInterrupt passes through once the runner has
-    stopped the running cell and said how to resume."""
+    stopped the running cell and said how to resume, or, before the first cell, once a line has said so."""
+    preparing = True
+    try:
+        ctx, machine = prepared(request)
+        choice = "fresh" if machine.untested_reason else request.start
+        log = without_link(own_folder(request.run_dir / "logs", request.run_dir) / "fork-server.log")
+        with fork_server(choice, ctx.executor, ctx.profile, machine.launch_env, log) as serve:
+            if isinstance(ctx.executor, LocalExecutor) and not machine.untested_reason:
+                host_ops_ready(ctx.executor.python, request)
+            budget = None
+            if request.time_budget_min is not None:
+                budget = time_budget(
+                    request.time_budget_min * 60, ctx.profile, request.workload, request.cells, request.started
+                )
+            if line := serve():
+                print(line, flush=True)
+            preparing = False
+            return execute(
+                ctx,
+                request.cells,
+                request.force,
+                request.repeats,
+                budget=budget,
+                exclusive=request.exclusive,
+                slots=None if machine.untested_reason else device_slots(request, machine, ctx.executor),
+                speed_cells=request.speed_cells,
+            )
+    except KeyboardInterrupt:
+        if preparing:
+            print("interrupted while preparing the run: no cell ran", file=sys.stderr, flush=True)
+        raise
+
+
+def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
+    """The run's context once the machine is checked, the assets prepared, the executor chosen and env.json written;
+    and the machine as the cells will see it."""
     known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     profile = request.profile
     if profile.nodes > 1 and request.executor != "slurm":
@@ -74,7 +119,7 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         assets = PreparedAssets(model="", tokenizer="", dataset="")
     else:
         print(f"preparing workload {request.workload.name} (model, tokenizer, dataset) ...", flush=True)
-        assets = prepare(request.workload)
+        assets = present_assets(request.workload, prepare(request.workload))
     executor, machine = chosen_executor(request, machine, where, assets)
     env = recorded_environment(request, executor)
     ctx = RunContext(
@@ -92,21 +137,43 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
     )
-    choice = "fresh" if machine.untested_reason else request.start
-    log = request.run_dir / "logs" / "fork-server.log"
-    with fork_server(choice, executor, profile, machine.launch_env, log) as serve:
-        if isinstance(executor, LocalExecutor) and not machine.untested_reason:
-            host_ops_ready(executor.python, request)
-        budget = None
-        if request.time_budget_min is not None:
-            budget = time_budget(
-                request.time_budget_min * 60, profile, request.workload, request.cells, request.started
-            )
-        if line := serve():
-            print(line, flush=True)
-        return execute(
-            ctx, request.cells, force=request.force, repeats=request.repeats, budget=budget, exclusive=request.exclusive
-        )
+    return ctx, machine
+
+
+def present_assets(workload: Workload, assets: PreparedAssets, build_dir: Path = BUILD_DIR) -> PreparedAssets:
+    """The prepared assets, every folder of them there: what was prepared here (under `build_dir`) and has gone since
+    (moved or deleted) is prepared again, once; BenchError, in one line, for a folder that is not the suite's to
+    make (a local checkpoint) or that preparing again does not bring back."""
+    gone = absent_assets(assets)
+    if not gone:
+        return assets
+    built = build_dir.resolve() / "assets"
+    what, path = gone[0]
+    if all(Path(p).resolve().is_relative_to(built) for _, p in gone):
+        for folder in {built / Path(p).resolve().relative_to(built).parts[0] for _, p in gone}:
+            print(f"notice: the prepared {what} {path} is gone (moved or deleted): preparing again", flush=True)
+            shutil.rmtree(folder)
+        assets = prepare(workload, build_dir)
+        if not (gone := absent_assets(assets)):
+            return assets
+        what, path = gone[0]
+    raise BenchError(
+        f"workload {workload.name}: its {what} {path} is gone (moved or deleted after it was prepared); put it back, "
+        "or point the workload at where it is now"
+    )
+
+
+def device_slots(request: RunRequest, machine: Preflight, executor: Executor) -> SharedDevice | None:
+    """The device the cells share in slots (--gpu-slots, or automatically on a big card), None: they do not."""
+    slot_request = SlotRequest(
+        slots=request.gpu_slots,
+        exclusive=request.exclusive,
+        local=isinstance(executor, LocalExecutor),
+        emulated=machine.emulated_from is not None,
+        device_bytes=machine.device_memory_bytes,
+        gpu=machine.launch_env.get(VISIBLE_ENV),
+    )
+    return shared_device(request.profile, slot_request)
 
 
 def checked_machine(request: RunRequest, where: str | None) -> Preflight:
@@ -136,15 +203,19 @@ def chosen_executor(
     request: RunRequest, machine: Preflight, where: str | None, assets: PreparedAssets
 ) -> tuple[Executor, Preflight]:
     """The run's executor, and the machine as the cells will see it: where `auto` fell back from an image to this
-    venv, its own torch must see the devices (checked again)."""
+    venv, its own torch must see the devices (checked again), and where cells run on this machine, /dev/shm must take
+    the DeepSpeed buffers of those that make one."""
     if request.executor == "slurm" and not machine.untested_reason:
         if request.slurm is None:
             raise ValueError("a Slurm run needs the executor's options")
         return request.slurm(request.profile, request.run_dir), machine
     kind = "local" if machine.untested_reason else request.executor
     executor = select_executor(kind, request.profile, request.run_dir, assets)
-    if where == "image" and executor.name == "local" and not machine.untested_reason:
-        machine = preflight(request.profile, request.emulate, where="local")
+    if executor.name == "local" and not machine.untested_reason:
+        if where == "image":
+            machine = preflight(request.profile, request.emulate, where="local")
+        if (refusal := shm_check(request.cells, request.profile)) is not None:
+            raise refusal
     return executor, machine
 
 
@@ -152,7 +223,12 @@ def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerpr
     """The run's env.json, written: this interpreter's versions, or the image's where the cells run in one."""
     flavor = request.profile.image_flavor
     env = environment_fingerprint(
-        request.profile.name, request.workload.name, executor.name, images.lock_file(flavor), executor.image
+        request.profile.name,
+        request.workload.name,
+        executor.name,
+        images.lock_file(flavor),
+        executor.image,
+        training_of(request.profile, request.workload),
     )
     if executor.name == "docker":
         inside = images.image_report(executor.image, PACKAGES)
@@ -167,7 +243,7 @@ def host_ops_ready(python: str, request: RunRequest) -> None:
     from bench.run.host_ops import ensure_built, needs_host_ops
 
     if needs_host_ops(c for c in request.cells if not_applicable_reason(c, request.profile) is None):
-        print(ensure_built(python, extensions_dir(), request.run_dir / "host-ops.log"), flush=True)
+        print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
 
 
 def time_budget(

@@ -1,9 +1,15 @@
-"""Cells side by side on disjoint devices (a run without --exclusive on a machine with more devices than its cells
-take: bench/run/slots.py). One thread per running cell plans, executes and builds its record (bench/run/cell.py);
-this (the main) thread starts each cell once its devices are free, appends each record as its cell ends, and
-marks it with the cells that ran meanwhile (`shared_with`) and its devices. A cell that takes every device runs
-alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure that stops
-the run, every running cell is killed and none of them is recorded.
+"""Cells side by side: on disjoint devices of this machine (a run without --exclusive on a machine with more devices
+than its cells take: bench/run/slots.py), or in slots of one device's memory (`run --gpu-slots`: bench/run/
+memory_slots.py, the slots handed out by a ledger every run on the device shares, bench/run/slot_ledger.py). One
+thread per running cell plans, executes and builds its record (bench/run/cell.py); this (the main) thread starts each
+cell once its devices are free, appends each record as its cell ends, and marks it with the cells that ran meanwhile
+(`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every device runs
+alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure that stops the
+run, every running cell is killed and none of them is recorded.
+
+In slots: a cell that runs out of memory under its slots' cap where its own profile gives it more is not recorded; it
+runs again alone (every slot: its profile's own memory) and that is its record. After the cells, an exclusive speed
+pass runs a handful of them (SPEED_TRIALS trials each) alone on the device: speed figures nothing else shared.
 """
 
 import sys
@@ -15,41 +21,59 @@ from typing import TextIO
 from bench.executors.local import LocalExecutor
 from bench.matrix.cell import Cell
 from bench.matrix.scenario import world_size
-from bench.results.schema import PredictionSummary, ResultRecord
-from bench.run.budget import TimeBudget
+from bench.results.layout import RunFolder
+from bench.results.schema import PredictionSummary, ResultRecord, Status
+from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, run_cell
+from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, below_own, cap_bytes, slots_taken
 from bench.run.progress import format_progress
 from bench.run.runners import with_overlap
-from bench.run.slots import DeviceSlot, SlotPlacement, need, pick, start_order
+from bench.run.slot_ledger import DeviceLedger, Devices, Span
+from bench.run.slots import DeviceSlot, SlotPlacement, need, start_order
 from bench.run.unrecorded import append_or_keep
+from bench.units import GiB
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
+
+POLL_S = 1.0
+"""How often a run whose next cell waits for slots another run holds looks again."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial to run; `alone` takes every device (an OOM under a slot's cap run again, the speed pass)."""
+
+    cell: Cell
+    trial: int
+    alone: bool = False
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What the cells share: the devices handed out, the ledger that hands them out, and in slots of one device's
+    memory, that device."""
+
+    devices: list[DeviceSlot]
+    ledger: Devices | DeviceLedger
+    memory: SharedDevice | None = None
+
+
+def in_process(devices: list[DeviceSlot], run_id: str) -> Sharing:
+    """Disjoint devices of this machine, handed out by this runner alone."""
+    return Sharing(devices, Devices(len(devices), run_id))
 
 
 @dataclass
 class Running:
-    cell: Cell
-    trial: int
+    trial: Trial
     placement: SlotPlacement
-    started: float
-    """Epoch seconds."""
-    ended: float | None = None
+    span: Span
 
 
-def label(run: Running, repeats: int) -> str:
-    return run.cell.id + (f" (trial {run.trial + 1}/{repeats})" if repeats > 1 else "")
-
-
-def shared_with(run: Running, others: list[Running]) -> list[str]:
-    """The cells that ran at some moment while `run` did (it has ended). Pure."""
-    assert run.ended is not None
-    return sorted(
-        {
-            o.cell.id
-            for o in others
-            if o is not run and o.started <= run.ended and (o.ended is None or o.ended >= run.started)
-        }
-    )
+def label(trial: Trial, repeats: int) -> str:
+    if trial.trial >= repeats:
+        return f"{trial.cell.id} (speed pass, trial {trial.trial - repeats + 1}/{SPEED_TRIALS})"
+    return trial.cell.id + (f" (trial {trial.trial + 1}/{repeats})" if repeats > 1 else "")
 
 
 def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
@@ -58,127 +82,242 @@ def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
     return need(cell, ctx.profile, world_size(cell, ctx.profile), cell_devices(spec), total)
 
 
+def speed_pass(cells: list[Cell], done: dict[str, ResultRecord], count: int, repeats: int) -> list[Trial]:
+    """The exclusive speed pass: of `cells` (in coverage order), the first `count` whose record is ok with a shared
+    speed, SPEED_TRIALS trials each after the run's own. Pure."""
+    chosen = [c for c in cells if (r := done.get(c.id)) is not None and r.status == Status.OK and r.speed_shared]
+    return [Trial(c, repeats + i, alone=True) for c in chosen[:count] for i in range(SPEED_TRIALS)]
+
+
 def run_side_by_side(
     ctx: RunContext,
     todo: list[tuple[Cell, int]],
-    devices: list[DeviceSlot],
+    sharing: Sharing,
     predictions: dict[str, PredictionSummary | None],
     done: dict[str, ResultRecord],
     repeats: int,
     budget: TimeBudget | None = None,
     out=sys.stdout,
+    speed_cells: int = 0,
 ) -> list[tuple[Cell, float]]:
     """Run `todo` side by side; every record is appended as its cell ends. Without a `budget` (whose coverage order
-    stands) the cells that share the machine go first, then those that take all of it. Returns the cells the time
-    budget left out, with their predictions."""
+    stands) the cells that share the machine go first, then those that take all of it. In slots of one device, then
+    the exclusive speed pass over up to `speed_cells` cells. Returns the cells the time budget left out, with their
+    predictions."""
     executor = ctx.executor
     if not isinstance(executor, LocalExecutor):
         raise TypeError(f"cells run side by side under the local executor only, not {executor.name}")
-    total = len(devices)
-    needs = {c.id: cell_needs(ctx, c, total) for c, _ in todo}
-    pending = list(todo)
-    if budget is None:
-        cells = list({c.id: c for c, _ in todo}.values())
-        order = {c.id: i for i, c in enumerate(start_order(cells, lambda c: needs[c.id], total))}
-        pending.sort(key=lambda item: (order[item[0].id], item[1]))
-    pool = ThreadPoolExecutor(max_workers=total, thread_name_prefix="cell")
-    shared = _Machine(ctx, devices, predictions, done, repeats, budget, out, pending, needs, len(todo), pool)
-    print(f"cells run side by side on {total} devices; a cell that takes them all runs alone", file=out, flush=True)
+    machine = _Machine(ctx, sharing, predictions, done, repeats, budget, out, [Trial(c, t) for c, t in todo])
+    if budget is None:  # the budget's coverage order stands
+        machine.share_first()
+    cells = coverage_order(list({c.id: c for c, _ in todo}.values()), budget.predicted_s if budget else None)
+    if sharing.memory is None:
+        speed_cells = 0
+    if budget is not None and speed_cells:
+        budget.reserve(cells[:speed_cells], SPEED_TRIALS)
+    print(_opening(sharing), file=out, flush=True)
+    pool = ThreadPoolExecutor(max_workers=len(sharing.devices), thread_name_prefix="cell")
+    machine.pool = pool
     try:
-        while shared.pending or shared.running:
-            shared.start_what_fits()
-            if shared.running:
-                shared.record_what_ended()
+        machine.drive()
+        if budget is not None:
+            budget.reserve([], 0)
+        if exclusive := speed_pass(cells, done, speed_cells, repeats):
+            print(f"exclusive speed pass: {len(exclusive) // SPEED_TRIALS} cell(s) x {SPEED_TRIALS} trials, each alone "
+                  "on the device", file=out, flush=True)  # fmt: skip
+            machine.pending, machine.trials = exclusive, machine.trials + len(exclusive)
+            machine.drive()
     except BaseException:
-        left = [label(r, repeats) for r in shared.running.values()]
+        left = [label(r.trial, repeats) for r in machine.running.values()]
         executor.stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         if left:
             print(f"\nstopped {', '.join(left)}: not recorded", file=out, flush=True)
         raise
+    finally:
+        if isinstance(sharing.ledger, DeviceLedger):
+            sharing.ledger.leave()
     pool.shutdown()
-    return shared.over_budget
+    return machine.over_budget
+
+
+def _opening(sharing: Sharing) -> str:
+    memory, ledger = sharing.memory, sharing.ledger
+    if memory is None or not isinstance(ledger, DeviceLedger):
+        return f"cells run side by side on {len(sharing.devices)} devices; a cell that takes them all runs alone"
+    where = f"GPU {memory.gpu}" if memory.gpu is not None else "the host's memory"
+    cap = f"; each capped at its card's {memory.emulated_bytes / 1e9:g} GB" if memory.emulated_bytes else ""
+    return (
+        f"cells run side by side in {memory.slots} slots of {where} ({memory.share_bytes / GiB:.2f} GiB each), "
+        f"admitted by their predicted memory{cap}; other runs on it share the slots through {ledger.path}"
+    )
 
 
 @dataclass
 class _Machine:
-    """The machine's devices shared by the cells of a run: which wait, which run where, which the budget left out."""
+    """The devices shared by the cells of a run: which wait, which run where, which the budget left out."""
 
     ctx: RunContext
-    devices: list[DeviceSlot]
+    sharing: Sharing
     predictions: dict[str, PredictionSummary | None]
     done: dict[str, ResultRecord]
     repeats: int
     budget: TimeBudget | None
     out: TextIO
-    pending: list[tuple[Cell, int]]
-    needs: dict[str, int]
-    """Devices each cell takes."""
-    trials: int
+    pending: list[Trial]
+    pool: ThreadPoolExecutor | None = None
+    trials: int = 0
     """Trials to run in all (the progress lines' denominator)."""
-    pool: ThreadPoolExecutor
-    free: list[int] = field(default_factory=list)
-    spans: list[Running] = field(default_factory=list)
     running: dict[Future, Running] = field(default_factory=dict)
     over_budget: list[tuple[Cell, float]] = field(default_factory=list)
     recorded: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    needs: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.free = list(range(len(self.devices)))
+        self.trials = len(self.pending)
+
+    @property
+    def total(self) -> int:
+        return len(self.sharing.devices)
+
+    def drive(self) -> None:
+        """Until nothing waits or runs: start what fits, record what ends; while another run holds the slots the
+        next cell needs, look again every POLL_S."""
+        shared = isinstance(self.sharing.ledger, DeviceLedger)
+        while self.pending or self.running:
+            self.start_what_fits()
+            if self.running:
+                self.record_what_ended(POLL_S if shared else None)
+            elif self.pending:
+                time.sleep(POLL_S)
+
+    def count(self, trial: Trial) -> int:
+        """The devices a trial takes."""
+        memory = self.sharing.memory
+        if trial.alone:
+            return self.total
+        if memory is None:
+            if trial.cell.id not in self.needs:
+                self.needs[trial.cell.id] = cell_needs(self.ctx, trial.cell, self.total)
+            return self.needs[trial.cell.id]
+        return slots_taken(memory, self.predictions.get(trial.cell.id), world_size(trial.cell, self.ctx.profile))
+
+    def share_first(self) -> None:
+        """The trials of cells that share the devices first (in their order), then those that take them all."""
+        cells = list({t.cell.id: t.cell for t in self.pending}.values())
+        counts = {c.id: self.count(Trial(c, 0)) for c in cells}
+        order = {c.id: i for i, c in enumerate(start_order(cells, lambda c: counts[c.id], self.total))}
+        self.pending.sort(key=lambda t: (order[t.cell.id], t.trial))
+
+    def beside_now(self) -> int:
+        """The cells that would share a device's compute with one started now (slots of one device only)."""
+        return len(self.running) if self.sharing.memory is not None else 0
 
     def start_what_fits(self) -> None:
-        """Start the waiting cells, in order, whose devices are free; one that takes them all waits for the machine
+        """Start the waiting trials, in order, whose devices are free; one that takes them all waits for the device
         to empty, and nothing after it starts before it."""
-        total = len(self.devices)
         for item in list(self.pending):
-            cell, trial = item
-            if self.budget is not None and not self.budget.fits(cell):
-                self.pending.remove(item)
-                self.over_budget.append((cell, self.budget.predicted_s(cell)))
-                print(f"      {cell.id:<40} {self.budget.not_run(cell)}", file=self.out, flush=True)
+            if self.budget is not None and not self._fits(item):
                 continue
-            count = self.needs[cell.id]
-            if count >= total and self.running:
+            count = self.count(item)
+            if count >= self.total and self.running:
                 break  # it runs alone: nothing after it starts before it
-            if any(r.cell.id == cell.id for r in self.running.values()):
+            if any(r.trial.cell.id == item.cell.id for r in self.running.values()):
                 continue
-            indexes = pick(self.free, count, total)
-            if indexes is None:
+            taken = self.sharing.ledger.take(count, item.cell.id)
+            if taken is None:
+                if count >= self.total:
+                    break
                 continue
             self.pending.remove(item)
-            self._start(cell, trial, indexes)
-            if count >= total:
+            self._start(item, *taken)
+            if count >= self.total:
                 break
 
-    def _start(self, cell: Cell, trial: int, indexes: list[int]) -> None:
-        for index in indexes:
-            self.free.remove(index)
-        placement = SlotPlacement(tuple(indexes), tuple(self.devices[i] for i in indexes))
-        timeout = self.budget.cell_timeout(self.ctx.profile.timeout_s) if self.budget is not None else None
-        run = Running(cell, trial, placement, time.time())
-        self.spans.append(run)
-        prediction = self.predictions.get(cell.id)
-        future = self.pool.submit(run_cell, self.ctx, cell, trial, prediction, timeout_s=timeout, placement=placement)
-        self.running[future] = run
-        print(f"      {label(run, self.repeats)} ... ({placement.label})", file=self.out, flush=True)
+    def _fits(self, item: Trial) -> bool:
+        """Whether the budget lets `item` start now; one it does not is left out, and said so."""
+        assert self.budget is not None
+        beside = 0 if item.alone else self.beside_now()
+        if self.budget.fits(item.cell, beside=beside, reserving=not item.alone):
+            return True
+        self.pending.remove(item)
+        self.over_budget.append((item.cell, self.budget.predicted_s(item.cell, beside)))
+        print(f"      {item.cell.id:<40} {self.budget.not_run(item.cell, beside)}", file=self.out, flush=True)
+        return False
 
-    def record_what_ended(self) -> None:
-        """Wait for a running cell to end; append the record of each that did, marked with the cells beside it."""
-        ended, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+    def placement(self, item: Trial, indexes: list[int]) -> SlotPlacement:
+        devices = tuple(self.sharing.devices[i] for i in indexes)
+        memory = self.sharing.memory
+        if memory is None:
+            return SlotPlacement(tuple(indexes), devices)
+        prediction = self.predictions.get(item.cell.id)
+        cap = cap_bytes(memory, len(indexes), prediction, world_size(item.cell, self.ctx.profile))
+        device_bytes = memory.memory_bytes if memory.gpu is not None else None
+        return SlotPlacement(tuple(indexes), devices, cap, device_bytes, memory.slots)
+
+    def _start(self, item: Trial, indexes: list[int], span: Span) -> None:
+        assert self.pool is not None
+        placement = self.placement(item, indexes)
+        timeout = self.budget.cell_timeout(self.ctx.profile.timeout_s) if self.budget is not None else None
+        prediction = self.predictions.get(item.cell.id)
+        future = self.pool.submit(
+            run_cell, self.ctx, item.cell, item.trial, prediction, timeout_s=timeout, placement=placement
+        )
+        self.running[future] = Running(item, placement, span)
+        cap = f", capped at {placement.cap_bytes / GiB:.2f} GiB" if placement.cap_bytes is not None else ""
+        slot = f", slots {placement.slot}" if placement.slot else ""
+        print(f"      {label(item, self.repeats)} ... ({placement.label}{slot}{cap})", file=self.out, flush=True)
+
+    def record_what_ended(self, timeout: float | None) -> None:
+        """Wait (up to `timeout`) for a running cell to end; append the record of each that did, marked with the
+        cells beside it, or send a cell that ran out of memory under its slots' cap back to run alone."""
+        ended, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
         for future in ended:
             run = self.running.pop(future)
-            run.ended = time.time()
-            self.free.extend(run.placement.indexes)
+            names = self.sharing.ledger.give(list(run.placement.indexes), run.span)
             record = future.result()
-            record = with_overlap(record, run.started, run.ended)  # another runner shared the machine
-            record = record.model_copy(
-                update={"shared_with": shared_with(run, self.spans), "devices": run.placement.label}
-            )
+            if self._capped_out(run, record):
+                continue
+            record = self._marked(run, record, names)
             append_or_keep(self.ctx.run_dir, record)
             self.recorded += 1
-            self.done[run.cell.id] = record
+            self.done[run.trial.cell.id] = record
             if self.budget is not None:
-                self.budget.learn(run.cell, record)
+                self.budget.learn(run.trial.cell, record)
             line = format_progress(self.recorded, self.trials, record, time.monotonic() - self.started_at)
             print(line, file=self.out, flush=True)
+
+    def _capped_out(self, run: Running, record: ResultRecord) -> bool:
+        """An OOM under a cap below the cell's own: its log kept aside, the trial queued to run alone first."""
+        memory, cap = self.sharing.memory, run.placement.cap_bytes
+        if memory is None or record.status != Status.OOM or not below_own(memory, cap):
+            return False
+        assert cap is not None
+        log = RunFolder(self.ctx.run_dir).log(run.trial.cell.id, run.trial.trial)
+        if log.exists():
+            log.replace(log.with_suffix(".capped.log"))
+        self.pending.insert(0, Trial(run.trial.cell, run.trial.trial, alone=True))
+        print(
+            f"      {label(run.trial, self.repeats)}: out of memory under its slots' cap ({cap / GiB:.2f} GiB), less "
+            f"than its profile gives it: not recorded, run again alone ({log.with_suffix('.capped.log').name})",
+            file=self.out,
+            flush=True,
+        )
+        return True
+
+    def _marked(self, run: Running, record: ResultRecord, names: list[str]) -> ResultRecord:
+        """The record with the cells beside it and where it ran; another run's cells beside it in the device's
+        slots are named there, not as a run that overlapped it (their memory is their own)."""
+        assert run.span.ended is not None
+        record = with_overlap(record, run.span.started, run.span.ended)  # another runner shared the machine
+        update: dict = {"shared_with": names, "devices": run.placement.label}
+        if self.sharing.memory is not None:
+            sharing_runs = {name.split("/", 1)[0] for name in names if "/" in name}
+            update |= {
+                "gpu_shared": bool(names),
+                "slot": run.placement.slot,
+                "memory_cap_bytes": run.placement.cap_bytes,
+                "overlapped_by": [r for r in record.overlapped_by if r not in sharing_runs],
+            }
+        return record.model_copy(update=update)

@@ -7,6 +7,10 @@ devices its ranks use (bench/worker/placement.py cell_devices on GPUs; one group
 takes every device, and on GPUs an offload cell (its optimizer step runs on every host core:
 bench/run/launch.py host_threads), runs alone. A cell gets aligned blocks where it can (two GPUs: 0-1, 2-3, ...: the
 pairs a box's links usually join).
+
+With `run --gpu-slots` the devices are slots of one device's memory instead (bench/run/memory_slots.py): each a share
+of the card (or, on CPU, of the memory the profile's budget gives a cell) and of the host's cores; a cell takes as
+many as its predicted memory needs and runs capped at them.
 """
 
 from collections.abc import Callable, Sequence
@@ -15,25 +19,35 @@ from dataclasses import dataclass
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
+from bench.worker.emulate import MEMORY_FRACTION_ENV
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
 class DeviceSlot:
-    """One device a cell can take: a GPU (its CUDA_VISIBLE_DEVICES id) or a group of cores."""
+    """One device a cell can take: a GPU (its CUDA_VISIBLE_DEVICES id) or a group of cores; or a slot of one device's
+    memory (`memory_bytes`, its share), with its group of the host's cores."""
 
     gpu: str | None = None
     cores: tuple[int, ...] = ()
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class SlotPlacement:
-    """The devices one cell runs on."""
+    """The devices one cell runs on; in slots of one device's memory, also the cap it runs under there."""
 
     indexes: tuple[int, ...]
     """Their places among the machine's devices."""
     devices: tuple[DeviceSlot, ...]
+    cap_bytes: int | None = None
+    """Memory slots: the per-process cap (the caching allocator's on a GPU, each rank's cgroup on CPU); None: the
+    cell's own profile's."""
+    device_bytes: int | None = None
+    """Memory slots on a GPU: the card's memory, of which the cap is the per-process fraction."""
+    of: int = 0
+    """Memory slots: how many the device has (0: devices of their own)."""
 
     @property
     def first(self) -> int:
@@ -41,23 +55,38 @@ class SlotPlacement:
 
     @property
     def env(self) -> dict[str, str]:
-        """What the cell's launch environment takes from it: its GPUs, as the run's devices."""
-        gpus = [d.gpu for d in self.devices if d.gpu is not None]
-        return {VISIBLE_ENV: ",".join(gpus)} if gpus else {}
+        """What the cell's launch environment takes from it: its GPUs, as the run's devices, and on a GPU shared in
+        slots the per-process memory fraction of its cap (bench/worker/emulate.py applies it)."""
+        gpus = list(dict.fromkeys(d.gpu for d in self.devices if d.gpu is not None))
+        env = {VISIBLE_ENV: ",".join(gpus)} if gpus else {}
+        if self.cap_bytes is not None and self.device_bytes:
+            env[MEMORY_FRACTION_ENV] = f"{min(1.0, self.cap_bytes / self.device_bytes):.6f}"
+        return env
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """On CPU slots: each rank's memory cgroup limit (the cap); None elsewhere (the executor's own)."""
+        return self.cap_bytes if self.of and self.device_bytes is None else None
+
+    @property
+    def slot(self) -> str | None:
+        """How a record names its memory slots: `2 of 5`, `0-1 of 5`; None off memory slots."""
+        return f"{core_ranges(self.indexes)} of {self.of}" if self.of else None
 
     @property
     def cores(self) -> list[int] | None:
         """The cores its processes are bound to (None: any)."""
-        cores = sorted(c for d in self.devices for c in d.cores)
+        cores = sorted({c for d in self.devices for c in d.cores})  # slots of one device may share a core
         return cores or None
 
     @property
     def label(self) -> str:
-        """How a record names the mask: `GPUs 2,3` or `cores 0-3`."""
-        gpus = [d.gpu for d in self.devices if d.gpu is not None]
+        """How a record names the mask: `GPUs 2,3`, `cores 0-3`, or a GPU's slot with its cores `GPU 0 (cores 3-5)`."""
+        gpus = list(dict.fromkeys(d.gpu for d in self.devices if d.gpu is not None))
+        cores = f"core{'s' if len(self.cores or []) > 1 else ''} {core_ranges(self.cores or [])}"
         if gpus:
-            return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(gpus)}"
-        return f"core{'s' if len(self.cores or []) > 1 else ''} {core_ranges(self.cores or [])}"
+            return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(gpus)}" + (f" ({cores})" if self.cores else "")
+        return cores
 
 
 def core_ranges(cores: Sequence[int]) -> str:

@@ -2,7 +2,9 @@
 
     python -m bench.selfbench.perf [--hw cpu] [--run RUN_ID] [--base RUN] [--repeats 3] [--no-imports]
 
-Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records. With
+Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records,
+among them where each launcher's wall goes (the launcher's start, each phase of a rank, the exit: the records'
+`phases`). With
 `--base` (a run id of the same hardware folder, or a run folder: the base side of `make compare-ab`), each figure
 is given for both runs and as a ratio: run the two sides interleaved (compare-ab) so that the machine's drift hits
 both alike. A run with several trials per cell (compare-ab's pairs, --repeats) gives medians over every trial, and
@@ -18,6 +20,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from bench.judge.phases import NAMES, start_up_s
 from bench.paths import RESULTS_DIR
 from bench.results.runs import run_dirs
 from bench.results.schema import ResultRecord, Status
@@ -94,6 +97,44 @@ def launcher_row(group: list[ResultRecord]) -> tuple[float, float, float, float]
     )
 
 
+def phase_groups(records: Iterable[ResultRecord]) -> dict[str, list[ResultRecord]]:
+    """Records that split their wall (bench/judge/phases.py) by launcher, world size and how the ranks started."""
+    groups: dict[str, list[ResultRecord]] = {}
+    for r in records:
+        if r.phases:
+            start = r.process_start.value if r.process_start else "?"
+            groups.setdefault(f"{r.launcher} x{r.world_size} {start}", []).append(r)
+    return groups
+
+
+def phase_row(group: list[ResultRecord]) -> tuple[dict[str, float], float, float]:
+    """Medians over the group: seconds per segment (absent: 0), start-up seconds, and the unaccounted share of the
+    start-up (median of each record's share)."""
+    medians = {name: statistics.median(r.phases.get(name, 0.0) for r in group) for name in NAMES}
+    start_ups = [start_up_s(r.phases) for r in group]
+    shares = [abs(r.phases.get("unaccounted", 0.0)) / s for r, s in zip(group, start_ups, strict=True) if s > 0]
+    return medians, statistics.median(start_ups), statistics.median(shares) if shares else float("nan")
+
+
+def phase_table(records: Iterable[ResultRecord], run: str = "") -> list[str]:
+    """Where each launcher's wall goes, segment by segment (medians over its trials); empty without phases."""
+    groups = phase_groups(records)
+    if not groups:
+        return []
+    lines = [
+        "",
+        f"## Where the wall goes{run}, per launcher (medians over trials, seconds; bench/judge/phases.py)",
+        "",
+        "| launcher x ranks start | trials | " + " | ".join(NAMES) + " | start-up | unaccounted / start-up |",
+        "|---|---|" + "---|" * (len(NAMES) + 2),
+    ]
+    for name, group in sorted(groups.items()):
+        medians, start_up, share = phase_row(group)
+        cells = " | ".join(f"{medians[n]:.2f}" for n in NAMES)
+        lines.append(f"| {name} | {len(group)} | {cells} | {start_up:.2f} | {share:.1%} |")
+    return lines
+
+
 def _minutes(walls: list[float]) -> str:
     return ", ".join(f"{w / 60:.1f}" for w in walls) + " min"
 
@@ -148,6 +189,9 @@ def report(run_dir: Path, repeats: int, base_dir: Path | None = None, imports: b
                 f"| {name} | {len(group)} | {b_wall:.1f} | {wall:.1f} | {b_fixed:.1f} | {fixed:.1f} | "
                 f"{fixed / b_fixed:.2f} | {b_train:.1f} | {train:.1f} |"
             )
+    lines += phase_table(ran, f" in {run_dir.name}" if base_dir else "")
+    if base_dir is not None:
+        lines += phase_table(base, f" in {base_dir.name}")
     if ran:
         slowest = max(ran, key=lambda r: r.wall_s)
         lines += ["", f"Slowest cell: {slowest.cell_id} {slowest.wall_s:.1f} s ({slowest.status})."]

@@ -4,6 +4,10 @@ Nothing imported before main() has told the process its rank in torch's variable
 which does, is imported after)."""
 
 if __name__ == "__main__":
+    # The interpreter is up (a forked rank: the fork server's child has become this program): the rank's phases begin.
+    from bench.worker import phases as _phases
+
+    _phases.mark("main_start")
     # Before the imports below (seconds on a busy machine): this rank dies with its launcher, and with the runner
     # whoever is between them (bench/isolation/lifeline.py). A runner killed before this line is seen gone here.
     import os as _os
@@ -27,6 +31,7 @@ from bench.isolation.shm_segments import remove_group_segments
 from bench.isolation.zygote_client import FRESH_ENV
 from bench.launchers import rank_from_env, torch_rank_env
 from bench.secrets import redact
+from bench.worker import phases
 from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
@@ -63,6 +68,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or spec.profile.threads_per_process))
     started = time.perf_counter()
     import_libraries(spec)
+    phases.mark("imported")
     report.baseline_rss_bytes = memory.current_rss_bytes()
     report.baseline_cgroup_bytes = cgroups.own_usage_bytes() if os.environ.get(cgroups.CELL_ENV) else None
     devices, nvml_sampler = _own_devices(spec)
@@ -79,6 +85,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     report.rank = trainer.accelerator.process_index
     recorder.progress = progress.StepMarks(Path(spec.out_dir), report.rank)
     report.load_s = time.perf_counter() - started
+    phases.mark("trainer_built")
 
     on_cuda = _read_load_peak(report, recorder, devices)
     trainer.train()
@@ -90,6 +97,18 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     if spec.save_dir is not None:
         trainer.save_model(spec.save_dir)  # every rank calls it; the main process writes
     shutdown_distributed()
+
+
+def start_torch() -> None:
+    """Import torch and initialise its CUDA state, where the rank has CUDA, each a phase of its own: before the
+    libraries, one of which (bitsandbytes, through peft) would otherwise initialise CUDA while it imports, as every
+    fresh rank did."""
+    import torch
+
+    phases.mark("torch_imported")
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        phases.mark("cuda_init")
 
 
 def _own_devices(spec: WorkerSpec) -> "tuple[list[int] | None, NvmlSampler | None]":
@@ -164,6 +183,8 @@ def main(argv: list[str]) -> int:
         return 2
     spec = WorkerSpec.read(argv[1])
     os.environ.update(rank_env_for(spec, os.environ))
+    phases.mark("process_start", phases.process_start())
+    start_torch()
     # First of all: everything this rank allocates is charged to its own memory cgroup (when the cell has a budget).
     from bench.isolation import cgroups
     from bench.worker import faults
@@ -182,11 +203,18 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # the runner classifies every failure from this record
         report.error = redact(f"{type(exc).__name__}: {exc}".strip())
         report.traceback_tail = redact("".join(traceback.format_exception(exc))[-4000:])
-        report.write(spec.rank_file(report.rank))
+        finish(report).write(spec.rank_file(report.rank))
         raise
-    report.write(spec.rank_file(report.rank))
+    finish(report).write(spec.rank_file(report.rank))
     faults.corrupt_report(fault, report.rank, spec.rank_file(report.rank))
     return 0
+
+
+def finish(report: RankReport) -> RankReport:
+    """The report with the rank's timeline, marked finished now: it is written, and the process leaves."""
+    phases.mark("finished")
+    report.phases = phases.timeline()
+    return report
 
 
 def leave(code: int) -> None:

@@ -1,6 +1,7 @@
 """--emulate inside the worker: cap this process's CUDA caching allocator at the profile's memory per device,
 before the model is loaded. The runner computes the fraction (profile memory / real device memory) and passes
-it in the launch environment; the visible devices are limited there too (CUDA_VISIBLE_DEVICES).
+it in the launch environment; the visible devices are limited there too (CUDA_VISIBLE_DEVICES). A cell in slots of
+one GPU (`run --gpu-slots`, bench/run/memory_slots.py) is capped the same way, at its slots' share.
 
 The cap covers what torch allocates, not the CUDA context (~0.3-0.6 GB per device), so an emulated run is
 that much more optimistic than the real smaller card.

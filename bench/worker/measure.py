@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench.isolation import progress
-from bench.worker import memory
+from bench.worker import memory, phases
 from bench.worker.rewards import PART_PREFIX, PART_SUFFIX, REWARD_METRIC
 
 ACCURACY_METRICS = ("rewards/accuracies", "accuracy")
@@ -89,11 +89,13 @@ class StepRecorder(TrainerCallback):
         if self.on_train_start is not None:
             self.on_train_start()
         self.train_start = time.perf_counter()
+        phases.mark("train_begun")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._sync()
         self.step_ends.append(time.perf_counter())
         self.cpu_times.append(time.process_time())
+        phases.mark("last_step")
         # GRPO and RLOO keep `_total_train_tokens` at 0 and count prompt + completion tokens, rank-gathered, in the
         # Trainer's state instead
         counted = getattr(self.trainer, "_total_train_tokens", self.counted_tokens) or getattr(
@@ -124,6 +126,8 @@ class StepRecorder(TrainerCallback):
                     self.reward_parts.setdefault(part, []).append(_finite(values[-1]))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.step_ends and not phases.marked("first_step"):
+            phases.mark("first_step")
         if self.progress is not None:
             self.progress.mark("began", len(self.step_ends) + 1)
 

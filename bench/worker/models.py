@@ -14,6 +14,7 @@ from bench.matrix.inits import init_spec
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
 from bench.matrix.reference import reference_plan
+from bench.worker import phases
 from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
@@ -166,7 +167,12 @@ def build_models(spec: WorkerSpec, load: Callable[[WorkerSpec], Any] | None = No
     """The policy (`load`, default a causal LM), and the reference as the cell's init mode places it; `task` is the
     LoRA task type."""
     verify_installed(spec.recipe)  # a recipe on versions it was not documented for never runs as something else
-    load = load or load_causal_lm
+    built = _build(spec, load or load_causal_lm, task)
+    phases.mark("model_loaded")
+    return built
+
+
+def _build(spec: WorkerSpec, load: Callable[[WorkerSpec], Any], task: str) -> Built:
     model = load(spec)
     reference = init_spec(spec.cell.init).reference
     if reference == "none":  # full: every weight of the one model trained, no reference (reference-free methods)

@@ -7,7 +7,9 @@ visible one for a split model), mapped from CUDA's numbering to NVML's through C
 CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order). Inside a container with its own PID namespace NVML reports host PIDs,
 which never match this one: when the only process NVML lists on the cell's device is not in this PID namespace, the
 device is the cell's alone (the launch gives every cell its own GPUs) and that process is this one, so its memory is
-taken (or the device's used memory where NVML withholds the process's). Otherwise the sample is skipped.
+taken (or the device's used memory where NVML withholds the process's). Otherwise the sample is skipped. Cells in
+slots of one GPU (`run --gpu-slots`) run under the local executor, in this PID namespace: each finds its own entry in
+the per-process list, never the device-wide figure its neighbours share.
 """
 
 import contextlib

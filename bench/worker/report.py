@@ -49,6 +49,8 @@ class RankReport(BaseModel):
     after training (bench/worker/stages/reward.py)."""
     pairs_evaluated: int | None = None
     engagement: Engagement | None = None
+    phases: dict[str, float] = {}
+    """Epoch seconds at each moment the rank passed (bench/worker/phases.py EVENTS); empty in older reports."""
     error: str | None = None
     traceback_tail: str | None = None
 

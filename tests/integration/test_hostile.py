@@ -117,6 +117,45 @@ def test_env_json_cases_are_one_line_and_force_rerecords_a_run_without_one(tmp_p
     env.write_bytes(good)
 
 
+def test_a_resume_keeps_its_settings_writes_through_no_link_and_matrix_refuses_an_unknown_run(
+    tmp_path, tmp_path_factory
+):
+    """Against real runners: a run made with the defaults, then resumed with --force and another precision or
+    workload (refused, nothing appended), with its config and log linked to a user's files (replaced, the files
+    untouched), and `matrix` asked for a run id that does not exist (refused, MATRIX.md as it was)."""
+    done = bench_run(tmp_path, CELL, {}, run_id="base1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = tmp_path / "cpu" / "base1"
+    records = (run_dir / "results.jsonl").read_bytes()
+    run = ("run", "--executor", "local", "--filter", CELL, "--run-id", "base1", "--force")
+    for flags, differs in (
+        (("--precision", "bf16"), "--precision fp32"),
+        (("--workload", "tiny-synthetic"), "workload tiny"),
+    ):
+        line = one_line(bench(tmp_path, *run, *flags))
+        assert line.startswith(f"error: {run_dir}: this run trained with {differs}; this command asks for "), line
+    assert (run_dir / "results.jsonl").read_bytes() == records
+
+    user = tmp_path_factory.mktemp("user")
+    for name, linked in (
+        ("spec.json", run_dir / "configs" / CELL / "spec.json"),
+        ("log", run_dir / "logs" / f"{CELL}.log"),
+    ):
+        (user / name).write_text("the user's own")
+        linked.unlink()
+        linked.symlink_to(user / name)
+    forced = bench(tmp_path, *run)
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert [(user / name).read_text() for name in ("spec.json", "log")] == ["the user's own"] * 2
+    assert not any(p.is_symlink() for p in run_dir.rglob("*") if "dataset" not in p.parts)
+
+    (tmp_path / "cpu" / "MATRIX.md").write_text("the committed matrix")
+    line = one_line(bench(tmp_path, "matrix", "--hw", "cpu", "--run-id", "typo-in-run-id"))
+    assert line.startswith("error: --run-id typo-in-run-id: no run of cpu by that name"), line
+    assert (tmp_path / "cpu" / "MATRIX.md").read_text() == "the committed matrix"
+    assert not (tmp_path / "cpu" / "matrix.csv").exists() and not (tmp_path / "cpu" / "typo-in-run-id").exists()
+
+
 def test_a_corrupt_line_is_named_by_every_reader_and_the_others_are_read(tmp_path, scenario_copy):
     done = bench_run(tmp_path, f"{CELL},two_models-none-single", {}, run_id="r")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -227,3 +266,48 @@ def test_a_timeout_names_its_limit(tmp_path, scenario_copy):
     (record,) = load_results(next((tmp_path / "cpu").iterdir())).records
     assert record.status == "timeout" and record.message.startswith("cell exceeded its time limit of 10 s")
     assert leftovers(str(tmp_path)) == []
+
+
+def test_values_that_cannot_work_are_refused_before_preparation(tmp_path, scenario_copy):
+    """Flags and profile values that cannot work and a broken scenario file of `--scenarios`: one line from run,
+    predict (and list), before anything is prepared, and no run folder."""
+    results = tmp_path / "results"
+    run = ("run", "--executor", "local", "--filter", CELL)
+    predict = ("predict", "--hw", "cpu", "--filter", CELL)
+    assert one_line(bench(results, *run, "--steps", "3")).startswith("error: --steps 3: must be at least 7 (")
+    line = one_line(bench(results, *run, "--run-id", ""))
+    assert line == "error: --run-id '' names no run: leave --run-id out to start a new one"
+    profile = scenario_copy / "hardware" / "cpu.yaml"
+    shipped = profile.read_text()
+    for value, why in (
+        ("1.0e+30", "less than or equal to 65536"),
+        ("1.0e-10", "greater than or equal to 0.25"),
+        (".inf", "a finite number"),
+    ):
+        profile.write_text(shipped + f"memory_budget_gb: {value}\n")
+        for args in (run, predict):
+            line = one_line(bench(results, *args, scenarios=scenario_copy))
+            assert line == f"error: {profile}: key 'memory_budget_gb': Input should be {why}", (args, line)
+    profile.write_text(shipped)
+    broken = scenario_copy / "known_issues.yaml"
+    broken.write_text("issues: [\n")
+    for args in (run, predict, ("list",)):
+        assert one_line(bench(results, *args, scenarios=scenario_copy)).startswith(f"error: {broken}: malformed YAML")
+    assert not results.exists()
+
+
+def test_ctrl_c_while_the_workload_is_prepared_is_one_line(tmp_path):
+    """A real SIGINT once the runner says it prepares the workload (about 2 s of work follow, measured): one line,
+    exit 130, and the new run's folder is gone."""
+    import signal
+
+    argv = [sys.executable, "-m", "bench", "--results", str(tmp_path), "run", "--executor", "local", "--filter", CELL]
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert runner.stdout is not None
+    for line in runner.stdout:
+        if line.startswith("preparing workload"):
+            runner.send_signal(signal.SIGINT)
+            break
+    _, err = runner.communicate(timeout=120)
+    assert (runner.returncode, err) == (130, "interrupted while preparing the run: no cell ran\n"), err
+    assert not (tmp_path / "cpu").exists() or list((tmp_path / "cpu").rglob("*")) == []

@@ -20,6 +20,7 @@ CELL = "one_adapter-none-single"
 def test_pretrained_from_local_folder_trains(checkpoint: Path, tmp_path: Path):
     scenarios = tmp_path / "scenarios"
     shutil.copytree(SCENARIOS_DIR, scenarios, ignore=shutil.ignore_patterns("data"))
+    (scenarios / "data").symlink_to(SCENARIOS_DIR / "data")  # the workload's dataset is read from --scenarios
     workload = yaml.safe_load((SCENARIOS_DIR / "workloads" / "tiny.yaml").read_text())
     workload["name"] = "tiny_pretrained"
     workload["model"] = {"weights": "pretrained", "source": str(checkpoint)}

@@ -190,7 +190,9 @@ def test_timeout_oom_and_a_killed_rank_come_from_slurms_job_states(tmp_path):
     print({name: (r.status, r.error_class, r.slurm_state, r.message) for name, r in records.items()})
 
 
-def test_ctrl_c_cancels_every_job_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_cancels_every_job_and_leaves_nothing(tmp_path, signum, status):
+    """Ctrl-C, or SIGTERM (what `timeout` and a scheduler running the runner itself send), while both jobs run."""
     proc = subprocess.Popen(
         bench_argv(tmp_path, "one_adapter-none-single,one_adapter-none-ddp", "r"),
         stdout=subprocess.PIPE,
@@ -209,10 +211,13 @@ def test_ctrl_c_cancels_every_job_and_leaves_nothing(tmp_path):
 
     jobs = wait_for(both_running, 60, "both jobs running")
     time.sleep(3)  # the ranks are importing by now
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     output = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 130, output[-3000:]
-    assert "no job of the run is left" in output
+    assert proc.returncode == status, output[-3000:]
+    by = " by SIGTERM" if signum == signal.SIGTERM else ""
+    assert (
+        f"interrupted{by}: cancelling every job of run r (scancel)" in output and "no job of the run is left" in output
+    )
     assert alive(jobs) == []
     assert all(jobcomp_line(job)["JobState"] == "CANCELLED" for job in jobs)
     assert leftovers(str(tmp_path)) == []

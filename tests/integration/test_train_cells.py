@@ -11,6 +11,7 @@ import pytest
 
 from bench.assets.prepare import prepare
 from bench.isolation.shm_segments import PREFIX, SHM_DIR
+from bench.judge.phases import start_up_s
 from bench.matrix.profiles import load_workload
 from bench.results.store import load_results
 
@@ -87,6 +88,17 @@ def test_metrics_are_sane(run):
             assert m.step_time_p90_s >= m.step_time_median_s > 0
             assert m.train_peak_bytes > model_bytes and m.load_peak_bytes > model_bytes
             assert record.wall_s > 0 and m.load_s > 0
+
+
+def test_every_trained_cell_splits_its_wall_by_its_ranks_phases(run):
+    latest = load_results(run[0]).latest_by_cell()
+    for cell, status in CELLS.items():
+        if status in ("ok", "silent_fallback"):
+            phases = latest[cell].phases
+            assert {"launch", "interpreter", "imports", "model", "trainer", "prepare", "steps", "exit"} <= set(phases)
+            # a process start is known to a clock tick (10 ms): a launch that quick may come out a tick early
+            assert all(seconds > -0.02 for name, seconds in phases.items() if name != "unaccounted"), (cell, phases)
+            assert abs(phases["unaccounted"]) < 0.1 * start_up_s(phases), (cell, phases)
 
 
 def test_configs_and_env_are_kept_next_to_results(run):

@@ -55,7 +55,7 @@ def test_harness_plan_and_write_files(benchmark, tmp_path):
 
     def plan_and_write():
         plan = plan_launch(spec, tmp_path / "configs", port=29555)
-        write_files(plan)
+        write_files(plan, tmp_path)
         return plan
 
     plan = benchmark(plan_and_write)

@@ -24,8 +24,22 @@ def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable[
 
 
 def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[str]) -> dict[str, SpeedPrediction]:
-    """speeds_of the matrix's cells named in `cell_ids`."""
+    """speeds_of the matrix's cells named in `cell_ids`, each with the MFU it implies (where the profile has a
+    peak): what `predict` and PREDICTED.md show."""
     from bench.matrix.scenario import expand, load_matrix
 
-    wanted = set(cell_ids)
-    return speeds_of(profile, workload, [c for c in expand(load_matrix()) if c.id in wanted])
+    wanted = [c for c in expand(load_matrix()) if c.id in set(cell_ids)]
+    speeds = speeds_of(profile, workload, wanted)
+    return {c.id: with_mfu(speeds[c.id], c, profile, workload) for c in wanted if c.id in speeds}
+
+
+def with_mfu(speed: SpeedPrediction, cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> SpeedPrediction:
+    """The prediction with the MFU its tokens/s implies; as it was where there is none (no tokens/s, no peak)."""
+    from bench.estimate.speed.bounds import implied_mfu
+
+    if speed.tokens_per_s is None or not profile.peak_tflops:
+        return speed
+    try:
+        return speed.model_copy(update={"mfu": implied_mfu(speed, cell, profile, workload)})
+    except ValueError:  # no model shape to count the FLOPs of
+        return speed

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from bench.errors import BenchError
 from bench.matrix.yaml_schema import Strict, load_yaml_model
-from bench.paths import SCENARIOS_DIR
+from bench.paths import SCENARIOS_DIR, scenarios_dir
 
 MFU_FILE = SCENARIOS_DIR / "published" / "mfu.yaml"
 
@@ -69,8 +69,13 @@ class MfuFile(Strict):
     figures: tuple[FigureRow, ...]
 
 
+def mfu_file(path: Path | None = None) -> MfuFile:
+    """The published MFU figures at `path` (default: the scenario folder in use's), read once per process."""
+    return _mfu_file_at(path or scenarios_dir() / "published" / MFU_FILE.name)
+
+
 @functools.cache
-def mfu_file(path: Path = MFU_FILE) -> MfuFile:
+def _mfu_file_at(path: Path) -> MfuFile:
     loaded = load_yaml_model(path, MfuFile)
     for row in loaded.figures:
         if (row.throughput is None) == (row.stated is None):

@@ -224,6 +224,9 @@ class SpeedPrediction(BaseModel):
     world_size: int = 1
     terms: dict[str, float] = {}
     """Seconds per step by term (one rank)."""
+    mfu: float | None = None
+    """The MFU the PREDICTED tokens/s implies (bench/judge/mfu.py's convention, the profile's peak), where
+    matrix.speeds_for was asked for it and the profile has a peak."""
 
 
 def predict_speed(

@@ -89,9 +89,9 @@ def _card_of(run_dir: Path) -> DeviceFigures | None:
 
 
 def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
-    """Every ok cell with a throughput, with its step setup at the run's measured sequence length (tokens over
-    steps, ranks and sequences: the data's length, an input like the batch size, not a fitted figure), on the device
-    that ran it: the CPU's measured rates, or the GPU catalog's card."""
+    """Every ok cell with a throughput measured alone (not ResultRecord.speed_shared), with its step setup at the
+    run's measured sequence length (tokens over steps, ranks and sequences: the data's length, an input like the batch
+    size, not a fitted figure), on the device that ran it: the CPU's measured rates, or the GPU catalog's card."""
     from bench.matrix.profiles import load_profile, load_workload
     from bench.matrix.scenario import expand, load_matrix
 
@@ -112,6 +112,8 @@ def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
             metrics = record.metrics
             cell = cells.get(record.cell_id)
             if record.status != "ok" or metrics is None or cell is None or not metrics.tokens_per_s:
+                continue
+            if record.speed_shared:  # another run or cell shared its machine or device: not this device's speed
                 continue
             profile, workload = load_profile(record.hardware), load_workload(record.workload)
             rows = method_spec(cell.method).rows_per_example
@@ -230,10 +232,16 @@ def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
 
 def fit(results: Path, host: HostRate) -> SpeedCalibration:
     """Fit the CPU constants on CPU_FIT_RUNS and the GPU constants on published_speeds.FITTED with GPU_FIT_RUNS
-    (fit_gpu); nothing else."""
-    fit_rows = [m for m in measured_cells(results, host) if m.run in CPU_FIT_RUNS]
-    if not fit_rows:
+    (fit_gpu), as measured under `results`; nothing else."""
+    cells = measured_cells(results, host)
+    if not any(m.run in CPU_FIT_RUNS for m in cells):
         raise BenchError(f"none of the fit runs {', '.join(CPU_FIT_RUNS)} under {results}")
+    return fit_cells(cells, host)
+
+
+def fit_cells(cells: list[MeasuredSpeed], host: HostRate) -> SpeedCalibration:
+    """`fit` over measured cells already read (measured_cells)."""
+    fit_rows = [m for m in cells if m.run in CPU_FIT_RUNS]
     bare = [step_terms(m.setup, m.device, UNIT, m.device.memory_bytes_s) for m in fit_rows]
     rest = [sum(t.values()) - t["compute"] for t in bare]
     features = [
@@ -259,7 +267,7 @@ def fit(results: Path, host: HostRate) -> SpeedCalibration:
     predicted = [_seconds(m, cpu, m.device.memory_bytes_s) for m in fit_rows]
     cpu.log_error_low, cpu.log_error_high = log_error_range(predicted, measured)
 
-    gpu = fit_gpu(measured_cells(results, host), host)
+    gpu = fit_gpu(cells, host)
     return SpeedCalibration(classes={"cpu": cpu, "gpu": gpu}, host=host)
 
 
@@ -307,6 +315,8 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     bounded least squares (scipy.optimize.lsq_linear) weighted 1/measured (relative error), every constant at least
     0 and the efficiency at most 1 (no GEMM beats the card's measured achievable matmul rate), over the
     modelled rest (log-prob tiles, elementwise and LoRA traffic, dequantization, optimizer, communication). The
+    solver is an active-set one (bvls): a constant the rows would push past its bound is the bound itself (the step
+    overhead 0, the efficiency 1), where the trust-region default left it a solver's tolerance inside (5e-20 s). The
     range is the 10th-90th percentile of ln(measured / predicted) over every other GPU row: the held-out ones."""
     import numpy as np
     from scipy.optimize import lsq_linear
@@ -335,7 +345,7 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     rest = np.array([sum(t.values()) - t["compute"] for t in bare])
     weight = 1.0 / measured
     lower = [1.0] + [0.0] * (len(GPU_FEATURES) - 1)
-    found = lsq_linear(design * weight[:, None], (measured - rest) * weight, bounds=(lower, np.inf)).x
+    found = lsq_linear(design * weight[:, None], (measured - rest) * weight, bounds=(lower, np.inf), method="bvls").x
     gpu = ClassConstants(
         efficiency=1.0 / float(found[0]),
         step_overhead_s=float(found[1]),

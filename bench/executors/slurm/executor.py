@@ -22,6 +22,7 @@ from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.local import read_tail
 from bench.executors.slurm.containers import SlurmContainer, wrap
 from bench.executors.slurm.jobs import Accounting, JobRegistry, JobState, cancel, controller_states, submit
+from bench.files import write_whole
 from bench.launchers import job_launch
 from bench.launchers.job import JOB_VARIABLES, NodeLayout, quote
 from bench.matrix.profiles import HardwareProfile
@@ -360,7 +361,8 @@ class SlurmExecutor:
     def _submit(self, plan: LaunchPlan, key: str, cell: str, cell_dir: Path, timeout_s: float) -> str:
         config_dir = next(iter(plan.files)).parent if plan.files else cell_dir
         script = config_dir / ("job.sbatch" if key == cell else f"job.{key.split('.')[-1]}.sbatch")
-        script.write_text(
+        write_whole(
+            script,
             job_script(
                 plan,
                 self.profile,
@@ -373,7 +375,6 @@ class SlurmExecutor:
                 workdir=self.cwd,
                 mounts=[str(self.cwd), str(self.run_dir.resolve())],
             ),
-            encoding="utf-8",
         )
         with self._lock:
             if self._stopping:

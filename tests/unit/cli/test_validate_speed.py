@@ -23,3 +23,15 @@ def test_predict_has_a_predicted_tokens_per_s_column(capsys):
 def test_validate_speed_without_measurements_is_a_one_line_error(tmp_path, capsys):
     assert main(["validate-speed", "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_the_top_level_results_folder_is_the_one_validated(tmp_path, capsys):
+    """`--results` before the command used to be ignored by validate-estimate and validate-speed: they read
+    results/ whatever it said."""
+    empty = tmp_path / "results"
+    empty.mkdir()
+    out = tmp_path / "estimate.md"
+    assert main(["--results", str(empty), "validate-estimate", "--output", str(out)]) == 0
+    assert "| results/" not in out.read_text(), out.read_text()[:2000]
+    assert main(["--results", str(empty), "validate-speed"]) == 2
+    assert f"under {empty}" in capsys.readouterr().err

@@ -240,3 +240,16 @@ def test_a_build_lock_another_runner_holds_open_stays(tmp_path):
         builder.kill()
         builder.wait()
     assert local.remove_stale_build_locks(tmp_path, since=0) == [lock] and not lock.exists()
+
+
+def test_a_plans_own_memory_budget_is_the_one_its_ranks_run_under(tmp_path, monkeypatch):
+    """A cell in a slot of the host's memory carries its cap in its plan: that, else the executor's budget."""
+    import bench.executors.local as local
+    from bench.executors.base import LaunchPlan
+
+    budgets = []
+    monkeypatch.setattr(local, "run_local", lambda plan, log, timeout, cwd, budget, *rest: budgets.append(budget))
+    executor = local.LocalExecutor(tmp_path, memory_budget_bytes=3 << 30)
+    executor.run(LaunchPlan(argv=["true"], memory_budget_bytes=1 << 28), tmp_path / "a.log", 10.0, {})
+    executor.run(LaunchPlan(argv=["true"]), tmp_path / "b.log", 10.0, {})
+    assert budgets == [1 << 28, 3 << 30]

@@ -2,6 +2,7 @@
 processes in tests/integration/test_faults.py."""
 
 import os
+from pathlib import Path
 
 from bench.isolation.progress import Mark, StepMarks, end_steps, last_marks, mark, stall_reason, stalled
 
@@ -79,7 +80,7 @@ def test_a_rank_keeps_one_line_overwritten_at_each_mark_until_training_ends(tmp_
     marks.mark("began", 9)
     marks.mark("ended", 9)
     marks.mark("began", 10)
-    assert (tmp_path / "progress.rank0").read_text() == f"began {10:>12}\n"
+    assert (tmp_path / "progress.rank0").read_text() == f"began {10:>12} {os.getpid():>10}\n"
     assert last_marks(tmp_path)[0].describe() == "inside step 10"
     marks.end()
     marks.end()  # twice is harmless
@@ -92,3 +93,76 @@ def test_only_a_ranks_file_with_a_well_formed_mark_counts(tmp_path):
     (tmp_path / "progress.rank2").write_text("paused 3\n")
     (tmp_path / "progress.rank3").write_text("began 4\n")
     assert list(last_marks(tmp_path)) == [3]
+
+
+def test_a_stopped_rank_is_named_before_any_other_and_says_so():
+    # level inside step 3, rank 0's mark older: only rank 1's state (T: stopped) tells the stalled rank apart
+    marks = {0: Mark(90.0, "began", 3, pid=10), 1: Mark(95.0, "began", 3, pid=11)}
+    assert stall_reason(marks, now=120.0, stall_s=8.0).startswith("rank 0 made no progress for 30 s inside step 3 (")
+    assert stall_reason(marks, now=120.0, stall_s=8.0, states={0: "S", 1: "S"}).startswith("rank 0 made no")
+    assert stall_reason(marks, now=120.0, stall_s=8.0, states={0: "S", 1: "T"}) == (
+        "rank 1 made no progress for 25 s inside step 3, its process stopped (state T) (progress watchdog limit 8 s); "
+        "rank 0 waits inside step 3"
+    )
+    # a stopped rank is named even where a peer is further behind, and a traced stop counts too
+    behind = {0: Mark(90.0, "ended", 2), 1: Mark(95.0, "began", 3)}
+    assert stall_reason(behind, now=120.0, stall_s=8.0, states={1: "t", 0: None}).startswith(
+        "rank 1 made no progress for 25 s inside step 3, its process stopped (state t)"
+    )
+    assert stall_reason(behind, now=120.0, stall_s=8.0, states={1: "D"}).startswith("rank 0 made no progress")
+
+
+def test_each_mark_names_its_ranks_process_and_older_files_without_one_are_read(tmp_path):
+    import os
+
+    mark(tmp_path, 0, "began", 7)
+    (tmp_path / "progress.rank1").write_text("ended 3\n")
+    (tmp_path / "progress.rank2").write_text("ended 3 12 13\n")  # not a mark
+    (tmp_path / "progress.rank3").write_text("ended 3 x\n")
+    found = last_marks(tmp_path)
+    assert sorted(found) == [0, 1]
+    assert (found[0].step, found[0].pid, found[1].pid) == (7, os.getpid(), None)
+
+
+def test_a_rank_sigstopped_inside_a_step_is_named_not_its_peer_that_waits_there(tmp_path):
+    """Real processes and a real SIGSTOP: two ranks began step 3, rank 0 first; rank 1 is stopped inside it. The
+    watchdog used to name rank 0 (the older mark) while rank 1 was the one that could not go on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def process_state(pid: int) -> str | None:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat[stat.rfind(")") + 2 :].split()[0]
+
+    code = (
+        "import sys, time; from pathlib import Path; from bench.isolation.progress import StepMarks\n"
+        "StepMarks(Path(sys.argv[1]), int(sys.argv[2])).mark('began', 3); print('marked', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    ranks = []
+    try:
+        for r in (0, 1):
+            ranks.append(subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(r)], stdout=subprocess.PIPE))
+            assert ranks[-1].stdout.readline() == b"marked\n"
+            time.sleep(0.05)  # rank 1's mark is the newer
+        ranks[1].send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while process_state(ranks[1].pid) != "T":
+            assert time.monotonic() < deadline, process_state(ranks[1].pid)
+            time.sleep(0.01)
+        reason = stalled(tmp_path, 5.0, now=time.time() + 10)
+        assert (
+            reason.startswith("rank 1 made no progress for ")
+            and "inside step 3, its process stopped (state T)" in reason
+        )
+        assert reason.endswith("rank 0 waits inside step 3")
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    assert process_state(ranks[0].pid) is None

@@ -413,3 +413,75 @@ def test_a_cell_the_progress_watchdog_stopped_is_a_hang_with_its_reason():
     outcome = Outcome(exit_code=-15, timed_out=False, wall_s=30, log_tail="", stalled=STALL)
     record = finished([rank(0, steps=2), rank(1, steps=2)], outcome)
     assert (record.status, record.error_class, record.message) == (Status.HANG, None, STALL)
+
+
+# ---------------------------------------------------------------- the harness failed, not the cell
+
+
+def test_a_trial_the_harness_spoiled_is_a_harness_record_whatever_its_ranks_left():
+    """The fork server died mid-cell and its forked ranks with it: the launcher reports killed ranks, but the record
+    blames the harness, with none of the cell's error classes and none of its figures."""
+    from bench.executors.base import HarnessFault
+
+    fault = HarnessFault("the fork server (pid 7) ended (killed by SIGKILL) while the cell ran", retry=True)
+    killed = Outcome(exit_code=-9, timed_out=False, wall_s=1, log_tail=TEARDOWN_ABORT, harness_fault=fault)
+    record = finished([rank(0), rank(1)], killed)
+    assert (record.status, record.error_class, record.metrics) == (Status.HARNESS, None, None)
+    assert record.message == record.harness_fault == fault.what
+    assert (record.exit_code, record.signal) == (-9, "SIGKILL")  # what happened to the launcher, as it was
+    # the same outcome without the fault is the cell's crash; a fault the harness recovered from blames nothing
+    assert finished([rank(0), rank(1)], replace_fault(killed, None)).status == Status.ERROR
+    recovered = replace_fault(killed, HarnessFault(fault.what, spoiled=False))
+    assert (finished([rank(0), rank(1)], recovered).status, finished([], recovered).harness_fault) == (
+        Status.ERROR,
+        fault.what,
+    )
+
+
+def replace_fault(outcome: Outcome, fault) -> Outcome:
+    from dataclasses import replace
+
+    return replace(outcome, harness_fault=fault)
+
+
+def test_a_trial_the_harness_recovered_keeps_its_own_status_and_names_the_fault():
+    """A stopped stand-in for the launcher: the executor ended it and kept the launcher's own exit 0."""
+    from bench.executors.base import HarnessFault
+
+    fault = HarnessFault("the fork server's stand-in for the cell's launcher had not ended", spoiled=False)
+    reports = [trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])]
+    record = full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="", harness_fault=fault), reports)
+    assert (record.status, record.harness_fault, record.message) == (Status.OK, fault.what, "")
+    assert record.metrics is not None
+    failed = finished([rank(0, 1, "ValueError: bad")], Outcome(1, False, 1, "", harness_fault=fault))
+    assert (failed.status, failed.error_class, failed.harness_fault) == (Status.ERROR, ErrorClass.CONFIG, fault.what)
+    assert full_run(Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail=""), reports).harness_fault is None
+
+
+def test_a_harness_fault_is_masked_like_every_message(monkeypatch):
+    from bench.executors.base import HarnessFault
+
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEdpoBENCHtoken0123456789abcdef")
+    fault = HarnessFault("server said hf_FAKEdpoBENCHtoken0123456789abcdef", spoiled=False)
+    record = finished([], Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="", harness_fault=fault))
+    assert "hf_FAKE" not in (record.harness_fault or "x") and record.harness_fault.startswith("server said ")
+    spoiled = finished(
+        [], Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="", harness_fault=HarnessFault(fault.what))
+    )
+    assert "hf_FAKE" not in spoiled.message + (spoiled.harness_fault or "")
+
+
+def test_a_re_run_once_names_the_first_try_and_keeps_the_second_try_s_own_record():
+    from bench.judge.record import retried
+
+    first = finished([], Outcome(exit_code=-9, timed_out=False, wall_s=1, log_tail="")).model_copy(
+        update={"status": Status.HARNESS, "harness_fault": "the fork server died"}
+    )
+    second = clean_exit([trained(0, [LN2, 0.5, 0.4]), trained(1, [LN2, 0.5, 0.4])])
+    again = retried(first, second)
+    assert again.harness_fault == "first try: the fork server died; re-run once"
+    assert (again.status, again.metrics, again.message) == (Status.OK, second.metrics, "")
+    restarted = second.model_copy(update={"harness_fault": "the fork server had ended before this cell: restarted"})
+    assert retried(first, restarted).harness_fault == (
+        "first try: the fork server died; re-run once; then: the fork server had ended before this cell: restarted"
+    )

@@ -3,6 +3,7 @@
 import string
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,3 +111,123 @@ def test_model_loading_never_trusts_remote_code(monkeypatch):
     )
     load_causal_lm(spec)
     assert seen["trust_remote_code"] is False
+
+
+def _set(data: dict, key: str, value: object) -> dict:
+    """`data` with the dotted `key` set to `value` (the YAML text of the value, parsed as the loader would)."""
+    *outer, last = key.split(".")
+    inner = data
+    for part in outer:
+        inner = inner[part]
+    inner[last] = yaml.safe_load(value)
+    return data
+
+
+def _plant(path: Path, key: str, value: str) -> None:
+    path.write_text(yaml.safe_dump(_set(yaml.safe_load(path.read_text()), key, value)), encoding="utf-8")
+
+
+PROFILE_VALUES = [
+    ("memory_budget_gb", "1.0e+30"),  # was a false `oom` with limit_bytes 0
+    ("memory_budget_gb", "1.0e-10"),  # was a ValueError traceback after preparation
+    ("memory_budget_gb", ".inf"),  # was an OverflowError traceback in predict and run
+    ("memory_budget_gb", ".nan"),
+    ("memory_per_device_gb", ".inf"),  # was "fits · inf GB"
+    ("memory_per_device_gb", "1.0e+9"),
+    ("processes", "1.0e+9"),  # was accepted
+    ("device_count", "100000"),
+    ("nodes", "1000000"),
+    ("timeout_s", "1.0e+12"),
+    ("start_up_s", ".inf"),
+    ("stall_s", "1.0e+12"),
+    ("threads_per_process", "1000000"),
+    ("core_slots", "1000000"),
+    ("container_cpus", ".nan"),
+    ("container_memory_gb", "1.0e+30"),
+    ("shm_size_gb", ".inf"),
+    ("node_memory_gb", "-1"),
+    ("peak_tflops", ".inf"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), PROFILE_VALUES)
+def test_profile_values_that_cannot_work_are_one_line_naming_the_file_and_key(scenario_copy, key, value):
+    path = scenario_copy / "hardware" / "cpu.yaml"
+    _plant(path, key, value)
+    with pytest.raises(BenchError) as err:
+        load_profile("cpu", scenario_copy)
+    assert f"cpu.yaml: key '{key}': " in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+WORKLOAD_VALUES = [
+    ("train.max_length", "1.0e+12"),
+    ("train.per_device_train_batch_size", "1000000000"),
+    ("train.steps", "1.0e+12"),
+    ("train.learning_rate", ".inf"),
+    ("train.learning_rate", ".nan"),
+    ("train.learning_rate", "1.0e+6"),
+    ("train.beta", ".inf"),
+    ("train.seed", "-1"),  # numpy's seeds are 0 .. 2**32 - 1
+    ("train.seed", "1.0e+30"),
+    ("train.gradient_accumulation_steps", "1000000000"),
+    ("model.seed", "-5"),
+    ("tokenizer.vocab_size", "1.0e+12"),
+    ("lora.r", "1000000000"),
+    ("lora.alpha", "1.0e+12"),
+    ("lora.learning_rate", ".nan"),
+    ("generation.num_generations", "1000000000"),
+    ("generation.max_completion_length", "1.0e+12"),
+    ("generation.temperature", ".inf"),
+    ("generation.learning_rate_scale", ".inf"),
+    ("generation.prompt_length", "1.0e+12"),
+    ("generation.reward_model_weight", ".nan"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), WORKLOAD_VALUES)
+def test_workload_values_that_cannot_work_are_one_line_naming_the_file_and_key(scenario_copy, key, value):
+    path = scenario_copy / "workloads" / "tiny.yaml"
+    _plant(path, key, value)
+    with pytest.raises(BenchError) as err:
+        load_workload("tiny", scenario_copy)
+    assert f"tiny.yaml: key '{key}': " in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_synthetic_data_values_are_bounded(scenario_copy):
+    path = scenario_copy / "workloads" / "tiny-synthetic.yaml"
+    _plant(path, "dataset.synthetic.rows", "1.0e+12")
+    with pytest.raises(BenchError, match=r"tiny-synthetic.yaml: key 'dataset.synthetic.rows': "):
+        load_workload("tiny-synthetic", scenario_copy)
+
+
+def test_every_shipped_profile_and_workload_is_inside_the_bounds():
+    from bench.matrix.profiles import available
+    from bench.paths import SCENARIOS_DIR
+
+    for name in available(SCENARIOS_DIR / "hardware"):
+        load_profile(name)
+    for name in available(SCENARIOS_DIR / "workloads"):
+        load_workload(name)
+
+
+def test_a_misspelt_key_is_named_unknown_with_the_key_it_resembles(scenario_copy):
+    """A typo used to read as the key it replaced being missing ("missing key 'timeout_s'")."""
+    path = scenario_copy / "hardware" / "cpu.yaml"
+    path.write_text(path.read_text().replace("timeout_s:", "timout_s:"))
+    with pytest.raises(BenchError) as err:
+        load_profile("cpu", scenario_copy)
+    assert str(err.value).endswith("cpu.yaml: unknown key 'timout_s' (did you mean 'timeout_s'?)"), str(err.value)
+    workload = scenario_copy / "workloads" / "tiny.yaml"
+    workload.write_text(workload.read_text().replace("  warmup_steps:", "  warmup_step:"))
+    with pytest.raises(BenchError, match=r"unknown key 'train.warmup_step' \(did you mean 'warmup_steps'\?\)$"):
+        load_workload("tiny", scenario_copy)
+
+
+def test_gpu_profiles_out_of_bounds_are_one_line():
+    """`--gpu NAME:COUNT --nodes N` builds its profile through the same schema: too many is one line."""
+    from bench.matrix.profiles import gpu_profile
+
+    with pytest.raises(BenchError, match=r"^--gpu A10:8 --nodes 100000: "):
+        gpu_profile("A10:8", 100000, "tiny")
+    with pytest.raises(BenchError, match=r"^--gpu A10:100000: "):
+        gpu_profile("A10:100000", 1, "tiny")

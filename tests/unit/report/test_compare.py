@@ -275,6 +275,25 @@ def test_trials_of_cells_side_by_side_get_a_memory_verdict_but_no_speed_verdict(
     assert [c.cell_id for c in counted.of_kind("throughput")] == [cell]
 
 
+def test_trials_in_slots_of_one_gpu_get_a_memory_verdict_but_no_speed_verdict():
+    """Cells in slots of one device (run --gpu-slots): memory is per process under the slot's cap, speed shared; a
+    trial of the exclusive speed pass (alone on the device) is judged on its speed."""
+    cell = "one_adapter-none-single"
+    base, slower = trials(cell, [1000, 1010, 990, 1005]), trials(cell, [700, 710, 690, 705], peak_mib=700)
+    update = {"shared_with": ["two_models-none-single", "run2/one_adapter-none-ddp"], "gpu_shared": True}
+    in_slots = [r.model_copy(update=update) for r in slower]
+    result = compare(run(base), run(in_slots))
+    (diff,) = result.cells
+    assert diff.throughput is None and diff.memory is not None
+    assert result.overlapped == [
+        f"head: {cell} trials 1, 2, 3, 4 (beside run2/one_adapter-none-ddp, two_models-none-single in slots of one "
+        "device: memory compared)"
+    ]
+    alone = [r.model_copy(update={"slot": "0-4 of 5"}) for r in slower]  # the speed pass: nothing beside it
+    (judged,) = compare(run(base), run(alone)).cells
+    assert judged.throughput is not None and judged.throughput.verdict == Verdict.REGRESSION
+
+
 def test_a_cell_with_some_trials_overlapped_is_judged_on_the_others():
     cell = "one_adapter-none-ddp"
     base = trials(cell, [1000, 1010, 990, 1005])

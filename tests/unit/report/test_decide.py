@@ -150,3 +150,31 @@ def test_the_data_file_is_packed_the_same_every_time_and_reads_back(data):
     assert unpack(shipped) == json.loads(json.dumps(data))
     assert not re.search(r"20\d\d-\d\d-\d\d", script)
     assert base64.b64decode(shipped["packed"])[4:8] == b"\0\0\0\0", "the gzip header carries no time"
+
+
+def test_progress_lines_count_the_points_and_say_what_is_left():
+    import io
+
+    from bench.report.progress_line import ProgressLine
+
+    now = [100.0]
+    out = io.StringIO()
+    progress = ProgressLine("decision page, tiny", 100, every_s=5, clock=lambda: now[0], out=out)
+    for done in range(1, 101):
+        now[0] += 0.5  # 0.5 s a point: a line every 10 points
+        progress.advanced(done)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 10, lines
+    assert lines[0] == "decision page, tiny: 10/100 points, 0.50 s each, about 45 s left"
+    assert lines[-2] == "decision page, tiny: 90/100 points, 0.50 s each, about 5 s left"
+    assert lines[-1] == "decision page, tiny: 100 points in 50 s (0.50 s each)"
+
+
+def test_predicting_the_grid_says_how_far_it_is(capsys):
+    """publish predicted 7,344 points (over 10 min) without a line: each model's points now report their progress."""
+    points, _ = predict_grid(DecisionPageJob(GRID, advise_point, progress_every_s=0))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "decision page: predicting 32 points (2 models, 1 process)", err
+    assert "decision page, tiny: 1/16 points, " in err[1] and "left" in err[1], err
+    assert [line.split(":")[0] for line in err[1:]] == ["decision page, tiny"] * 16 + ["decision page, qwen2.5-7b"] * 16
+    assert err[16].startswith("decision page, tiny: 16 points in ") and len(points) == GRID.size()

@@ -145,6 +145,22 @@ def test_write_matrix_writes_matrix_md_and_csv_in_matrix_order(tmp_path):
     assert [r["first_loss"] for r in rows] == ["", ""] and rows[0]["train_peak_mib"] != ""
 
 
+def test_matrix_files_linked_elsewhere_are_replaced_not_written_through(tmp_path, tmp_path_factory):
+    user = tmp_path_factory.mktemp("user")
+    for name in ("notes.md", "sheet.csv"):
+        (user / name).write_text("the user's own")
+    run_dir = tmp_path / "cpu" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    append_result(run_dir, record("one_adapter-none-single"))
+    (tmp_path / "cpu" / "MATRIX.md").symlink_to(user / "notes.md")
+    (tmp_path / "cpu" / "matrix.csv").symlink_to(user / "sheet.csv")
+    out = write_matrix(run_dir, ["one_adapter-none-single"])
+    assert all((user / name).read_text() == "the user's own" for name in ("notes.md", "sheet.csv"))
+    assert not out.is_symlink() and out.read_text(encoding="utf-8").startswith("# DPO compatibility matrix")
+    assert not (tmp_path / "cpu" / "matrix.csv").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "cpu").iterdir()) == ["20260101-000000", "MATRIX.md", "matrix.csv"]
+
+
 def test_write_matrix_lists_rows_the_run_predates_as_not_run_yet(tmp_path):
     run_dir = tmp_path / "cpu" / "20260101-000000"
     run_dir.mkdir(parents=True)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from bench.errors import BenchError
 from bench.results.lock import LOCK_FILE, RunBusy, died_holding, lock_run, runner_gone
 
 HOLDER = """
@@ -100,3 +101,15 @@ def test_a_run_that_ended_cleanly_or_never_ran_names_no_dead_runner(tmp_path):
     lock_run(tmp_path).release()
     with died_holding(tmp_path) as pid:
         assert pid is None
+
+
+def test_a_lock_file_linked_elsewhere_is_refused_not_truncated(tmp_path, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("user") / "notes.txt"
+    elsewhere.write_text("the user's own\n")
+    (tmp_path / LOCK_FILE).symlink_to(elsewhere)
+    with pytest.raises(BenchError) as refused:
+        lock_run(tmp_path)
+    assert str(refused.value) == (
+        f"cannot open the run's lock file {tmp_path / LOCK_FILE}: a symbolic link; the suite writes through none"
+    )
+    assert elsewhere.read_text() == "the user's own\n"

@@ -7,7 +7,8 @@ from bench.paths import PROJECT_ROOT
 from bench.results.env import check_resumable, environment_fingerprint, read_env, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import Metrics, ResultRecord, Status
-from bench.results.store import append_result, load_results
+from bench.results.store import append_result, load_results, mend_results
+from tests.conftest import fill_up
 
 
 def record(cell_id: str = "one_adapter-none-single", status: Status = Status.OK) -> ResultRecord:
@@ -186,10 +187,23 @@ def test_merged_replaces_keys_and_validates():
         env.merged({"packages": "trl 2"})
 
 
-def test_disk_full_is_one_clear_error(tmp_path):
-    (tmp_path / "results.jsonl").symlink_to("/dev/full")
+def test_disk_full_is_one_clear_error(small_disk):
+    filler = fill_up(small_disk)
     with pytest.raises(BenchError, match="No space left on device"):
-        append_result(tmp_path, record())
+        append_result(small_disk, record())
+    assert (small_disk / "results.jsonl").read_bytes() == b""
+    filler.unlink()
+
+
+def test_a_results_file_linked_elsewhere_is_refused_not_appended_through(tmp_path, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("user") / "log.jsonl"
+    elsewhere.write_text("the user's own\n")
+    (tmp_path / "results.jsonl").symlink_to(elsewhere)
+    for write in (lambda: append_result(tmp_path, record()), lambda: mend_results(tmp_path)):
+        with pytest.raises(BenchError) as refused:
+            write()
+        assert str(refused.value).endswith(f"{tmp_path / 'results.jsonl'}: a symbolic link; the suite writes through none")
+    assert elsewhere.read_text() == "the user's own\n"
 
 
 def test_short_write_keeps_earlier_lines_intact(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.executors.local import LocalExecutor
-from bench.matrix.profiles import load_profile
+from bench.matrix.profiles import ForkValidation, load_profile
 from bench.run.forking import why_fresh
 
 
@@ -44,3 +44,11 @@ def Executor(name: str = "local", memory_budget_bytes: int | None = None):
 def test_cells_fork_on_cpu_with_the_local_executor_and_no_budget_unless_asked(choice, executor, profile, why):
     answer = why_fresh(choice, executor, load_profile(profile))
     assert answer is None if why is None else why in answer
+
+
+def test_auto_forks_on_an_accelerator_once_its_profile_names_the_runs_that_showed_forking_changes_no_status():
+    gpu = load_profile("1xH200")
+    assert "not yet validated for 1xH200" in why_fresh("auto", Executor(), gpu)
+    validated = gpu.model_copy(update={"fork_validated_by": ForkValidation(forked="a", fresh="b")})
+    assert why_fresh("auto", Executor(), validated) is None
+    assert "memory budget" in why_fresh("auto", Executor(memory_budget_bytes=1 << 30), validated)

@@ -24,7 +24,7 @@ def plan(tmp_path, cpu_profile, backend, launcher, as_root=False, write=True, ra
     )
     launch = plan_launch(spec, tmp_path, port=29555, as_root=as_root)
     if write:
-        write_files(launch)
+        write_files(launch, tmp_path)
     return launch
 
 
@@ -32,8 +32,32 @@ def test_planning_writes_nothing_and_write_files_writes_every_planned_file(tmp_p
     launch = plan(tmp_path, cpu_profile, "zero2", "accelerate", write=False)
     assert sorted(p.name for p in launch.files) == [ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE]
     assert list(tmp_path.iterdir()) == []
-    write_files(launch)
+    write_files(launch, tmp_path)
     assert all(path.read_text() == text for path, text in launch.files.items())
+
+
+def test_a_config_file_linked_to_a_users_file_is_replaced_not_written_through(tmp_path, tmp_path_factory, cpu_profile):
+    """`configs/<cell>/deepspeed.json` a link to a user's file (or the folder a link): `--force` used to write the
+    generated config into that file."""
+    user = tmp_path_factory.mktemp("user")
+    (user / "mine.json").write_text("the user's own")
+    (user / SPEC_FILE).write_text("the user's spec")
+    run_dir = tmp_path / "run"
+    config_dir = run_dir / "configs" / "one_adapter-none-zero2+accelerate"
+    config_dir.mkdir(parents=True)
+    (config_dir / DEEPSPEED_FILE).symlink_to(user / "mine.json")
+    launch = plan(config_dir, cpu_profile, "zero2", "accelerate", write=False)
+    write_files(launch, run_dir)
+    assert (user / "mine.json").read_text() == "the user's own"
+    assert not (config_dir / DEEPSPEED_FILE).is_symlink()
+    assert json.loads((config_dir / DEEPSPEED_FILE).read_text())["zero_optimization"] == {"stage": 2}
+
+    config_dir.rename(run_dir / "old")
+    config_dir.symlink_to(user, target_is_directory=True)
+    write_files(launch, run_dir)
+    assert sorted(p.name for p in user.iterdir()) == ["mine.json", SPEC_FILE]
+    assert (user / SPEC_FILE).read_text() == "the user's spec"
+    assert config_dir.is_dir() and not config_dir.is_symlink() and (config_dir / SPEC_FILE).is_file()
 
 
 def test_single_runs_the_worker_module(tmp_path, cpu_profile):

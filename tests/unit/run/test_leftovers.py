@@ -2,6 +2,7 @@
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.executors.local import LIVE_FILE, MARKER, LiveCell
+from bench.isolation.server_folder import FOLDER_PREFIX, OWNER, UNNAMED_GRACE_S
 from bench.results.lock import lock_run
 from bench.run import leftovers
 from bench.run.leftovers import clean_up_dead_runners
@@ -133,3 +135,69 @@ def test_the_own_runs_leftovers_go_when_it_is_taken_over_and_its_jobs_stay_for_a
         assert leftovers.clean_up_dead_runners(hardware, hardware / "own", None) == []  # a clean previous end
     finally:
         lock.release()
+
+
+CLAIM = """
+import sys
+from pathlib import Path
+from bench.isolation.server_folder import claim_folder
+folder, fd = claim_folder(Path(sys.argv[1]))
+print(folder, flush=True)
+sys.stdin.read()
+"""
+
+
+def runner_with_folder(parent: Path) -> tuple[subprocess.Popen, Path]:
+    """A runner that made a fork-server folder in `parent` and holds it while it lives."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", CLAIM, str(parent)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    return process, Path(process.stdout.readline().strip())
+
+
+def test_a_dead_runners_fork_server_folder_is_removed_and_a_live_runners_kept(tmp_path):
+    (live, live_folder), (dead, dead_folder) = runner_with_folder(tmp_path), runner_with_folder(tmp_path)
+    try:
+        assert stat.S_IMODE(dead_folder.stat().st_mode) == 0o700 and dead_folder.stat().st_uid == os.getuid()
+        assert (dead_folder / OWNER).read_text() == str(dead.pid)
+        assert leftovers.remove_left_fork_folders(tmp_path) == []  # both runners live
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+        assert leftovers.remove_left_fork_folders(tmp_path) == [
+            f"fork server folder {dead_folder} of runner {dead.pid}, which is gone"
+        ]
+        assert not dead_folder.exists() and live_folder.is_dir()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_folder_naming_no_runner_goes_only_once_old_unused_and_the_users_own(tmp_path):
+    """Folders made before runners named themselves (or one being made): removed once unchanged for a minute, unless
+    a live process names it (its server, a client); never another user's, never through a symbolic link."""
+    long_ago = time.time() - UNNAMED_GRACE_S - 60
+    folders = {name: tmp_path / f"{FOLDER_PREFIX}{name}" for name in ("young", "old", "used", "foreign")}
+    for name, folder in folders.items():
+        folder.mkdir(mode=0o700)
+        if name != "young":
+            os.utime(folder, (long_ago, long_ago))
+    os.chown(folders["foreign"], 65534, 65534)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.utime(target, (long_ago, long_ago))
+    (tmp_path / f"{FOLDER_PREFIX}link").symlink_to(target)
+    user = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", str(folders["used"] / "bin/python")],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        while str(folders["used"]).encode() not in Path(f"/proc/{user.pid}/cmdline").read_bytes():
+            time.sleep(0.01)  # a process's command line shows a moment after exec returns to its parent
+        lines = leftovers.remove_left_fork_folders(tmp_path)
+    finally:
+        user.kill()
+        user.wait()
+    assert lines == [f"fork server folder {folders['old']} that no live process uses"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{FOLDER_PREFIX}{name}" for name in ("young", "used", "foreign", "link")] + ["elsewhere"]
+    )

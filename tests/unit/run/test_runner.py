@@ -23,6 +23,13 @@ from bench.worker.report import RankReport
 from bench.worker.spec import WorkerSpec
 
 DDP = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+RAN_DDP = Engagement(
+    world_size=2,
+    distributed_type="MULTI_CPU",
+    wrapper="DistributedDataParallel",
+    adapters=["default"],
+    trainer="DPOTrainer",
+)
 
 
 class FakeExecutor:
@@ -98,6 +105,26 @@ def test_a_cell_is_planned_written_executed_and_recorded(tmp_path, cpu_profile):
     # the cell loaded the dataset through its own folder, removed with its caches once the cell ended
     assert executor.datasets == [tmp_path / "cells" / DDP.id / "dataset"]
     assert not executor.datasets[0].exists()
+
+
+def test_nothing_a_cell_writes_goes_through_a_link_out_of_the_run_folder(tmp_path, tmp_path_factory, cpu_profile):
+    """Its config files, its log and its rank reports' folder, each a link to a user's file or folder beforehand: the
+    links are replaced, the user's files are untouched."""
+    user = tmp_path_factory.mktemp("user")
+    for name in ("spec.json", "log.txt", "rank0.json"):
+        (user / name).write_text("the user's own")
+    (tmp_path / "configs" / DDP.id).mkdir(parents=True)
+    (tmp_path / "configs" / DDP.id / "spec.json").symlink_to(user / "spec.json")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / f"{DDP.id}.log").symlink_to(user / "log.txt")
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / DDP.id).symlink_to(user, target_is_directory=True)
+    (record,) = execute(context(tmp_path, cpu_profile, FakeExecutor(RAN_DDP)), [DDP], out=io.StringIO())
+    assert record.status == Status.OK, record.message
+    assert sorted(p.name for p in user.iterdir()) == ["log.txt", "rank0.json", "spec.json"]
+    assert all((user / name).read_text() == "the user's own" for name in ("spec.json", "log.txt", "rank0.json"))
+    assert (tmp_path / "logs" / f"{DDP.id}.log").read_text() == "fake launch\n"
+    assert not any(p.is_symlink() for p in (tmp_path / "configs").rglob("*")) and not (tmp_path / "cells").is_symlink()
 
 
 def test_what_ran_decides_the_status(tmp_path, cpu_profile):
@@ -188,6 +215,19 @@ def test_a_run_folder_that_cannot_be_written_mid_run_stops_it_with_one_line_and_
     )
 
 
+def test_a_config_file_replaced_by_a_folder_is_named_as_such(tmp_path, cpu_profile):
+    """It used to read "make <run folder> writable", which it was."""
+    ran = Engagement(world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel")
+    spec = tmp_path / "configs" / DDP.id / "spec.json"
+    spec.mkdir(parents=True)
+    with pytest.raises(BenchError) as err:
+        execute(context(tmp_path, cpu_profile, FakeExecutor(ran)), [DDP], out=io.StringIO())
+    assert str(err.value) == (
+        f"{spec} is a folder, where the run writes a file: the run stops; 0 record(s) kept, {DDP.id} not recorded; "
+        f"move {spec} away, then resume with --run-id r1"
+    )
+
+
 def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
     device_map = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
     plans = plan_cells([DDP, device_map], cpu_profile, untested="no stack")
@@ -264,3 +304,25 @@ def test_mfu_counts_the_reference_forward_only_where_the_trainer_runs_one(tmp_pa
     assert zero2.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=True)
     assert ddp.metrics.flops_per_token == flops_per_token(shape, length, precomputed_ref=False)
     assert ddp.metrics.mfu / zero2.metrics.mfu > 1.3
+
+
+def test_a_cell_in_a_slot_of_the_hosts_memory_runs_under_its_slots_cap(tmp_path, cpu_profile):
+    """The slot's cap is each rank's memory cgroup (the plan's budget, the executor's own otherwise), and the record
+    is judged against it; on a GPU the cap is the per-process memory fraction in the cell's environment."""
+    from bench.run.cell import run_cell
+    from bench.run.slots import DeviceSlot, SlotPlacement
+
+    ran = Engagement(
+        world_size=2, distributed_type="MULTI_CPU", wrapper="DistributedDataParallel", adapters=["default"],
+        trainer="DPOTrainer",
+    )  # fmt: skip
+    executor = FakeExecutor(ran)
+    ctx = context(tmp_path, cpu_profile, executor)
+    slots = (DeviceSlot(cores=(0,), memory_bytes=2**28), DeviceSlot(cores=(1,), memory_bytes=2**28))
+    record = run_cell(ctx, DDP, placement=SlotPlacement((2, 3), slots, cap_bytes=2**28, of=6))
+    assert executor.plans[0].memory_budget_bytes == 2**28 and executor.plans[0].cores == [0, 1]
+    assert record.memory_budget_bytes == 2**28
+    gpu = SlotPlacement((0,), (DeviceSlot(gpu="0", memory_bytes=2**34),), cap_bytes=2**33, device_bytes=2**35, of=4)
+    run_cell(ctx, DDP, placement=gpu)
+    plan = executor.plans[1]
+    assert plan.memory_budget_bytes is None and plan.env["BENCH_EMULATE_MEMORY_FRACTION"] == "0.250000"

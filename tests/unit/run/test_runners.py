@@ -4,13 +4,17 @@ a cell measured while another runner ran is marked `overlapped_by` with that run
 import io
 import os
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from bench.errors import BenchError
 from bench.results.schema import Engagement
 from bench.run import runners
 from bench.run.runner import execute
@@ -131,3 +135,54 @@ def test_every_cell_measured_while_another_runner_ran_is_marked(tmp_path, cpu_pr
     (shared,) = execute(context(tmp_path / "shared", cpu_profile, FakeExecutor(ran)), [DDP], out=io.StringIO())
     assert shared.overlapped_by == ["theirs"]
     end(other)
+
+
+def test_the_default_registry_is_the_users_own_and_made_only_they_can_enter(tmp_path, monkeypatch):
+    monkeypatch.delenv(runners.RUNNERS_ENV)
+    assert runners.runners_dir() == Path(tempfile.gettempdir()) / f"dpo-bench-runners-{os.getuid()}"
+    folder = tmp_path / "made" / "runners"
+    monkeypatch.setenv(runners.RUNNERS_ENV, str(folder))
+    with registered("mine", tmp_path / "mine"):
+        (entry,) = folder.glob("*.json")
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(entry.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda f: (f.mkdir(), f.chmod(0o1777)), "other users can write in it (mode 1777)"),
+        (lambda f: (f.mkdir(), os.chown(f, 65534, 65534)), f"owned by uid 65534, not by you (uid {os.getuid()})"),
+        (lambda f: (f.parent.joinpath("real").mkdir(mode=0o700), f.symlink_to(f.parent / "real")), "a symbolic link"),
+    ],
+    ids=["open-to-all", "another-users", "symlink"],
+)
+def test_a_registry_another_user_could_write_in_is_refused_in_one_line(tmp_path, monkeypatch, make, why):
+    folder = tmp_path / "registry"
+    make(folder)
+    monkeypatch.setenv(runners.RUNNERS_ENV, str(folder))
+    with pytest.raises(BenchError) as refused, registered("mine", tmp_path / "mine"):
+        pass
+    assert str(refused.value) == (
+        f"runner registry {folder}: {why}; it must be a folder only you can write in: remove it or point "
+        "BENCH_RUNNERS_DIR at another"
+    )
+
+
+def test_a_fifo_a_symlink_and_another_users_entry_are_passed_over_never_waited_on(tmp_path, other_runner):
+    """A FIFO planted as an entry used to block every reader in open(); a symlink or another user's file holding a
+    valid entry (even one a live process holds) would have named a runner that is not one of this user's."""
+    other = other_runner("theirs")
+    folder = runners.runners_dir()
+    (theirs,) = folder.glob("*.json")
+    os.mkfifo(folder / "evil.json")
+    (folder / "link.json").symlink_to(theirs)
+    planted = folder / "planted.json"
+    planted.write_text(runners.RunnerEntry(pid=other.pid, run_id="planted", run_dir="/x", started=0).model_dump_json())
+    os.chown(planted, 65534, 65534)
+    (folder / "huge.json").write_bytes(b" " * (runners.ENTRY_LIMIT + 1))
+    found: list = []
+    reader = threading.Thread(target=lambda: found.append(runners.seen()), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "reading the registry blocked"
+    assert [(s.runner.run_id, s.ended) for s in found[0]] == [("theirs", None)]

@@ -4,7 +4,7 @@ from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
-from bench.run.side_by_side import Running, shared_with
+from bench.run.slot_ledger import Span, beside
 from bench.run.slots import DeviceSlot, SlotPlacement, core_ranges, machine_devices, need, pick, start_order
 
 
@@ -68,12 +68,12 @@ def test_cells_that_share_the_machine_start_before_those_that_take_all_of_it():
 
 
 def test_a_record_names_the_cells_that_ran_at_some_moment_beside_it():
-    placement = SlotPlacement((0,), (DeviceSlot(),))
-    a = Running(cell(), 0, placement, started=0.0, ended=10.0)
-    b = Running(cell(init=Init.TWO_MODELS), 0, placement, started=5.0, ended=None)  # still running
-    c = Running(cell(init=Init.TWO_ADAPTERS), 0, placement, started=11.0, ended=12.0)  # after a ended
-    d = Running(cell(Backend.DDP), 0, placement, started=-5.0, ended=-1.0)  # before a started
-    assert shared_with(a, [a, b, c, d]) == [b.cell.id]
+    a = Span("r", cell().id, started=0.0, ended=10.0)
+    b = Span("r", cell(init=Init.TWO_MODELS).id, started=5.0, ended=None)  # still running
+    c = Span("r", cell(init=Init.TWO_ADAPTERS).id, started=11.0, ended=12.0)  # after a ended
+    d = Span("r", cell(Backend.DDP).id, started=-5.0, ended=-1.0)  # before a started
+    e = Span("other", cell(Backend.DDP).id, started=9.0, ended=20.0)  # another run's, on the same device
+    assert beside(a, [a, b, c, d, e], "r") == sorted([b.cell, f"other/{e.cell}"])
 
 
 def test_the_last_aligned_block_is_taken_before_a_misaligned_one():

@@ -72,6 +72,29 @@ def test_the_prediction_learns_start_up_and_slowdown_from_the_cells_that_ended()
     assert TimeBudget(300.0, 30, lambda c: None, 45.0, started=0.0).predicted_s(cell) == 45.0 + 60.0
 
 
+def test_a_shared_speed_teaches_the_budget_its_start_up_only():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    for shared in ({"gpu_shared": True, "shared_with": ["x"]}, {"shared_with": ["x"]}, {"overlapped_by": ["r2"]}):
+        budget.learn(cell, record(cell.id, wall=40.0, step=0.4).model_copy(update=shared))
+    assert budget.start_ups == [28.0, 28.0, 28.0] and budget.slowdowns == [] and budget.slowdown == 1.0
+    budget.learn(cell, record(cell.id, wall=40.0, step=0.2))  # alone: its speed counts
+    assert budget.slowdowns == [2.0]
+
+
+def test_a_cell_beside_others_on_one_device_is_predicted_slower_and_the_speed_pass_is_kept_back():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(100.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    assert budget.predicted_s(cell, beside=0) == 48.0 and budget.predicted_s(cell, beside=4) == 45.0 + 5 * 3.0
+    assert budget.not_run(cell, beside=4).startswith("not run: predicted 60 s")
+    assert budget.fits(cell, now=0.0, beside=4) and not budget.fits(cell, now=41.0, beside=4)
+    budget.reserve([cell], 2)
+    assert budget.reserved_s() == 96.0
+    assert budget.fits(cell, now=0.0) and not budget.fits(cell, now=0.0, reserving=True)
+    budget.reserve([], 0)
+    assert budget.reserved_s() == 0.0 and budget.fits(cell, now=0.0, reserving=True)
+
+
 def test_a_cell_timeout_is_cut_to_what_is_left(monkeypatch):
     import bench.run.budget as budget_module
 

@@ -2,8 +2,16 @@
 
 import pytest
 
-from bench.results.schema import Metrics, ResultRecord, Status
-from bench.selfbench.perf import by_launcher, fixed_cost, launcher_row, matrix_walls
+from bench.results.schema import Metrics, ProcessStart, ResultRecord, Status
+from bench.selfbench.perf import (
+    by_launcher,
+    fixed_cost,
+    launcher_row,
+    matrix_walls,
+    phase_groups,
+    phase_row,
+    phase_table,
+)
 
 
 def record(cell: str, trial: int, start: str, end: str, wall: float, launcher: str = "python") -> ResultRecord:
@@ -58,3 +66,21 @@ def test_launchers_are_grouped_with_their_world_size_and_summarised_by_medians()
     groups = by_launcher(records)
     assert sorted(groups) == ["python x1", "torchrun x1"]
     assert launcher_row(groups["python x1"]) == pytest.approx((5.0, 2.0, 1.0, 3.0))
+
+
+def test_each_launcher_and_start_shows_where_its_wall_goes_and_the_unaccounted_share_of_its_start_up():
+    split = {"launch": 0.5, "interpreter": 0.1, "imports": 2.0, "model": 1.0, "trainer": 0.4, "steps": 3.0}
+    forked = record("a", 0, "00:00", "00:05", 7.5).model_copy(
+        update={"process_start": ProcessStart.FORKED, "phases": split | {"exit": 0.3, "unaccounted": 0.2}}
+    )
+    fresh = forked.model_copy(update={"process_start": ProcessStart.FRESH, "phases": split | {"unaccounted": -0.4}})
+    assert sorted(phase_groups([forked, fresh, record("b", 0, "00:05", "00:12", 7.0)])) == [
+        "python x1 forked",
+        "python x1 fresh",
+    ]
+    medians, start_up, share = phase_row([forked])
+    assert (medians["imports"], medians["cuda"], start_up, share) == pytest.approx((2.0, 0.0, 4.0, 0.05))
+    assert phase_row([fresh])[2] == pytest.approx(0.1)  # a negative remainder counts by its size
+    table = phase_table([forked, fresh])
+    assert table[1].startswith("## Where the wall goes")
+    assert table[5].startswith("| python x1 forked | 1 | 0.50 | 0.10 |") and table[5].endswith("| 4.00 | 5.0% |")
