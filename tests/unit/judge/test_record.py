@@ -485,3 +485,19 @@ def test_a_re_run_once_names_the_first_try_and_keeps_the_second_try_s_own_record
     assert retried(first, restarted).harness_fault == (
         "first try: the fork server died; re-run once; then: the fork server had ended before this cell: restarted"
     )
+
+
+def test_the_record_splits_its_wall_from_the_launchers_start_to_its_end():
+    # the launcher started at 100.0 and ended at 104.0, 4.5 s of wall: 0.5 s outside its life
+    phases = {"process_start": 100.5, "main_start": 100.75, "imported": 101.5, "finished": 103.0}
+    reports = [trained(r, [LN2, 0.5, 0.4]).model_copy(update={"phases": phases}) for r in (0, 1)]
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=4.5, log_tail="", launched_at=100.0, ended_at=104.0)
+    record = finished_record(RUN, CELL, Expectation(2, 1, 3, 8), Execution(outcome, reports, [], "t0", "t1"))
+    assert record.phases == {
+        "launch": 0.5,
+        "interpreter": 0.25,
+        "imports": 0.75,
+        "finish": 1.5,
+        "exit": 1.0,
+        "unaccounted": 0.5,
+    }
