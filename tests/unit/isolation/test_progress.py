@@ -4,7 +4,16 @@ processes in tests/integration/test_faults.py."""
 import os
 from pathlib import Path
 
-from bench.isolation.progress import Mark, StepMarks, end_steps, last_marks, mark, stall_reason, stalled
+from bench.isolation.progress import (
+    Mark,
+    StepMarks,
+    end_steps,
+    last_marks,
+    mark,
+    process_state,
+    stall_reason,
+    stalled,
+)
 
 
 def test_no_step_file_no_verdict(tmp_path):
@@ -166,3 +175,20 @@ def test_a_rank_sigstopped_inside_a_step_is_named_not_its_peer_that_waits_there(
             process.kill()
             process.wait()
     assert process_state(ranks[0].pid) is None
+
+
+def test_a_process_named_with_a_parenthesis_has_its_state_read(tmp_path):
+    """/proc/<pid>/stat puts the process's name in parentheses, and a name may hold one itself."""
+    import subprocess
+    import sys
+
+    code = "import time; open('/proc/self/comm', 'w').write('rank) 1'); print('named', flush=True); time.sleep(60)"
+    rank = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert rank.stdout.readline() == b"named\n"
+        assert Path(f"/proc/{rank.pid}/comm").read_text() == "rank) 1\n"
+        assert process_state(rank.pid) in ("S", "R")
+    finally:
+        rank.kill()
+        rank.wait()
+    assert process_state(rank.pid) is None and process_state(None) is None

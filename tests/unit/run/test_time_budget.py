@@ -190,3 +190,12 @@ def test_the_first_pass_shows_every_value_of_every_axis_the_selection_holds():
     for axis in ("backend", "init", "quant", "method", "launcher"):
         assert {getattr(c, axis) for c in first} == {getattr(c, axis) for c in cells}, axis
     assert len(first) < len(cells) / 4
+
+
+def test_the_time_kept_for_the_speed_pass_is_each_reserved_cells_own_prediction_per_trial():
+    fast, slow = runnable("1xH200")[:2]
+    figures = {fast.id: 0.1, slow.id: 1.0}
+    budget = TimeBudget(600.0, steps=30, step_seconds=lambda c: figures[c.id], start_up_guess_s=10.0, started=0.0)
+    budget.reserve([fast, slow], trials=2)
+    assert budget.reserved_s() == 2 * (10.0 + 3.0) + 2 * (10.0 + 30.0)
+    assert budget.fits(slow, now=600.0 - 146.0, reserving=True) and not budget.fits(slow, now=454.5, reserving=True)
