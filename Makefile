@@ -120,7 +120,7 @@ lint: setup ## ruff
 perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell fixed cost, estimator speed
 	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
 
-mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test) [KEEP=1] [ONLY=judge|estimate]
+mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test) [KEEP=1] [ONLY=judge|estimate|run]
 	$(PY) -m bench.selfbench.mutants $(if $(KEEP),--keep) $(if $(ONLY),--only $(ONLY))
 
 perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run [RUN=<run>] [BASE=<run>: with ratios]

@@ -4,6 +4,8 @@
 (the PREDICTED files' validation line, spread.json, calibration.json) and the tests that hold those files to the code
 read this view instead: a temporary folder `results/` with a link to every file `git ls-files results` lists (files
 added with `git add` included), built once per process. A checkout without git cannot tell the two apart, and says so.
+A folder git ignores inside a checkout is a copy of that checkout (mutmut's working copy mutants/, `make mutants`,
+holds the project's results/): its committed runs are the checkout's, read from the copy.
 """
 
 import atexit
@@ -20,17 +22,22 @@ FOLDER = "results"
 
 
 def tracked_files(root: Path = PROJECT_ROOT) -> list[str]:
-    """Paths under results/ that git tracks in `root`, relative to it."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--", FOLDER], cwd=root, capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BenchError(f"cannot list the committed runs of {root} (git: {exc})") from None
+    """Paths under results/ that git tracks in `root`, relative to it (for a copy git ignores: those of the folder
+    holding the copy)."""
+    if _git(root, "check-ignore", "-q", ".").returncode == 0:
+        return tracked_files(root.parent)
+    out = _git(root, "ls-files", "-z", "--", FOLDER)
     if out.returncode != 0:
         why = (out.stderr.strip().splitlines() or ["no output"])[0]
         raise BenchError(f"{root} is not a git checkout ({why}): cannot tell its committed runs from a user's own")
     return [name for name in out.stdout.split("\0") if name]
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchError(f"cannot list the committed runs of {root} (git: {exc})") from None
 
 
 @functools.cache

@@ -3,7 +3,8 @@ fault it is for.
 
 mutmut (pinned in the lock; scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in
 the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict,
-terms, cpu_terms, gpu_terms, knobs and uncertainty) and runs their unit tests against each change. A mutant that no
+terms, cpu_terms, gpu_terms, cpu_kernels, generation_terms, knobs and uncertainty, and the run's progress watchdog,
+time budget and device slots) and runs their unit tests against each change. A mutant that no
 test kills is either a missing test, or an equivalent mutant: a change that cannot alter any result (a `>` for a `>=`
 on a tie that gives the same value either way). Each equivalent one is listed, with its reason, in
 equivalent_mutants.yaml beside this file; this module reads it, prints every other survivor with its diff, and exits 1
@@ -12,17 +13,18 @@ if there is one, or if an entry no longer matches a survivor (the code moved: th
 mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
 are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
 
-    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate]
+    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate|run]
 
 --only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
-judges and compare's verdict, `estimate` every configured module under bench/estimate/), for a change to that part
-alone; may be repeated. Entries of equivalent_mutants.yaml for modules outside the part are neither matched nor
-reported stale.
+judges and compare's verdict, `estimate` every configured module under bench/estimate/, `run` the run's modules
+under bench/run/ and bench/isolation/), for a change to that part alone; may be repeated. Entries of
+equivalent_mutants.yaml for modules outside the part are neither matched nor reported stale.
 
 Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
 writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
 this module then re-runs every mutant the tests did not stop last time, against the tests as they are now. A
-deleted or weakened test is only caught by a run without --keep.
+deleted or weakened test is only caught by a run without --keep. Results are kept for the same --only only: mutmut
+resets them when its test selection changes, so a kept run after one of another part starts over.
 """
 
 import argparse
@@ -46,6 +48,10 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.yaml")
 SUBSETS = {
     "judge": (("bench/judge/", "bench/report/"), ("tests/unit/judge", "tests/unit/report/")),
     "estimate": (("bench/estimate/",), ("tests/unit/estimate",)),
+    "run": (
+        ("bench/run/", "bench/isolation/"),
+        ("tests/unit/run/", "tests/unit/isolation/"),
+    ),
 }
 """The parts --only selects: (path prefixes of the modules under [tool.mutmut] only_mutate, path prefixes of the
 tests under its pytest_add_cli_args_test_selection)."""
@@ -194,20 +200,27 @@ def report(counts: dict[str, int], unexplained: Iterable[Survivor], stale: Itera
     return "\n".join(lines)
 
 
-def refresh_unmutated(root: Path, only_mutate: Sequence[str]) -> None:
+def refresh_unmutated(root: Path, only_mutate: Sequence[str], source_paths: Sequence[str] | None = None) -> None:
     """mutmut copies the source tree into mutants/ once and then leaves every file it does not mutate as it was:
-    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code."""
-    from mutmut.configuration import config
+    bring those (every file but the `only_mutate` ones) up to date, so that a kept run tests today's code. A module
+    new to `only_mutate` has the copy mutmut made while it was out of scope, which mutmut would take for one already
+    mutated (it is newer than its source, and has no results beside it): that copy goes, and the module is mutated."""
+    if source_paths is None:
+        from mutmut.configuration import config
 
+        source_paths = config().source_paths
     work = root / "mutants"
-    for source in config().source_paths:
+    for source in source_paths:
         for path in (root / source).rglob("*"):
             relative = path.relative_to(root)
             mutated = any(fnmatch.fnmatch(str(relative), pattern) for pattern in only_mutate)
-            if path.is_file() and "__pycache__" not in path.parts and not mutated:
-                target = work / relative
-                if target.parent.is_dir():
-                    shutil.copy2(path, target)
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            target = work / relative
+            if not mutated and target.parent.is_dir():
+                shutil.copy2(path, target)
+            elif mutated and not target.with_name(f"{target.name}.meta").exists():
+                target.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,13 +255,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # mutmut reads its scope and tests from pyproject.toml only: `mutmut run` with --only's part of them put into the
-# config it loaded (its worker processes are forked, and inherit it). Relies on mutmut's module-level config, which
-# the lock pins.
+# config it loaded (its worker processes are forked, and inherit it). Each mutant's tests run fastest first (mutmut
+# passes them in no order, and stops at the first failure): a mutant one quick test kills no longer waits for the
+# estimator's slow tests of the committed runs first; the verdict is the same, every test runs for a survivor. Relies
+# on mutmut's module-level config and PytestRunner, which the lock pins.
 _MUTMUT_NARROWED = """
 import dataclasses, json, sys
 from mutmut import configuration
 from mutmut.__main__ import cli
+from mutmut.runners.harness import PytestRunner
+from mutmut.state import state
 configuration._config = dataclasses.replace(configuration.config(), **json.loads(sys.argv[1]))
+_args = PytestRunner._pytest_args_regular_run
+def _fastest_first(self, tests):
+    return _args(self, sorted(tests, key=lambda test: state().duration_by_test.get(test, 0.0)))
+PytestRunner._pytest_args_regular_run = _fastest_first
 cli(sys.argv[2:], prog_name="mutmut")
 """
 

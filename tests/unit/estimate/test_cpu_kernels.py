@@ -43,6 +43,39 @@ def test_the_path_follows_what_onednn_created_else_the_flags():
     assert cpu_kernels.bf16_path(None) == cpu_kernels.REFERENCE == "aten"
 
 
+def test_without_a_probe_avx512_bw_vl_dq_are_needed_and_a_torch_without_onednn_bf16_runs_it_itself():
+    exactly = ["avx512bw", "avx512vl", "avx512dq"]
+    assert cpu_kernels.bf16_path(CpuFeatures(flags=exactly)) == "avx512_core"
+    for missing in exactly:
+        assert cpu_kernels.bf16_path(CpuFeatures(flags=[f for f in exactly if f != missing])) == "aten"
+    # torch built without oneDNN's bf16 (mkldnn_bf16_device_check false) on a CPU that has the flags
+    assert cpu_kernels.bf16_path(CASCADE_LAKE.model_copy(update={"torch_onednn_bf16": False})) == "aten"
+    assert cpu_kernels.bf16_path(CASCADE_LAKE.model_copy(update={"torch_onednn_bf16": True})) == "avx512_core"
+
+
+def test_the_primitive_cache_capacity_is_read_under_either_name_and_only_as_a_count():
+    def capacity(env):
+        return cpu_kernels.cache_capacity(AMX.model_copy(update={"onednn": OneDnn(env=env)}))
+
+    assert capacity({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "10"}) == 10
+    assert capacity({"DNNL_PRIMITIVE_CACHE_CAPACITY": "20"}) == 20  # oneDNN's older name
+    assert capacity({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "10", "DNNL_PRIMITIVE_CACHE_CAPACITY": "20"}) == 10
+    assert capacity({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "many"}) == 1024
+    assert capacity({}) == 1024
+
+
+def test_an_adapter_as_wide_as_its_rank_makes_three_problems():
+    # in = r = out: A's and B's forward, input gradient and weight gradient are the same three products
+    assert cpu_kernels.adapter_problems([(8, 8)], 8) == 3
+
+
+def test_each_path_keeps_its_own_bytes_per_primitive():
+    assert cpu_kernels.primitive_bytes(AMX) == 682 * KiB
+    assert cpu_kernels.primitive_bytes(CpuFeatures(flags=[*CASCADE_LAKE.flags, "avx512_bf16"])) == 654 * KiB
+    assert cpu_kernels.primitive_bytes(CASCADE_LAKE) == 59 * KiB
+    assert cpu_kernels.primitive_bytes(ZEN3) == cpu_kernels.primitive_bytes(None) == 0.0
+
+
 def test_an_adapter_makes_six_problems_per_batch_shape_and_equal_adapters_share_them():
     assert cpu_kernels.adapter_problems([(64, 64)] * 4, 8) == 6  # tiny's q, k, v, o: 156 primitives over 26 lengths
     assert cpu_kernels.adapter_problems([(64, 64), (64, 16)], 8) == 9  # GQA's k/v: B's three problems over (8, 16)
@@ -99,3 +132,32 @@ def test_this_machine_s_primitives_keep_what_the_table_says():
         assert features.onednn.bf16_primitive_bytes is None and features.onednn.bf16_matmul is None
     else:
         assert features.onednn.bf16_primitive_bytes == pytest.approx(cpu_kernels.BF16_PRIMITIVE_BYTES[path], rel=0.3)
+
+
+def test_a_prediction_names_the_path_and_the_kernels_it_keeps_or_that_no_cpu_was_given():
+    profile, workload = load_profile("cpu"), load_workload("tiny")
+    quantized = cell(Init.ONE_ADAPTER, Quant.INT8, Backend.SINGLE)
+    # 6 problems x 26.84 expected lengths x 682 KiB
+    assert predict_cell(quantized, profile, workload, cpu=AMX).notes[-1] == (
+        "bf16 adapter matmuls on the given CPU: amx path (107 MiB of oneDNN kernels kept)"
+    )
+    assert predict_cell(quantized, profile, workload).notes[-1] == (
+        "CPU features not given: the bf16 adapter matmuls are predicted as on the CPU first validated (AMD EPYC: "
+        "torch's own kernels, nothing kept); with AVX-512 BF16 or AMX oneDNN keeps ~0.67 MiB per matmul shape "
+        "(docs/estimator.md, CPUs)"
+    )
+
+
+def test_the_kernels_of_a_prediction_follow_the_micro_steps_and_the_adapters_rank():
+    profile, tiny = load_profile("cpu"), load_workload("tiny")
+    quantized = cell(Init.ONE_ADAPTER, Quant.INT8, Backend.SINGLE)
+
+    def kernels(workload):
+        return predict_cell(quantized, profile, workload, cpu=AMX).terms["onednn_bf16_kernels"]
+
+    # 30 steps of 2 accumulated batches: 60 batches, 6 x 128 x (1 - (127/128)^60) = 281.4 shapes of 682 KiB
+    accumulating = tiny.model_copy(update={"train": tiny.train.model_copy(update={"gradient_accumulation_steps": 2})})
+    assert kernels(accumulating) == pytest.approx(192.0 * 2**20, rel=1e-4)
+    # rank 64 on tiny's 64-wide projections: A's and B's products coincide, 3 problems a length
+    wide = tiny.model_copy(update={"lora": tiny.lora.model_copy(update={"r": 64})})
+    assert kernels(wide) == pytest.approx(53.62 * 2**20, rel=1e-4)

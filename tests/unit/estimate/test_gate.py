@@ -9,6 +9,7 @@ from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
+from bench.results.cpu_features import CpuFeatures, OneDnn
 from bench.results.schema import PredictionSummary
 
 GIB = 2**30
@@ -75,6 +76,20 @@ def test_the_run_predictor_predicts_and_survives_an_estimator_failure(capsys):
     assert broken(cell()) is None and broken(cell(backend=Backend.ZERO2)) is None
     err = capsys.readouterr().err
     assert err.count("warning: no memory prediction for workload phi-2: ") == 1
+
+
+def test_the_run_predictor_predicts_on_the_cpu_the_run_found():
+    """A CPU run's predictions take its CPU's features: on an AMX Xeon a quantized cell keeps oneDNN's kernels."""
+    amx = CpuFeatures(
+        flags=["avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"],
+        onednn=OneDnn(bf16_matmul="brg_matmul:avx10_1_512_amx"),
+    )
+    profile, workload = load_profile("cpu"), load_workload("tiny")
+    quantized = cell(Init.ONE_ADAPTER, Quant.INT8, Backend.SINGLE)
+    on_amx = predictor(profile, workload, cpu=amx)(quantized)
+    assert on_amx == summary_of(predict_cell(quantized, profile, workload, cpu=amx))
+    assert on_amx.terms["onednn_bf16_kernels"] > 0
+    assert "onednn_bf16_kernels" not in predictor(profile, workload)(quantized).terms
 
 
 @pytest.mark.parametrize("hardware", ["2xA10", "cpu-budget"])

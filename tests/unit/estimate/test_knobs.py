@@ -193,3 +193,13 @@ def test_ktos_kl_batch_stays_below_the_steps_own_peak_on_split_layers():
     kto = cell(Init.ONE_ADAPTER, backend=Backend.DEVICE_MAP).model_copy(update={"method": "kto"})
     p = predict_cell(kto, load_profile("2xA10"), load_workload("phi-2"))
     assert p.status == "predicted" and "kl_batch_forward" not in p.terms
+
+
+def test_the_max_length_knob_bounds_an_online_methods_prompts():
+    # GRPO on tiny: rows of a prompt of at most 14 tokens and 8 sampled; a 200-token bound holds 208-token rows
+    grpo = cell(Init.ONE_ADAPTER).model_copy(update={"method": "grpo"})
+
+    def activations(**knobs):
+        return predict_cell(grpo, load_profile("cpu"), load_workload("tiny"), knobs=Knobs(**knobs)).terms["activations"]
+
+    assert activations(max_length=200) == pytest.approx(activations() * 208 / 22)  # activations scale with a row

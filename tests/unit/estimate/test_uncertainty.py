@@ -175,3 +175,33 @@ def test_spreads_file_round_trip(tmp_path):
     assert (tmp_path / "spread.json").read_bytes() == uncertainty.SPREAD_FILE.read_bytes()
     assert uncertainty.load_spreads(tmp_path / "spread.json") == committed
     assert uncertainty.load_spreads(tmp_path / "missing.json") is None
+
+
+def test_the_pool_label_says_how_the_range_was_made():
+    assert uncertainty.pool_label("a", "a", 5) == "80% interval of 5 comparable rows (a)"
+    assert uncertainty.pool_label("a:b", "a", 40) == "80% interval of a wider pool, 40 rows (a): too few rows like a:b"
+    for kind, rows in ((None, 5), ("a", None), (None, None)):
+        assert uncertainty.pool_label("a", kind, rows) == "no range: no measured rows of this device"
+
+
+def test_held_out_ids_skip_the_head_comments_and_blank_lines(tmp_path):
+    listed = tmp_path / "held_out.txt"
+    listed.write_text("# named before any pool was derived\n\ncpu:one\n#cpu:commented\npublished:two\n", "utf-8")
+    assert uncertainty.held_out_ids(listed) == frozenset({"cpu:one", "published:two"})
+    assert uncertainty.held_out_ids(tmp_path / "none.txt") == frozenset()
+
+
+def test_a_gpu_range_is_its_total_over_one_plus_each_bound_of_the_comparable_errors():
+    """On a GPU the errors are of the whole figure, nothing added to it (a CPU cell's library baseline is added)."""
+    from bench.estimate.predict import predict_cell
+    from bench.matrix.axes import Backend, Init, Quant
+    from bench.matrix.cell import Cell
+    from bench.matrix.profiles import load_profile, load_workload
+
+    cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.SINGLE, launcher="python")
+    p = predict_cell(cell, load_profile("1xH100"), load_workload("llama-3.2-1b"))
+    spread = uncertainty.load_spreads().kinds[p.range_kind]
+    assert (p.range_low_bytes, p.range_high_bytes) == (
+        p.total_bytes / (1 + spread.high),
+        p.total_bytes / (1 + spread.low),
+    )

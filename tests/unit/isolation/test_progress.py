@@ -1,9 +1,19 @@
 """The progress watchdog's files and verdict (bench/isolation/progress.py); the executor's loop is shown with real
 processes in tests/integration/test_faults.py."""
 
+import os
 from pathlib import Path
 
-from bench.isolation.progress import Mark, end_steps, last_marks, mark, stall_reason, stalled
+from bench.isolation.progress import (
+    Mark,
+    StepMarks,
+    end_steps,
+    last_marks,
+    mark,
+    process_state,
+    stall_reason,
+    stalled,
+)
 
 
 def test_no_step_file_no_verdict(tmp_path):
@@ -39,6 +49,59 @@ def test_a_rank_marks_each_step_and_removes_its_file_when_training_ends(tmp_path
     end_steps(tmp_path, 3)
     end_steps(tmp_path, 3)  # twice is harmless
     assert 3 not in last_marks(tmp_path)
+
+
+def test_a_rank_inside_a_step_is_behind_one_that_ended_it():
+    # rank 1 ended step 5 and waits for rank 0, which began step 5 and stopped inside it
+    marks = {0: Mark(100.0, "began", 5), 1: Mark(90.0, "ended", 5)}
+    assert stall_reason(marks, now=120.0, stall_s=8.0) == (
+        "rank 0 made no progress for 20 s inside step 5 (progress watchdog limit 8 s); rank 1 waits after step 5"
+    )
+    assert (Mark(0.0, "began", 5).position, Mark(0.0, "ended", 5).position) == (9, 10)
+
+
+def test_every_other_rank_is_listed_with_where_it_waits():
+    marks = {2: Mark(95.0, "began", 7), 0: Mark(96.0, "began", 7), 1: Mark(90.0, "ended", 6)}
+    assert stall_reason(marks, now=110.0, stall_s=8.0) == (
+        "rank 1 made no progress for 20 s after step 6 (progress watchdog limit 8 s); rank 0 waits inside step 7; "
+        "rank 2 waits inside step 7"
+    )
+
+
+def test_a_rank_that_progressed_exactly_the_limit_ago_has_not_stalled():
+    marks = {0: Mark(100.0, "ended", 5), 1: Mark(92.0, "began", 6)}
+    assert stall_reason(marks, now=108.0, stall_s=8.0) is None
+    assert stall_reason(marks, now=108.5, stall_s=8.0) is not None
+
+
+def test_the_executor_s_look_reads_the_files_age(tmp_path):
+    mark(tmp_path, 0, "began", 3)
+    os.utime(tmp_path / "progress.rank0", (1000.0, 1000.0))
+    assert stalled(tmp_path, 8.0, now=1005.0) is None
+    assert stalled(tmp_path, 8.0, now=1012.0) == (
+        "rank 0 made no progress for 12 s inside step 3 (progress watchdog limit 8 s)"
+    )
+    assert stalled(tmp_path, 8.0).startswith("rank 0 made no progress for ")  # now: the file is decades old
+
+
+def test_a_rank_keeps_one_line_overwritten_at_each_mark_until_training_ends(tmp_path):
+    marks = StepMarks(tmp_path, 0)
+    marks.mark("began", 9)
+    marks.mark("ended", 9)
+    marks.mark("began", 10)
+    assert (tmp_path / "progress.rank0").read_text() == f"began {10:>12} {os.getpid():>10}\n"
+    assert last_marks(tmp_path)[0].describe() == "inside step 10"
+    marks.end()
+    marks.end()  # twice is harmless
+    assert last_marks(tmp_path) == {}
+
+
+def test_only_a_ranks_file_with_a_well_formed_mark_counts(tmp_path):
+    (tmp_path / "progress.rankx").write_text("began 1\n")  # not a rank's file, whatever it holds
+    (tmp_path / "progress.rank1").write_text("began x\n")
+    (tmp_path / "progress.rank2").write_text("paused 3\n")
+    (tmp_path / "progress.rank3").write_text("began 4\n")
+    assert list(last_marks(tmp_path)) == [3]
 
 
 def test_a_stopped_rank_is_named_before_any_other_and_says_so():
@@ -112,3 +175,20 @@ def test_a_rank_sigstopped_inside_a_step_is_named_not_its_peer_that_waits_there(
             process.kill()
             process.wait()
     assert process_state(ranks[0].pid) is None
+
+
+def test_a_process_named_with_a_parenthesis_has_its_state_read(tmp_path):
+    """/proc/<pid>/stat puts the process's name in parentheses, and a name may hold one itself."""
+    import subprocess
+    import sys
+
+    code = "import time; open('/proc/self/comm', 'w').write('rank) 1'); print('named', flush=True); time.sleep(60)"
+    rank = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert rank.stdout.readline() == b"named\n"
+        assert Path(f"/proc/{rank.pid}/comm").read_text() == "rank) 1\n"
+        assert process_state(rank.pid) in ("S", "R")
+    finally:
+        rank.kill()
+        rank.wait()
+    assert process_state(rank.pid) is None and process_state(None) is None

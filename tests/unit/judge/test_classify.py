@@ -268,3 +268,16 @@ def test_cuda_libraries_alloc_failures_are_oom():
         exit_code=1, timed_out=False, error_texts=["RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"], log_tail=""
     )
     assert other.status == Status.ERROR
+
+
+STALL = "rank 1 made no progress for 12 s after step 5 (progress watchdog limit 8 s); rank 0 waits inside step 6"
+
+
+def test_a_cell_the_progress_watchdog_stopped_is_a_hang_named_by_its_stalled_rank():
+    verdict = classify(exit_code=-15, timed_out=False, error_texts=[], log_tail="", stalled=STALL)
+    assert (verdict.status, verdict.error_class, verdict.message) == (Status.HANG, None, STALL)
+
+
+def test_a_ranks_own_error_is_the_cause_of_a_stall_not_the_hang():
+    verdict = classify(exit_code=-15, timed_out=False, error_texts=[CUDA_OOM], log_tail="", stalled=STALL)
+    assert verdict.status == Status.OOM

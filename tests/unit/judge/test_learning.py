@@ -220,3 +220,71 @@ def test_a_reward_that_only_wanders_fails_and_a_loss_that_does_not_fall_is_not_h
 def test_a_constant_reward_fails_and_missing_rewards_fail():
     assert check([[0.0] * 8], [], "fp32", "grpo", rewards=[0.5] * 8).failures[0].startswith("reward did not rise")
     assert "too few" in check([[0.0] * 8], [], "fp32", "grpo").failures[0]
+
+
+# --- the online methods' reward check, exactly ---
+
+
+def test_a_reward_check_needs_a_first_and_a_last_quarter_of_at_least_three_steps():
+    six = [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]  # two disjoint quarters of 3: enough
+    assert check([[0.0] * 6], [], "fp32", "grpo", rewards=six).failures == []
+    assert check([[0.0] * 5], [], "fp32", "grpo", rewards=six[1:]).failures == [
+        "5 step rewards were recorded: too few for a first and a last quarter"
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf])
+def test_a_non_finite_step_reward_fails_the_reward_check(bad):
+    rewards = [0.1, 0.1, 0.1, 0.9, bad, 0.9]
+    result = check([[0.0] * 6], [], "fp32", "rloo", rewards=rewards)
+    assert result.failures == ["a step's sampled reward is not finite"]
+
+
+def test_the_reward_failure_names_both_quarters_the_rise_and_its_floor():
+    # first 0.4, 0.5, 0.6 (mean 0.5, variance 0.01), last 0.4, 0.6, 0.8 (mean 0.6, variance 0.04):
+    # a rise of 0.1 against 2 x sqrt(0.01/3 + 0.04/3) = 0.2582
+    rewards = [0.4, 0.5, 0.6, 0.5, 0.5, 0.5, 0.4, 0.6, 0.8]
+    assert check([[0.0] * 9], [], "fp32", "grpo", rewards=rewards).failures == [
+        "reward did not rise: 0.5000 over the first 3 steps, 0.6000 over the last 3, a rise of 0.1000, not above "
+        "0.2582 (2 standard errors of the per-step spread)"
+    ]
+
+
+def test_the_reward_quarters_are_a_quarter_of_the_steps():
+    assert check([[0.0] * 16], [], "fp32", "grpo", rewards=[0.5] * 16).failures == [
+        "reward did not rise: 0.5000 over the first 4 steps, 0.5000 over the last 4, a rise of 0.0000, not above "
+        "0.0000 (2 standard errors of the per-step spread)"
+    ]
+
+
+def test_an_online_method_reports_a_non_finite_loss_and_a_flat_reward_both():
+    result = check([[0.0, math.nan, 0.0, 0.0, 0.0, 0.0]], [], "fp32", "grpo", rewards=[0.5] * 6)
+    assert result.failures == [
+        "non-finite loss (first at step 2 on rank 0)",
+        "reward did not rise: 0.5000 over the first 3 steps, 0.5000 over the last 3, a rise of 0.0000, not above "
+        "0.0000 (2 standard errors of the per-step spread)",
+    ]
+
+
+def test_the_record_keeps_each_reward_and_each_reward_functions_part_rounded_to_six_digits():
+    rewards = [0.1234567, 0.1, 0.1, 0.9, 0.9, 0.9]
+    parts = {"accuracy": [0.1234567, None, 0.1, 0.9, 0.9, 0.9], "format": [0.0] * 6}
+    result = check([[0.0] * 6], [], "fp32", "grpo", rewards=rewards, reward_parts=parts)
+    assert result.rewards == [0.123457, 0.1, 0.1, 0.9, 0.9, 0.9]
+    assert result.reward_parts == {"accuracy": [0.123457, None, 0.1, 0.9, 0.9, 0.9], "format": [0.0] * 6}
+    assert check([[0.0] * 6], [], "fp32", "grpo", rewards=rewards).reward_parts == {}
+
+
+# --- a non-finite loss at one end is reported once, never as a loss that did not fall ---
+
+
+def test_a_non_finite_first_loss_with_a_finite_end_is_not_a_loss_that_did_not_fall():
+    learning = check([[math.nan] + [0.6] * 6], [1.0], "fp32")
+    assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]
+    assert (learning.first_loss, learning.end_loss) == (None, pytest.approx(0.6))
+
+
+def test_a_non_finite_last_loss_with_a_finite_start_is_not_a_loss_that_did_not_fall():
+    learning = check([[LN2, LN2, LN2, LN2, math.inf]], [1.0], "fp32")
+    assert learning.failures == ["non-finite loss (first at step 5 on rank 0)"]
+    assert (learning.first_loss, learning.last_loss, learning.end_loss) == (pytest.approx(LN2), None, None)

@@ -384,6 +384,37 @@ def test_a_cell_without_a_rank_report_says_nothing_of_how_it_started():
     assert record.process_start is None
 
 
+def test_an_online_method_is_judged_by_the_lead_ranks_sampled_rewards():
+    """GRPO's check is its sampled reward (its loss has no fall to watch): the lead rank's rewards, and each reward
+    function's part of them, reach the learning check and the record."""
+    from bench.results.schema import Engagement
+
+    cell = Cell(method="grpo", init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
+    engaged = Engagement(**(DDP_ENGAGED | {"trainer": "GRPOTrainer"}), adapters=["default"])
+    rewards = [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]
+    parts = {"rule": rewards}
+    lead = trained(0, [0.0] * 3).model_copy(
+        update={"engagement": engaged, "sampled_rewards": rewards, "reward_parts": parts}
+    )
+    expect = Expectation(world_size=2, warmup_steps=1, steps=3, pairs_per_step=8)
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=1, log_tail="")
+    record = finished_record(RUN, cell, expect, Execution(outcome, [lead, trained(1, [0.0] * 3)], [], "t0", "t1"))
+    assert (record.method, record.status, record.message) == ("grpo", Status.OK, "")
+    assert (record.learning.rewards, record.learning.reward_parts) == (rewards, parts)
+    flat = lead.model_copy(update={"sampled_rewards": [0.5] * 6})
+    record = finished_record(RUN, cell, expect, Execution(outcome, [flat, trained(1, [0.0] * 3)], [], "t0", "t1"))
+    assert record.status == Status.LEARNING_FAILED and record.message.startswith("reward did not rise")
+
+
+STALL = "rank 1 made no progress for 12 s after step 2 (progress watchdog limit 8 s); rank 0 waits inside step 3"
+
+
+def test_a_cell_the_progress_watchdog_stopped_is_a_hang_with_its_reason():
+    outcome = Outcome(exit_code=-15, timed_out=False, wall_s=30, log_tail="", stalled=STALL)
+    record = finished([rank(0, steps=2), rank(1, steps=2)], outcome)
+    assert (record.status, record.error_class, record.message) == (Status.HANG, None, STALL)
+
+
 # ---------------------------------------------------------------- the harness failed, not the cell
 
 
@@ -454,3 +485,19 @@ def test_a_re_run_once_names_the_first_try_and_keeps_the_second_try_s_own_record
     assert retried(first, restarted).harness_fault == (
         "first try: the fork server died; re-run once; then: the fork server had ended before this cell: restarted"
     )
+
+
+def test_the_record_splits_its_wall_from_the_launchers_start_to_its_end():
+    # the launcher started at 100.0 and ended at 104.0, 4.5 s of wall: 0.5 s outside its life
+    phases = {"process_start": 100.5, "main_start": 100.75, "imported": 101.5, "finished": 103.0}
+    reports = [trained(r, [LN2, 0.5, 0.4]).model_copy(update={"phases": phases}) for r in (0, 1)]
+    outcome = Outcome(exit_code=0, timed_out=False, wall_s=4.5, log_tail="", launched_at=100.0, ended_at=104.0)
+    record = finished_record(RUN, CELL, Expectation(2, 1, 3, 8), Execution(outcome, reports, [], "t0", "t1"))
+    assert record.phases == {
+        "launch": 0.5,
+        "interpreter": 0.25,
+        "imports": 0.75,
+        "finish": 1.5,
+        "exit": 1.0,
+        "unaccounted": 0.5,
+    }

@@ -44,3 +44,17 @@ def test_a_run_the_user_made_is_not_in_the_view(checkout):
 def test_without_git_it_says_so(tmp_path):
     with pytest.raises(BenchError, match="not a git checkout"):
         tracked_files(tmp_path)
+
+
+def test_an_ignored_copy_inside_the_checkout_has_the_checkouts_committed_runs(checkout):
+    """mutmut's working copy: mutants/ in the checkout, ignored by git, with the project's results/ copied into it."""
+    (checkout / ".gitignore").write_text("/mutants/\n")
+    copy = checkout / "mutants"
+    for name in ("results/cpu/committed/results.jsonl", "results/cpu/mine/results.jsonl"):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_text(f"copy of {name}")
+    assert tracked_files(copy) == tracked_files(checkout)
+    view = tracked_results(copy)
+    found = sorted(str(p.relative_to(view)) for p in view.rglob("*") if p.is_file())
+    assert found == ["cpu/committed/results.jsonl"]
+    assert (view / "cpu/committed/results.jsonl").read_text() == "copy of results/cpu/committed/results.jsonl"

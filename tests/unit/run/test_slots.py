@@ -74,3 +74,18 @@ def test_a_record_names_the_cells_that_ran_at_some_moment_beside_it():
     d = Span("r", cell(Backend.DDP).id, started=-5.0, ended=-1.0)  # before a started
     e = Span("other", cell(Backend.DDP).id, started=9.0, ended=20.0)  # another run's, on the same device
     assert beside(a, [a, b, c, d, e], "r") == sorted([b.cell, f"other/{e.cell}"])
+
+
+def test_the_last_aligned_block_is_taken_before_a_misaligned_one():
+    assert pick([5, 6, 7], 2, 8) == [6, 7]
+    assert pick([3, 4, 5, 6, 7], 4, 8) == [4, 5, 6, 7]
+
+
+def test_a_cpu_profile_shares_cores_whatever_gpus_the_run_can_see():
+    visible = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert [d.cores for d in machine_devices(load_profile("cpu-slots"), visible, [0, 1, 2, 3])] == [(0, 1), (2, 3)]
+    assert machine_devices(load_profile("cpu"), visible, [0, 1]) == [DeviceSlot()]
+
+
+def test_as_many_cores_as_groups_give_one_core_each():
+    assert [d.cores for d in machine_devices(load_profile("cpu-slots"), {}, [4, 7])] == [(4,), (7,)]

@@ -4,6 +4,8 @@ bench/run/runner.py)."""
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
@@ -128,3 +130,72 @@ def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_pa
     assert "not run: predicted" in text and "resume them with --run-id r1" in text
     written = json.loads((tmp_path / runner.BUDGET_FILE).read_text())
     assert len(written["not_run"]) == 1 and written["order"][0] == ran[0][0]
+
+
+def test_a_run_faster_than_the_speed_model_does_not_speed_up_its_predictions():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.05))  # twice as fast as the model's slow end
+    assert budget.slowdown == 1.0
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.15))
+    budget.learn(cell, record(cell.id, wall=20.0, step=0.15))
+    assert budget.slowdown == pytest.approx(1.5)  # the median of 0.5, 1.5, 1.5
+    assert budget.predicted_s(cell) == pytest.approx(18.5 + 30 * 0.1 * 1.5)  # the largest start-up, 20 - 1.5
+
+
+def test_what_a_cell_teaches_needs_its_wall_time_and_a_speed_figure():
+    cell = runnable("1xH200")[0]
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, started=0.0)
+    budget.learn(cell, record(cell.id, wall=40.0, step=0.4).model_copy(update={"wall_s": None}))
+    assert budget.start_ups == [] and budget.slowdowns == []
+    budget.learn(cell, record(cell.id, wall=10.0, step=0.4))  # 12 s of steps in 10 s of wall time: no start-up
+    assert budget.start_ups == [0.0] and budget.slowdowns == [4.0]
+    unknown = TimeBudget(300.0, steps=30, step_seconds=lambda c: None, started=0.0)
+    unknown.learn(cell, record(cell.id, wall=40.0, step=0.4))  # no figure to be slower than
+    assert unknown.start_ups == [28.0] and unknown.slowdowns == []
+
+
+def test_a_cell_left_out_says_its_prediction_and_what_is_left(monkeypatch):
+    cell = runnable("1xH200")[0]
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 280.0)
+    budget = TimeBudget(300.0, steps=30, step_seconds=lambda c: 0.1, start_up_guess_s=45.0, started=0.0)
+    assert budget.not_run(cell) == "not run: predicted 48 s, 20 s of the time budget left"
+    assert budget.left() == 20.0 and budget.left(now=310.0) == -10.0
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 400.0)
+    assert budget.not_run(cell) == "not run: predicted 48 s, 0 s of the time budget left"
+
+
+def test_a_cell_started_past_the_budget_still_gets_ten_seconds(monkeypatch):
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 500.0)
+    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
+    assert budget.cell_timeout(900.0) == 10.0
+    assert budget.cell_timeout(900.0, grace_s=250.0) == 50.0
+
+
+def test_each_cell_is_predicted_and_judged_by_its_own_speed_figure(monkeypatch):
+    fast, slow = runnable("1xH200")[:2]
+    figures = {fast.id: 0.1, slow.id: 1.0}
+    monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 1000.0 + 20.0)
+    budget = TimeBudget(60.0, steps=30, step_seconds=lambda c: figures[c.id], start_up_guess_s=10.0, started=1000.0)
+    assert (budget.predicted_s(fast), budget.predicted_s(slow)) == (10.0 + 3.0, 10.0 + 30.0)
+    assert budget.left() == 40.0 and budget.fits(slow) and not budget.fits(slow, now=1000.0 + 21.0)
+    assert budget.not_run(slow) == "not run: predicted 40 s, 40 s of the time budget left"
+    budget.learn(slow, record(slow.id, wall=50.0, step=2.0))  # twice its own figure
+    assert budget.slowdowns == [2.0] and budget.start_ups == [0.0]
+
+
+def test_the_first_pass_shows_every_value_of_every_axis_the_selection_holds():
+    cells = runnable("1xH200")
+    first = first_pass(cells)
+    for axis in ("backend", "init", "quant", "method", "launcher"):
+        assert {getattr(c, axis) for c in first} == {getattr(c, axis) for c in cells}, axis
+    assert len(first) < len(cells) / 4
+
+
+def test_the_time_kept_for_the_speed_pass_is_each_reserved_cells_own_prediction_per_trial():
+    fast, slow = runnable("1xH200")[:2]
+    figures = {fast.id: 0.1, slow.id: 1.0}
+    budget = TimeBudget(600.0, steps=30, step_seconds=lambda c: figures[c.id], start_up_guess_s=10.0, started=0.0)
+    budget.reserve([fast, slow], trials=2)
+    assert budget.reserved_s() == 2 * (10.0 + 3.0) + 2 * (10.0 + 30.0)
+    assert budget.fits(slow, now=600.0 - 146.0, reserving=True) and not budget.fits(slow, now=454.5, reserving=True)

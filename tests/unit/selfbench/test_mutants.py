@@ -88,6 +88,9 @@ def test_only_selects_a_part_of_the_configured_modules_and_tests():
     tests = ["tests/unit/judge", "tests/unit/estimate", "tests/unit/report/test_verdict.py"]
     assert select(tests, ["judge"], part=1) == ["tests/unit/judge", "tests/unit/report/test_verdict.py"]
     assert select(tests, ["estimate"], part=1) == ["tests/unit/estimate"]
+    run = ["bench/run/budget.py", "bench/isolation/progress.py", "tests/unit/run/test_slots.py"]
+    assert select([*CONFIGURED, *run[:2]], ["run"]) == run[:2]
+    assert select([*tests, run[2]], ["run"], part=1) == [run[2]]
     with pytest.raises(BenchError, match="no path"):
         select(["bench/judge/learning.py"], ["estimate"])
     with pytest.raises(BenchError, match="--only gates: not one of"):
@@ -109,3 +112,19 @@ def test_entries_outside_the_selected_modules_are_not_stale():
     estimator = entry("a", "b", function="bench.estimate.predict.train_terms")
     assert explain([], [judge, estimator], ["bench.judge.learning"]) == ([], [judge])
     assert explain([], [judge, estimator]) == ([], [judge, estimator])
+
+
+def test_a_kept_run_brings_unmutated_copies_up_to_date_and_mutates_a_module_new_to_the_scope(tmp_path):
+    from bench.selfbench.mutants import refresh_unmutated
+
+    for name in ("old.py", "new.py", "helper.py"):
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(f"# {name} today\n")
+        (tmp_path / "mutants" / "pkg").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mutants" / "pkg" / name).write_text(f"# {name} as copied\n")
+    (tmp_path / "mutants" / "pkg" / "old.py.meta").write_text("{}")  # mutated by the last run
+    refresh_unmutated(tmp_path, ["pkg/old.py", "pkg/new.py"], source_paths=["pkg"])
+    copies = tmp_path / "mutants" / "pkg"
+    assert (copies / "helper.py").read_text() == "# helper.py today\n"
+    assert (copies / "old.py").read_text() == "# old.py as copied\n"  # mutmut's mutants: kept
+    assert not (copies / "new.py").exists()  # the copy of a module out of scope last time: mutmut mutates it
