@@ -2,7 +2,6 @@
 failure comment. tests/integration/test_library_action.py runs the script for real."""
 
 import importlib.util
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import yaml
 
 from bench.paths import PROJECT_ROOT
 from bench.report.compare import MARKER
+from tests.unit.selfbench.test_ab import git
 
 ACTION = PROJECT_ROOT / ".github" / "actions" / "dpo-bench"
 
@@ -22,10 +22,6 @@ def load_script():
 
 
 library_ab = load_script()
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
