@@ -243,6 +243,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.set_defaults(func=cmd_list)
     _register_run(sub)
+    _register_window(sub)
     _register_others(sub)
 
 
@@ -364,7 +365,7 @@ def _add_slot_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _register_others(sub: "argparse._SubParsersAction") -> None:
+def _register_window(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "window",
         help="on a GPU lent for minutes: the card's DPO matrix, the other methods, emulated 24 GB cards, the 7B cells "
@@ -392,6 +393,8 @@ def _register_others(sub: "argparse._SubParsersAction") -> None:
     )
     p.set_defaults(func=cmd_window)
 
+
+def _register_others(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "carry-assets",
         help="build workloads' dataset, tokenizer and derived rows (no model) into a folder that travels with the "

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.report.decide_grid import DECIDE_FILE
 from tests.unit.report.test_publish import KNOWN_ISSUE, build_results, cell_ids
 
 pytestmark = pytest.mark.integration
@@ -153,10 +154,11 @@ def shipped_beside(scenarios: Path) -> None:
     from bench.paths import SCENARIOS_DIR
 
     for item in SCENARIOS_DIR.iterdir():
-        if (scenarios / item.name).is_file():
-            (scenarios / item.name).unlink()
-        if not (scenarios / item.name).exists():
-            (scenarios / item.name).symlink_to(item)
+        if item.is_dir():
+            if not (scenarios / item.name).exists():
+                (scenarios / item.name).symlink_to(item)  # read only
+        elif item.name != DECIDE_FILE:
+            shutil.copyfile(item, scenarios / item.name)
 
 
 @pytest.fixture(scope="module")
