@@ -61,6 +61,7 @@ def test_a_prediction_summary_carries_the_prediction():
         p.margin_bytes,
     )
     assert summary_of(p.model_copy(update={"verdict": None})).verdict == "unknown"
+    assert p.reserved_bytes is not None and s.reserved_bytes == p.reserved_bytes  # what a GPU slot admits by
     na = predict_cell(cell(quant=Quant.NF4, backend=Backend.SINGLE), profile, workload)
     assert na.status == "not_applicable" and summary_of(na) is None
 

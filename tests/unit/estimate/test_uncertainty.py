@@ -130,6 +130,13 @@ def test_verdicts_from_the_probability():
     assert uncertainty.verdict(100, 100, None) == "fits"
 
 
+def test_a_point_prediction_exactly_at_the_side_margin_leaves_the_probability_its_verdict():
+    above = 100 * (1 + uncertainty.SIDE_MARGIN)
+    below = 100 * (1 - uncertainty.SIDE_MARGIN)
+    assert uncertainty.verdict(above, 100, 0.95) == "fits"  # only beyond the margin is it moved to likely_oom
+    assert uncertainty.verdict(below, 100, 0.05) == "oom"  # only beneath it to likely_fits
+
+
 def test_a_point_prediction_far_past_the_limit_keeps_its_side():
     # 127 % of the card is never on the side of fitting, whatever another setup's errors say
     assert uncertainty.verdict(127, 100, 1.0) == "likely_oom"
