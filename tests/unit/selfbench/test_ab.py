@@ -28,14 +28,19 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A git repository with two commits, tagged v1 and v2."""
-    root = tmp_path / "repo"
+def new_repo(root: Path) -> Path:
+    """An empty git repository at `root`, with a committer."""
     root.mkdir()
     git(root, "init", "-q")
     git(root, "config", "user.email", "t@example.com")
     git(root, "config", "user.name", "t")
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with two commits, tagged v1 and v2."""
+    root = new_repo(tmp_path / "repo")
     for version in ("v1", "v2"):
         (root / "VERSION").write_text(version)
         git(root, "add", "VERSION")

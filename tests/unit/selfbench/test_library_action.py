@@ -9,7 +9,7 @@ import yaml
 
 from bench.paths import PROJECT_ROOT
 from bench.report.compare import MARKER
-from tests.unit.selfbench.test_ab import git
+from tests.unit.selfbench.test_ab import git, new_repo
 
 ACTION = PROJECT_ROOT / ".github" / "actions" / "dpo-bench"
 
@@ -26,11 +26,7 @@ library_ab = load_script()
 
 @pytest.fixture
 def library(tmp_path: Path) -> Path:
-    repo = tmp_path / "lib"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
+    repo = new_repo(tmp_path / "lib")
     (repo / "pyproject.toml").write_text("[project]\nname = 'trl'\nversion = '1.0'\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "v1")
