@@ -4,10 +4,9 @@ A rank's RSS counts every page-cache page it has mapped: the shared libraries' c
 checkpoint. How many pages one touch maps is the machine's: the kernel maps the whole folio around a faulting page
 and its fault-around window of cached neighbours, and a file's page-cache folios are as large as its filesystem
 (tmpfs `huge=`; ext4 and xfs make large folios), the writes that made it and the readahead that read it in allow.
-Anonymous memory is rounded up by transparent huge pages where they are on (per size since Linux 6.8). Measured
-here: the same cells map 28-31 MiB of library pages after their baseline with 4-128 KiB folios and 41 MiB from a
-tmpfs with `huge=always` (docs/estimator.md, "CPUs"). Every read here is a sysfs or /proc file; what is missing is
-left out, never guessed.
+Anonymous memory is rounded up by transparent huge pages where they are on (per size since Linux 6.8). What this
+moves, measured: docs/metrics.md, "What RSS counts of the page cache". Every read here is a sysfs or /proc file;
+what is missing is left out, never guessed.
 """
 
 import os
