@@ -361,7 +361,7 @@ class ResultRecord(CellAxes):
     """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
     overlapped_by: list[str] = []
-    """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
+    """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runner_registry.py): its figures
     were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
     shared_with: list[str] = []
     """The cells that ran beside it (bench/run/side_by_side.py): its own run's on other devices of the machine, or,

@@ -30,7 +30,7 @@ from bench.results.store import (
 from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import CellPlan, RunContext, plan_cells, run_cell
 from bench.run.progress import format_progress
-from bench.run.runners import with_overlap
+from bench.run.runner_registry import with_overlap
 from bench.run.slots import DeviceSlot, machine_devices
 from bench.run.unrecorded import Unrecorded, append_or_keep
 

@@ -27,7 +27,7 @@ from bench.run.budget import TimeBudget, coverage_order
 from bench.run.cell import RunContext, run_cell
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, below_own, cap_bytes, slots_taken
 from bench.run.progress import format_progress
-from bench.run.runners import with_overlap
+from bench.run.runner_registry import with_overlap
 from bench.run.slot_ledger import DeviceLedger, Devices, Span
 from bench.run.slots import DeviceSlot, SlotPlacement, need, start_order
 from bench.run.unrecorded import append_or_keep

@@ -26,11 +26,11 @@ from pydantic import BaseModel, ValidationError
 
 from bench.errors import BenchError
 from bench.files import write_whole
-from bench.run.runners import runners_dir
+from bench.run.runner_registry import runners_dir
 from bench.run.slots import pick
 
 SLOTS_FOLDER = "slots"
-"""Under the machine's runners folder (bench/run/runners.py): one ledger per shared device."""
+"""Under the machine's runners folder (bench/run/runner_registry.py): one ledger per shared device."""
 WANT_TTL_S = 5.0
 """A run's unmet request holds lower priorities off this long: a waiting run asks again every second
 (bench/run/side_by_side.py POLL_S); one that stopped asking (its cell started, or its time budget left it out) lets

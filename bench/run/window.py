@@ -215,7 +215,7 @@ def start_assets(workloads: list[str], run_id: str, work: Path, log, device: str
     registered as a runner of this machine until the last is ready; name -> its assets' future."""
     from bench.assets.prepare_all import prepare_all
     from bench.matrix.profiles import load_workload
-    from bench.run.runners import registered
+    from bench.run.runner_registry import registered
 
     started = time.monotonic()
     registration = contextlib.ExitStack()
