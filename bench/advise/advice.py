@@ -10,7 +10,7 @@ from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
-from bench.estimate.speed.matrix import speeds_of
+from bench.estimate.speed.cell_speeds import speeds_of
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes

@@ -9,7 +9,7 @@ from bench.matrix.methods import method_spec
 from bench.units import GB, bytes_text
 
 CHECK_LABEL = "a check of this setup on random weights and synthetic data (a few steps), not training your model"
-"""What the printed `python -m bench run ... --filter CELL` line is (the recipe: `advise --export`)."""
+"""What the printed `python -m bench run ... --filter CELL` line is (what trains a model: `advise --export`)."""
 RANKED_BY = {
     "fastest": "the most PREDICTED tokens/s first",
     "fewest-gpus": "the fewest GPUs first, then the fastest",
@@ -150,7 +150,7 @@ def _to_run(run: RunPlan | None) -> list[str]:
     if run.change:
         lines += [f"No cell fits as it is; `{run.cell_id}` is predicted to fit with: {run.change}.", ""]
     lines += [
-        f"`dpo-bench run` below is {CHECK_LABEL}. `--export DIR` writes the recipe that trains your model in this "
+        f"`dpo-bench run` below is {CHECK_LABEL}. `--export DIR` writes the launch files that train your model in this "
         "setup (launch line, accelerate/DeepSpeed config, TRL's DPO settings; docs/advise.md).",
         "",
         "```",

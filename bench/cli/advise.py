@@ -24,7 +24,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.render import to_csv, to_json, to_markdown
 
     if args.export is not None:
-        from bench.advise.export import check_method
+        from bench.advise.launch_files import check_method
         from bench.matrix.scenario import parse_methods
 
         check_method(parse_methods(args.method))
@@ -58,7 +58,7 @@ def export(args: argparse.Namespace, cell: "Cell", change: str | None, extra: li
     from pathlib import Path
 
     from bench.advise.command import native_files
-    from bench.advise.export import export_files, model_id, write_export
+    from bench.advise.launch_files import export_files, model_id, write_export
     from bench.cli.target import _say_once
 
     fixed = _parser().parse_args(["advise", *target_flags(args), *extra]) if extra else args

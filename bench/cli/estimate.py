@@ -31,7 +31,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
             print(f"written: {len(write_shipped())} shape entries of the shipped configs")
         return 0
-    from bench.estimate.speed.matrix import speeds_for
+    from bench.estimate.speed.cell_speeds import speeds_for
     from bench.matrix.scenario import parse_methods
 
     profile, workload = target(args)

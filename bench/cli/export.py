@@ -14,7 +14,7 @@ from bench.secrets import redact
 
 def cmd_export(args: argparse.Namespace) -> int:
     from bench.report.compare import load_run
-    from bench.report.export import gab_entries, pytest_benchmark_json
+    from bench.report.dashboard_json import gab_entries, pytest_benchmark_json
 
     run = load_run(resolve_run(args.run, Path(args.scenarios)))
     if args.to is not None:

@@ -21,7 +21,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from bench.executors.docker_images import lock_file
     from bench.executors.local import LocalExecutor
     from bench.pipeline.chain import PIPELINES, PipelineContext, run_pipeline
-    from bench.report.pipeline import stages_table
+    from bench.report.pipeline_row import stages_table
     from bench.results.env import environment_fingerprint, write_env
     from bench.run.preflight import preflight
 

@@ -92,7 +92,7 @@ def _defaults(args: argparse.Namespace) -> "Training":
 def _run(
     args: argparse.Namespace, profile: HardwareProfile, workload: Workload, run_id: str, run_dir: Path, started: float
 ) -> int:
-    from bench.report.matrix import render
+    from bench.report.matrix_table import render
     from bench.results.runs import run_is_complete
     from bench.results.store import load_results
     from bench.run.progress import summary
@@ -299,7 +299,7 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
         choices=["auto", "forked", "fresh"],
         default="auto",
         help="how a cell's Python processes start: forked from one process that imported the libraries once per run "
-        "(bench/isolation/zygote.py), or fresh, an interpreter each; auto: forked on CPU profiles with the local "
+        "(bench/isolation/fork_server.py), or fresh, an interpreter each; auto: forked on CPU profiles with the local "
         "executor and no memory budget, fresh elsewhere (default)",
     )
     p.add_argument(

@@ -3,12 +3,12 @@ device, in bytes. Pure; sources in docs/estimator.md (Generation).
 
 Notation as in bench/estimate/terms.py, and: G completions sampled per prompt (`num_generations`), C their most
 tokens (`max_completion_length`), P a prompt's tokens, g = B x s the completions one rank generates at once (s:
-steps_per_generation, bench/matrix/online.py), n_kv key/value heads of d_h dims, layers l."""
+steps_per_generation, bench/matrix/online_rules.py), n_kv key/value heads of d_h dims, layers l."""
 
 from dataclasses import dataclass
 
 from bench.estimate import terms
-from bench.matrix.online import steps_per_generation
+from bench.matrix.online_rules import steps_per_generation
 from bench.matrix.profiles import Workload
 
 SAMPLING_BYTES = 4 + 4

@@ -274,7 +274,7 @@ def predicted_profiles() -> list[str]:
 
 
 def write_predicted(hardware: str, results: Path, validation: str) -> tuple[Path, Path]:
-    from bench.estimate.speed.matrix import speeds_for
+    from bench.estimate.speed.cell_speeds import speeds_for
     from bench.matrix.profiles import load_profile, load_workload
 
     profile = load_profile(hardware)

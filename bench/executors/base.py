@@ -27,7 +27,7 @@ class LaunchPlan:
     devices: int = 0
     """GPUs the cell gets on each node (0: none); `env` names them in CUDA_VISIBLE_DEVICES where the run chose them."""
     progress_dir: Path | None = None
-    """Where each rank's worker marks its steps (bench/isolation/progress.py); None: no progress watchdog."""
+    """Where each rank's worker marks its steps (bench/isolation/step_marks.py); None: no progress watchdog."""
     stall_s: float | None = None
     """A rank that made no step for this long ends the cell as a hang; None: no progress watchdog."""
     cores: list[int] | None = None
@@ -74,7 +74,7 @@ class Outcome:
     """What of the harness or the machine failed while the cell ran; None: nothing."""
     launched_at: float | None = None
     """Epoch seconds when the executor started the launcher, and when it saw the launcher end: the ends of the wall
-    time the judge splits by the ranks' phases (bench/judge/phases.py); None where the executor does not say."""
+    time the judge splits by the ranks' phases (bench/judge/wall_split.py); None where the executor does not say."""
     ended_at: float | None = None
 
 

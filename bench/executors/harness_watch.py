@@ -8,9 +8,9 @@ import subprocess
 from dataclasses import dataclass, field
 
 from bench.executors.base import HarnessFault
-from bench.isolation.fork_server import ForkServer, how_it_ended
-from bench.isolation.progress import process_state
+from bench.isolation.fork_server_handle import ForkServer, how_it_ended
 from bench.isolation.shm_segments import SHM_DIR, create_failure
+from bench.isolation.step_marks import process_state
 
 STAND_IN_GRACE_S = 5.0
 """How long the launcher's stand-in may outlive the launcher it stands for: it passes the exit on within
@@ -22,7 +22,7 @@ class Stopped:
     """Why the executor ended a cell that was still running, if it did."""
 
     stalled: str | None = None
-    """The progress watchdog's reason (bench/isolation/progress.py)."""
+    """The progress watchdog's reason (bench/isolation/step_marks.py)."""
     fault: HarnessFault | None = None
     exit_code: int | None = None
     """The launcher's own exit (Popen's return code) where its stand-in did not pass it on."""

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ValidationError
 from bench.executors.base import HarnessFault, LaunchPlan, Outcome
 from bench.executors.harness_watch import HarnessWatch, Stopped, server_death
 from bench.files import write_whole
-from bench.isolation import lifeline, progress
+from bench.isolation import lifeline, step_marks
 from bench.isolation.cgroups import CellCgroups, CgroupUnavailable, cell_cgroups, remove_cgroup
 from bench.isolation.deferred_sigint import DeferredSigint
-from bench.isolation.fork_server import ForkServer
+from bench.isolation.fork_server_handle import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"
@@ -384,7 +384,7 @@ class _Looking:
     log_path: Path
 
     def look(self, process: subprocess.Popen, plan: LaunchPlan) -> Stopped | None:
-        if (reason := progress.stalled(plan.progress_dir, plan.stall_s)) is not None:
+        if (reason := step_marks.stalled(plan.progress_dir, plan.stall_s)) is not None:
             return Stopped(stalled=reason)
         return self.harness.look(process, read_tail(self.log_path), time.monotonic())
 

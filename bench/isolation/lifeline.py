@@ -89,5 +89,5 @@ def die_with_runner(environ: Mapping[str, str]) -> bool:
 
 def die_with_process(pid: int) -> None:
     """SIGKILL this process's group as soon as `pid` ends (a fork server's child, with the client that stands for
-    it in the launcher's process tree: bench/isolation/zygote_client.py)."""
+    it in the launcher's process tree: bench/isolation/fork_server_client.py)."""
     _watch(pid, None)

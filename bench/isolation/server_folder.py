@@ -1,4 +1,4 @@
-"""A fork server's folder (bench/isolation/zygote.py: its socket, its client, its children's entries) as runners
+"""A fork server's folder (bench/isolation/fork_server.py: its socket, its client, its children's entries) as runners
 share the system's temporary folder: made 0700 by the runner, flock'd by it for as long as its server runs, and
 naming it in OWNER. A folder whose lock no one holds was left behind by a runner that died (SIGKILL, a crash); the
 next run removes it (bench/run/leftovers.py), never one a live runner holds.
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-FOLDER_PREFIX = "dpo-bench-zygote-"
+FOLDER_PREFIX = "dpo-bench-fork-server-"
 """A server's folder in the system's temporary folder: short, as a socket's path has at most 107 bytes."""
 OWNER = "runner"
 """The file in a server's folder naming the runner that holds the folder's lock."""

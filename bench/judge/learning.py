@@ -7,8 +7,8 @@ Each method's facts (RULES, keyed by method) are checked from the per-step losse
     zero-initialised LoRA B, or the `ref` copy of the adapter), so every pair's log-ratio difference is 0 and
     -log sigmoid(0) = ln 2; a first loss away from ln 2 means the reference is not the initial policy;
   - KTO: 1/2. At policy = reference every log-ratio and the KL estimate are 0, so each row's loss is
-    1 - sigmoid(0) = 1/2, times its desirable or undesirable weight (both TRL's 1.0: bench/worker/stages/kto.py);
-  - reward: ln 2. The head starts at zero (bench/worker/stages/reward.py), every reward is 0, and the pairwise
+    1 - sigmoid(0) = 1/2, times its desirable or undesirable weight (both TRL's 1.0: bench/worker/trainers/kto.py);
+  - reward: ln 2. The head starts at zero (bench/worker/trainers/reward.py), every reward is 0, and the pairwise
     loss -log sigmoid(r_chosen - r_rejected) is ln 2; away from it, the head did not start neutral;
   - SFT, ORPO, SimPO: none. Their first loss depends on the initial model's log-probs of the batch, not on the
     formula alone;
@@ -21,7 +21,7 @@ Each method's facts (RULES, keyed by method) are checked from the per-step losse
   its loss stays exactly ln 2, and a policy that moves without learning has a mean loss at or above ln 2
   (softplus is convex: E[softplus(-βΔ)] >= softplus(0) when E[Δ] = 0);
 - the reward model ranks: after training, its pairwise accuracy on EVAL_PAIRS training pairs
-  (bench/worker/stages/reward.py) is above 1/2 by more than two standard errors of a coin flip over those pairs,
+  (bench/worker/trainers/reward.py) is above 1/2 by more than two standard errors of a coin flip over those pairs,
   1/sqrt(n): a model that did not learn scores 1/2 on average (a random head) or 0 (a constant head: no pair is
   ranked), and passes by chance in 2.3 % of runs at most;
 - the online methods' reward rises (GRPO, RLOO: their loss is an advantage-weighted ratio whose mean is about 0 at

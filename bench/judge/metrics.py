@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from bench.isolation.cgroups import RankMemory
 from bench.results.schema import Metrics, RankMemoryFigures
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -13,12 +13,12 @@ from bench.judge.engagement import mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
-from bench.judge.phases import wall_split
+from bench.judge.wall_split import wall_split
 from bench.matrix.cell import Cell, CellAxes
 from bench.results.schema import ErrorClass, PredictionSummary, ProcessStart, RankMemoryFigures, ResultRecord, Status
 from bench.secrets import redact
 from bench.units import GiB
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 NOT_RUN = frozenset({Status.NOT_APPLICABLE, Status.UNTESTED, Status.PREDICTED_OOM, Status.NOT_RUN})
 

@@ -9,7 +9,7 @@ state says what it was. A rank's own error report, or a cell that trained (ok, f
 
 from bench.executors.slurm.jobs import JobState
 from bench.results.schema import ErrorClass, ResultRecord, Status
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 VERDICTS: dict[str, tuple[Status, ErrorClass | None, str]] = {
     "TIMEOUT": (Status.TIMEOUT, None, "Slurm ended job {job} at its time limit (TIMEOUT)"),

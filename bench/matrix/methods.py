@@ -1,5 +1,5 @@
 """The training-method table: one entry per method, naming its TRL trainer and the worker stage that builds it
-(bench/worker/stages/<stage>.py), and what the rest of the suite needs to know about it: whether it has a
+(bench/worker/trainers/<stage>.py), and what the rest of the suite needs to know about it: whether it has a
 reference (the N/A rules), the form of its data (bench/assets), its model's head and how its loss reads the
 model's output (the estimator), its forward passes (MFU). A new method is its enum value, one entry here and its
 stage module."""
@@ -39,7 +39,7 @@ class MethodSpec:
     """The loss compares the policy with a reference (DPO, KTO); reference-free methods have no init mode that
     places one."""
     stage: str
-    """The worker module that builds the trainer: bench.worker.stages.<stage>."""
+    """The worker module that builds the trainer: bench.worker.trainers.<stage>."""
     experimental: bool = False
     """The trainer lives in trl.experimental."""
     data: DataForm = "pairs"
@@ -60,7 +60,7 @@ class MethodSpec:
     qlora_cast: QloraCast = "always"
     trl_script: str | None = None
     """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
-    recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
+    recipe runs unless the cell needs what it cannot build (bench/advise/launch_files.py)."""
 
     def bf16_adapters(self, quantized: bool, quant: str, precision: str) -> bool:
         """A quantized model's adapters are trained in bf16 (else fp32, PEFT's default). Pure."""

@@ -117,7 +117,7 @@ class HardwareProfile(Strict):
         ge=5,
         le=MAX_TIME_S,
         description="progress watchdog: a cell whose rank makes no training step for this long ends as `hang` "
-        "(bench/isolation/progress.py); loading and a precomputed reference pass are not judged",
+        "(bench/isolation/step_marks.py); loading and a precomputed reference pass are not judged",
     )
     threads_per_process: Count = 1
     provides: list[str] = Field(
@@ -138,7 +138,7 @@ class HardwareProfile(Strict):
     fork_validated_by: ForkValidation | None = Field(
         default=None,
         description="accelerator profiles: the runs that showed its cells end alike forked and fresh; `run --start "
-        "auto` forks its cells only where they are named (bench/run/forking.py)",
+        "auto` forks its cells only where they are named (bench/run/fork_server_mode.py)",
     )
     memory_budget_gb: float | None = Field(
         default=None,

@@ -18,7 +18,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
-from bench.matrix.online import RULES as ONLINE_RULES
+from bench.matrix.online_rules import RULES as ONLINE_RULES
 from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs

@@ -15,8 +15,8 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.schema import StageRecord, Status
 from bench.results.store import now_iso
-from bench.run.cell import RunContext, run_cell
 from bench.run.launch import write_files
+from bench.run.one_cell import RunContext, run_cell
 from bench.worker.pipeline_step import StepReport, StepSpec
 
 PROMPT = "How do I take care of my garden?"

@@ -9,8 +9,8 @@ from bench.errors import BenchError
 from bench.files import write_whole
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell, method_of_id
-from bench.report.matrix import csv_frame, render
-from bench.report.pipeline import pipeline_section
+from bench.report.matrix_table import csv_frame, render
+from bench.report.pipeline_row import pipeline_section
 from bench.results.env import read_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.layout import ENV_FILE, RESULTS_FILE

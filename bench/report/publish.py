@@ -11,7 +11,7 @@ from bench.errors import BenchError
 from bench.files import write_whole
 from bench.report.decide_data import DecisionPageJob, encode, predict_grid
 from bench.report.decide_page import DATA_FILE, PAGE, data_script, render_page
-from bench.report.pipeline import latest_pipelines
+from bench.report.pipeline_row import latest_pipelines
 from bench.report.predicted_site import load_predicted, predicted_index, predicted_section
 from bench.report.site import INDEX, ConfigFile, ProfileView, site_pages
 from bench.report.summary import summarize

@@ -122,7 +122,7 @@ STATUS_MEANING: dict[Status, StatusMeaning] = {
     Status.HANG: StatusMeaning(
         "its training steps stopped (hang: the rank that stalled)",
         "its training steps stopped: a rank made no step for longer than the profile's `stall_s` (the progress "
-        "watchdog, bench/isolation/progress.py), and the cell's whole process group was killed; the message names "
+        "watchdog, bench/isolation/step_marks.py), and the cell's whole process group was killed; the message names "
         "the stalled rank",
     ),
     Status.NOT_APPLICABLE: StatusMeaning(
@@ -382,7 +382,7 @@ class ResultRecord(CellAxes):
     (each an interpreter of its own), `mixed`; None in older records and for cells that did not start."""
     phases: dict[str, float] = {}
     """Its wall time split in seconds: the launcher's start, each phase of the rank that finished last, the exit,
-    and what they leave `unaccounted` (bench/judge/phases.py); empty in older records and where no rank reported."""
+    and what they leave `unaccounted` (bench/judge/wall_split.py); empty in older records and where no rank reported."""
     emulated_from: str | None = None
     """Run with --emulate on this real GPU: a smaller profile (its `card`) on a bigger one, memory capped per process,
     devices limited. Memory answers (fits / OOM, peaks) are the profile's; speed and MFU are the real GPU's."""

@@ -13,7 +13,7 @@ from bench.matrix.cell import Cell
 from bench.results.layout import RunFolder, trial_key
 from bench.results.schema import ResultRecord
 from bench.run.trial import Lifecycle, Trial
-from bench.worker.report import read_rank_reports
+from bench.worker.rank_report import read_rank_reports
 
 if TYPE_CHECKING:
     from bench.executors.slurm.executor import SlurmExecutor

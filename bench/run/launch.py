@@ -19,7 +19,7 @@ import yaml
 
 from bench.executors.base import LaunchPlan
 from bench.files import own_folder, write_whole
-from bench.isolation.zygote_rules import per_process
+from bench.isolation.fork_server_rules import per_process
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.launchers.accelerate import accelerate_config
 from bench.matrix.backends import BackendSpec, backend_spec

@@ -29,7 +29,7 @@ from bench.results.store import (
     report_problems,
 )
 from bench.run.budget import TimeBudget, coverage_order
-from bench.run.cell import CellPlan, RunContext, plan_cells
+from bench.run.one_cell import CellPlan, RunContext, plan_cells
 from bench.run.slots import DeviceSlot, machine_devices
 from bench.run.trial import Lifecycle, Trial, label
 from bench.run.unrecorded import Unrecorded

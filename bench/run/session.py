@@ -27,9 +27,9 @@ from bench.results.env import environment_fingerprint, training_of, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
-from bench.run.cell import RunContext, absent_assets
-from bench.run.forking import fork_server
+from bench.run.fork_server_mode import fork_server
 from bench.run.memory_slots import SPEED_CELLS, SharedDevice, SlotRequest, shared_device
+from bench.run.one_cell import RunContext, absent_assets
 from bench.run.preflight import Preflight, preflight, shm_check
 from bench.run.runner import execute
 from bench.run.slots import VISIBLE_ENV
@@ -259,7 +259,7 @@ def time_budget(
     seconds: float, profile: HardwareProfile, workload: Workload, cells: list, started: float
 ) -> TimeBudget:
     """The run's TimeBudget: the speed model's slow end per step for each cell (bench/estimate/speed)."""
-    from bench.estimate.speed.matrix import speeds_of
+    from bench.estimate.speed.cell_speeds import speeds_of
 
     speeds = speeds_of(profile, workload, cells)
 

@@ -1,11 +1,11 @@
 """Cells side by side: on disjoint devices of this machine (a run without --exclusive on a machine with more devices
 than its cells take: bench/run/slots.py), or in slots of one device's memory (`run --gpu-slots`: bench/run/
 memory_slots.py, the slots handed out by a ledger every run on the device shares, bench/run/slot_ledger.py). One
-thread per running cell plans, executes and builds its record (bench/run/cell.py); this (the main) thread starts each
-cell once its devices are free and records each as it ends (bench/run/trial.py), marked with the cells that ran
-meanwhile (`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every
-device runs alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure
-that stops the run, every running cell is killed and none of them is recorded.
+thread per running cell plans, executes and builds its record (bench/run/one_cell.py); this (the main) thread starts
+each cell once its devices are free and records each as it ends (bench/run/trial.py), marked with the cells that ran
+meanwhile (`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every device
+runs alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure that stops
+the run, every running cell is killed and none of them is recorded.
 
 In slots: a cell that runs out of memory under its slots' cap where its own profile gives it more is not recorded; it
 runs again alone (every slot: its profile's own memory) and that is its record. After the cells, an exclusive speed
@@ -22,8 +22,8 @@ from bench.matrix.cell import Cell
 from bench.matrix.scenario import world_size
 from bench.results.schema import ResultRecord, Status
 from bench.run.budget import coverage_order
-from bench.run.cell import RunContext
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, cap_bytes, slots_taken
+from bench.run.one_cell import RunContext
 from bench.run.slot_ledger import DeviceLedger, Devices, Span
 from bench.run.slots import DeviceSlot, SlotPlacement, need, start_order
 from bench.run.trial import Lifecycle, Trial, label

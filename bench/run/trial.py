@@ -14,8 +14,8 @@ from bench.matrix.cell import Cell
 from bench.results.layout import RunFolder
 from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.run.budget import TimeBudget
-from bench.run.cell import RunContext, run_cell
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, below_own
+from bench.run.one_cell import RunContext, run_cell
 from bench.run.progress import format_progress
 from bench.run.runner_registry import with_overlap
 from bench.run.slots import SlotPlacement

@@ -165,7 +165,7 @@ def _slots(device: SharedDevice, prediction, ranks: int, alone: bool) -> int:
 def _steps(profile: HardwareProfile, workload: Workload, cells: list[Cell], figure: str) -> dict[str, float]:
     """Each cell's training steps, seconds, at the speed model's `figure` on `profile` (the budget's unknown where
     it has none)."""
-    from bench.estimate.speed.matrix import speeds_of
+    from bench.estimate.speed.cell_speeds import speeds_of
     from bench.run.budget import UNKNOWN_STEPS_S
 
     speeds = speeds_of(profile, workload, cells)

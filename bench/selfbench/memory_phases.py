@@ -320,14 +320,14 @@ def _heap_growth(start: Any, built: Any, end: Any) -> dict[str, Any]:
 
 
 def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapshot], usage: Any) -> Any:
-    """bench/worker/stages/dpo.py's trainer, one piece at a time, with a snapshot after each piece."""
+    """bench/worker/trainers/dpo.py's trainer, one piece at a time, with a snapshot after each piece."""
     from datasets import load_from_disk
     from transformers import AutoTokenizer
     from trl import DPOTrainer
 
-    from bench.worker import stages
+    from bench.worker import trainers
     from bench.worker.models import build_models
-    from bench.worker.stages import dpo
+    from bench.worker.trainers import dpo
 
     args = dpo.config(spec)
     snapshots["config"] = snapshot(usage)
@@ -337,7 +337,7 @@ def _built_in_steps(spec: Any, callbacks: list[Any], snapshots: dict[str, Snapsh
     snapshots["dataset"] = snapshot(usage)
     built = build_models(spec)
     snapshots["models"] = snapshot(usage)
-    return stages.assemble(DPOTrainer, args, built, tokenizer, dataset, callbacks, reference=True)
+    return trainers.assemble(DPOTrainer, args, built, tokenizer, dataset, callbacks, reference=True)
 
 
 def _spec(args: argparse.Namespace) -> Any:

@@ -7,8 +7,8 @@
 The plain side is the suite's rank without the suite's measurement, and nothing else: each round it trains the cell
 from the spec.json the previous suite run wrote (`plain_dpo --spec`: the worker's thread setting and imports, in the
 worker's order, then the same model, tokenizer, data and DPOConfig), started as the suite's cells start (`--start`,
-decided by bench/run/forking.py: forked from a fork server started for the round, as a run starts its own, with the
-same preload and environment; or a fresh interpreter), with the environment the suite's launcher gives the cell
+decided by bench/run/fork_server_mode.py: forked from a fork server started for the round, as a run starts its own, with
+the same preload and environment; or a fresh interpreter), with the environment the suite's launcher gives the cell
 (bench/run/launch.py plan_launch) and its output to a file, as the cell's log. `--plain-start fresh` starts the plain
 side as a user's script starts whatever the suite does: against forked cells it measures the fork's own effect too.
 
@@ -47,12 +47,12 @@ from pathlib import Path
 from subprocess import Popen
 
 from bench.executors.local import LocalExecutor, cell_env, venv_python
-from bench.isolation.fork_server import ForkServer
+from bench.isolation.fork_server_handle import ForkServer
 from bench.matrix.profiles import load_profile
 from bench.paths import PROJECT_ROOT
 from bench.results.layout import RunFolder
 from bench.results.store import load_results
-from bench.run.forking import CHOICES, fork_server
+from bench.run.fork_server_mode import CHOICES, fork_server
 from bench.run.launch import SPEC_FILE, plan_launch
 from bench.worker.spec import WorkerSpec
 
@@ -93,7 +93,8 @@ Round = tuple[Speed, Path, Speed]
 
 def pinned(cores: set[int] | None) -> Callable[[], None] | None:
     """A preexec_fn binding the child to `cores` (None: unbound). A fork server's child takes its client's cores
-    (bench/isolation/zygote_child.py), a launcher's children inherit them: every process of that side runs there."""
+    (bench/isolation/fork_server_child.py), a launcher's children inherit them: every process of that side runs
+    there."""
     return None if cores is None else lambda: os.sched_setaffinity(0, cores)
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bench.judge.phases import NAMES, start_up_s
+from bench.judge.wall_split import NAMES, start_up_s
 from bench.paths import RESULTS_DIR
 from bench.results.runs import run_dirs
 from bench.results.schema import ResultRecord, Status
@@ -98,7 +98,7 @@ def launcher_row(group: list[ResultRecord]) -> tuple[float, float, float, float]
 
 
 def phase_groups(records: Iterable[ResultRecord]) -> dict[str, list[ResultRecord]]:
-    """Records that split their wall (bench/judge/phases.py) by launcher, world size and how the ranks started."""
+    """Records that split their wall (bench/judge/wall_split.py) by launcher, world size and how the ranks started."""
     groups: dict[str, list[ResultRecord]] = {}
     for r in records:
         if r.phases:
@@ -123,7 +123,7 @@ def phase_table(records: Iterable[ResultRecord], run: str = "") -> list[str]:
         return []
     lines = [
         "",
-        f"## Where the wall goes{run}, per launcher (medians over trials, seconds; bench/judge/phases.py)",
+        f"## Where the wall goes{run}, per launcher (medians over trials, seconds; bench/judge/wall_split.py)",
         "",
         "| launcher x ranks start | trials | " + " | ".join(NAMES) + " | start-up | unaccounted / start-up |",
         "|---|---|" + "---|" * (len(NAMES) + 2),

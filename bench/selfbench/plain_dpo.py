@@ -23,7 +23,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench.assets.prepare import cell_dataset, prepare
-from bench.isolation.zygote_client import FRESH_ENV
+from bench.isolation.fork_server_client import FRESH_ENV
 from bench.matrix.axes import Backend
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec

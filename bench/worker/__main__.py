@@ -26,14 +26,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.isolation import zygote_child
+from bench.isolation import fork_server_child
+from bench.isolation.fork_server_client import FRESH_ENV
 from bench.isolation.shm_segments import remove_group_segments
-from bench.isolation.zygote_client import FRESH_ENV
 from bench.launchers import rank_from_env, torch_rank_env
 from bench.results.schema import RssMoment
 from bench.secrets import redact
 from bench.worker import phases
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 from bench.worker.spec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -58,12 +58,12 @@ def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]
 def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> None:
     import torch
 
-    from bench.isolation import cgroups, progress
+    from bench.isolation import cgroups, step_marks
     from bench.worker import faults, memory
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder, record_losses
-    from bench.worker.stages import stage_for
+    from bench.worker.trainers import trainer_module
 
     # the launch sets the threads (more for a host optimizer step: bench/run/launch.py host_threads)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or spec.profile.threads_per_process))
@@ -85,7 +85,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     recorder.trainer = trainer
     recorder.on_first_step = lambda: setattr(report, "engagement", observe(trainer))
     report.rank = trainer.accelerator.process_index
-    recorder.progress = progress.StepMarks(Path(spec.out_dir), report.rank)
+    recorder.progress = step_marks.StepMarks(Path(spec.out_dir), report.rank)
     report.load_s = time.perf_counter() - started
     phases.mark("trainer_built")
 
@@ -93,7 +93,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     trainer.train()
     recorder.progress.end()
     _record_training(report, recorder, nvml_sampler, on_cuda)
-    evaluate = getattr(stage_for(spec.cell.method), "evaluate", None)
+    evaluate = getattr(trainer_module(spec.cell.method), "evaluate", None)
     if evaluate is not None:  # after the peaks are read: what the learning check needs, not what training took
         report.pair_accuracy, report.pairs_evaluated = evaluate(spec, trainer)
     if spec.save_dir is not None:
@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
         rank=launcher_rank(spec),
         pid=os.getpid(),
         hostname=socket.gethostname(),
-        forked=zygote_child.FORKED,
+        forked=fork_server_child.FORKED,
         fresh_reason=os.environ.get(FRESH_ENV),
     )
     fault = faults.from_environment(spec.cell.id)

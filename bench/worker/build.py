@@ -9,7 +9,7 @@ from bench.worker.emulate import apply_memory_cap
 from bench.worker.hpu import build_gaudi_trainer
 from bench.worker.placement import splits_layers
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import stage_for
+from bench.worker.trainers import trainer_module
 
 
 def import_libraries(spec: WorkerSpec) -> None:
@@ -41,6 +41,6 @@ def build_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
 
 
 def trl_trainer(spec: WorkerSpec, callbacks: list[Any]) -> Any:
-    """TRL's trainer for the cell's method (bench/worker/stages/), nothing else: also the plain-TRL baseline's
+    """TRL's trainer for the cell's method (bench/worker/trainers/), nothing else: also the plain-TRL baseline's
     trainer (bench/selfbench/plain_dpo.py)."""
-    return stage_for(spec.cell.method).trainer(spec, callbacks)
+    return trainer_module(spec.cell.method).trainer(spec, callbacks)

@@ -16,7 +16,7 @@ them is tested end to end:
                  reference model's weights are perturbed (two_models), or the trained adapter starts from a
                  non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
   constant_reward_head  every rank's reward head is zeroed and frozen before training: the reward model scores
-                 every sequence 0 (bench/worker/stages/reward.py)
+                 every sequence 0 (bench/worker/trainers/reward.py)
   zero_learning_rate  every rank trains with a learning rate of 0: the weights never move
   nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
   drop_offload   every rank trains with the offload blocks (offload_optimizer, offload_param) removed from its
@@ -165,7 +165,7 @@ def before_training(fault: Fault | None, trainer: Any) -> None:
 def freeze_reward_head(trainer: Any) -> None:
     import torch
 
-    from bench.worker.stages.reward import HEADS, head_parameters
+    from bench.worker.trainers.reward import HEADS, head_parameters
 
     head = head_parameters(trainer.model)
     if not head:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from bench.isolation import progress
+from bench.isolation import step_marks
 from bench.worker import memory, phases
 from bench.worker.rewards import PART_PREFIX, PART_SUFFIX, REWARD_METRIC
 
@@ -79,9 +79,9 @@ class StepRecorder(TrainerCallback):
         self._rewards_logged = 0
         self.counted_tokens = 0
         """Global tokens counted from the batches (record_losses), for trainers that keep no count of their own."""
-        self.progress: progress.StepMarks | None = None
+        self.progress: step_marks.StepMarks | None = None
         """Where each step's beginning and end are marked for the runner's progress watchdog
-        (bench/isolation/progress.py)."""
+        (bench/isolation/step_marks.py)."""
         self._synchronize = torch.cuda.is_available()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -113,8 +113,8 @@ class StepRecorder(TrainerCallback):
 
     def _record_generation(self) -> None:
         """The rewards of a generation that happened in this step (the total and each function's part). A generation
-        serves steps_per_generation steps (bench/matrix/online.py), and the trainers log its reward once: one value
-        per generation, so that the learning check's spread counts each sample once."""
+        serves steps_per_generation steps (bench/matrix/online_rules.py), and the trainers log its reward once: one
+        value per generation, so that the learning check's spread counts each sample once."""
         metrics = (getattr(self.trainer, "_metrics", None) or {}).get("train") or {}
         logged = metrics.get(REWARD_METRIC) or []
         if len(logged) != self._rewards_logged:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def torch_dtype(precision: str) -> "torch.dtype":
     """A profile's precision as a torch dtype. torch is imported here, not with the module: the method stages import
-    this module, and an exported recipe reads their arguments without torch (bench/advise/export.py)."""
+    this module, and an exported recipe reads their arguments without torch (bench/advise/launch_files.py)."""
     import torch
 
     return getattr(torch, DTYPE_NAMES[precision])
@@ -43,7 +43,7 @@ class Built:
 
 def quantization_kwargs(quant: Quant, compute_dtype: Any, settings: Settings) -> dict[str, Any] | None:
     """BitsAndBytesConfig's keyword arguments for the cell (None: not quantized); `compute_dtype` a torch dtype, or
-    its name for a config file (bench/advise/export.py). Pure."""
+    its name for a config file (bench/advise/launch_files.py). Pure."""
     if quant == Quant.INT8:
         return {"load_in_8bit": True}
     if quant == Quant.NF4:

@@ -1,6 +1,6 @@
 """The moments a rank passes from its process's start to its exit, in wall-clock (epoch) seconds, the clock the runner
 reads too: the judge splits a cell's wall time between the launcher, each phase of a rank and the exit from them
-(bench/judge/phases.py). A mark is a clock read and a dictionary entry; the step marks are set once per step.
+(bench/judge/wall_split.py). A mark is a clock read and a dictionary entry; the step marks are set once per step.
 """
 
 import os

@@ -42,7 +42,7 @@ class StepSpec(BaseModel):
     prompt: str
     adapter: str | None = None
     task: Literal["causal_lm", "sequence_classification"] = "causal_lm"
-    """merge: what the adapter was trained on: a causal LM, or a reward model's one-output head (bench/worker/stages/
+    """merge: what the adapter was trained on: a causal LM, or a reward model's one-output head (bench/worker/trainers/
     reward.py), whose trained head the merged model keeps."""
     output: str | None = None
     """merge: the folder the merged model is saved to."""
@@ -76,7 +76,7 @@ def merge(spec: StepSpec, checks: dict[str, float | int | str]) -> None:
     import transformers
     from peft import PeftModel
 
-    from bench.worker.stages import reward
+    from bench.worker.trainers import reward
 
     assert spec.adapter is not None and spec.output is not None
     tokenizer = transformers.AutoTokenizer.from_pretrained(spec.tokenizer)

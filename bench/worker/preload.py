@@ -1,4 +1,4 @@
-"""What the run's fork server imports once for every cell (bench/isolation/zygote.py): the worker's own modules and
+"""What the run's fork server imports once for every cell (bench/isolation/fork_server.py): the worker's own modules and
 the libraries every cell imports (bench/worker/build.py import_libraries). A cell's extras (deepspeed, another
 method's trainer) are imported by its child, as a fresh worker would.
 
@@ -20,9 +20,9 @@ from bench.isolation import gpu_state
 
 def cpu() -> None:
     import bench.worker.__main__  # noqa: F401  (its module: its main runs as __main__ only)
-    from bench.isolation import cgroups, progress  # noqa: F401
+    from bench.isolation import cgroups, step_marks  # noqa: F401
     from bench.worker import build, engage, faults, measure, memory, models, nvml, placement, trainer_args  # noqa: F401
-    from bench.worker.stages import dpo  # noqa: F401
+    from bench.worker.trainers import dpo  # noqa: F401
 
     for name in ("transformers", "datasets", "trl", "peft", "accelerate"):
         __import__(name)
@@ -32,7 +32,7 @@ def cpu() -> None:
 def accelerator() -> None:
     """What every cell imports, as on CPU, without initialising CUDA or leaving NVML initialised (a CUDA context
     does not survive a fork, and each child's CUDA must read its own CUDA_VISIBLE_DEVICES). torch's availability
-    check asks NVML here (bench/isolation/zygote.py sets PYTORCH_NVML_BASED_CUDA_CHECK, and shuts NVML down after).
+    check asks NVML here (bench/isolation/fork_server.py sets PYTORCH_NVML_BASED_CUDA_CHECK, and shuts NVML down after).
     bitsandbytes, which peft imports, reads the devices' compute capability while it imports, to choose its CUDA
     library, through torch.cuda.get_device_capability, which initialises CUDA: it is imported first, with that
     question answered by NVML. What it sets then from the server's devices: whether more than one is visible

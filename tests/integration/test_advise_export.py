@@ -2,8 +2,8 @@
 is, exported for the CPU profile, the dataset placeholder replaced by a local JSONL folder of the method's rows, the
 exported launch.sh run for a few steps; it saves the trained adapter. DPO through TRL's own DPO script (dpo.yaml) and
 through the script written where TRL's cannot build the cell (two adapters); SFT through TRL's SFT script; KTO, a
-reference method, through the recipe's script with KTOTrainer (two adapters); SimPO, reference-free and without a
-script of TRL's, through the recipe's script with CPOTrainer and a LoRA peft_config."""
+reference method, through the exported training script with KTOTrainer (two adapters); SimPO, reference-free and without
+a script of TRL's, through the exported training script with CPOTrainer and a LoRA peft_config."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.advise.export import LAUNCH_FILE, config_file, dataset_placeholder, script_file
+from bench.advise.launch_files import LAUNCH_FILE, config_file, dataset_placeholder, script_file
 from bench.assets.method_data import FORMS
 from bench.cli import main
 from bench.matrix.axes import Method
@@ -79,8 +79,8 @@ def _train(folder: Path, method: Method, dataset: Path) -> subprocess.CompletedP
         (Method.SIMPO, "simpo-one_adapter-none-single", True),
     ],
 )
-def test_exported_recipe_trains_the_model(checkpoint, datasets, tmp_path, capsys, method, cell, script):
-    folder = tmp_path / "recipe"
+def test_exported_launch_files_train_the_model(checkpoint, datasets, tmp_path, capsys, method, cell, script):
+    folder = tmp_path / "launch"
     _export(folder, checkpoint, method, cell, capsys)
     settings = yaml.safe_load((folder / config_file(method)).read_text())
     placeholder = dataset_placeholder(method)

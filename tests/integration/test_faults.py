@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.isolation.fork_server import is_client
+from bench.isolation.fork_server_handle import is_client
 from bench.results.store import load_results
 from tests.conftest import fill_up
 
@@ -74,7 +74,7 @@ def test_hung_rank_times_out_within_the_limit_and_the_group_is_gone(tmp_path, sc
 
 
 def test_a_stalled_rank_is_a_hang_named_by_the_watchdog_long_before_the_time_limit(tmp_path, scenario_copy):
-    """The progress watchdog (bench/isolation/progress.py): rank 1 stops at step 5, rank 0 blocks in the next
+    """The progress watchdog (bench/isolation/step_marks.py): rank 1 stops at step 5, rank 0 blocks in the next
     all-reduce; with stall_s 8 the cell ends as `hang` about 8 s later, not at its 120 s limit."""
     profile = scenario_copy / "hardware" / "cpu.yaml"
     profile.write_text(profile.read_text().replace("stall_s: 60", "stall_s: 8"))

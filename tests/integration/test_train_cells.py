@@ -11,7 +11,7 @@ import pytest
 
 from bench.assets.prepare import prepare
 from bench.isolation.shm_segments import PREFIX, SHM_DIR
-from bench.judge.phases import start_up_s
+from bench.judge.wall_split import start_up_s
 from bench.matrix.profiles import load_workload
 from bench.results.store import load_results
 

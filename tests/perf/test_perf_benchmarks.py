@@ -21,7 +21,7 @@ import pytest
 from bench.assets.prepare import PreparedAssets
 from bench.estimate.predict import load_calibration, predict_cell
 from bench.executors.base import Outcome
-from bench.isolation import progress
+from bench.isolation import step_marks
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile, load_workload
@@ -31,7 +31,7 @@ from bench.results.schema import Engagement
 from bench.results.store import load_results
 from bench.run.launch import plan_launch, write_files
 from bench.worker.measure import StepRecorder
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 from bench.worker.spec import WorkerSpec
 
 pytestmark = pytest.mark.perf
@@ -106,7 +106,7 @@ def test_harness_step_callbacks(benchmark, tmp_path):
     time, token count, memory read, the trainer's metrics, the progress marks)."""
     recorder = StepRecorder(None)
     recorder.trainer = SimpleNamespace(_total_train_tokens=512, _metrics={"train": {"rewards/accuracies": [0.5]}})
-    recorder.progress = progress.StepMarks(tmp_path, 0)
+    recorder.progress = step_marks.StepMarks(tmp_path, 0)
     state = SimpleNamespace(num_input_tokens_seen=0)
 
     def one_step() -> None:

@@ -1,7 +1,7 @@
-"""`advise --export DIR`: for every applicable cell of every offline method the recipe is TRL's own settings (every
-`<method>.yaml` key a field of TRL's ScriptArguments, the method's config class or ModelConfig), built back by TRL
-into the LoRA and quantization configs the worker builds, the config keywords the method's stage builds its trainer
-with; the launcher line the cell's; a script where TRL ships none for the method or its script cannot build the
+"""`advise --export DIR`: for every applicable cell of every offline method the launch files are TRL's own settings
+(every `<method>.yaml` key a field of TRL's ScriptArguments, the method's config class or ModelConfig), built back by
+TRL into the LoRA and quantization configs the worker builds, the config keywords the method's trainer module builds its
+trainer with; the launcher line the cell's; a script where TRL ships none for the method or its script cannot build the
 cell. What actually trains: tests/integration/test_advise_export.py."""
 
 import dataclasses
@@ -13,9 +13,9 @@ import subprocess
 import pytest
 import yaml
 
-from bench.advise import export
+from bench.advise import launch_files
 from bench.advise.command import native_files
-from bench.advise.export import (
+from bench.advise.launch_files import (
     EXPORT_METHODS,
     LAUNCH_FILE,
     README_FILE,
@@ -23,7 +23,7 @@ from bench.advise.export import (
     config_file,
     dataset_placeholder,
     export_files,
-    recipe_spec,
+    launch_spec,
     script_file,
     script_module,
 )
@@ -34,7 +34,7 @@ from bench.matrix.methods import method_spec
 from bench.matrix.profiles import gpu_profile, load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, of_methods
 from bench.worker.models import lora_config, quantization_config, torch_dtype
-from bench.worker.stages import model_class, stage_for
+from bench.worker.trainers import model_class, trainer_module
 
 MODEL = "someone/some-model"
 DPO = Method.DPO
@@ -59,7 +59,7 @@ def _fields(*kinds) -> set[str]:
 
 @pytest.mark.parametrize("method", EXPORT_METHODS)
 def test_trls_script_of_a_method_reads_its_config_class(method):
-    """The script a recipe runs for the method parses the method's config (TRL's `make_parser`)."""
+    """The training script the launch files run for the method parses the method's config (TRL's `make_parser`)."""
     spec = method_spec(method)
     if spec.trl_script is None:
         assert spec.experimental, method  # TRL ships scripts for its stable trainers
@@ -70,7 +70,7 @@ def test_trls_script_of_a_method_reads_its_config_class(method):
 
 @pytest.mark.parametrize("method", EXPORT_METHODS)
 @pytest.mark.parametrize("profile", _profiles(), ids=lambda p: p.name)
-def test_every_cells_recipe_is_trls_settings_and_the_workers(profile, method, tmp_path):
+def test_every_cells_launch_files_are_trls_settings_and_the_workers(profile, method, tmp_path):
     from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
     workload = load_workload("mistral-7b")
@@ -86,8 +86,8 @@ def test_every_cells_recipe_is_trls_settings_and_the_workers(profile, method, tm
         settings = yaml.safe_load(files[config])
         assert set(settings) <= known, f"{cell.id}: not TRL fields: {set(settings) - known}"
         assert settings["dataset_name"] == dataset_placeholder(method) and settings["model_name_or_path"] == MODEL
-        spec = recipe_spec(cell, profile, workload, MODEL)
-        arguments = stage_for(method).arguments(spec)
+        spec = launch_spec(cell, profile, workload, MODEL)
+        arguments = trainer_module(method).arguments(spec)
         ours = {k: v for k, v in arguments.items() if v is not None and k not in TRAINING_NOT_MEASURING}
         assert {k: settings[k] for k in ours} == ours, cell.id
         assert {k: settings[k] for k in TRAINING_NOT_MEASURING} == TRAINING_NOT_MEASURING, cell.id
@@ -143,7 +143,7 @@ def test_every_cells_recipe_is_trls_settings_and_the_workers(profile, method, tm
 
 
 def test_export_names_the_shipped_models_hub_id_and_labels_the_check(capsys, tmp_path):
-    folder = tmp_path / "recipe"
+    folder = tmp_path / "launch"
     assert main(["advise", "--gpu", "A10:2", "--model", "qwen2.5-7b", "--export", str(folder)]) == 0
     out = capsys.readouterr()
     assert "a check of this setup on random weights and synthetic data (a few steps), not training your model" in (
@@ -160,7 +160,7 @@ FLAG_KEYS = {"--batch-size": "per_device_train_batch_size", "--grad-accum": "gra
 
 
 def test_export_of_a_fix_carries_the_fixs_settings(capsys, tmp_path):
-    """Nothing fits as asked: the recipe is the best-ranked cell with its fix's settings applied."""
+    """Nothing fits as asked: the launch files are the best-ranked cell's with its fix's settings applied."""
     from bench.advise.advice import Advice
 
     argv = ["advise", "--model", "llama-3.1-8b", "--gpu", "A10:1", "--max-length", "4096", "--batch-size", "8",
@@ -192,22 +192,22 @@ def test_export_writes_the_methods_files(method, capsys, tmp_path):
     )
     readme = (tmp_path / README_FILE).read_text()
     title = readme.splitlines()[0]
-    assert title.startswith(f"# {method.upper()} recipe: `{model}` as `") and "one_adapter-none-ddp` on" in title
-    assert f"a folder of {export.rows(method)} rows" in readme
+    assert title.startswith(f"# {method.upper()} launch files: `{model}` as `") and "one_adapter-none-ddp` on" in title
+    assert f"a folder of {launch_files.rows(method)} rows" in readme
 
 
-def test_export_of_a_method_it_has_no_recipe_for_is_one_line(capsys, tmp_path, monkeypatch):
+def test_export_of_a_method_it_has_no_launch_files_for_is_one_line(capsys, tmp_path, monkeypatch):
     """A method export does not cover (the online ones, GRPO and RLOO, once they are methods) is refused before any
     work, naming the methods it covers."""
-    monkeypatch.setattr(export, "EXPORT_METHODS", tuple(m for m in EXPORT_METHODS if m != Method.SFT))
+    monkeypatch.setattr(launch_files, "EXPORT_METHODS", tuple(m for m in EXPORT_METHODS if m != Method.SFT))
     argv = ["advise", "--gpu", "A10:2", "--model", "qwen2.5-7b", "--method", "sft", "--export", str(tmp_path)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert "--export writes dpo, reward, kto, orpo, simpo recipes only" in err and "not --method sft" in err
+    assert "--export writes dpo, reward, kto, orpo, simpo launch files only" in err and "not --method sft" in err
     assert "\n" not in err and not list(tmp_path.iterdir())
 
 
-def test_without_a_model_the_recipe_says_to_name_one(capsys, tmp_path):
+def test_without_a_model_the_launch_files_say_to_name_one(capsys, tmp_path):
     assert main(["advise", "--gpu", "A10:2", "--export", str(tmp_path)]) == 0
     capsys.readouterr()
     settings = yaml.safe_load((tmp_path / config_file(DPO)).read_text())

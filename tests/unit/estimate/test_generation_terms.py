@@ -1,7 +1,7 @@
 import pytest
 
 from bench.estimate import generation_terms as g
-from bench.matrix.online import steps_per_generation
+from bench.matrix.online_rules import steps_per_generation
 from bench.matrix.profiles import load_workload
 
 

@@ -1,11 +1,11 @@
-"""`predict` and PREDICTED.md show the MFU a PREDICTED tokens/s implies (bench/estimate/speed/matrix.py speeds_for,
+"""`predict` and PREDICTED.md show the MFU a PREDICTED tokens/s implies (bench/estimate/speed/cell_speeds.py speeds_for,
 bench/judge/mfu.py's convention): on a GPU profile, beside the tokens/s and in predicted.csv; nowhere on a CPU
 profile (no peak)."""
 
 import pytest
 
 from bench.estimate.report import SPEED_COLUMNS, _speed, _speed_cells
-from bench.estimate.speed.matrix import speeds_for
+from bench.estimate.speed.cell_speeds import speeds_for
 from bench.judge.mfu import flops_per_token, model_shape
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import scenarios_dir

@@ -15,13 +15,13 @@ import pytest
 from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.harness_watch import STAND_IN_GRACE_S, server_death
 from bench.executors.local import LocalExecutor, run_local
-from bench.isolation.fork_server import ForkServer, how_it_ended, is_client
+from bench.isolation.fork_server_client import FRESH_ENV
+from bench.isolation.fork_server_handle import ForkServer, how_it_ended, is_client
 from bench.isolation.shm_segments import create_failure
-from bench.isolation.zygote_client import FRESH_ENV
 from bench.paths import PROJECT_ROOT
 
 PRELOAD = "os:getpid"
-FORKED = "from bench.isolation import zygote_child; print('forked', zygote_child.FORKED, flush=True)"
+FORKED = "from bench.isolation import fork_server_child; print('forked', fork_server_child.FORKED, flush=True)"
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord
 from bench.run.launch import plan_launch
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 from bench.worker.spec import WorkerSpec
 
 TEMPLATE = (PROJECT_ROOT / "bench" / "executors" / "slurm" / "job.sbatch").read_text()

@@ -13,8 +13,8 @@ import pytest
 
 from bench.executors.base import LaunchPlan
 from bench.executors.local import run_local
-from bench.isolation.fork_server import ForkServer, is_client, route
-from bench.isolation.zygote_client import FRESH_ENV
+from bench.isolation.fork_server_client import FRESH_ENV
+from bench.isolation.fork_server_handle import ForkServer, is_client, route
 from bench.paths import PROJECT_ROOT
 
 PRELOAD = "os:getpid"
@@ -29,7 +29,7 @@ PYTEST_CURRENT_TEST from test to test)."""
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("zygote") / "server.log"
+    log = tmp_path_factory.mktemp("fork_server") / "server.log"
     started = ForkServer.start(sys.executable, PROJECT_ROOT, BASE_ENV, PRELOAD, log)
     assert started.wait(60) is None, log.read_text()
     yield started
@@ -67,8 +67,8 @@ def test_a_child_runs_the_program_with_the_clients_streams_environment_and_exit_
 
 def test_a_child_is_forked_not_started(server):
     code = (
-        "import os, sys; from bench.isolation import zygote_child; "
-        f"print(zygote_child.FORKED, os.environ.get('{FRESH_ENV}'), sys.executable, os.getppid())"
+        "import os, sys; from bench.isolation import fork_server_child; "
+        f"print(fork_server_child.FORKED, os.environ.get('{FRESH_ENV}'), sys.executable, os.getppid())"
     )
     done = subprocess.run(
         [server.client, "-c", code], env=client_env(server), capture_output=True, text=True, timeout=60
@@ -144,7 +144,7 @@ def test_what_the_server_cannot_serve_starts_fresh_saying_why(server, argv, extr
 
 
 def test_without_a_server_the_client_starts_fresh(server):
-    env = client_env(server) | {"BENCH_ZYGOTE_SOCKET": "/nonexistent/socket"}
+    env = client_env(server) | {"BENCH_FORK_SERVER_SOCKET": "/nonexistent/socket"}
     code = f"import os; print(os.environ['{FRESH_ENV}'])"
     done = subprocess.run([server.client, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "unreachable" in done.stdout

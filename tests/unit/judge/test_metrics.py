@@ -1,7 +1,7 @@
 import pytest
 
 from bench.judge.metrics import aggregate, percentile, slope
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 
 def report(rank: int, step_s: float = 0.1, warm_s: float = 1.0, peak: int = 100) -> RankReport:

@@ -4,7 +4,7 @@ from bench.executors.base import Outcome
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, not_run_record
 from bench.matrix.cell import Cell
 from bench.results.schema import ErrorClass, ProcessStart, Status
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 CELL = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
 TEARDOWN_ABORT = """{'train_runtime': '2.7'}

@@ -1,7 +1,7 @@
 import pytest
 
 from bench.matrix.cell import Cell
-from bench.matrix.online import steps_per_generation, vllm_available
+from bench.matrix.online_rules import steps_per_generation, vllm_available
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 

@@ -30,7 +30,7 @@ from bench.matrix.recipes import (
 )
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, rows_added
 from bench.paths import SCENARIOS_DIR
-from bench.report.matrix import NOT_RUN_YET, render
+from bench.report.matrix_table import NOT_RUN_YET, render
 from bench.results.runs import latest_complete_run, rows_for_run, run_dirs
 from bench.results.schema import ErrorClass, ResultRecord, Status
 from bench.results.store import load_results

@@ -20,7 +20,7 @@ from bench.report.compare import (
     to_json,
     to_markdown,
 )
-from bench.report.export import gab_entries
+from bench.report.dashboard_json import gab_entries
 from bench.report.summary import summarize
 from bench.report.verdict import Verdict
 from bench.results.env_schema import EnvFingerprint
@@ -735,7 +735,7 @@ def test_cpu_time_needs_both_sides_and_every_ok_trial():
 
 def test_aggregate_records_cpu_time_per_step_and_the_steady_step_times():
     from bench.judge.metrics import aggregate
-    from bench.worker.report import RankReport
+    from bench.worker.rank_report import RankReport
 
     ends = [1.0, 1.1, 1.3, 1.4, 1.6, 1.7]
     cpu = [0.5, 0.55, 0.6, 0.64, 0.70, 0.73]

@@ -10,7 +10,7 @@ from pytest_benchmark.stats import Stats
 
 from bench.cli import main
 from bench.report.compare import Run
-from bench.report.export import pb_stats, pytest_benchmark_json
+from bench.report.dashboard_json import pb_stats, pytest_benchmark_json
 from bench.results.schema import Status
 from tests.unit.report.test_compare import ENV, fingerprint, rec, write_run
 

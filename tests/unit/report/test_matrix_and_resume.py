@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
-from bench.report.matrix import render
 from bench.report.matrix_file import write_matrix
+from bench.report.matrix_table import render
 from bench.results.schema import ResultRecord, Status
 from bench.results.store import append_result, load_results
 from bench.run import runner

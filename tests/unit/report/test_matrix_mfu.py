@@ -4,7 +4,7 @@ has one (CPU profiles: no peak)."""
 
 import pytest
 
-from bench.report.matrix import csv_frame, headline_mfu, mfu_text, render
+from bench.report.matrix_table import csv_frame, headline_mfu, mfu_text, render
 from bench.results.schema import Status
 from tests.unit.report.test_compare import rec
 

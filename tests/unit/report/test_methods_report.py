@@ -4,9 +4,9 @@ own run, and the pipeline as one row of stages."""
 import json
 
 from bench.pipeline.chain import write_stage
-from bench.report.matrix import render
 from bench.report.matrix_file import method_runs, write_matrix
-from bench.report.pipeline import stages_table
+from bench.report.matrix_table import render
+from bench.report.pipeline_row import stages_table
 from bench.report.publish import publish
 from bench.results.schema import StageRecord, Status
 from bench.results.store import append_result

@@ -14,7 +14,7 @@ import pytest
 from bench.cli import main
 from bench.matrix.axes import Backend
 from bench.report.cells import BADGES, MARKS
-from bench.report.matrix import render
+from bench.report.matrix_table import render
 from bench.report.publish import discover, profile_view, read_config
 from bench.report.site import (
     PALETTE,

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from bench.report.cells import LEGEND, MARKS, budget_line, cell_label
-from bench.report.matrix import csv_frame, render
+from bench.report.matrix_table import csv_frame, render
 from bench.report.summary import OomMemory, summarize
 from bench.results.schema import Learning, RankMemoryFigures, ResultRecord, Status
 from tests.unit.report.test_compare import MiB, rec

@@ -15,9 +15,9 @@ from bench.errors import BenchError
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import Backend, Init, Launcher, Quant
-from bench.report.matrix import render
+from bench.report.matrix_table import render
 from bench.results.schema import EMULATED_NOTE, Metrics, ResultRecord, Status
-from bench.run.cell import RunContext
+from bench.run.one_cell import RunContext
 from bench.run.preflight import (
     GB,
     Detected,

@@ -15,7 +15,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
 from bench.results.schema import Engagement, Status
 from bench.results.store import load_results
-from bench.run.cell import absent_assets
+from bench.run.one_cell import absent_assets
 from bench.run.runner import execute
 from bench.run.session import present_assets
 from tests.unit.run.test_runner import DDP, FakeExecutor, context

@@ -8,7 +8,7 @@ import pytest
 from bench.matrix.cell import Cell
 from bench.results.schema import Engagement
 from bench.results.store import RESULTS_FILE, DiskFull, load_results
-from bench.run import cell as cell_module
+from bench.run import one_cell as cell_module
 from bench.run.runner import execute
 from tests.conftest import fill_up
 from tests.unit.run.test_runner import DDP, FakeExecutor, context

@@ -17,9 +17,9 @@ from bench.matrix.cell import Cell
 from bench.matrix.profiles import load_workload
 from bench.results.schema import Engagement, ResultRecord, Status
 from bench.results.store import load_results
-from bench.run.cell import RunContext, plan_cells
+from bench.run.one_cell import RunContext, plan_cells
 from bench.run.runner import execute
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 from bench.worker.spec import WorkerSpec
 
 DDP = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun")
@@ -309,7 +309,7 @@ def test_mfu_counts_the_reference_forward_only_where_the_trainer_runs_one(tmp_pa
 def test_a_cell_in_a_slot_of_the_hosts_memory_runs_under_its_slots_cap(tmp_path, cpu_profile):
     """The slot's cap is each rank's memory cgroup (the plan's budget, the executor's own otherwise), and the record
     is judged against it; on a GPU the cap is the per-process memory fraction in the cell's environment."""
-    from bench.run.cell import run_cell
+    from bench.run.one_cell import run_cell
     from bench.run.slots import DeviceSlot, SlotPlacement
 
     ran = Engagement(

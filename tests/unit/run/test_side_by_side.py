@@ -18,8 +18,8 @@ from bench.results.schema import Metrics, PredictionSummary, ResultRecord, Statu
 from bench.results.store import load_results
 from bench.run import side_by_side
 from bench.run.budget import TimeBudget
-from bench.run.cell import RunContext
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice
+from bench.run.one_cell import RunContext
 from bench.run.runner import execute
 from bench.run.side_by_side import speed_pass
 from bench.run.slot_ledger import DeviceLedger

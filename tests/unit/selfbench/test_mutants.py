@@ -88,7 +88,7 @@ def test_only_selects_a_part_of_the_configured_modules_and_tests():
     tests = ["tests/unit/judge", "tests/unit/estimate", "tests/unit/report/test_verdict.py"]
     assert select(tests, ["judge"], part=1) == ["tests/unit/judge", "tests/unit/report/test_verdict.py"]
     assert select(tests, ["estimate"], part=1) == ["tests/unit/estimate"]
-    run = ["bench/run/budget.py", "bench/isolation/progress.py", "tests/unit/run/test_slots.py"]
+    run = ["bench/run/budget.py", "bench/isolation/step_marks.py", "tests/unit/run/test_slots.py"]
     assert select([*CONFIGURED, *run[:2]], ["run"]) == run[:2]
     assert select([*tests, run[2]], ["run"], part=1) == [run[2]]
     with pytest.raises(BenchError, match="no path"):

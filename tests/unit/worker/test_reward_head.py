@@ -3,7 +3,7 @@
 
 import torch
 
-from bench.worker.stages import reward
+from bench.worker.trainers import reward
 
 
 class Scored(torch.nn.Module):

@@ -6,7 +6,7 @@ import mmap
 from bench.judge.metrics import rank_memory
 from bench.results.schema import RssParts
 from bench.worker import memory
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 MiB = 2**20
 

@@ -20,8 +20,8 @@ from bench.paths import PROJECT_ROOT
 from bench.selfbench import plain_dpo
 from bench.worker import build, hpu, models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import dpo
 from bench.worker.trainer_args import trainer_arguments
+from bench.worker.trainers import dpo
 
 ASSETS = PreparedAssets(model="m", tokenizer="t", dataset="d")
 OPTION_SETS = [(), (Option.NO_GRADIENT_CHECKPOINTING,), (Option.PRECOMPUTE_REF,), (Option.LIGER,), tuple(Option)]

@@ -13,7 +13,7 @@ executor's own set-up and clean-up), a missing event, the clocks' error (a proce
 from collections.abc import Sequence
 
 from bench.executors.base import Outcome
-from bench.worker.report import RankReport
+from bench.worker.rank_report import RankReport
 
 SEGMENTS = (
     ("interpreter", "main_start"),

@@ -13,9 +13,11 @@ class RankReport(BaseModel):
     pid: int
     hostname: str
     forked: bool = False
-    """Forked from the run's fork server (bench/isolation/zygote.py) instead of started as an interpreter of its own."""
+    """Forked from the run's fork server (bench/isolation/fork_server.py) instead of started as an interpreter of its
+    own."""
     fresh_reason: str | None = None
-    """Why it started as an interpreter of its own although a fork server ran (bench/isolation/zygote_client.py)."""
+    """Why it started as an interpreter of its own although a fork server ran
+    (bench/isolation/fork_server_client.py)."""
     load_s: float | None = None
     train_start: float | None = None
     step_ends: list[float] = []
@@ -49,7 +51,7 @@ class RankReport(BaseModel):
     """Online methods: each reward function's rank-gathered mean per generation, by the name TRL logs it under."""
     pair_accuracy: float | None = None
     """Reward models: the pairwise accuracy of the trained model on `pairs_evaluated` training pairs, measured
-    after training (bench/worker/stages/reward.py)."""
+    after training (bench/worker/trainers/reward.py)."""
     pairs_evaluated: int | None = None
     engagement: Engagement | None = None
     phases: dict[str, float] = {}

@@ -26,7 +26,7 @@ from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.results.store import DISK_FULL_MESSAGES, DiskFull, now_iso
 from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
-from bench.worker.report import read_rank_reports
+from bench.worker.rank_report import read_rank_reports
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
 

@@ -3,8 +3,8 @@
 import pytest
 
 from bench.executors.base import Outcome
-from bench.judge.phases import critical, start_up_s, wall_split
-from bench.worker.report import RankReport
+from bench.judge.wall_split import critical, start_up_s, wall_split
+from bench.worker.rank_report import RankReport
 
 RANK0 = {
     "process_start": 100.5,

@@ -1,10 +1,10 @@
-"""The progress watchdog's files and verdict (bench/isolation/progress.py); the executor's loop is shown with real
+"""The progress watchdog's files and verdict (bench/isolation/step_marks.py); the executor's loop is shown with real
 processes in tests/integration/test_faults.py."""
 
 import os
 from pathlib import Path
 
-from bench.isolation.progress import (
+from bench.isolation.step_marks import (
     Mark,
     StepMarks,
     end_steps,
@@ -149,7 +149,7 @@ def test_a_rank_sigstopped_inside_a_step_is_named_not_its_peer_that_waits_there(
         return stat[stat.rfind(")") + 2 :].split()[0]
 
     code = (
-        "import sys, time; from pathlib import Path; from bench.isolation.progress import StepMarks\n"
+        "import sys, time; from pathlib import Path; from bench.isolation.step_marks import StepMarks\n"
         "StepMarks(Path(sys.argv[1]), int(sys.argv[2])).mark('began', 3); print('marked', flush=True)\n"
         "time.sleep(300)\n"
     )

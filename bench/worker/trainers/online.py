@@ -2,7 +2,7 @@
 samples `generation.num_generations` completions per prompt from the policy through transformers' generate (or
 vLLM with the `vllm` option), scores them with the rule-based reward (bench/worker/rewards.py), and, with the
 `reward_model` option, also with a sequence-classification reward model: in a matrix cell built from the workload's
-checkpoint as the reward stage builds it (its head starts at zero, so it adds memory and a forward pass, not
+checkpoint as the reward method's module builds it (its head starts at zero, so it adds memory and a forward pass, not
 reward); in the rlhf pipeline the reward model its reward stage trained (WorkerSpec.reward_model).
 
 The reference is TRL's KL term at the workload's beta (TRL's GRPO default, 0, would build none): the adapter
@@ -14,15 +14,15 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
-from bench.matrix.online import steps_per_generation
+from bench.matrix.online_rules import steps_per_generation
 from bench.matrix.recipes import verify_installed
 from bench.matrix.scenario import world_size
 from bench.worker.models import build_models, load_causal_lm, load_pretrained
 from bench.worker.rewards import target_token_share
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import inputs
-from bench.worker.stages.reward import MODEL_CLASS, MODEL_KWARGS, load_reward_model
 from bench.worker.trainer_args import common_arguments
+from bench.worker.trainers import inputs
+from bench.worker.trainers.reward import MODEL_CLASS, MODEL_KWARGS, load_reward_model
 
 
 def online_arguments(spec: WorkerSpec) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments, precompute_ref_log_probs
+from bench.worker.trainers import assemble, inputs
 
 
 def arguments(spec: WorkerSpec) -> dict[str, Any]:

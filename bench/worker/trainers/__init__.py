@@ -1,7 +1,7 @@
 """One module per training method (bench/matrix/methods.py names it): each builds its TRL trainer for a cell with
 `trainer(spec, callbacks)` from its config's keyword arguments `arguments(spec)` (what an exported recipe writes
 too), and may measure what its learning check needs after training with `evaluate(spec, trainer) -> Evaluation`
-(the reward model's pairwise accuracy). A stage whose model is not a causal LM names its Auto class, that class's
+(the reward model's pairwise accuracy). A method whose model is not a causal LM names its Auto class, that class's
 extra keywords and its LoRA task type (MODEL_CLASS, MODEL_KWARGS, LORA_TASK)."""
 
 import importlib
@@ -12,17 +12,17 @@ from bench.matrix.methods import method_spec
 from bench.worker.spec import WorkerSpec
 
 
-def stage_for(method: str) -> ModuleType:
+def trainer_module(method: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{method_spec(method).stage}")
 
 
 def model_class(method: str) -> tuple[str, dict[str, Any], str]:
     """(transformers Auto class, its extra from_pretrained keywords, LoRA task type) of the method's model."""
-    stage = stage_for(method)
+    module = trainer_module(method)
     return (
-        getattr(stage, "MODEL_CLASS", "AutoModelForCausalLM"),
-        dict(getattr(stage, "MODEL_KWARGS", {})),
-        getattr(stage, "LORA_TASK", "CAUSAL_LM"),
+        getattr(module, "MODEL_CLASS", "AutoModelForCausalLM"),
+        dict(getattr(module, "MODEL_KWARGS", {})),
+        getattr(module, "LORA_TASK", "CAUSAL_LM"),
     )
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from bench.worker.models import build_models, load_pretrained
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
+from bench.worker.trainers import assemble, inputs
 
 EVAL_PAIRS = 128
 MODEL_CLASS = "AutoModelForSequenceClassification"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.isolation.zygote_rules import Program, child_path, env_differences, first_entry, program, shadowing
+from bench.isolation.fork_server_rules import Program, child_path, env_differences, first_entry, program, shadowing
 
 
 @pytest.mark.parametrize(

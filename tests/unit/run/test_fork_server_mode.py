@@ -7,7 +7,7 @@ import pytest
 
 from bench.executors.local import LocalExecutor
 from bench.matrix.profiles import ForkValidation, load_profile
-from bench.run.forking import why_fresh
+from bench.run.fork_server_mode import why_fresh
 
 
 @dataclass

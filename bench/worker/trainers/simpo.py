@@ -5,8 +5,8 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import common_arguments
+from bench.worker.trainers import assemble, inputs
 
 BETA = 2.0
 """SimPO's reward scale, the low end of the 2-10 the SimPO authors train with (Meng et al. 2024); at the workload's

@@ -1,4 +1,4 @@
-"""The `python` a cell's processes run while a fork server serves the run (bench/isolation/zygote.py).
+"""The `python` a cell's processes run while a fork server serves the run (bench/isolation/fork_server.py).
 
 Written, with a shebang to the real interpreter run `-IS` (no site, nothing of the environment: it starts in
 milliseconds), as the fork server's `bin/python`. Every start of the interpreter in a cell (the launcher, the
@@ -23,7 +23,7 @@ import socket
 import struct
 import sys
 
-SOCKET_ENV = "BENCH_ZYGOTE_SOCKET"
+SOCKET_ENV = "BENCH_FORK_SERVER_SOCKET"
 FRESH_ENV = "BENCH_FRESH_REASON"
 """Set in a program that started fresh although a fork server ran: why."""
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)

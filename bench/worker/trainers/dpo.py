@@ -4,8 +4,8 @@ from typing import Any
 
 from bench.worker.models import build_models
 from bench.worker.spec import WorkerSpec
-from bench.worker.stages import assemble, inputs
 from bench.worker.trainer_args import trainer_arguments
+from bench.worker.trainers import assemble, inputs
 
 
 def arguments(spec: WorkerSpec) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The worker's seam for training methods: the method table names a stage module, and the worker builds the cell's
+"""The worker's seam for training methods: the method table names a trainer module, and the worker builds the cell's
 trainer through it. A new method is one table entry plus its own module."""
 
 import sys
@@ -9,17 +9,17 @@ from bench.matrix import methods
 from bench.matrix.axes import Method
 from bench.matrix.methods import METHODS, MethodSpec
 from bench.worker import build
-from bench.worker.stages import dpo, stage_for
+from bench.worker.trainers import dpo, trainer_module
 
 
 def test_every_method_has_a_stage_module_with_a_trainer():
     for method in Method:
-        assert callable(stage_for(method).trainer)
-    assert stage_for(Method.DPO) is dpo
+        assert callable(trainer_module(method).trainer)
+    assert trainer_module(Method.DPO) is dpo
 
 
 def test_a_new_method_is_one_table_entry_and_its_module(monkeypatch):
-    module = types.ModuleType("bench.worker.stages.fake_method")
+    module = types.ModuleType("bench.worker.trainers.fake_method")
     module.trainer = lambda spec, callbacks: ("fake trainer", spec.cell.method, callbacks)
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(METHODS, "fake", MethodSpec("fake", trainer="trl.Fake", reference=False, stage="fake_method"))

@@ -1,6 +1,6 @@
-"""The script an exported recipe runs where TRL's own training script cannot build the cell as it was measured
-(`<method>_recipe.py`): the method's trainer built as the worker builds it (bench/worker/models.py `build_models`,
-bench/worker/stages `assemble`), from the recipe's `<method>.yaml`."""
+"""The training script the exported launch files run where TRL's own training script cannot build the cell as it was
+measured (`<method>_train.py`): the method's trainer built as the worker builds it (bench/worker/models.py
+`build_models`, bench/worker/trainers `assemble`), from the launch files' `<method>.yaml`."""
 
 import inspect
 from typing import Any
@@ -11,7 +11,7 @@ from bench.matrix.methods import method_spec
 
 def script_reasons(spec: Any) -> list[str]:
     """What TRL's script for the method cannot build as the cell measured it (empty: the YAML and TRL's script are
-    the recipe). A reference-free method's recipe reads only whether the init mode trains adapters."""
+    the launch files). A reference-free method's script reads only whether the init mode trains adapters."""
     from bench.worker.placement import device_map_setting
     from bench.worker.trainer_args import precompute_ref_log_probs
 
@@ -120,12 +120,12 @@ if __name__ == "__main__":
 '''
 
 
-def recipe_script(spec: Any, reasons: list[str], config_file: str) -> str:
-    """`<method>_recipe.py` over `config_file`; a recipe's balanced_io_first map is the worker's own functions,
+def training_script(spec: Any, reasons: list[str], config_file: str) -> str:
+    """`<method>_train.py` over `config_file`; a recipe's balanced_io_first map is the worker's own functions,
     copied in."""
     from bench.worker import models
     from bench.worker.placement import device_map_setting
-    from bench.worker.stages import model_class
+    from bench.worker.trainers import model_class
 
     method = method_spec(spec.cell.method)
     placement = device_map_setting(spec)

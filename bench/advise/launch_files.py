@@ -1,4 +1,4 @@
-"""`advise --export DIR`: the recipe that trains the user's real model in the advised setup, beside the benchmark's
+"""`advise --export DIR`: the launch files that train the user's real model in the advised setup, beside the benchmark's
 check of it (`python -m bench run ... --filter CELL`: random weights, synthetic data, a few steps).
 
 What is written: the launcher line (`launch.sh`, the cell's launcher built by the launcher table as `run` builds
@@ -7,11 +7,11 @@ and a config for TRL's own script of the method (`<method>.yaml`: TRL's ScriptAr
 and ModelConfig keys, read by `trl dpo --config dpo.yaml` and `python -m trl.scripts.dpo --config dpo.yaml`). Where
 TRL ships no script for the method (ORPO, SimPO: experimental trainers) or its script cannot build what the cell
 measured (two adapters, a recipe's device_map, a separate reference model beside precomputed log-probs), a short
-script does, with the trainer's API, from the same YAML (`<method>_recipe.py`, bench/advise/export_script.py).
+script does, with the trainer's API, from the same YAML (`<method>_train.py`, bench/advise/launch_script.py).
 
-Every training setting comes from the functions the worker builds its trainer with (the method's stage module
+Every training setting comes from the functions the worker builds its trainer with (the method's trainer module
 `arguments`, bench/worker/models.py `lora_kwargs`, `quantization_kwargs`, `DTYPE_NAMES`, bench/worker/placement.py
-`device_map_setting`): a recipe cannot drift from what the benchmark measured. Only what the benchmark sets to
+`device_map_setting`): the launch files cannot drift from what the benchmark measured. Only what the benchmark sets to
 measure a few steps is set as a training run sets it (TRAINING_NOT_MEASURING)."""
 
 import shlex
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from bench.advise.command import EXAMPLE_PORT
-from bench.advise.export_script import recipe_script, script_reasons
+from bench.advise.launch_script import script_reasons, training_script
 from bench.errors import BenchError
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.matrix.axes import Method
@@ -33,7 +33,7 @@ from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import world_size
 
 EXPORT_METHODS = (Method.DPO, Method.SFT, Method.REWARD, Method.KTO, Method.ORPO, Method.SIMPO)
-"""Methods --export writes a recipe for: the offline ones (a dataset of rows, no generation)."""
+"""Methods --export writes launch files for: the offline ones (a dataset of rows, no generation)."""
 ROWS = {"pairs": "prompt/chosen/rejected", "completions": "prompt/completion", "unpaired": "prompt/completion/label"}
 """The columns of the rows each data form's trainer reads (bench/matrix/methods.py DataForm; KTO's label is true for
 a desirable completion)."""
@@ -57,7 +57,7 @@ def config_file(method: Method) -> str:
 
 
 def script_module(method: Method) -> str:
-    return f"{method}_recipe"
+    return f"{method}_train"
 
 
 def script_file(method: Method) -> str:
@@ -75,7 +75,7 @@ TRAINING_NOT_MEASURING: dict[str, Any] = {
 }
 """What the benchmark sets to time a few steps (its step count, one log line, nothing saved, no progress bar), as a
 training run sets it: one epoch over the dataset, a log line every 10 steps, a checkpoint every 500, the model (or
-the adapter) saved to output/ at the end (TRL's script and dpo_recipe.py both save it)."""
+the adapter) saved to output/ at the end (TRL's script and dpo_train.py both save it)."""
 
 LORA_KEYS = {
     "r": "lora_r",
@@ -96,17 +96,17 @@ dtype is ModelConfig.dtype)."""
 
 
 def check_method(methods: tuple[Method, ...]) -> None:
-    """One line when --export is asked for a method it writes no recipe for."""
+    """One line when --export is asked for a method it writes no launch files for."""
     other = [str(m) for m in methods if m not in EXPORT_METHODS]
     if other:
         raise BenchError(
-            f"--export writes {', '.join(m.value for m in EXPORT_METHODS)} recipes only (TRL's offline trainers), "
+            f"--export writes {', '.join(m.value for m in EXPORT_METHODS)} launch files only (TRL's offline trainers), "
             f"not --method {','.join(other)}"
         )
 
 
 def model_id(given: str | None, workload: Workload) -> str:
-    """What the recipe loads: the `--model` Hub id or local folder as given (a shipped config's name: its Hub id),
+    """What the launch files load: the `--model` Hub id or local folder as given (a shipped config's name: its Hub id),
     else the workload's pretrained source, else its name (to replace)."""
     from bench.assets.model_config import models_dir, shipped_models
 
@@ -124,10 +124,10 @@ def model_id(given: str | None, workload: Workload) -> str:
     return given
 
 
-def recipe_spec(
+def launch_spec(
     cell: Cell, profile: HardwareProfile, workload: Workload, model: str, report_to: tuple[str, ...] = ("none",)
 ) -> Any:
-    """The worker's spec of the cell with the user's model in place of the prepared assets (no data: the recipe's
+    """The worker's spec of the cell with the user's model in place of the prepared assets (no data: the launch files'
     dataset is the user's), reporting to `report_to`'s trackers."""
     from bench.assets.prepare import PreparedAssets
     from bench.run.launch import DEEPSPEED_FILE
@@ -158,7 +158,7 @@ def model_arguments(spec: Any) -> dict[str, Any]:
     """TRL ModelConfig's fields for the cell: the model, its dtype, the LoRA adapter (of the method's task type), the
     quantization."""
     from bench.worker.models import DTYPE_NAMES, lora_kwargs, quantization_kwargs
-    from bench.worker.stages import model_class
+    from bench.worker.trainers import model_class
 
     dtype = DTYPE_NAMES[spec.profile.precision]
     fields: dict[str, Any] = {"model_name_or_path": spec.assets.model, "dtype": dtype}
@@ -175,27 +175,27 @@ def model_arguments(spec: Any) -> dict[str, Any]:
 
 
 def trl_config(spec: Any) -> dict[str, Any]:
-    """The YAML's keys: TRL's ScriptArguments (the dataset), the method's config (its stage's `arguments`, the
+    """The YAML's keys: TRL's ScriptArguments (the dataset), the method's config (its trainer module's `arguments`, the
     measuring settings replaced by TRAINING_NOT_MEASURING) and ModelConfig."""
-    from bench.worker.stages import stage_for
+    from bench.worker.trainers import trainer_module
 
-    arguments = stage_for(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING
+    arguments = trainer_module(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING
     trainer = {k: v for k, v in arguments.items() if v is not None}
     return {"dataset_name": dataset_placeholder(spec.cell.method), **model_arguments(spec), **trainer}
 
 
 def trl_module(method: Method, script: bool) -> str:
-    """The module launch.sh runs: the recipe's script, or TRL's script of the method (what `trl <method>` runs
+    """The module launch.sh runs: the exported training script, or TRL's script of the method (what `trl <method>` runs
     through `accelerate launch`)."""
     module = script_module(method) if script else method_spec(method).trl_script
     if module is None:
-        raise ValueError(f"TRL ships no script for {method}: its recipe is a script of its own")
+        raise ValueError(f"TRL ships no script for {method}: its launch files hold a script of its own")
     return module
 
 
 def launch_command(spec: Any, script: bool) -> list[str]:
     """The cell's launcher line (the launcher table's argv, as `run` builds it) running TRL's script of the method,
-    or the recipe's script, on the method's YAML."""
+    or the exported training script, on the method's YAML."""
     from bench.run.launch import ACCELERATE_FILE
 
     cell, profile = spec.cell, spec.profile
@@ -215,7 +215,7 @@ MODEL_NOTE = (
     "model_name_or_path is the workload's name (the benchmark trained its architecture with random weights): put the "
     "Hub id or the folder of your model there"
 )
-"""Without --model: what the recipe says of the model it names."""
+"""Without --model: what the launch files say of the model it names."""
 
 
 def _yaml(config: dict[str, Any], method: Method, model_named: bool) -> str:
@@ -277,7 +277,7 @@ HEAD_NOTE = (
     "The reward head starts as transformers creates it (random, as TRL's reward script leaves it); the benchmark "
     "zeroes it so that its learning check reads a first loss of ln 2: the same memory and step time."
 )
-"""The one way a reward recipe differs from what the benchmark ran (bench/worker/stages/reward.py)."""
+"""The one way a reward model's launch files differ from what the benchmark ran (bench/worker/trainers/reward.py)."""
 
 
 def _readme(
@@ -286,13 +286,13 @@ def _readme(
     cell, method = spec.cell, spec.cell.method
     config, trainer = config_file(method), method_spec(method).trainer_class
     lines = [
-        f"# {method.upper()} recipe: `{spec.assets.model}` as `{cell.id}` on {spec.profile.name}",
+        f"# {method.upper()} launch files: `{spec.assets.model}` as `{cell.id}` on {spec.profile.name}",
         "",
         "Written by `dpo-bench advise --export`. This trains your model on your data. The `dpo-bench run"
         " ... --filter` line `advise` prints is a check of this setup on random weights and synthetic data (a few "
         "steps), not training your model.",
         "",
-        *([f"The setup did not fit as it was; this recipe applies: {change}.", ""] if change else []),
+        *([f"The setup did not fit as it was; these launch files apply: {change}.", ""] if change else []),
         f"1. In `{config}`, replace `dataset_name: {dataset_placeholder(method)}` with a Hub dataset or the absolute "
         f"path of a folder of {rows(method)} rows (e.g. `train.jsonl`)."
         + ("" if model_named else f" Its {MODEL_NOTE}."),
@@ -339,7 +339,7 @@ def _readme(
 
 
 def file_role(name: str, method: Method) -> str | None:
-    """What README.md says a recipe file is."""
+    """What README.md says a launch file is."""
     config, config_class = config_file(method), _config_class(method)
     return {
         LAUNCH_FILE: "the launcher line",
@@ -359,20 +359,20 @@ def export_files(
     change: str | None = None,
     report_to: tuple[str, ...] = ("none",),
 ) -> dict[str, str]:
-    """File name -> content of the recipe. `native`: the accelerate / DeepSpeed files (command.py native_files);
+    """File name -> content of the launch files. `native`: the accelerate / DeepSpeed files (command.py native_files);
     `report_to`: the trackers its trainer reports to (`--report-to`)."""
     if cell.method not in EXPORT_METHODS:
         check_method((cell.method,))
     if profile.nodes != 1:
-        raise BenchError(f"--export writes one-node recipes; {profile.name} has {profile.nodes} nodes")
-    spec = recipe_spec(cell, profile, workload, model, report_to)
+        raise BenchError(f"--export writes one-node launch files; {profile.name} has {profile.nodes} nodes")
+    spec = launch_spec(cell, profile, workload, model, report_to)
     reasons = script_reasons(spec)
     command = launch_command(spec, script=bool(reasons))
     model_named = not (model == workload.name and workload.model.weights == "random")
     config = config_file(cell.method)
     files = {config: _yaml(trl_config(spec), cell.method, model_named)}
     if reasons:
-        files[script_file(cell.method)] = recipe_script(spec, reasons, config)
+        files[script_file(cell.method)] = training_script(spec, reasons, config)
     files |= native
     files[LAUNCH_FILE] = _launch_sh(command, cell.method, str(cell.launcher), visible_devices(spec))
     files[README_FILE] = _readme(spec, command, list(files), reasons, change, model_named)
