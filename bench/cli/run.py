@@ -299,8 +299,8 @@ def _add_how_cells_run(p: argparse.ArgumentParser) -> None:
         choices=["auto", "forked", "fresh"],
         default="auto",
         help="how a cell's Python processes start: forked from one process that imported the libraries once per run "
-        "(bench/isolation/fork_server.py), or fresh, an interpreter each; auto: forked on CPU profiles with the local "
-        "executor and no memory budget, fresh elsewhere (default)",
+        "(bench/isolation/fork_server_process.py), or fresh, an interpreter each; auto: forked on CPU profiles with "
+        "the local executor and no memory budget, fresh elsewhere (default)",
     )
     p.add_argument(
         "--run-predicted-oom",

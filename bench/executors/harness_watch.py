@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from bench.executors.base import HarnessFault
-from bench.isolation.fork_server_handle import ForkServer, how_it_ended
+from bench.isolation.fork_server import ForkServer, how_it_ended
 from bench.isolation.shm_segments import SHM_DIR, create_failure
 from bench.isolation.step_marks import process_state
 

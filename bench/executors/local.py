@@ -30,7 +30,7 @@ from bench.files import write_whole
 from bench.isolation import lifeline, step_marks
 from bench.isolation.cgroups import CellCgroups, CgroupUnavailable, cell_cgroups, remove_cgroup
 from bench.isolation.deferred_sigint import DeferredSigint
-from bench.isolation.fork_server_handle import ForkServer
+from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
 MARKER = "BENCH_CELL_TOKEN"

@@ -1,285 +1,208 @@
-"""A run's fork server: one interpreter that imports the cells' libraries once and forks a child for every
-Python process of a cell, so that no cell pays the imports (5-8 s per process on 2 cores) again.
+"""The run's fork server (bench/isolation/fork_server_process.py) as the runner sees it: started while the run prepares,
+waited for before the first cell, and used by the local executor to start every Python process of a cell: the cell's
+command line is routed through the server's `python` (its launcher, and the interpreter it names for the ranks), its
+environment names the server's socket, and a killed cell loses the server's children too. A server that died is started
+again in its place (`restart`); how each of a cell's forked programs ended is read from the server's folder
+(`ended_as`), for a client that cannot pass it on.
 
-    python -m bench.isolation.fork_server FOLDER MODULE:FUNCTION [PADDING]
-
-started by bench/isolation/fork_server_handle.py with the environment the cells share. It calls the preload function
-(bench/worker/preload.py), shuts NVML down, checks that forking is safe (one Python thread; no CUDA initialised, not
-even the driver loaded, NVML not initialised: a CUDA context does not survive a fork, and each child's CUDA must read
-its own CUDA_VISIBLE_DEVICES: bench/isolation/gpu_state.py), notes the file-backed pages it has resident (its children
-map them again: bench/isolation/fork_server_child.py), writes FOLDER/bin/python (bench/isolation/fork_server_client.py,
-the interpreter the cells run) and serves FOLDER/socket, printing one JSON line on stdout: {"ready": ...} or {"refused":
-why}. Each request (a client's command line, working directory, environment, standard streams) is checked
-(bench/isolation/fork_server_rules.py), forked, and answered with the child's pid and, once it has ended, its exit code
-or signal. A child's pid is listed in FOLDER/children/<pid>.<cell token> while it runs, so that a cell that is killed
-loses every process, and how it ended in FOLDER/ended/<client pid>.<cell token>, so that the runner knows it even where
-the client cannot pass it on. The server never runs anything itself: every child starts from the same state.
-"""
+The server's folder (bench/isolation/server_folder.py) is held by its runner while the server runs and removed when
+it stops, a stop signal included."""
 
 import contextlib
-import importlib
 import json
 import os
-import selectors
-import socket
-import struct
-import sys
-import threading
+import select
+import shutil
+import signal
+import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.isolation import fork_server_child, fork_server_rules, gpu_state
-from bench.isolation.fork_server_client import HEADER
+from bench.isolation import lifeline
+from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.fork_server_client import SOCKET_ENV
+from bench.isolation.fork_server_process import CHILDREN, CLIENT, ENDED, SOCKET, TITLE_ROOM
+from bench.isolation.server_folder import FOLDER_PREFIX, claim_folder
 
-SOCKET = "socket"
-CHILDREN = "children"
-ENDED = "ended"
-CLIENT = "bin/python"
-TOKEN_ENV = "BENCH_CELL_TOKEN"
-NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
-"""Set while the libraries import: torch.cuda.is_available() then asks NVML, which does not initialise CUDA."""
-REQUEST_LIMIT = 16 << 20
-TITLE_ROOM = 4096
-"""Bytes of padding on the server's command line: each child writes its program's command line over it."""
+READY_TIMEOUT_S = 300.0
+"""The libraries import in 5-10 s on 2 cores; a busy machine may take minutes."""
 
 
-def fork_hazards(maps_text: str | None = None) -> list[str]:
-    """Why forking this process now would hand children a broken state; empty when it is safe. `maps_text`: this
-    process's memory map (default: read now)."""
-    hazards = []
-    if threading.active_count() > 1:
-        names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
-        hazards.append(f"Python threads run ({names})")
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        hazards.append("CUDA was initialised while the libraries imported")
-    if gpu_state.libcuda_mapped(maps_text):
-        hazards.append("the CUDA driver (libcuda) was loaded while the libraries imported")
-    if gpu_state.nvml_initialised():
-        hazards.append("NVML is still initialised after the libraries imported")
-    return hazards
+def python_script(path: Path, python: str) -> bool:
+    """Whether `path` is a script whose shebang runs `python` (a launcher installed beside it: torchrun, deepspeed)."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return False
+    if not first.startswith(b"#!"):
+        return False
+    interpreter = first[2:].split()[0].decode(errors="replace") if first[2:].split() else ""
+    return interpreter == python or os.path.realpath(interpreter) == os.path.realpath(python)
 
 
-def resident_file_ranges() -> list[tuple[int, int]]:
-    """(address, length) of every run of resident pages in this process's readable file mappings."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    ranges = []
-    with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
-        for line in maps:
-            parts = line.split(maxsplit=5)
-            if len(parts) < 6 or not parts[5].startswith("/") or parts[5].startswith("/dev/") or "r" not in parts[1]:
-                continue
-            if parts[5].rstrip().endswith("(deleted)"):
-                continue
-            low, high = (int(x, 16) for x in parts[0].split("-"))
-            pagemap.seek(low // page * 8)
-            entries = pagemap.read((high - low) // page * 8)
-            start = None
-            for index, (entry,) in enumerate(struct.iter_unpack("<Q", entries)):
-                present = entry >> 63
-                if present and start is None:
-                    start = index
-                elif not present and start is not None:
-                    ranges.append((low + start * page, (index - start) * page))
-                    start = None
-            if start is not None:
-                ranges.append((low + start * page, (high - low) // page * page - start * page))
-    return ranges
+def is_client(args: list[str]) -> bool:
+    """Whether a process's command line (its /proc cmdline, split) is a fork server's client standing in for a
+    forked child, whose command line is the client's after the interpreter's."""
+    return len(args) > 2 and args[1] == "-IS" and args[2].endswith(CLIENT) and FOLDER_PREFIX in args[2]
 
 
-def imported_origins() -> dict[str, str]:
-    """Top-level module name -> the file it was loaded from, for every top-level module imported so far."""
-    found = {}
-    for name, module in list(sys.modules.items()):
-        origin = getattr(module, "__file__", None)
-        if "." not in name and origin:
-            found[name] = origin
-    return found
+def route(argv: list[str], python: str, client: str) -> list[str]:
+    """Pure but for reading a script's first line: `argv` with every start of `python` through `client` instead.
+    The interpreter itself (the python launcher; mpirun's program for its ranks), and a script beside it whose
+    shebang runs it (`[client, script, ...]`)."""
+    routed = [client if item == python else item for item in argv]
+    head = Path(argv[0]) if argv else None
+    if head is not None and argv[0] != python and head.parent == Path(python).parent and python_script(head, python):
+        routed = [client, argv[0], *routed[1:]]
+    return routed
 
 
-def write_client(path: Path) -> None:
-    """The cells' `python`: the client's source behind a shebang to this interpreter, run without site (`-IS`)."""
-    source = Path(fork_server_child.__file__).with_name("fork_server_client.py").read_text()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"#!{sys.executable} -IS\n{source}")
-    path.chmod(0o755)
+def how_it_ended(code: int) -> str:
+    """A process's return code (Popen's: negative for a signal) in words."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a server was started: what `restart` starts again."""
+
+    python: str
+    cwd: Path
+    env: dict[str, str]
+    preload: str
+    log: Path
+
+    def popen(self, folder: Path) -> subprocess.Popen:
+        runner = os.getpid()
+        with self.log.open("ab") as out:
+            return subprocess.Popen(
+                [self.python, "-m", "bench.isolation.fork_server_process", str(folder), self.preload, " " * TITLE_ROOM],
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=lambda: lifeline.die_with_parent(runner),
+            )
 
 
 @dataclass
-class Server:
+class ForkServer:
     folder: Path
-    env: dict[str, str]
-    """The environment the server started with, which requests are held against."""
-    imported_env: dict[str, str]
-    """What importing the libraries set in it (torch._inductor: TORCHINDUCTOR_CACHE_DIR): a fresh interpreter's
-    imports would set it too, so a child gets it where its request does not set it."""
-    path: list[str]
-    imported: dict[str, str]
-    resident: list[tuple[int, int]]
-    listener: socket.socket
-    selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
-    children: dict[int, tuple[socket.socket, int, Path]] = field(default_factory=dict)
-    """pid -> (the client's connection, the child's pidfd, its entry in CHILDREN)."""
+    process: subprocess.Popen
+    log: Path
+    ready: dict | None = None
+    why_not: str | None = None
+    launch: Launch | None = None
+    hold: int = -1
+    """The descriptor that holds the folder flock'd (claim_folder)."""
 
-    def refusal(self, body: dict) -> fork_server_rules.Program | str:
-        """The program the request runs, or why it cannot be forked from here."""
-        program = fork_server_rules.program(list(body["argv"]))
-        if isinstance(program, str):
-            return program
-        env, cwd = body["env"], body["cwd"]
-        if differences := fork_server_rules.env_differences(self.env, env, self.imported_env):
-            shown = ", ".join(differences[:5]) + (" ..." if len(differences) > 5 else "")
-            return f"its environment differs from the fork server's in {shown}"
-        new = [fork_server_rules.first_entry(program.kind, program.target, cwd)]
-        new += fork_server_rules.path_entries(env.get("PYTHONPATH"))
-        unseen = [entry for entry in new if entry not in self.path]
-        if why := fork_server_rules.shadowing(unseen, self.imported, cwd):
-            return why
-        return program
+    @classmethod
+    def start(cls, python: str, cwd: Path, env: Mapping[str, str], preload: str, log: Path) -> "ForkServer":
+        """Start the server: it imports in the background; `wait` before routing anything through it."""
+        launch = Launch(python, cwd, dict(env), preload, log)
+        folder, hold = claim_folder()
+        return cls(folder, launch.popen(folder), log, launch=launch, hold=hold)
 
-    def serve(self, connection: socket.socket) -> None:
-        """Answer one request: refuse it, or fork its child."""
+    def ended(self) -> str | None:
+        """How the server ended (`killed by SIGKILL`), once it has; None while it runs."""
+        code = self.process.poll()
+        return None if code is None else how_it_ended(code)
+
+    def restart(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
+        """Start the server again in its place, in a new folder (the old one goes); None once it serves, else why it
+        will not (it is stopped then)."""
+        if self.launch is None:
+            raise ValueError("this fork server was not started by ForkServer.start")
+        self.stop()
+        self.folder, self.hold = claim_folder()
+        self.process = self.launch.popen(self.folder)
+        self.ready = self.why_not = None
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float = READY_TIMEOUT_S) -> str | None:
+        """Wait until the server serves; None then, else why it will not (it refused, ended or did not answer)."""
+        if self.ready is not None or self.why_not is not None:
+            return self.why_not
+        assert self.process.stdout is not None
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if readable else b""
         try:
-            body, fds = read_request(connection)
-        except (OSError, ValueError) as exc:
-            print(f"fork server: dropped a request: {exc}", file=sys.stderr, flush=True)
-            connection.close()
-            return
-        decided = self.refusal(body)
-        if isinstance(decided, str):
-            with contextlib.suppress(OSError):
-                connection.sendall(json.dumps({"refused": decided}).encode() + b"\n")
-            for fd in fds:
-                os.close(fd)
-            connection.close()
-            return
-        path = fork_server_rules.child_path(
-            fork_server_rules.first_entry(decided.kind, decided.target, body["cwd"]),
-            fork_server_rules.path_entries(body["env"].get("PYTHONPATH")),
-            self.path,
-            fork_server_rules.path_entries(self.env.get("PYTHONPATH")),
-        )
-        pid = os.fork()
-        if pid == 0:
-            self.selector.close()
-            self.listener.close()
-            for other, pidfd, _ in self.children.values():
-                other.close()
-                os.close(pidfd)
-            connection.close()
-            fork_server_child.become(
-                decided,
-                int(body["pid"]),
-                os.getppid(),
-                fds,
-                body["cwd"],
-                self.imported_env | body["env"],
-                path,
-                body["executable"],
-                self.resident,
-                body.get("cores"),
-                body["argv"],
-            )
-        for fd in fds:
-            os.close(fd)
-        entry = self.folder / CHILDREN / f"{pid}.{body['env'].get(TOKEN_ENV, 'none')}"
-        entry.write_text(str(body["pid"]))  # its client, under which `reap` names how it ended
-        self.children[pid] = (connection, os.pidfd_open(pid), entry)
-        with contextlib.suppress(OSError):
-            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-
-    def reap(self, pid: int) -> None:
-        """The child ended: tell its client how, and forget it."""
-        connection, pidfd, entry = self.children.pop(pid)
-        _, status = os.waitpid(pid, 0)
-        ended = (
-            {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
-        )
-        with contextlib.suppress(OSError):
-            client = entry.read_text()
-            (self.folder / ENDED / f"{client}.{entry.name.split('.', 1)[1]}").write_text(json.dumps(ended))
-        with contextlib.suppress(OSError):
-            connection.sendall(json.dumps(ended).encode() + b"\n")
-        connection.close()
-        os.close(pidfd)
-        entry.unlink(missing_ok=True)
-
-    def loop(self) -> None:
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        while True:
-            for key, _ in self.selector.select():
-                if key.data is None:
-                    connection, _ = self.listener.accept()
-                    self.serve(connection)
-                    for pid, (_, pidfd, _) in self.children.items():
-                        if pidfd not in self.selector.get_map():
-                            self.selector.register(pidfd, selectors.EVENT_READ, pid)
-                else:
-                    self.selector.unregister(key.fd)
-                    self.reap(key.data)
-
-
-def preload(spec: str) -> float:
-    """Call MODULE:FUNCTION with NVML answering CUDA's availability, then shut NVML down as often as the answers
-    initialised it; the seconds it took."""
-    module, _, function = spec.partition(":")
-    before = os.environ.get(NVML_CHECK_ENV)
-    os.environ[NVML_CHECK_ENV] = "1"
-    started = time.perf_counter()
-    try:
-        getattr(importlib.import_module(module), function)()
-        gpu_state.shutdown_nvml()
-    finally:
-        if before is None:
-            os.environ.pop(NVML_CHECK_ENV, None)
+            answer = json.loads(line) if line else {}
+        except ValueError:
+            answer = {}
+        if answer.get("ready"):
+            self.ready = answer
+            return None
+        if "refused" in answer:
+            self.why_not = str(answer["refused"])
+        elif not readable:
+            self.why_not = f"it did not start within {timeout_s:.0f} s (log: {self.log})"
         else:
-            os.environ[NVML_CHECK_ENV] = before
-    return time.perf_counter() - started
+            self.why_not = f"it ended before serving (log: {self.log})"
+        self.stop()
+        return self.why_not
 
+    @property
+    def client(self) -> str:
+        return str(self.folder / CLIENT)
 
-def read_request(connection: socket.socket) -> tuple[dict, list[int]]:
-    """One request off the socket: its JSON body and the client's three standard streams (file descriptors).
-    ValueError for a request that is malformed, too large or cut short."""
-    header, fds, _, _ = socket.recv_fds(connection, HEADER.size, 3)
-    if len(header) < HEADER.size or len(fds) != 3:
-        raise ValueError("malformed request")
-    (size,) = HEADER.unpack(header)
-    if size > REQUEST_LIMIT:
-        raise ValueError("request too large")
-    data = b""
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            raise ValueError("request cut short")
-        data += chunk
-    return json.loads(data), fds
+    @property
+    def env(self) -> dict[str, str]:
+        """What a cell's environment needs to reach the server."""
+        return {SOCKET_ENV: str(self.folder / SOCKET)}
 
+    def route(self, argv: list[str], python: str) -> list[str]:
+        return route(argv, python, self.client)
 
-def main(argv: list[str]) -> int:
-    if len(argv) not in (3, 4):
-        print("usage: python -m bench.isolation.fork_server FOLDER MODULE:FUNCTION [PADDING]", file=sys.stderr)
-        return 2
-    folder, spec = Path(argv[1]), argv[2]
-    started_env = dict(os.environ)
-    seconds = preload(spec)
-    if hazards := fork_hazards():
-        print(json.dumps({"refused": "; ".join(hazards)}), flush=True)
-        return 0
-    (folder / CHILDREN).mkdir(parents=True, exist_ok=True)
-    (folder / ENDED).mkdir(exist_ok=True)
-    write_client(folder / CLIENT)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(folder / SOCKET))
-    listener.listen(64)
-    resident = resident_file_ranges()
-    imported_env = {k: v for k, v in os.environ.items() if started_env.get(k) != v}
-    server = Server(folder, started_env, imported_env, list(sys.path), imported_origins(), resident, listener)
-    ready = {"ready": True, "pid": os.getpid(), "preload_s": round(seconds, 2), "modules": len(sys.modules)}
-    print(json.dumps(ready), flush=True)
-    server.loop()
-    return 0
+    def pids_of(self, token: str) -> list[int]:
+        """The server's live children that belong to the cell carrying `token`."""
+        pids = []
+        for entry in (self.folder / CHILDREN).glob(f"*.{token}"):
+            with contextlib.suppress(ValueError):
+                pids.append(int(entry.name.split(".", 1)[0]))
+        return pids
 
+    def ended_as(self, client: int, token: str) -> int | None:
+        """How the program forked for the client `client` of the cell `token` ended (Popen's return code: negative
+        for a signal); None while it runs (or was never forked)."""
+        try:
+            ended = json.loads((self.folder / ENDED / f"{client}.{token}").read_text())
+        except (OSError, ValueError):  # not ended yet, or caught mid-write
+            return None
+        return -int(ended["signal"]) if "signal" in ended else int(ended.get("exit", 1))
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    def forget(self, token: str) -> None:
+        """Remove what the server noted of the cell `token`'s ended programs."""
+        for entry in (self.folder / ENDED).glob(f"*.{token}"):
+            entry.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """End the server (its children die with it) and remove its folder; a stop signal meanwhile waits until it
+        is done."""
+        with DeferredSigint():
+            if self.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while self.process.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                    self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.hold >= 0:
+                os.close(self.hold)
+                self.hold = -1

@@ -1,8 +1,7 @@
-"""A fork server's child becoming the program a request names (bench/isolation/fork_server.py), as a fresh interpreter
-would run it: the requester's standard streams, working directory, environment, sys.path and sys.argv; default
-signal handlers; the library pages the server had resident mapped again, so that its memory figures start where a
-fresh process's would; then the program, and an exit the way the interpreter exits (threads joined, atexit run).
-"""
+"""A fork server's child becoming the program a request names (bench/isolation/fork_server_process.py), as a fresh
+interpreter would run it: the requester's standard streams, working directory, environment, sys.path and sys.argv;
+default signal handlers; the library pages the server had resident mapped again, so that its memory figures start where
+a fresh process's would; then the program, and an exit the way the interpreter exits (threads joined, atexit run)."""
 
 import atexit
 import contextlib
@@ -45,7 +44,7 @@ def map_resident(ranges: Sequence[tuple[int, int]]) -> None:
 def retitle(words: Sequence[str]) -> None:
     """Show `words` as this process's command line (/proc/<pid>/cmdline: ps, top, nvidia-smi, and whoever looks
     for a cell's processes by it), written over the server's own, which leaves room for it (bench/isolation/
-    fork_server.py TITLE_ROOM); a longer one is cut."""
+    fork_server_process.py TITLE_ROOM); a longer one is cut."""
     fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
     start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of stat
     title = "\0".join(words).encode(errors="replace")[: end - start - 1]

@@ -1,4 +1,4 @@
-"""The `python` a cell's processes run while a fork server serves the run (bench/isolation/fork_server.py).
+"""The `python` a cell's processes run while a fork server serves the run (bench/isolation/fork_server_process.py).
 
 Written, with a shebang to the real interpreter run `-IS` (no site, nothing of the environment: it starts in
 milliseconds), as the fork server's `bin/python`. Every start of the interpreter in a cell (the launcher, the

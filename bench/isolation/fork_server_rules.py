@@ -1,4 +1,4 @@
-"""What the fork server (bench/isolation/fork_server.py) may serve, decided before it forks. Pure.
+"""What the fork server (bench/isolation/fork_server_process.py) may serve, decided before it forks. Pure.
 
 A forked child starts from the server's state: the modules it imported, with the environment and `sys.path` they
 were imported under. It can become a program a fresh interpreter would run only where that state is the one the

@@ -1,6 +1,6 @@
 """What a process holds of the NVIDIA driver, read and released without initialising CUDA, for the fork server
-(bench/isolation/fork_server.py): a CUDA context does not survive a fork, and the driver reads CUDA_VISIBLE_DEVICES
-once, when CUDA initialises, so the server must leave both to its children.
+(bench/isolation/fork_server_process.py): a CUDA context does not survive a fork, and the driver reads
+CUDA_VISIBLE_DEVICES once, when CUDA initialises, so the server must leave both to its children.
 
 Whether libcuda (the driver, loaded when CUDA initialises) is mapped; whether NVML (libnvidia-ml, which answers
 questions about the devices without CUDA) is initialised, and shutting it down: NVML counts its initialisations,

@@ -1,8 +1,7 @@
-"""A fork server's folder (bench/isolation/fork_server.py: its socket, its client, its children's entries) as runners
-share the system's temporary folder: made 0700 by the runner, flock'd by it for as long as its server runs, and
-naming it in OWNER. A folder whose lock no one holds was left behind by a runner that died (SIGKILL, a crash); the
-next run removes it (bench/run/leftovers.py), never one a live runner holds.
-"""
+"""A fork server's folder (bench/isolation/fork_server_process.py: its socket, its client, its children's entries) as
+runners share the system's temporary folder: made 0700 by the runner, flock'd by it for as long as its server runs, and
+naming it in OWNER. A folder whose lock no one holds was left behind by a runner that died (SIGKILL, a crash); the next
+run removes it (bench/run/leftovers.py), never one a live runner holds."""
 
 import contextlib
 import fcntl

@@ -1,5 +1,5 @@
-"""`run --start`: whether the run's cells fork from a pre-imported process (bench/isolation/fork_server.py) or start
-each Python process as an interpreter of its own, and the fork server's life within the run.
+"""`run --start`: whether the run's cells fork from a pre-imported process (bench/isolation/fork_server_process.py) or
+start each Python process as an interpreter of its own, and the fork server's life within the run.
 
 `auto` forks on CPU profiles run by the local executor without a memory budget. Elsewhere cells start fresh: in a
 container or a Slurm job the server's process is not there; under a per-rank memory budget the libraries' pages a

@@ -47,7 +47,7 @@ from pathlib import Path
 from subprocess import Popen
 
 from bench.executors.local import LocalExecutor, cell_env, venv_python
-from bench.isolation.fork_server_handle import ForkServer
+from bench.isolation.fork_server import ForkServer
 from bench.matrix.profiles import load_profile
 from bench.paths import PROJECT_ROOT
 from bench.results.layout import RunFolder

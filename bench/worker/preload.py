@@ -1,6 +1,6 @@
-"""What the run's fork server imports once for every cell (bench/isolation/fork_server.py): the worker's own modules and
-the libraries every cell imports (bench/worker/build.py import_libraries). A cell's extras (deepspeed, another
-method's trainer) are imported by its child, as a fresh worker would.
+"""What the run's fork server imports once for every cell (bench/isolation/fork_server_process.py): the worker's own
+modules and the libraries every cell imports (bench/worker/build.py import_libraries). A cell's extras (deepspeed,
+another method's trainer) are imported by its child, as a fresh worker would.
 
 Where `from trl import DPOTrainer` spends its time on CPU (python -X importtime, 2 cores): peft imports
 bitsandbytes (peft/helpers.py), whose default backend wraps its kernels in torch.compile at import
@@ -32,12 +32,12 @@ def cpu() -> None:
 def accelerator() -> None:
     """What every cell imports, as on CPU, without initialising CUDA or leaving NVML initialised (a CUDA context
     does not survive a fork, and each child's CUDA must read its own CUDA_VISIBLE_DEVICES). torch's availability
-    check asks NVML here (bench/isolation/fork_server.py sets PYTORCH_NVML_BASED_CUDA_CHECK, and shuts NVML down after).
-    bitsandbytes, which peft imports, reads the devices' compute capability while it imports, to choose its CUDA
-    library, through torch.cuda.get_device_capability, which initialises CUDA: it is imported first, with that
-    question answered by NVML. What it sets then from the server's devices: whether more than one is visible
-    (bitsandbytes/functional.py switches to the tensor's device before a kernel where so, which a child that sees
-    one device does to no effect)."""
+    check asks NVML here (bench/isolation/fork_server_process.py sets PYTORCH_NVML_BASED_CUDA_CHECK, and shuts NVML down
+    after). bitsandbytes, which peft imports, reads the devices' compute capability while it imports, to choose its CUDA
+    library, through torch.cuda.get_device_capability, which initialises CUDA: it is imported first, with that question
+    answered by NVML. What it sets then from the server's devices: whether more than one is visible
+    (bitsandbytes/functional.py switches to the tensor's device before a kernel where so, which a child that sees one
+    device does to no effect)."""
     import torch
 
     with capability_from_nvml(torch) as unanswered:

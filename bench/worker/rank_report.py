@@ -13,7 +13,8 @@ class RankReport(BaseModel):
     pid: int
     hostname: str
     forked: bool = False
-    """Forked from the run's fork server (bench/isolation/fork_server.py) instead of started as an interpreter of its
+    """Forked from the run's fork server (bench/isolation/fork_server_process.py) instead of started as an interpreter
+    of its
     own."""
     fresh_reason: str | None = None
     """Why it started as an interpreter of its own although a fork server ran

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.isolation.fork_server_handle import is_client
+from bench.isolation.fork_server import is_client
 from bench.results.store import load_results
 from tests.conftest import fill_up
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.isolation.fork_server_handle import is_client
+from bench.isolation.fork_server import is_client
 from bench.results.store import load_results
 from tests.integration.test_faults import leftovers, only_run, rank_pids, wait_until
 
@@ -62,7 +62,7 @@ def children(pid: int) -> list[tuple[int, list[str]]]:
 
 
 def fork_server_of(runner: subprocess.Popen) -> int:
-    (server,) = [pid for pid, args in children(runner.pid) if "bench.isolation.fork_server" in args]
+    (server,) = [pid for pid, args in children(runner.pid) if "bench.isolation.fork_server_process" in args]
     return server
 
 

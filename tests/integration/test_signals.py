@@ -38,15 +38,15 @@ def start_runner(
 
 
 def fork_server_folder(runner: int) -> Path | None:
-    """The folder of the runner's fork server (its child `python -m bench.isolation.fork_server FOLDER ...`)."""
+    """The folder of the runner's fork server (its child `python -m bench.isolation.fork_server_process FOLDER ...`)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             stat = (Path("/proc") / pid / "stat").read_text()
             args = (Path("/proc") / pid / "cmdline").read_bytes().split(b"\0")
-            if int(stat.rsplit(")", 1)[1].split()[1]) == runner and b"bench.isolation.fork_server" in args:
-                return Path(args[args.index(b"bench.isolation.fork_server") + 1].decode())
+            if int(stat.rsplit(")", 1)[1].split()[1]) == runner and b"bench.isolation.fork_server_process" in args:
+                return Path(args[args.index(b"bench.isolation.fork_server_process") + 1].decode())
     return None
 
 

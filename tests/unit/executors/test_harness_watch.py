@@ -15,8 +15,8 @@ import pytest
 from bench.executors.base import LaunchPlan, Outcome
 from bench.executors.harness_watch import STAND_IN_GRACE_S, server_death
 from bench.executors.local import LocalExecutor, run_local
+from bench.isolation.fork_server import ForkServer, how_it_ended, is_client
 from bench.isolation.fork_server_client import FRESH_ENV
-from bench.isolation.fork_server_handle import ForkServer, how_it_ended, is_client
 from bench.isolation.shm_segments import create_failure
 from bench.paths import PROJECT_ROOT
 

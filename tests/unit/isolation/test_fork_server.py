@@ -13,8 +13,8 @@ import pytest
 
 from bench.executors.base import LaunchPlan
 from bench.executors.local import run_local
+from bench.isolation.fork_server import ForkServer, is_client, route
 from bench.isolation.fork_server_client import FRESH_ENV
-from bench.isolation.fork_server_handle import ForkServer, is_client, route
 from bench.paths import PROJECT_ROOT
 
 PRELOAD = "os:getpid"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.isolation import fork_server, gpu_state
-from bench.isolation.fork_server_handle import ForkServer
+from bench.isolation import fork_server_process, gpu_state
+from bench.isolation.fork_server import ForkServer
 from bench.paths import PROJECT_ROOT
 
 FAKE_GPUS = """
@@ -37,7 +37,7 @@ torch.cuda._lazy_init = trap("torch.cuda._lazy_init")
 torch._C._cuda_getDeviceCount = trap("cudaGetDeviceCount (cuInit)", 2)
 torch._C._cuda_getCurrentRawStream = lambda *args: 0  # bitsandbytes' CUDA ops take it at import
 real = torch.cuda.get_device_capability
-from bench.isolation import gpu_state, fork_server
+from bench.isolation import fork_server_process, gpu_state
 
 asked = []
 
@@ -56,9 +56,9 @@ except Exception as exc:
 modules = [name for name in ("bitsandbytes", "peft", "trl") if name in sys.modules]
 restored = torch.cuda.get_device_capability is real
 print(json.dumps({"calls": calls, "asked": asked, "initialised": torch.cuda.is_initialized(), "restored": restored,
-                  "modules": modules, "hazards": fork_server.fork_hazards(), "error": error}))
+                  "modules": modules, "hazards": fork_server_process.fork_hazards(), "error": error}))
 """
-ACCELERATOR = "fork_server.preload('bench.worker.preload:accelerator')"
+ACCELERATOR = "fork_server_process.preload('bench.worker.preload:accelerator')"
 
 
 def on_fake_gpus(preload: str, nvml: str = "nvml") -> dict:
@@ -81,7 +81,7 @@ def test_the_accelerator_preload_imports_bitsandbytes_peft_and_trl_without_initi
 
 
 def test_the_fake_gpus_catch_bitsandbytes_initialising_cuda_while_it_imports():
-    seen = on_fake_gpus(f"import os; os.environ['{fork_server.NVML_CHECK_ENV}'] = '1'; import bitsandbytes")
+    seen = on_fake_gpus(f"import os; os.environ['{fork_server_process.NVML_CHECK_ENV}'] = '1'; import bitsandbytes")
     (call,) = seen["calls"]  # availability asked of NVML; the capability of CUDA
     assert call.startswith("torch.cuda._lazy_init from") and "get_device_capability" in call
 
@@ -137,10 +137,11 @@ def test_a_server_holding_the_cuda_driver_or_nvml_refuses_to_serve(monkeypatch):
     maps = "7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n"
     assert gpu_state.libcuda_mapped(maps) and not gpu_state.libcuda_mapped(maps.replace("libcuda", "libcudart"))
     libcuda, nvml = "the CUDA driver (libcuda) was loaded", "NVML is still initialised"
-    assert not any(nvml in hazard or libcuda in hazard for hazard in fork_server.fork_hazards(""))
-    assert any(hazard.startswith(libcuda) for hazard in fork_server.fork_hazards(maps))
+    assert not any(nvml in hazard or libcuda in hazard for hazard in fork_server_process.fork_hazards(""))
+    assert any(hazard.startswith(libcuda) for hazard in fork_server_process.fork_hazards(maps))
     monkeypatch.setattr(gpu_state, "nvml_initialised", lambda lib=None: True)
-    assert any(hazard.startswith(nvml) for hazard in fork_server.fork_hazards(""))  # pytest's threads may be named too
+    # pytest's threads may be named too
+    assert any(hazard.startswith(nvml) for hazard in fork_server_process.fork_hazards(""))
 
 
 CHILD = """
