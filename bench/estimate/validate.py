@@ -505,7 +505,7 @@ def validation_document() -> str:
             "",
             "Written by `dpo-bench validate-estimate --write` from the runs git tracks and scenarios/published/; "
             "`tests/unit/estimate/test_validation_document.py` holds this file to what the code writes. How to read "
-            "it: docs/estimator.md, \"Validation\".",
+            'it: docs/estimator.md, "Validation".',
             "",
             "## This project's runs (`dpo-bench validate-estimate`)",
             "",
