@@ -11,12 +11,7 @@
 
 VmHWM is reset (/proc/self/clear_refs) before each pass and the rise of the peak over the resident size is divided
 by the unit. The fused head is measured on its second application (the allocator warm, as in a training step after
-the first); each full-logits loss in a fresh process, on its first. Measured 2026-11-24 (torch 2.13 CPU, TRL 1.16):
-the fused head 4.00 tiles forward, 8.25 backward (rows 512 and 256): at `grad += grad_logprobs * (is_target.float()
-- p)` in `_backward_tile` the tile, y, z, log_p, p, grad, the boolean is_target (a quarter tile) and the
-statement's temporaries are alive; ORPO 6.9 and SimPO 5.1 units: the logits, and in the backward the zero-filled
-full-size gradients that the gather, the per-row logsumexp (stacked) and the slices ([:, :-1], ORPO's chosen half)
-each build before they are summed.
+the first); each full-logits loss in a fresh process, on its first. What it measured: docs/evidence/selfbench.md.
 """
 
 import argparse
