@@ -132,11 +132,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="instead: predict every published GPU figure in scenarios/published/memory.yaml (memory, or the longest "
         "context that fits) against its published value, with a reason for every row beyond 15 %%",
     )
-    p.add_argument(
-        "--write",
-        action="store_true",
-        help="write both tables, from the runs git tracks, into docs/estimator-validation.md",
-    )
+    p.add_argument("--write", action="store_true", help="write both tables into docs/estimator-validation.md")
     p.set_defaults(func=cmd_validate_estimate)
 
     p = sub.add_parser(
