@@ -4,23 +4,10 @@
     python -m bench.selfbench.overhead [--cell one_adapter-none-single] [--rounds 8] [--steps 300]
                                        [--pairing concurrent|sequential] [--start auto] [--plain-start same|fresh]
 
-The plain side is the suite's rank without the suite's measurement, and nothing else: each round it trains the cell
-from the spec.json the previous suite run wrote (`plain_dpo --spec`: the worker's thread setting and imports, in the
-worker's order, then the same model, tokenizer, data and DPOConfig), started as the suite's cells start (`--start`,
-decided by bench/run/forking.py: forked from a fork server started for the round, as a run starts its own, with the
-same preload and environment; or a fresh interpreter), with the environment the suite's launcher gives the cell
-(bench/run/launch.py plan_launch) and its output to a file, as the cell's log. `--plain-start fresh` starts the plain
-side as a user's script starts whatever the suite does: against forked cells it measures the fork's own effect too.
-
-How the plain side was made equivalent to the suite's: docs/evidence/selfbench.md.
-
-Each round runs both sides (`--pairing`): concurrent (default) on disjoint halves of the cores, swapped every round,
-the plain side started as the suite launches its cell, so that both steady windows see the same moments of a shared
-machine; sequential, one after the other in alternating order (machines with one core). The steady windows are
-`--steps` long (STEPS). Reports every round, and for steady tokens/s, median step speed and CPU time per step the
-median suite/plain ratio, its min-max spread, the overhead (1 - median ratio) and its 95 % upper bound, from a
-t-interval of the mean ratio: the goal (<= 1 %) is met where the bound is within it.
-"""
+The plain side is the suite's rank without its measurement: it trains from the suite's spec.json, started as the
+suite's cells start and with their environment (how it was made equivalent: docs/evidence/selfbench.md). Rounds run
+both sides concurrently on disjoint halves of the cores, or one after the other. Reports the median suite/plain
+ratio and the overhead's 95 % upper bound; the goal (<= 1 %) is met where the bound is within it."""
 
 import argparse
 import contextlib
