@@ -99,9 +99,8 @@ def optimizer_state(
     - adamw_8bit / paged_adamw_8bit (bitsandbytes): 2 bytes + 2 fp32 absmax per 256 elements, 8 bytes (fp32) for
       tensors under 4096 elements; paged: tensors of >= 1e5 elements in managed memory;
     - paged_adamw_32bit: 8 bytes per element (fp32 states), paged likewise;
-    - adafactor (transformers.optimization.Adafactor, beta1=None): a factored second moment for each matrix,
-      (rows + cols) * s, a full one for vectors; its step squares the gradient and rebuilds the estimate in fp32,
-      two temporaries of the largest matrix (4 bytes each)."""
+    - adafactor (beta1=None): a factored second moment per matrix, (rows + cols) * s, a full one for vectors; its
+      step keeps two fp32 temporaries of the largest matrix."""
     elements = sum(r * c for r, c in tensors)
     if optimizer in ("adamw_torch", "adamw_torch_fused"):
         temp = elements * state_bytes if optimizer == "adamw_torch" else 0
