@@ -5,7 +5,7 @@
   (bench/estimate/terms.py);
 - the full-logits losses of the experimental ORPO and CPO/SimPO trainers (their `get_batch_logps`, and ORPO's NLL
   on the chosen half), in [R, L, V] logits units above the level before the forward: the estimator's
-  FULL_LOGITS_UNITS (bench/estimate/predict.py).
+  MethodSpec.logits_units (bench/matrix/methods.py).
 
     python -m bench.selfbench.head_tiles [--rows 512] [--vocab 32768] [--hidden 256]
 
