@@ -257,8 +257,8 @@ class PredictionSummary(BaseModel):
     """train + context / library baseline + allocator slack: what is held against usable_bytes."""
     usable_bytes: float | None
     verdict: str
-    """fits, likely_fits, likely_oom, oom or unknown (no memory limit known); records written before issue 41 say
-    fits, tight or predicted_oom."""
+    """fits, likely_fits, likely_oom, oom or unknown (no memory limit known); records of older estimators say fits,
+    tight or predicted_oom."""
     margin_bytes: float | None
     terms: dict[str, float] = {}
     reserved_bytes: float | None = None

@@ -27,9 +27,6 @@ from bench.matrix.reference import reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.units import GB
 
-QUANT_BYTES = {"none": 0.0, "int8": 1.0, "nf4": 0.5}
-"""Stored bytes per quantized weight (bitsandbytes int8: one byte; nf4: half, the per-block scales left out)."""
-
 
 @dataclass(frozen=True)
 class StepSetup:
@@ -91,7 +88,7 @@ def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len:
         adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
     )
     quantized = shapes.linear_weights if quant.quantized else 0
-    q = QUANT_BYTES[str(cell.quant)]
+    q = quant.bytes_per_weight
     separate = init.reference == "separate_model" and not precomputed
     return StepSetup(
         step=step,
