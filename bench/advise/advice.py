@@ -14,8 +14,8 @@ from bench.estimate.speed.matrix import speeds_of
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.recipes import resolve
 from bench.units import GB
 
 
@@ -212,14 +212,15 @@ def advise(
         if p.status != "predicted":
             continue
         cell = cells[p.cell_id]
+        plan = plan_for(cell, profile, workload)
         shown = verdict(p, profile, host)
-        fix = None if shown in ("fits", "unknown") else _fix(cell, profile, workload, calibration, fits)
+        fix = None if shown in ("fits", "unknown") else _fix(plan, calibration, fits)
         entries.append(
             CellAdvice(
                 rank=0,
                 **CellAxes.of(cell),
                 setup=str(cell.setup),
-                recipes=list(resolve(cell, profile.device).entries),
+                recipes=list(plan.recipe.entries),
                 devices=devices_used(p, profile),
                 verdict=shown,
                 fit_probability=p.fit_probability,
@@ -245,15 +246,9 @@ def advise(
     return _advice(profile, workload, prefer, host, ranked, not_applicable)
 
 
-def _fix(
-    cell: Cell,
-    profile: HardwareProfile,
-    workload: Workload,
-    calibration: Calibration,
-    fits: Callable[[Prediction], bool],
-) -> FixAdvice | None:
-    """The smallest change under which `cell` is predicted to fit (None: none found)."""
-    found = smallest_fix(cell, profile, workload, calibration, fits)
+def _fix(plan: Plan, calibration: Calibration, fits: Callable[[Prediction], bool]) -> FixAdvice | None:
+    """The smallest change under which the planned cell is predicted to fit (None: none found)."""
+    found = smallest_fix(plan, calibration, fits)
     if found is None:
         return None
     return FixAdvice(

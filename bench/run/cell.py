@@ -19,6 +19,7 @@ from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, retried
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.layout import RunFolder
@@ -28,7 +29,6 @@ from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
 from bench.worker.report import read_rank_reports
 from bench.worker.spec import WorkerSpec
-from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
@@ -212,7 +212,8 @@ def _trial(
     reports, problems = read_rank_reports(out_dir)
     files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    expected = _expectation(ctx, spec, prediction, limit, plan.memory_budget_bytes)
+    planned = plan_for(cell, ctx.profile, ctx.workload)
+    expected = _expectation(ctx, planned, prediction, limit, plan.memory_budget_bytes)
     record = finished_record(ctx.facts, cell, expected, ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
@@ -240,19 +241,17 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
 
 
 def _expectation(
-    ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float, budget: int | None = None
+    ctx: RunContext, plan: Plan, prediction: PredictionSummary | None, limit: float, budget: int | None = None
 ) -> Expectation:
     """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget (`budget`: its slot's,
     else the executor's) and time limit."""
-    cell, train = spec.cell, ctx.workload.train
-    world = world_size(cell, ctx.profile)
-    precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
+    train, world = plan.workload.train, plan.world
     return Expectation(
         world_size=world,
         warmup_steps=train.warmup_steps,
         steps=train.steps,
         pairs_per_step=train.per_device_train_batch_size * world,
-        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
+        mfu=inputs_for(plan, ctx.assets.model, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=budget if budget is not None else ctx.executor.memory_budget_bytes,
