@@ -38,7 +38,7 @@ class Plan:
     not_applicable: str | None
     """The first N/A rule that holds (bench/matrix/scenario.py), named; None: the cell applies."""
     gpu: GpuSpec | None
-    """The profile's GPU catalog entry (scenarios/gpus.yaml); None where it names none."""
+    """The profile's GPU catalog entry (scenarios/gpus.yaml); None on a CPU, or a GPU the catalog does not hold."""
 
     @property
     def settings(self) -> Settings:
@@ -56,12 +56,12 @@ class Plan:
 
 
 def _gpu_entry(profile: HardwareProfile) -> GpuSpec | None:
-    if profile.gpu is not None:
-        return gpu(profile.gpu)
-    if profile.card is None:
-        return None
+    """The catalog entry the profile names (`gpu:`), else the one of its card; None where the catalog holds neither
+    (a loaded profile's `gpu:` is checked against the catalog when it is read: bench/matrix/profiles.py)."""
     try:
-        return gpu_by_card(profile.card)
+        if profile.gpu is not None:
+            return gpu(profile.gpu)
+        return None if profile.card is None else gpu_by_card(profile.card)
     except BenchError:
         return None
 
