@@ -197,34 +197,36 @@ def _trial(
         reward_model=None if ctx.reward_model is None else str(ctx.reward_model),
         report_to=ctx.report_to,
     )
-    plan = _written_plan(ctx, spec, config_dir, placement)
+    plan = plan_for(cell, ctx.profile, ctx.workload)
+    launch = _written_plan(ctx, spec, plan, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
     labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
     log_path = without_link(folder.log(cell.id, trial))  # the executor's output makes a file of its own there
     limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
     started = now_iso()
     try:
-        outcome = ctx.executor.run(plan, log_path, limit, labels)
+        outcome = ctx.executor.run(launch, log_path, limit, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
     free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
     shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
-    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
+    files = tuple(str(p.relative_to(ctx.run_dir)) for p in launch.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    planned = plan_for(cell, ctx.profile, ctx.workload)
-    expected = _expectation(ctx, planned, prediction, limit, plan.memory_budget_bytes)
+    expected = _expectation(ctx, plan, prediction, limit, launch.memory_budget_bytes)
     record = finished_record(ctx.facts, cell, expected, ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
     return record, outcome
 
 
-def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement: "SlotPlacement | None") -> LaunchPlan:
+def _written_plan(
+    ctx: RunContext, spec: WorkerSpec, plan: Plan, config_dir: Path, placement: "SlotPlacement | None"
+) -> LaunchPlan:
     """The cell's launch plan for the executor's interpreter, on its own devices and cores when cells run side by
     side, its files written."""
     run_env = ctx.launch_env | (placement.env if placement is not None else {})
-    plan = plan_launch(
+    launch = plan_launch(
         spec,
         config_dir,
         free_port(),
@@ -233,11 +235,12 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
         run_env=run_env,
         cores=placement.cores if placement is not None else None,
         slot=placement.first if placement is not None else None,
+        plan=plan,
     )
     if placement is not None and placement.memory_budget_bytes is not None:
-        plan = dataclasses.replace(plan, memory_budget_bytes=placement.memory_budget_bytes)
-    write_files(plan, ctx.run_dir)
-    return plan
+        launch = dataclasses.replace(launch, memory_budget_bytes=placement.memory_budget_bytes)
+    write_files(launch, ctx.run_dir)
+    return launch
 
 
 def _expectation(

@@ -23,7 +23,7 @@ from bench.isolation.zygote_rules import per_process
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.launchers.accelerate import accelerate_config
 from bench.matrix.backends import BackendSpec
-from bench.matrix.plan import plan_for
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
@@ -78,13 +78,15 @@ def plan_launch(
     run_env: Mapping[str, str] | None = None,
     cores: list[int] | None = None,
     slot: int | None = None,
+    plan: Plan | None = None,
 ) -> LaunchPlan:
     """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
     written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root, `run_env`
     what the run adds to every cell (bench/run/preflight.py: the run's GPUs, the --emulate cap), of which a cell on
     GPUs takes its own devices (bench/worker/placement.py cell_devices); `cores` and `slot`: where it runs beside
-    other cells (bench/run/slots.py)."""
-    plan = plan_for(spec.cell, spec.profile, spec.workload)
+    other cells (bench/run/slots.py); `plan`: the spec's cell resolved on its profile with its workload, where the
+    caller holds it (resolved here otherwise)."""
+    plan = plan or plan_for(spec.cell, spec.profile, spec.workload)
     cell, profile, backend, launcher = plan.cell, plan.profile, plan.backend, launcher_spec(plan.cell.launcher)
     spec_path = config_dir / SPEC_FILE
     files: dict[Path, str] = {}

@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable["Cell"]) -> dict[str, SpeedPrediction]:
     """Cell id -> its PREDICTED speed on `profile` with `workload`, full-length sequences; empty where the device's
     figures are not published (the catalog leaves them null): no speed is predicted then, memory still is."""
+    return _speeds([plan_for(c, profile, workload) for c in cells])
+
+
+def _speeds(plans: list[Plan]) -> dict[str, SpeedPrediction]:
     calibration = load_speed_calibration()
     try:
-        return {c.id: predict_speed(plan_for(c, profile, workload), calibration) for c in cells}
+        return {p.cell.id: predict_speed(p, calibration) for p in plans}
     except BenchError:
         return {}
 
@@ -29,9 +33,9 @@ def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[
     peak): what `predict` and PREDICTED.md show."""
     from bench.matrix.scenario import expand, load_matrix
 
-    wanted = [c for c in expand(load_matrix()) if c.id in set(cell_ids)]
-    speeds = speeds_of(profile, workload, wanted)
-    return {c.id: with_mfu(speeds[c.id], plan_for(c, profile, workload)) for c in wanted if c.id in speeds}
+    plans = [plan_for(c, profile, workload) for c in expand(load_matrix()) if c.id in set(cell_ids)]
+    speeds = _speeds(plans)
+    return {p.cell.id: with_mfu(speeds[p.cell.id], p) for p in plans if p.cell.id in speeds}
 
 
 def with_mfu(speed: SpeedPrediction, plan: "Plan") -> SpeedPrediction:
