@@ -138,8 +138,9 @@ publish: setup ## regenerate results/README.md and the static site results/site/
 predict: setup ## PREDICTED per-device memory and fits/OOM of every cell of every method (METHOD=dpo,sft,...), no GPU needed: make predict HW=2xA10 [WORKLOAD=w] [FILTER=globs] [FORMAT=md|csv|json]
 	$(PY) -m bench predict --hw '$(HW)' --method '$(or $(METHOD),all)' $(if $(WORKLOAD),--workload '$(WORKLOAD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(FORMAT),--format $(FORMAT))
 
-predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile (a test holds them to the code)
+predicted: setup ## regenerate results/<HW>/PREDICTED.md + predicted.csv of every GPU profile and docs/estimator-validation.md (tests hold them to the code)
 	$(PY) -m bench predict --hw all --write
+	$(PY) -m bench validate-estimate --write
 
 validate-estimate: setup ## memory estimator vs every measured cell under results/ (error %, fits/OOM right)
 	$(PY) -m bench validate-estimate

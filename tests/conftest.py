@@ -15,9 +15,9 @@ from bench.matrix.profiles import HardwareProfile
 
 @pytest.fixture(autouse=True)
 def own_runners_dir(tmp_path_factory, monkeypatch) -> Path:
-    """Runners register machine-wide (bench/run/runners.py) and mark cells measured while another runner ran: each
-    test gets a folder of its own (its runner subprocesses inherit it), so tests and other work on the machine never
-    mark each other's records."""
+    """Runners register machine-wide (bench/run/runner_registry.py) and mark cells measured while another runner
+    ran: each test gets a folder of its own (its runner subprocesses inherit it), so tests and other work on the
+    machine never mark each other's records."""
     folder = tmp_path_factory.mktemp("runners")
     monkeypatch.setenv("BENCH_RUNNERS_DIR", str(folder))
     return folder

@@ -16,6 +16,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.quants import QUANTS
 from bench.units import GB
 
 
@@ -126,8 +127,12 @@ def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
 
 VERDICT_ORDER = {"fits": 0, "likely_fits": 1, "likely_oom": 2}
 """Fitting cells first, then the likely ones, then the rest (oom, host_oom, unknown)."""
-QUANT_FAITHFULNESS = {"none": 0, "int8": 1, "nf4": 2}
-"""How close to the model's own weights a cell trains: the training precision, then 8-bit, then 4-bit."""
+QUANT_FAITHFULNESS = {
+    str(q.name): rank
+    for rank, q in enumerate(sorted(QUANTS.values(), key=lambda q: (q.quantized, -q.bytes_per_weight)))
+}
+"""How close to the model's own weights a cell trains: the training precision, then the more bytes per weight
+(QuantSpec.bytes_per_weight) the closer: 8-bit, then 4-bit."""
 PREFERENCES = ("fastest", "fewest-gpus", "faithful")
 
 

@@ -1,18 +1,12 @@
 """`advise --export DIR`: the recipe that trains the user's real model in the advised setup, beside the benchmark's
 check of it (`python -m bench run ... --filter CELL`: random weights, synthetic data, a few steps).
 
-What is written: the launcher line (`launch.sh`, the cell's launcher built by the launcher table as `run` builds
-it), the native accelerate / DeepSpeed files (bench/advise/command.py `native_files`: the generators `run` uses),
-and a config for TRL's own script of the method (`<method>.yaml`: TRL's ScriptArguments, the method's config class
-and ModelConfig keys, read by `trl dpo --config dpo.yaml` and `python -m trl.scripts.dpo --config dpo.yaml`). Where
-TRL ships no script for the method (ORPO, SimPO: experimental trainers) or its script cannot build what the cell
-measured (two adapters, a recipe's device_map, a separate reference model beside precomputed log-probs), a short
-script does, with the trainer's API, from the same YAML (`<method>_recipe.py`, bench/advise/export_script.py).
-
-Every training setting comes from the functions the worker builds its trainer with (the method's stage module
-`arguments`, bench/worker/models.py `lora_kwargs`, `quantization_kwargs`, `DTYPE_NAMES`, bench/worker/placement.py
-`device_map_setting`): a recipe cannot drift from what the benchmark measured. Only what the benchmark sets to
-measure a few steps is set as a training run sets it (TRAINING_NOT_MEASURING)."""
+Written: the launcher line (`launch.sh`, built by the launcher table as `run` builds it), the native accelerate /
+DeepSpeed files (command.py `native_files`), and a config for TRL's own script of the method (`<method>.yaml`), or,
+where TRL has no script that builds what the cell measured (ORPO, SimPO, two adapters, a recipe's device_map, ...),
+a short script from the same YAML (`<method>_recipe.py`, export_script.py). Every training setting comes from the
+functions the worker builds its trainer with, so a recipe cannot drift from what was measured; only what the
+benchmark sets to measure a few steps is set as a training run sets it (TRAINING_NOT_MEASURING)."""
 
 import shlex
 from pathlib import Path

@@ -1,16 +1,10 @@
 """Text assets carried to a machine that should not spend its time (or has no network) making them.
 
-`python -m bench carry-assets` (`make carry-assets`), on any machine, builds each workload's dataset, its trained
-tokenizer and the derived rows (bench/assets/text_assets.py; no model: random weights are GBs, and a GPU makes them
-in seconds) and packs them into `<carry folder>/<workload>-<fingerprint>/assets.tar.xz` (the text compresses about
-8x: 20 MiB of Arrow and JSON for llama-3.2-1b, 2.2 MiB packed), its `carried.json` written last. `prepare` unpacks
-them into the workload's asset folder when that carried.json reads, names the same fingerprint and the same code, the
-archive has its sha256 and every unpacked file has its own: a workload defined otherwise has another fingerprint,
-and assets made by other code are prepared again, so a stale carried asset is never used.
-
-The carry folder: $BENCH_CARRIED_ASSETS, else build/carried-assets/ (ignored by git: the device tool's `carry`
-takes it along with the tree).
-"""
+`python -m bench carry-assets` (`make carry-assets`) builds each workload's dataset, trained tokenizer and derived
+rows (no model: random weights are GBs, and a GPU makes them in seconds) and packs them into `<carry
+folder>/<workload>-<fingerprint>/assets.tar.xz`, its `carried.json` written last. `prepare` unpacks them only when
+that file names the same fingerprint and code and every sha256 matches, so a stale carried asset is never used. The
+carry folder: $BENCH_CARRIED_ASSETS, else build/carried-assets/ (ignored by git; the device tool's `carry` takes it)."""
 
 import hashlib
 import os

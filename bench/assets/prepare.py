@@ -1,20 +1,11 @@
-"""Prepare a workload's model, tokenizer and dataset on disk, once, so every cell loads them the way
-it would load a hub checkpoint: `from_pretrained(folder)` and `load_from_disk(folder)`.
+"""Prepare a workload's model, tokenizer and dataset on disk, once, so every cell loads them as it would a hub
+checkpoint: `from_pretrained(folder)` and `load_from_disk(folder)`.
 
-The text assets (bench/assets/text_assets.py: the pairs, a byte-level BPE trained on them, the rows other methods
-train on) are taken from a carried-assets folder when one holds this workload's (bench/assets/carried.py), else
-built here. Random-weight models are built from the shipped config.json with a fixed seed. Everything is
-deterministic, so a rebuild gives the same bytes.
-
-Small random models (the tiny CPU workload) are instantiated and saved with save_pretrained. Models above
-LARGE_MODEL_PARAMS are never materialised whole: bench/assets/random_weights.py writes them tensor by tensor in bf16
-(the dtype of the published checkpoints), on the CPU or a GPU, the same bytes on either, so a 70B checkpoint needs
-one shard of host memory, and the worker loads it with the same from_pretrained call (and the same bitsandbytes
-quantization) as a hub checkpoint of that architecture.
-
-One preparer at a time per asset folder (a lock file in it, across processes and threads): a second waits, then
-finds the manifest.
-"""
+The text assets (text_assets.py) come from a carried-assets folder when one holds them (carried.py), else are built
+here. Random-weight models are built from the shipped config.json with a fixed seed, so a rebuild gives the same
+bytes: small ones saved with save_pretrained, those above LARGE_MODEL_PARAMS written tensor by tensor in bf16 on the
+CPU or a GPU (random_weights.py), so a 70B checkpoint needs one shard of host memory and loads (and quantizes) like a
+hub checkpoint. One preparer at a time per asset folder (a lock file in it): a second waits, then finds the manifest."""
 
 import contextlib
 import fcntl

@@ -1,21 +1,13 @@
-"""Several workloads' assets prepared in the background, each usable as soon as it is ready: `prepare_all` returns
-a future per workload at once, so a caller starts what needs one workload while the others are still being made.
-The first workload is prepared alone, the others side by side once it is ready: the first is what the caller needs
-first, and on a small machine the others would slow it down (llama-3.2-1b and phi-2 on 2 loaded cores, CPU weights:
-in turn, llama-3.2-1b ready at 23 s and both at 95 s; side by side, 66 s and 94 s).
+"""Several workloads' assets prepared in the background, each usable as soon as it is ready: `prepare_all` returns a
+future per workload at once. The first is prepared alone and the others side by side after it, since on a small
+machine they would slow down the one the caller needs first.
 
-Each workload is prepare() (bench/assets/prepare.py: its folder, its lock, its carried assets) in a process of its
-own, its large random weights generated there on the device asked for, because:
-- the libraries are not safe to drive from several threads at once (two `datasets.load_dataset` calls in two
-  threads failed in tqdm's shared lock, "type object 'tqdm' has no attribute '_lock'"; two first imports of
-  transformers' PreTrainedTokenizerFast, with ImportError), and the workloads' Python work (synthetic data, the
-  tokenizer's input) would share one interpreter lock;
-- a GPU's context lives in that process and ends with it: the caller never holds one (a runner forks its cells);
-- a Ctrl-C (the terminal signals the whole process group) or the caller's death (PR_SET_PDEATHSIG) ends them all.
-The price is each process's imports (torch, transformers, datasets: seconds), paid side by side.
+Each workload is prepare() in a process of its own (random weights generated there on the device asked for): the
+libraries are not safe to drive from several threads (datasets and transformers' first imports fail), a GPU context
+ends with its process so the caller never holds one, and a Ctrl-C or the caller's death (PR_SET_PDEATHSIG) ends them
+all. The price is each process's imports, paid side by side.
 
-`python -m bench.assets.prepare_all --device cuda < workload.json` is that process: one workload, read as JSON.
-"""
+`python -m bench.assets.prepare_all --device cuda < workload.json` is that process: one workload, read as JSON."""
 
 import argparse
 import os

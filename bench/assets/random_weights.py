@@ -1,19 +1,12 @@
 """Random weights that are the same bytes on every device: a sharded bf16 safetensors checkpoint of a config.json,
 generated tensor by tensor on the CPU or on a GPU.
 
-torch's own generators differ by device (CPU: Mersenne Twister; CUDA: Philox, whose stream per element also depends
-on the launch grid, so on the card's SM count): a checkpoint made with them would have to name the device that made
-it, and an H100's would differ from an A100's. Here every element is a pure function of (seed, tensor name, index):
-SplitMix64 of a counter in int64 arithmetic (exact, and the same on every device); its four 16-bit fields, read as
-int16, summed (Irwin-Hall: approximately normal, bounded at ±3.46 standard deviations) and centred in integers;
-converted to float32 exactly, scaled by one float32 multiplication (one IEEE rounding) and rounded to bf16 (nearest
-even). Each step is exact or correctly rounded, so the CPU and a GPU write the same bytes and the chunk size changes
-nothing; the device is a matter of speed only.
-
-`python -m bench.assets.random_weights CONFIG_DIR OUT --seed N --device cuda` writes a checkpoint in a process of its
-own, so that the process that prepares assets never holds a CUDA context (a runner forks its cells' processes). On a
-device other than the CPU it checks the first and last elements of every tensor against the CPU's.
-"""
+torch's generators differ by device (CUDA's Philox stream even by SM count), so a checkpoint made with them would
+name its device. Here every element is a pure function of (seed, tensor name, index): SplitMix64 of a counter in
+int64, its four 16-bit fields summed (Irwin-Hall: about normal, bounded at ±3.46 sd), converted to float32 exactly,
+scaled once and rounded to bf16; each step is exact or correctly rounded, so every device writes the same bytes.
+`python -m bench.assets.random_weights CONFIG_DIR OUT --seed N --device cuda` runs it in a process of its own (the
+preparing process never holds a CUDA context) and checks each tensor's first and last elements against the CPU's."""
 
 import argparse
 import hashlib

@@ -1,20 +1,12 @@
 """Synthetic preference pairs with realistic, long-tailed lengths and a learnable preference, for the
 real-architecture workloads.
 
-Text is drawn from a seeded lexicon of pseudo-words with a Zipf frequency law, so a byte-level BPE trained on it
-with a large vocabulary behaves like a real one (frequent words = one token, rare words split). Prompt and answer
-lengths are log-normal (median + spread from the workload), capped so prompt + answer fits max_length.
-
-The preference: the lexicon is dealt into two registers of the same size and the same Zipf shape (alternate words
-by frequency rank). Chosen answers are written in the preferred register, rejected ones in the other; prompts use
-both. A policy that learns raises the preferred register's words and lowers the other's, which DPO's loss rewards
-at once, so a cell that trains correctly shows a falling loss from random weights (bench/judge/learning.py). With
-chosen and rejected drawn from one distribution no preference exists, the loss stays at ln 2 up to noise, and every
-GPU cell would read `learning_failed`.
-
-Lengths are drawn from their own seeded stream, apart from the words: the length distributions do not depend on
-the registers.
-"""
+Text comes from a seeded lexicon of pseudo-words with a Zipf law, so a byte-level BPE trained on it behaves like a
+real one; prompt and answer lengths are log-normal, capped to fit max_length, drawn from their own seeded stream.
+The lexicon is dealt into two registers of the same shape: chosen answers use the preferred one, rejected the other.
+A policy that learns raises the preferred register's words, which DPO's loss rewards at once, so a correct cell
+shows a falling loss from random weights (bench/judge/learning.py); with no preference the loss would stay at ln 2
+and every GPU cell would read `learning_failed`."""
 
 import itertools
 import random

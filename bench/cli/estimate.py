@@ -55,6 +55,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_estimate(args: argparse.Namespace) -> int:
+    if args.write:
+        from bench.estimate.validate import VALIDATION_DOC, validation_document
+
+        VALIDATION_DOC.write_text(validation_document(), encoding="utf-8")
+        print(f"written: {VALIDATION_DOC}")
+        return 0
     if args.published:
         from bench.estimate import published
 
@@ -126,6 +132,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="instead: predict every published GPU figure in scenarios/published/memory.yaml (memory, or the longest "
         "context that fits) against its published value, with a reason for every row beyond 15 %%",
     )
+    p.add_argument("--write", action="store_true", help="write both tables into docs/estimator-validation.md")
     p.set_defaults(func=cmd_validate_estimate)
 
     p = sub.add_parser(

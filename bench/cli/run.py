@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.results.run_folder import open_run
     from bench.run.leftovers import clean_up_dead_runners, remove_left_fork_folders
     from bench.run.memory_slots import check_asked
-    from bench.run.runners import registered, sharing_notices
+    from bench.run.runner_registry import registered, sharing_notices
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
     checked_scenario_files(Path(args.scenarios))

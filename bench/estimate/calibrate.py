@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench.estimate import VERSION
 from bench.estimate.predict import CALIBRATION_FILE, Calibration, DeviceConstants, write_calibration
+from bench.matrix.backends import backend_spec
 from bench.results.cpu_features import CpuFeatures
 from bench.results.schema import ResultRecord, Status
 from bench.results.tracked import tracked_results
@@ -130,17 +131,22 @@ def fit_records(records: list[MeasuredMemory]) -> Calibration:
     devices = {k: v.model_copy(deep=True) for k, v in PRIORS.items()}
     cpu = devices["cpu"]
     base = {
-        ds: [m.baseline for m in records if m.baseline is not None and ("zero" in m.record.backend) == ds]
+        ds: [m.baseline for m in records if m.baseline is not None and _deepspeed(m.record.backend) == ds]
         for ds in (False, True)
     }
     for m in records:
         for rank in m.record.rank_memory:
             if rank.baseline_cgroup_bytes is not None and m.baseline is None:
-                base["zero" in m.record.backend].append(rank.baseline_cgroup_bytes)
+                base[_deepspeed(m.record.backend)].append(rank.baseline_cgroup_bytes)
     cpu.context_bytes = float(_median(base[False], "context_bytes (a baseline outside DeepSpeed)"))
     cpu.deepspeed_context_bytes = float(statistics.median(base[True])) if base[True] else cpu.context_bytes
     cpu.fitted = ["context_bytes", "deepspeed_context_bytes"]
     return Calibration(version=VERSION, devices=devices)
+
+
+def _deepspeed(backend: str) -> bool:
+    """The record's backend runs under DeepSpeed, whose context is fitted apart (deepspeed_context_bytes)."""
+    return backend_spec(backend).deepspeed is not None
 
 
 def _median(values: list[float], what: str) -> float:

@@ -1,22 +1,11 @@
 """Which kernels a CPU cell's bf16 matmuls take, keyed on the CPU's features (env.json `cpu_features`), and what
-those kernels keep: the term that makes a quantized cell on an Intel Xeon with AMX measure about 100 MiB more than
-the same cell on AMD EPYC (docs/estimator.md, "CPUs").
+those kernels keep: oneDNN's JIT primitives for a quantized cell's bf16 LoRA adapters (docs/estimator.md, "CPUs").
 
-The mechanism, from the libraries' code and measured on both sides:
-- TRL 1.16 casts a quantized model's trainable parameters, the LoRA adapters, to bf16 (trl/trainer/dpo_trainer.py,
-  QLoRA recipe); PEFT casts each adapter's input to its weight's dtype, so every adapter matmul is bf16 while the
-  rest of a CPU cell computes in fp32 (int8 and nf4 layers dequantise into fp32 matmuls: env.json `bitsandbytes.
-  training_ops`).
-- ATen sends a bf16 matmul to oneDNN where the CPU has AVX-512 BW, VL and DQ (aten/src/ATen/native/mkldnn/Utils.h,
-  `mkldnn_bf16_device_check`); elsewhere (AMD EPYC without AVX-512) torch runs it itself and keeps nothing.
-- oneDNN JIT-compiles a primitive for every new problem shape and keeps it in its primitive cache (1,024 entries,
-  ONEDNN_PRIMITIVE_CACHE_CAPACITY). With native bf16 (AVX-512 BF16: `brg_matmul:avx512_core_bf16`; AMX:
-  `brg_matmul:avx10_1_512_amx`) a primitive keeps ~0.65-0.68 MiB of kernels; without it (`gemm:jit:bf16`) ~0.06.
-- TRL pads each batch to its longest row, so the adapters' matmuls take a new shape at every new batch length: a
-  cell keeps (distinct problems per length) x (distinct lengths) primitives (`batch_lengths`: their expected
-  number). On `tiny`'s one_adapter-int8-single
-  (Xeon, AMX): 156 primitives created over 30 steps (26 lengths x 6 problems), 97.8 MiB more at the step's peak
-  than one_adapter-none-single, against 156 x 0.67 = 104 MiB.
+TRL casts a quantized model's adapters to bf16 and PEFT casts their inputs to match, so the adapters are a CPU cell's
+only bf16 matmuls. ATen sends a bf16 matmul to oneDNN where the CPU has AVX-512 BW, VL and DQ; oneDNN JIT-compiles a
+primitive for every new problem shape and keeps up to 1,024; TRL pads each batch to its longest row, so a cell keeps
+(distinct problems per length) x (distinct lengths) primitives (`batch_lengths`: their expected number). The
+measurements: docs/evidence/cpus.md.
 """
 
 from typing import Literal
@@ -34,12 +23,12 @@ BF16_PRIMITIVE_BYTES: dict[Bf16Path, float] = {
 }
 """Anonymous memory one bf16 matmul primitive keeps, per path: `python -m bench.selfbench.onednn_primitives` (100
 new shapes of each of an adapter's three products, ONEDNN_MAX_CPU_ISA capping oneDNN's ISA below this CPU's), on
-the Intel Xeon with AMX of 2026-11-26: AMX 682 (676 on a re-run), AVX-512 BF16 654, AVX-512 without BF16 59 (61),
-oneDNN's AVX2 path creates no primitive (0.3)."""
+an Intel Xeon with AMX: AMX 682 (676 on a re-run), AVX-512 BF16 654, AVX-512 without BF16 59 (61), oneDNN's AVX2
+path creates no primitive (0.3)."""
 
 REFERENCE: Bf16Path = "aten"
-"""Where no CPU features are known: the path of the CPU every run before 2026-11-26 measured on (AMD EPYC; its
-quantized cells measure what its unquantized ones do, as torch's own bf16 matmul keeps nothing)."""
+"""Where no CPU features are known: the path of the CPU the first runs measured on (an AMD EPYC without AVX-512;
+its quantized cells measure what its unquantized ones do, as torch's own bf16 matmul keeps nothing)."""
 
 DEFAULT_CACHE_CAPACITY = 1024
 """oneDNN's primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY unset)."""

@@ -21,41 +21,20 @@ class CudaFigures:
     name: str
     """The GPU catalog's name (scenarios/gpus.yaml)."""
     sms: int
-    """Streaming multiprocessors (NVIDIA's architecture whitepapers and data sheets)."""
     major: int
-    """Compute capability major version (9: Hopper)."""
+    """Compute capability major version: the catalog's `compute_capability`."""
     nvlink: bool
     """GPUs of a node talk over NVLink (NCCL opens many channels) rather than PCIe: the catalog's interconnect."""
 
 
-CUDA_FIGURES = {
-    "T4": (40, 7),
-    "L4": (58, 8),
-    "A10": (72, 8),
-    "A10G": (80, 8),
-    "RTX-3090": (82, 8),
-    "RTX-4090": (128, 8),
-    "RTX-5090": (170, 12),
-    "RTX-A6000": (84, 8),
-    "L40S": (142, 8),
-    "A100-40G": (108, 8),
-    "A100-80G": (108, 8),
-    "H100-PCIe": (114, 9),
-    "H100-SXM": (132, 9),
-    "H200": (132, 9),
-    "B200": (148, 10),
-}
-"""NVIDIA catalog entries -> (SMs, compute capability major): what the CUDA context and cuBLAS terms read."""
-
-
 def gpu_named(name: str) -> CudaFigures | None:
-    """The CUDA figures of a catalog entry, None for one that is not an NVIDIA GPU or not listed."""
+    """The CUDA figures of a catalog entry (scenarios/gpus.yaml), None for one without SMs (not an NVIDIA GPU)."""
     from bench.matrix.gpus import gpu
 
-    if name not in CUDA_FIGURES:
+    entry = gpu(name)
+    if entry.sms is None or entry.compute_capability is None:
         return None
-    sms, major = CUDA_FIGURES[name]
-    return CudaFigures(name, sms, major, gpu(name).interconnect.kind == "nvlink")
+    return CudaFigures(entry.name, entry.sms, entry.compute_capability, entry.interconnect.kind == "nvlink")
 
 
 REFERENCE_GPU = "H100-SXM"
@@ -111,7 +90,7 @@ rounded to 512 bytes (what `allocated` counts). On average 1 MiB per resident la
 
 
 def gpu_of(profile: "HardwareProfile") -> CudaFigures | None:
-    """The GPU of a profile: its catalog entry (`gpu:`), None when it names none or one not listed here."""
+    """The GPU of a profile: its catalog entry (`gpu:`), None when it names none or one without CUDA figures."""
     return None if profile.gpu is None else gpu_named(profile.gpu)
 
 

@@ -713,17 +713,6 @@ def _kernels_note(cpu: CpuFeatures | None, kernels: float) -> str:
 OUTPUT_TERMS = ("lm_head_backward", "full_logits", "scalar_head")
 """output_head's term names: what reading the model's output holds at the step's peak."""
 
-FULL_LOGITS_UNITS = {"orpo": 5.0, "simpo": 4.0}
-"""[R, L, V] logits-sized tensors alive at the peak of a full-logits loss's backward, counted on the autograd graph of
-trl/experimental/orpo/orpo_trainer.py and cpo/cpo_trainer.py (concatenated_forward, get_batch_logps) with torch's
-log-softmax (`selective_log_softmax` without Triton): the model's logits (1, kept to the end); in the backward the
-gather's zero-filled gradient (1) and the per-row logsumexp gradients, stacked (1), then their sum (1). ORPO's NLL on
-the chosen half adds a gradient that waits, full-size after the `[:half]` slice's backward, to be summed into the
-logits' (1); its log-softmax output (0.5) is freed before the peak. SimPO (cpo_alpha=0) computes no NLL. First-pass
-RSS of the same code on the CPU (`python -m bench.selfbench.head_tiles`) rose by 6.1-7.1 (ORPO) and 5.1-6.4 (SimPO)
-units, allocator overhead included. With Triton (GPU) the log-softmax's backward builds one gradient instead of
-two: an upper bound there."""
-
 
 def output_head(
     method: MethodSpec, rows: int, seq: int, shapes: ModelShapes, compute_bytes: int, device: str, head_trainable: bool
@@ -734,8 +723,7 @@ def output_head(
     if method.output == "scalar":
         return "scalar_head", terms.scalar_head(rows, seq, compute_bytes)
     if method.output == "full_logits":
-        units = FULL_LOGITS_UNITS[method.name]
-        return "full_logits", terms.full_logits(rows, seq, shapes.vocab, compute_bytes, units)
+        return "full_logits", terms.full_logits(rows, seq, shapes.vocab, compute_bytes, method.logits_units)
     head_backward = terms.cpu_head_backward if device == "cpu" else terms.gpu_head_backward
     return "lm_head_backward", head_backward(rows * seq, shapes.hidden, shapes.vocab, compute_bytes, head_trainable)
 

@@ -7,6 +7,8 @@ chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per
 
 from dataclasses import dataclass
 
+from bench.matrix.axes import Quant
+from bench.matrix.quants import quant_spec
 from bench.units import MiB
 
 NF4_BLOCK = 64
@@ -28,13 +30,15 @@ projection buffer and the bool is_target: 8.25 tiles in fp32, as torch.profiler'
 
 
 def nf4_bytes(params: int) -> float:
-    """nf4 storage: 4 bits per weight + one fp32 absmax per 64-weight block = params * (0.5 + 4/64) bytes."""
-    return params * (0.5 + 4 / NF4_BLOCK)
+    """nf4 storage: 4 bits per weight (QuantSpec.bytes_per_weight) + one fp32 absmax per 64-weight block =
+    params * (0.5 + 4/64) bytes."""
+    return params * (quant_spec(Quant.NF4).bytes_per_weight + 4 / NF4_BLOCK)
 
 
 def int8_bytes(params: int, rows: int) -> float:
-    """LLM.int8 storage: 1 byte per weight + one fp32 scale per output row = params + 4 * rows bytes."""
-    return params + 4 * rows
+    """LLM.int8 storage: 1 byte per weight (QuantSpec.bytes_per_weight) + one fp32 scale per output row =
+    params + 4 * rows bytes."""
+    return params * quant_spec(Quant.INT8).bytes_per_weight + 4 * rows
 
 
 def weight_bytes(
@@ -99,9 +103,8 @@ def optimizer_state(
     - adamw_8bit / paged_adamw_8bit (bitsandbytes): 2 bytes + 2 fp32 absmax per 256 elements, 8 bytes (fp32) for
       tensors under 4096 elements; paged: tensors of >= 1e5 elements in managed memory;
     - paged_adamw_32bit: 8 bytes per element (fp32 states), paged likewise;
-    - adafactor (transformers.optimization.Adafactor, beta1=None): a factored second moment for each matrix,
-      (rows + cols) * s, a full one for vectors; its step squares the gradient and rebuilds the estimate in fp32,
-      two temporaries of the largest matrix (4 bytes each)."""
+    - adafactor (beta1=None): a factored second moment per matrix, (rows + cols) * s, a full one for vectors; its
+      step keeps two fp32 temporaries of the largest matrix."""
     elements = sum(r * c for r, c in tensors)
     if optimizer in ("adamw_torch", "adamw_torch_fused"):
         temp = elements * state_bytes if optimizer == "adamw_torch" else 0

@@ -1,8 +1,9 @@
 """Every prediction carries a stated interval: the central 80 % of the validation errors of comparable rows, from
 this project's measured cells and the published GPU measurements (bench/estimate/published.py), the held-out rows
 (held_out.txt) left out. Comparable: the same device and measured figure, the same kind of setup (full weights,
-adapters on 16-bit weights, adapters on quantized weights) and the same backend family; where fewer than MIN_ROWS
-such rows exist, the nearest wider pool is taken and named (`range_kind` differs from `error_kind`).
+adapters on 16-bit weights, adapters on quantized weights) and the same pool of backends (BackendSpec.error_pool);
+where fewer than MIN_ROWS such rows exist, the nearest wider pool is taken and named (`range_kind` differs from
+`error_kind`).
 
 The verdict reads the same errors: the probability of fitting is the share of them under which the measurement,
 prediction / (1 + error), stays within usable memory; `fits` from 90 %, `likely_fits` from 50 %, `likely_oom` above
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, computed_field
+
+from bench.matrix.backends import backend_spec
 
 SPREAD_FILE = Path(__file__).with_name("spread.json")
 HELD_OUT_FILE = Path(__file__).with_name("held_out.txt")
@@ -82,8 +85,7 @@ def setup_kind(adapters: bool, quantized: bool) -> SetupKind:
 def cell_kind(device: str, memory_kind: str, backend: str, method: str = "dpo", setup: SetupKind = "full") -> str:
     """The kind of a cell whose errors bound its prediction: device, measured figure, kind of setup, backend family;
     a training method other than DPO first, so that its errors make its own pools and leave DPO's alone."""
-    family = "zero" if backend.startswith("zero") else "multi" if backend in ("ddp", "fsdp") else backend
-    kind = f"{device}:{memory_kind}:{setup}:{family}"
+    kind = f"{device}:{memory_kind}:{setup}:{backend_spec(backend).error_pool}"
     return kind if method == "dpo" else f"{method}:{kind}"
 
 

@@ -16,6 +16,7 @@ from bench.estimate import VERSION, uncertainty
 from bench.estimate.calibrate import calibration_records, fit_records, measured_records
 from bench.estimate.predict import Calibration, load_calibration, predict_cell
 from bench.estimate.uncertainty import FITTING
+from bench.paths import PROJECT_ROOT
 from bench.results.tracked import tracked_results
 from bench.units import bytes_text
 
@@ -484,3 +485,35 @@ def _summary_lines(rows: list[Row], skipped: int, s: dict) -> list[str]:
         f"Records skipped (no model-memory figure: older records, or no longer in the matrix): {skipped}.",
         "",
     ]
+
+
+VALIDATION_DOC = PROJECT_ROOT / "docs" / "estimator-validation.md"
+"""The generated validation tables (`validate-estimate --write`); docs/estimator.md is the reference that links here."""
+
+
+def validation_document() -> str:
+    """docs/estimator-validation.md: every committed measured cell, then every published GPU figure, against its
+    prediction, with the held-out coverage; generated whole, so that no table is edited by hand."""
+    from bench.estimate import published
+
+    rows, skipped = validate()
+    published_rows = published.published_rows()
+    covered = coverage(rows, published_rows, current_spreads(rows, published_rows))
+    return "\n".join(
+        [
+            "# Memory estimator: validation (generated)",
+            "",
+            "Written by `dpo-bench validate-estimate --write` from the runs git tracks and scenarios/published/; "
+            "`tests/unit/estimate/test_validation_document.py` holds this file to what the code writes. How to read "
+            'it: docs/estimator.md, "Validation".',
+            "",
+            "## This project's runs (`dpo-bench validate-estimate`)",
+            "",
+            to_markdown(rows, skipped, covered).rstrip("\n"),
+            "",
+            "## Published GPU measurements (`dpo-bench validate-estimate --published`)",
+            "",
+            published.to_markdown(published_rows).rstrip("\n"),
+            "",
+        ]
+    )

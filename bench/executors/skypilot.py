@@ -13,22 +13,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.errors import BenchError
+from bench.matrix.gpus import gpu, gpu_by_card, load_catalog
 from bench.matrix.profiles import HardwareProfile
 
 RESULTS_MOUNT = "/dpo-bench-results"
 WORKDIR = "~/sky_workdir"
 """Where SkyPilot puts the synced workdir on each node."""
-ACCELERATORS = {
-    "A10": "A10",
-    "A100-80G": "A100-80GB",
-    "A100": "A100",
-    "H100": "H100",
-    "H200": "H200",
-    "L4": "L4",
-    "4090": "RTX4090",
-}
-"""Profile name suffix -> SkyPilot accelerator name (`sky show-gpus`)."""
-_NAME = re.compile(r"^(?:\d+x)?\d+x(?P<device>.+)$")
 _BUCKET = re.compile(r"^(s3|gs|r2|cos|oci)://[A-Za-z0-9._/-]+$")
 
 
@@ -61,17 +51,17 @@ class SkyTask(BaseModel):
 
 
 def accelerators(profile: HardwareProfile) -> str | None:
-    """`A10:2`: the device of the profile's name, times the devices of one node; None for CPU profiles."""
+    """`A10:2`: the SkyPilot name of the profile's GPU (the catalog's `skypilot`), times the devices of one node;
+    None for CPU profiles."""
     if profile.device == "cpu":
         return None
     if profile.device != "cuda":
         raise BenchError(f"export-task: no SkyPilot accelerator for {profile.device} profile {profile.name}")
-    match = _NAME.match(profile.name)
-    device = ACCELERATORS.get(match["device"]) if match else None
-    if device is None:
-        known = ", ".join(sorted(ACCELERATORS))
-        raise BenchError(f"export-task: profile {profile.name}: no SkyPilot accelerator for its name ({known})")
-    return f"{device}:{max(profile.device_count, profile.processes_per_node)}"
+    entry = gpu(profile.gpu) if profile.gpu else gpu_by_card(profile.card) if profile.card else None
+    if entry is None or entry.skypilot is None:
+        known = ", ".join(g.name for g in load_catalog().gpus if g.skypilot)
+        raise BenchError(f"export-task: profile {profile.name}: no SkyPilot accelerator for its GPU ({known})")
+    return f"{entry.skypilot}:{max(profile.device_count, profile.processes_per_node)}"
 
 
 def skypilot_task(profile: HardwareProfile, image: str, run_id: str, bucket: str | None = None) -> SkyTask:

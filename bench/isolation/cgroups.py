@@ -1,17 +1,11 @@
 """Per-rank memory cgroups: a memory budget per rank that the kernel enforces, and the kernel's own figures.
 
-Ranks are started by launchers the executor does not control (torchrun, deepspeed, accelerate, mpirun), so:
-the executor creates `<own memory cgroup>/dpo-bench-<token>/rank<R>` for every rank before the launch, with the
-budget as the limit, and names the cell cgroup in the environment (CELL_ENV); the launcher process moves itself
-into the cell cgroup (no limit there) in the Popen's preexec_fn, and every worker moves itself into its rank's
-cgroup first thing (`join_rank`). Every process of the cell is then inside the cell cgroup, so cleanup finds and
-kills them all there, and removes the cgroups after a normal end, a crash, a timeout or a Ctrl-C.
-
-cgroup v1 (memory controller mounted, writable as root) is preferred; cgroup v2 needs the memory controller in the
-own cgroup's cgroup.controllers and `+memory` in its cgroup.subtree_control. The filesystem is reached through a
-`CgroupFs` (the /proc and / it reads from, and mkdir/rmdir/write/kill), so tests run the v1 and v2 logic on a fake
-tree.
-"""
+Ranks are started by launchers the executor does not control, so the executor creates `<own memory
+cgroup>/dpo-bench-<token>/rank<R>` for every rank before the launch, with the budget as the limit, and names the cell
+cgroup in the environment (CELL_ENV); the launcher moves itself into the cell cgroup in its preexec_fn, and every
+worker moves into its rank's cgroup first thing (`join_rank`). Cleanup finds every process of the cell there and
+removes the cgroups after any end. cgroup v1 (memory controller, writable as root) is preferred; v2 needs `+memory`
+in the own cgroup's subtree_control. The filesystem is a `CgroupFs`, so that tests run v1 and v2 on a fake tree."""
 
 import contextlib
 import errno

@@ -1,18 +1,12 @@
 """The progress watchdog: a cell whose training steps stop ends as a hang, naming the rank that stalled, instead of
 waiting out its whole time limit.
 
-Each rank's worker marks the beginning and the end of every training step in its own file in the cell's folder
-(`mark`, called from the step callback) and removes it when training ends (`end_steps`). The executor looks at the
-files while it waits (`stalled`): once a rank has made no progress for the profile's `stall_s`, the cell has stalled.
-In a collective hang every rank stops, so the rank named is the one whose process is stopped (a SIGSTOP, a
-debugger: state T in /proc; each mark names its rank's pid), else the one furthest behind: the rank that stopped
-between steps is behind its peers that began the next step and wait inside it for the stalled one's collective; among
-equals, the one whose last mark is oldest. A rank stopped inside a step is level with its peers, which began the same
-step and wait inside it, and its mark may be the newest: only its process state tells it apart. Before the first
-step (model loading, a precomputed reference pass) and after the last (saving, evaluation) no file exists and nothing
-is judged: only the cell's time limit applies there. Files and /proc only, no TRL: the executors and the workers both
-use this module.
-"""
+Each rank marks the beginning and end of every training step in its own file in the cell's folder (`mark`) and
+removes it when training ends (`end_steps`); the executor reads the files while it waits (`stalled`). Once a rank has
+made no progress for the profile's `stall_s` the cell has stalled. The rank named is the one whose process is stopped
+(state T in /proc), else the one furthest behind (its peers wait inside the next step's collective), else the one
+whose last mark is oldest. Before the first step and after the last no file exists: only the time limit applies.
+Files and /proc only, no TRL: the executors and the workers both use it."""
 
 import os
 import time

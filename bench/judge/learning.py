@@ -1,6 +1,7 @@
 """The learning check: did a cell that ran as asked also train correctly? Pure.
 
-Each method's facts (RULES, keyed by method) are checked from the per-step losses every rank recorded:
+Each method's facts (its MethodSpec's `learning` rule, bench/matrix/methods.py) are checked from the per-step
+losses every rank recorded:
 - every loss is finite (every method);
 - the first-step loss has the value the method's formula gives at step 1, where one exists:
   - DPO: ln 2. At step 1 the policy equals the reference in every init mode (the same checkpoint, a
@@ -34,12 +35,11 @@ Each method's facts (RULES, keyed by method) are checked from the per-step losse
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from bench.matrix.axes import Method
+from bench.matrix.methods import LN2, LearningRule, method_spec
 from bench.results.schema import Learning
 
-LN2 = math.log(2.0)
 FIRST_LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 2e-2}
 """|first loss - expected| allowed, by compute precision. With policy == reference the two forward passes do the
 same arithmetic; what differs is only reduction order (another kernel, another rank layout). On CPU in fp32 the
@@ -61,31 +61,6 @@ def decrease_margin(precision: str) -> float:
     return max(DECREASE_MARGIN, 2 * FIRST_LOSS_TOLERANCE[precision])
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What one method's learning check holds its losses to."""
-
-    first_loss: float | None
-    """The exact step-1 loss (module docstring), or None where the formula gives none."""
-    first_loss_meaning: str = ""
-    """What a first loss away from it means."""
-    falls: bool = True
-    ranks_pairs: bool = False
-    """The pairwise accuracy after training must be above chance (reward models)."""
-    reward_rises: bool = False
-    """The sampled reward must rise by more than its noise (online methods)."""
-
-
-RULES: dict[Method, Rule] = {
-    Method.DPO: Rule(LN2, "the reference is not the initial policy"),
-    Method.KTO: Rule(0.5, "the reference is not the initial policy"),
-    Method.REWARD: Rule(LN2, "the reward head did not start at zero", falls=False, ranks_pairs=True),
-    Method.SFT: Rule(None),
-    Method.ORPO: Rule(None),
-    Method.SIMPO: Rule(None),
-    Method.GRPO: Rule(None, falls=False, reward_rises=True),
-    Method.RLOO: Rule(None, falls=False, reward_rises=True),
-}
 RISE_ERRORS = 2.0
 """Standard errors the reward's rise must exceed: one-sided, a policy that does not learn passes in 2.3 % of runs."""
 EXPECTED_NAMES = {LN2: "ln 2", 0.5: "1/2"}
@@ -154,7 +129,7 @@ def check(
     keeps it), the lead rank's reward accuracies and, for a reward model, its pairwise accuracy after training on
     `pairs_evaluated` training pairs; for an online method, the sampled reward of each generation (`rewards`) and
     each reward function's part of it."""
-    rule = RULES[Method(method)]
+    rule = method_spec(method).learning
     rank_losses = [[math.nan if v is None else v for v in s] for s in rank_losses]
     losses = mean_per_step(rank_losses)
     failures: list[str] = []
@@ -198,7 +173,7 @@ def check(
     )
 
 
-def _first_loss_failures(rule: "Rule", first: float, precision: str) -> list[str]:
+def _first_loss_failures(rule: LearningRule, first: float, precision: str) -> list[str]:
     """Why the first step's loss is not the method's exact one (none where the method has none)."""
     tolerance = FIRST_LOSS_TOLERANCE[precision]
     if rule.first_loss is None or not math.isfinite(first) or abs(first - rule.first_loss) <= tolerance:

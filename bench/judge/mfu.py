@@ -1,22 +1,12 @@
-"""Model FLOPs utilisation of a DPO cell (DESIGN.md, after PaLM appendix B). Arithmetic is pure; reading a
-model's shape from its config.json instantiates it on the meta device (no memory, no weights).
+"""Model FLOPs utilisation of a cell (after PaLM appendix B); the convention is stored in every result as
+Metrics.mfu_convention. Reading a model's shape instantiates it on the meta device; the arithmetic is pure.
 
-Convention (also stored in every result as Metrics.mfu_convention):
-- N = parameters that do a matmul per token: every weight except the input lookup tables (token and learned
-  position embeddings); the LM head counts, also when tied to the input embedding; for mixture-of-experts only
-  the routed experts count (num_experts_per_tok / num_local_experts of the expert weights).
-- L layers, H attention heads, Q head dim, T = the workload's max_length (an upper bound of the real sequence
-  length, so the attention term is an upper bound too).
-- Per token of the policy: fwd+bwd 6N + 12LHQT, plus 2N + 4LHQT per forward without gradient: DPO's reference
-  forward (8N + 16LHQT in all), KTO's reference forwards over the batch and the KL batch and the policy's over the
-  KL batch (12N + 24LHQT), none for SFT, ORPO, SimPO and the reward model (6N + 12LHQT); precomputed reference
-  log-probs take the reference's forwards out of the steady state (bench/matrix/methods.py counts each method's
-  forwards). The reward model's N has its one-output head instead of the LM head. The same formula for every init mode
-  (LoRA saves the frozen weights' gradient matmuls: its real work is lower; the model FLOPs are kept equal so
-  cells compare). Recomputation from gradient checkpointing is not counted (model FLOPs, not hardware FLOPs).
-- MFU = tokens_per_s x flops_per_token / (devices x peak_tflops x 1e12); devices = world size, or the profile's
-  device count for a backend that splits one process's layers over every device (bench/matrix/backends.py).
-"""
+N: parameters that do a matmul per token (not the input lookup tables; the LM head counts, tied or not; of a
+mixture of experts only the routed ones; the reward model's one-output head instead of the LM head). Per token:
+6N + 12LHQT for forward and backward, plus 2N + 4LHQT per forward without gradient (each method's count:
+bench/matrix/methods.py), with T = max_length (an upper bound). The same formula for every init mode, so cells
+compare (LoRA's real work is lower); recomputation is not counted. MFU = tokens/s x FLOPs per token / (devices x
+peak), devices being the world size or, for a backend that splits one process's layers, the profile's devices."""
 
 import dataclasses
 import functools

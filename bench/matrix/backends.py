@@ -8,6 +8,7 @@ the reference model) is its recipe: scenarios/recipes.yaml, read by bench/matrix
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Literal
 
 from bench.matrix.axes import Backend, Launcher
 
@@ -66,10 +67,18 @@ class DeepSpeedSettings:
     offload_param: str | None = None
 
 
+Family = Literal["single", "data_parallel", "sharded"]
+"""How a backend spreads the model's state over ranks, and so what a step communicates: `single` (one rank's
+whole state, on one device or split over one process's devices), `data_parallel` (replicated, gradients
+all-reduced) or `sharded` (each rank holds 1/world, gathered when used: FSDP and ZeRO). The kinds of the published
+MFU figures (bench/estimate/speed/bounds.py)."""
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     name: Backend
     summary: str
+    family: Family
     launchers: tuple[Launcher, ...]
     """Supported launchers, the default first."""
     multi_process: bool
@@ -95,6 +104,15 @@ class BackendSpec:
     def __post_init__(self) -> None:
         if self.min_processes > 1 and not (self.multi_process and self.alone):
             raise ValueError(f"{self.name}: min_processes > 1 needs a multi-process backend and the reason (alone)")
+
+    @property
+    def error_pool(self) -> str:
+        """The backends whose measured errors pool together for a prediction's range (bench/estimate/uncertainty.py):
+        DeepSpeed's (`zero`), the other multi-rank families kept on the device (`multi`: DDP, FSDP), each other its
+        own (one rank's backends, FSDP's offload)."""
+        if self.deepspeed is not None:
+            return "zero"
+        return "multi" if self.family != "single" and not self.offloads else str(self.name)
 
     @property
     def default_launcher(self) -> Launcher:
@@ -124,6 +142,7 @@ _ALONE_ZERO = (
 
 _FSDP = BackendSpec(
     name=Backend.FSDP,
+    family="sharded",
     summary="accelerate's FSDP2: parameters, gradients and optimizer state sharded per transformer block",
     launchers=(Launcher.ACCELERATE,),
     multi_process=True,
@@ -139,6 +158,7 @@ _FSDP = BackendSpec(
 )
 _ZERO2 = BackendSpec(
     name=Backend.ZERO2,
+    family="sharded",
     summary="DeepSpeed ZeRO-2: gradients and optimizer state sharded; the reference model is replicated",
     launchers=(Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
     multi_process=True,
@@ -152,6 +172,7 @@ _ZERO2 = BackendSpec(
 )
 _ZERO3 = BackendSpec(
     name=Backend.ZERO3,
+    family="sharded",
     summary="DeepSpeed ZeRO-3: parameters, gradients, optimizer state and the reference model sharded",
     launchers=(Launcher.DEEPSPEED, Launcher.ACCELERATE, Launcher.MPIRUN),
     multi_process=True,
@@ -193,6 +214,7 @@ BACKENDS: dict[Backend, BackendSpec] = {
     for spec in (
         BackendSpec(
             name=Backend.SINGLE,
+            family="single",
             summary="one process on one device",
             launchers=(Launcher.PYTHON,),
             multi_process=False,
@@ -202,6 +224,7 @@ BACKENDS: dict[Backend, BackendSpec] = {
         ),
         BackendSpec(
             name=Backend.DDP,
+            family="data_parallel",
             summary="DistributedDataParallel: every rank holds everything, gradients all-reduced",
             launchers=(Launcher.TORCHRUN, Launcher.ACCELERATE, Launcher.MPIRUN),
             multi_process=True,
@@ -213,6 +236,7 @@ BACKENDS: dict[Backend, BackendSpec] = {
         ),
         BackendSpec(
             name=Backend.DEVICE_MAP,
+            family="single",
             summary="one process, layers split over the devices (accelerate big-model inference placement)",
             launchers=(Launcher.PYTHON,),
             multi_process=False,

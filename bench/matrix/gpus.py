@@ -1,5 +1,6 @@
-"""The GPU catalog (scenarios/gpus.yaml): each accelerator's datasheet figures with their sources; `--gpu NAME:COUNT`
-parsed. The profile built from an entry: bench/matrix/profiles.py `gpu_profile`."""
+"""The GPU catalog (scenarios/gpus.yaml): everything the suite knows about each accelerator (datasheet figures with
+their sources, generation, SMs, compute capability, achievable matmul rate, cloud name), one entry per card;
+`--gpu NAME:COUNT` parsed. The profile built from an entry: bench/matrix/profiles.py `gpu_profile`."""
 
 import difflib
 import functools
@@ -17,12 +18,25 @@ from bench.paths import scenarios_dir
 GPUS_FILE = "gpus.yaml"
 NUMBERS = ("memory_gb", "bf16_tflops", "fp16_tflops", "memory_bandwidth_gbs", "interconnect", "host_link")
 """The figures each of which needs a source (`sources.default` or its own)."""
+OWN_SOURCES = ("host_node", "mamf")
+"""The figures that come from another page than the datasheet, and so need their own source."""
 GPU_ARGUMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::(?P<count>[0-9]+))?$")
 
 
 class Interconnect(Strict):
     kind: Literal["pcie", "nvlink", "infinity_fabric", "roce"]
     gb_s: float | None = Field(default=None, gt=0, description="GB/s as the vendor states it (total bidirectional)")
+
+
+class Mamf(Strict):
+    """Maximum Achievable Matmul FLOPS (BF16, no sparsity) beside the theoretical figure of the same table row."""
+
+    tflops: float = Field(gt=0)
+    of_tflops: float = Field(gt=0)
+
+    @property
+    def fraction(self) -> float:
+        return self.tflops / self.of_tflops
 
 
 class HostNode(Strict):
@@ -60,27 +74,39 @@ class GpuSpec(Strict):
     host_node: HostNode | None = None
     """A typical node that carries the GPU, for its host memory (`advise` holds offload cells against it); absent
     where no figure was found: then `--host-ram` is asked for."""
+    generation: str = Field(pattern=r"^[a-z][a-z0-9]*$")
+    """The vendor's architecture name (hopper, ampere, cdna3, gaudi ...): the published MFU figures' kind."""
+    sms: int | None = Field(default=None, ge=1)
+    """Streaming multiprocessors (NVIDIA only: what the CUDA context terms read)."""
+    compute_capability: int | None = Field(default=None, ge=1)
+    """Compute capability major version (NVIDIA only; 9: Hopper)."""
+    mamf: Mamf | None = None
+    """The card's row of the achievable-matmul table `sources.mamf` links; None where it has none."""
+    skypilot: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]+$")
+    """SkyPilot's accelerator name for it (`sky show-gpus`); None: export-task cannot rent it."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _every_number_sourced(self) -> "GpuSpec":
-        unknown = set(self.sources) - {"default", "host_node", *NUMBERS}
+        unknown = set(self.sources) - {"default", *OWN_SOURCES, *NUMBERS}
         if unknown:
-            raise ValueError(
-                f"sources: unknown figure {sorted(unknown)[0]!r}; known: default, host_node, {', '.join(NUMBERS)}"
-            )
-        if self.host_node is not None and "host_node" not in self.sources:
-            raise ValueError("host_node has no source (sources.host_node: the server's or instance's own page)")
-        if self.host_node is None and "host_node" in self.sources:
-            raise ValueError("sources.host_node names a source for a host_node the entry does not have")
+            known = ", ".join(("default", *OWN_SOURCES, *NUMBERS))
+            raise ValueError(f"sources: unknown figure {sorted(unknown)[0]!r}; known: {known}")
+        for figure in OWN_SOURCES:
+            if getattr(self, figure) is not None and figure not in self.sources:
+                raise ValueError(f"{figure} has no source (sources.{figure}: its own page)")
+            if getattr(self, figure) is None and figure in self.sources:
+                raise ValueError(f"sources.{figure} names a source for a {figure} the entry does not have")
+            if figure in self.sources and not self.sources[figure].startswith("https://"):
+                raise ValueError(f"sources: {self.sources[figure]!r} is not an https:// link")
+        if (self.sms is None) != (self.compute_capability is None):
+            raise ValueError("sms and compute_capability go together (the CUDA figures of an NVIDIA card)")
         for figure in NUMBERS:
             link = self.sources.get(figure, self.sources.get("default"))
             if link is None:
                 raise ValueError(f"{figure} has no source (sources.{figure} or sources.default)")
             if not link.startswith("https://"):
                 raise ValueError(f"sources: {link!r} is not an https:// link")
-        if self.host_node is not None and not self.sources["host_node"].startswith("https://"):
-            raise ValueError(f"sources: {self.sources['host_node']!r} is not an https:// link")
         for pattern in self.driver_names:
             try:
                 re.compile(pattern)

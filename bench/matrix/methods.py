@@ -4,7 +4,8 @@ reference (the N/A rules), the form of its data (bench/assets), its model's head
 model's output (the estimator), its forward passes (MFU). A new method is its enum value, one entry here and its
 stage module."""
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.matrix.axes import Method
@@ -28,6 +29,26 @@ without the fused head), or one scalar per sequence from a sequence-classificati
 
 
 ONLINE_RATE_SCALE = 30.0
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class LearningRule:
+    """What a method's learning check holds its losses to (bench/judge/learning.py says why each value holds)."""
+
+    first_loss: float | None = None
+    """The exact step-1 loss the method's formula gives at policy = reference (DPO, reward: ln 2; KTO: 1/2), or
+    None where it depends on the initial model's log-probs of the batch (SFT, ORPO, SimPO)."""
+    first_loss_meaning: str = ""
+    """What a first loss away from it means."""
+    falls: bool = True
+    ranks_pairs: bool = False
+    """The pairwise accuracy after training must be above chance (reward models)."""
+    reward_rises: bool = False
+    """The sampled reward must rise by more than its noise (online methods)."""
+
+
+_NOT_INITIAL = "the reference is not the initial policy"
 
 
 @dataclass(frozen=True)
@@ -44,6 +65,19 @@ class MethodSpec:
     """The trainer lives in trl.experimental."""
     data: DataForm = "pairs"
     output: Output = "fused_logprobs"
+    logits_units: float = 0.0
+    """For a `full_logits` output (0 for the others): [R, L, V] logits-sized tensors alive at the peak of the loss's
+    backward (the estimator's full_logits term), counted at the entry on the autograd graph of TRL's experimental
+    orpo and cpo trainers (concatenated_forward, get_batch_logps) with torch's log-softmax (`selective_log_softmax`
+    without Triton).
+    First-pass RSS of the same code on the CPU (`python -m bench.selfbench.head_tiles`) rose by 6.1-7.1 (ORPO) and
+    5.1-6.4 (SimPO) units, allocator overhead included. With Triton (GPU) the log-softmax's backward builds one
+    gradient instead of two: an upper bound there."""
+    learning: LearningRule = field(default_factory=LearningRule)
+    """The learning check's rule for the method (bench/judge/learning.py)."""
+    mfu_kind: Literal["sft", "dpo"] = "sft"
+    """Which published MFU figures' kind bounds its predicted speed (scenarios/published/mfu.yaml): `dpo`, or
+    `sft` for a step of one policy pass per sequence like pretraining's."""
     extra_forwards: int = 0
     """Forward passes per step without gradient beyond the reference's (KTO: the policy's forward over the KL
     batch), each over as many tokens as the training batch."""
@@ -61,6 +95,10 @@ class MethodSpec:
     trl_script: str | None = None
     """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
     recipe runs unless the cell needs what it cannot build (bench/advise/export.py)."""
+
+    def __post_init__(self) -> None:
+        if (self.output == "full_logits") != (self.logits_units > 0):
+            raise ValueError(f"{self.name}: a full_logits output, and only it, states its logits_units")
 
     def bf16_adapters(self, quantized: bool, quant: str, precision: str) -> bool:
         """A quantized model's adapters are trained in bf16 (else fp32, PEFT's default). Pure."""
@@ -93,7 +131,15 @@ TITLES = {Method.REWARD: "reward-model", Method.SIMPO: "SimPO"}
 METHODS: dict[Method, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec(Method.DPO, trainer="trl.DPOTrainer", reference=True, stage="dpo", trl_script="trl.scripts.dpo"),
+        MethodSpec(
+            Method.DPO,
+            trainer="trl.DPOTrainer",
+            reference=True,
+            stage="dpo",
+            trl_script="trl.scripts.dpo",
+            learning=LearningRule(LN2, _NOT_INITIAL),
+            mfu_kind="dpo",
+        ),
         MethodSpec(
             Method.SFT,
             trainer="trl.SFTTrainer",
@@ -111,6 +157,7 @@ METHODS: dict[Method, MethodSpec] = {
             output="scalar",
             reference_forwards=0,
             trl_script="trl.scripts.reward",
+            learning=LearningRule(LN2, "the reward head did not start at zero", falls=False, ranks_pairs=True),
         ),
         MethodSpec(
             Method.KTO,
@@ -121,6 +168,7 @@ METHODS: dict[Method, MethodSpec] = {
             extra_forwards=1,
             reference_forwards=2,
             trl_script="trl.scripts.kto",
+            learning=LearningRule(0.5, _NOT_INITIAL),
         ),
         MethodSpec(
             Method.ORPO,
@@ -130,6 +178,11 @@ METHODS: dict[Method, MethodSpec] = {
             experimental=True,
             qlora_cast="nf4_bf16",
             output="full_logits",
+            # the logits (1, kept to the end); in the backward the gather's zero-filled gradient (1), the per-row
+            # logsumexp gradients stacked (1) and their sum (1); the NLL on the chosen half adds a gradient that
+            # waits, full-size after the `[:half]` slice's backward, to be summed into the logits' (1); its
+            # log-softmax output (0.5) is freed before the peak
+            logits_units=5.0,
             reference_forwards=0,
         ),
         MethodSpec(
@@ -140,6 +193,7 @@ METHODS: dict[Method, MethodSpec] = {
             experimental=True,
             qlora_cast="nf4_bf16",
             output="full_logits",
+            logits_units=4.0,  # ORPO's count without the NLL: SimPO (cpo_alpha=0) computes none
             reference_forwards=0,
             # SimPO's margin is the difference of length-normalised log-probs (a per-token mean, DPO's is a sum
             # over ~30-60 tokens): at the tiny workload's LoRA rate (2e-3, beta 2) its mean loss over the last
@@ -155,6 +209,7 @@ METHODS: dict[Method, MethodSpec] = {
                 stage="online",
                 data="prompts",
                 generates=True,
+                learning=LearningRule(falls=False, reward_rises=True),
             )
             for method, name in ((Method.GRPO, "GRPO"), (Method.RLOO, "RLOO"))
         ),

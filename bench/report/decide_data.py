@@ -1,18 +1,12 @@
-"""The decision page's data: every point of the grid predicted by `advise`'s own path (bench/cli/advise.py
-`predicted`), encoded compactly for the page's script.
+"""The decision page's data: every point of the grid predicted by `advise`'s own path, encoded compactly for the
+page's script. `predict_grid` computes (the slow part); `encode` is pure.
 
-`predict_grid` computes (the slow part, through the `advise` path it is given); `encode` is pure. The encoding:
-names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run` command), and per
-point (the grid's order, batch size
-fastest) `[flags, usable MB, sizes, marks, reasons]`, each of the last three an index into a table of distinct
-values, since most repeat across points:
-- sizes: per predicted cell `total MB, total - low MB, high - total MB, host MB, breakdown, P(fit) %`, `breakdown`
-  an index into `breakdowns` (`[term, MB, term, MB, ...]`, term an index into `terms`), P(fit) the estimator's
-  probability of fitting in whole percent (null without one);
-- marks: a string, one character per cell: a verdict's letter (VERDICT_CODES), `x` not applicable, `-` absent;
-- reasons: per cell null or the index of its not-applicable reason.
-MB = 10^6 bytes, rounded. The margin is usable − total (what the estimator's margin is): the page subtracts.
-"""
+The encoding: names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run`
+command), and per point (the grid's order) `[flags, usable MB, sizes, marks, reasons]`, the last three indices into
+tables of distinct values: sizes, per predicted cell `total MB, total - low MB, high - total MB, host MB, breakdown,
+P(fit) %` (breakdown an index into `breakdowns`, `[term, MB, ...]`); marks, one character per cell (a verdict's
+letter, VERDICT_CODES; `x` not applicable; `-` absent); reasons, per cell null or its not-applicable reason's index.
+MB = 10^6 bytes, rounded; the page computes the margin as usable − total."""
 
 import base64
 import gzip

@@ -22,7 +22,8 @@ MEANINGS = {
     "not_applicable": "cannot run on this hardware",
 }
 DEFAULTS = {"model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
-"""What the page shows first (issue 24's question: Qwen2.5-7B on two A10s, 2,048 tokens), where the grid has it."""
+"""What the page shows first (the question it was made for: Qwen2.5-7B on two A10s, 2,048 tokens), where the grid
+has it."""
 
 
 def _json(value: object) -> str:

@@ -123,7 +123,7 @@ def _mib(value: float | None) -> float | None:
 
 
 def csv_frame(records: list[ResultRecord]) -> pd.DataFrame:
-    """One row per record, every number unrounded. Memory (MiB): train/load peak as before; baseline, peak and
+    """One row per record, every number unrounded. Memory (MiB): train/load peak; baseline, peak and
     model memory (= peak - baseline, max over ranks) from Metrics, empty for older records; kernel_peak = max over
     ranks of the kernel's cgroup peak (also for failed cells), memory_budget = the per-rank budget. Learning:
     first, end (mean of the last quarter of the steps) and last loss, and the last step's reward accuracy."""

@@ -151,7 +151,7 @@ class PredictedView:
     estimator_version: str
     validation: str
     grids: list[tuple[str, GridView]]
-    """One grid per training method, DPO's first and untitled (as before methods were an axis)."""
+    """One grid per training method, DPO's first and untitled (DPO is the default method)."""
     cells: dict[str, PredictedCell]
 
 

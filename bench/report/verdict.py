@@ -1,23 +1,12 @@
 """Whether a throughput or memory change between two runs is real: an exact Mann–Whitney U test plus a threshold.
 
-Method. For one cell and one metric, the per-trial values of the base and the head are two independent samples.
-A change is a `regression` or an `improvement` only when both hold:
-
-1. the two-sided Mann–Whitney U test rejects "same distribution" at `ALPHA` = 0.05, and
-2. the medians differ by more than the threshold (relative to the base median).
-
-Otherwise it is `no change`. The p-value comes from `scipy.stats.mannwhitneyu` and is exact up to `EXACT_LIMIT`
-splits of the pooled trials: without ties from the exact distribution of U; with ties (identical memory peaks, say),
-whose mid-ranks that distribution does not cover, by enumerating every split of the pooled trials into a base of the
-same size (a permutation test; two-sided is twice the smaller tail). Above `EXACT_LIMIT` splits the normal
-approximation with tie and continuity corrections is used instead.
-
-Minimum trials. With n and m trials the smallest two-sided p-value the test can give is 2 / C(n + m, n): 0.1 for
-3 + 3 and 0.057 for 3 + 4, so below 4 trials per side it can never reach 0.05, whatever the data. Hence
-`MIN_TRIALS` = 4 per side; fewer gives `no verdict` rather than a guess (CPU runs spread 5–30 % between trials).
-
-Direction: throughput is better higher, memory better lower (`bigger_is_better`). Pure and deterministic.
-"""
+A cell's per-trial values of base and head are two independent samples; a change is a `regression` or an
+`improvement` only when the two-sided test rejects "same distribution" at `ALPHA` and the medians differ by more than
+the threshold; otherwise `no change`. The p-value is exact up to `EXACT_LIMIT` splits of the pooled trials (with ties,
+by enumerating every split: a permutation test), above it the normal approximation with tie and continuity
+corrections. With n and m trials the smallest p-value is 2 / C(n + m, n): below 4 trials per side it can never reach
+0.05, hence `MIN_TRIALS` = 4 (fewer gives `no verdict`). Throughput is better higher, memory lower
+(`bigger_is_better`). Pure and deterministic."""
 
 import math
 import statistics

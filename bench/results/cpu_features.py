@@ -1,17 +1,12 @@
 """What this CPU switches on in the libraries a cell runs (env.json `cpu_features`): the part of the environment that
 changes memory on the same code and the same lock (docs/estimator.md, "CPUs").
 
-Three facts, each from where the library itself decides:
-- the instruction sets /proc/cpuinfo lists that torch, oneDNN and bitsandbytes test for (FLAGS);
-- oneDNN as torch uses it: whether torch sends bf16 matmuls to oneDNN at all (ATen's `mkldnn_bf16_device_check`:
-  AVX-512 BW, VL and DQ), the ISA oneDNN detected, the implementation a bf16 matmul gets, and what one such
-  primitive keeps once created (measured); the ONEDNN_* / DNNL_* variables set; whether IPEX is installed;
-- bitsandbytes: its backend and native library, the kernels it registered for the CPU, and the operations one
-  training step of an int8 and of an nf4 layer dispatches.
-
-The library facts come from a child process (`python -m bench.results.cpu_probe`): importing bitsandbytes costs the
-runner ~110 MiB and seconds it should not carry. A probe that fails records its first line, never stops a run.
-"""
+Each fact from where the library itself decides: the instruction sets torch, oneDNN and bitsandbytes test for
+(FLAGS); oneDNN as torch uses it (whether bf16 matmuls go to oneDNN, its ISA, the implementation a bf16 matmul gets
+and what one primitive keeps, the ONEDNN_* / DNNL_* variables, IPEX); bitsandbytes' backend, native library, CPU
+kernels and the operations an int8 and an nf4 training step dispatch. The library facts come from a child process
+(`python -m bench.results.cpu_probe`: importing bitsandbytes would cost the runner ~110 MiB); a probe that fails
+records its first line and never stops a run."""
 
 import json
 import os

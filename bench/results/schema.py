@@ -257,8 +257,8 @@ class PredictionSummary(BaseModel):
     """train + context / library baseline + allocator slack: what is held against usable_bytes."""
     usable_bytes: float | None
     verdict: str
-    """fits, likely_fits, likely_oom, oom or unknown (no memory limit known); records written before issue 41 say
-    fits, tight or predicted_oom."""
+    """fits, likely_fits, likely_oom, oom or unknown (no memory limit known); records of older estimators say fits,
+    tight or predicted_oom."""
     margin_bytes: float | None
     terms: dict[str, float] = {}
     reserved_bytes: float | None = None
@@ -361,7 +361,7 @@ class ResultRecord(CellAxes):
     """That job's final state from Slurm's own accounting (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, ...)."""
     image: str | None = None
     overlapped_by: list[str] = []
-    """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runners.py): its figures
+    """Run ids of the other runners that ran on this machine while this cell ran (bench/run/runner_registry.py): its figures
     were measured on a shared machine. compare leaves such trials out of its verdicts unless asked."""
     shared_with: list[str] = []
     """The cells that ran beside it (bench/run/side_by_side.py): its own run's on other devices of the machine, or,

@@ -1,20 +1,12 @@
 """A time-boxed run (`run --time-budget MINUTES`): which cells run first, and which would not end in time.
 
-Order: a first pass in which every backend, init mode, quantization, method and launcher that the selection holds
-shows up once before any repeats (greedy: each next cell is the one that adds the most values not shown yet, the
-matrix order breaking ties), then the rest in the matrix order.
-
-Time: a cell is predicted to take the run's start-up cost (what the cells that ended took beyond their training
-steps, the largest so far; the profile's `start_up_s` until one has ended) plus its steps at the speed model's slow end,
-scaled by how much slower than that the cells of this run have trained alone (bench/estimate/speed; a cell whose speed
-was shared, ResultRecord.speed_shared, teaches its start-up only). No cell starts that its prediction would end after
-the budget; those are reported as not run, and a later run with the same --run-id resumes them.
-
-Cells side by side in slots of one device (`run --gpu-slots`) run concurrently: each is held to the deadline on its
-own, from when it starts; a cell started beside others is predicted to take its steps as many times as long as there
-are cells on the device (the slow end: the device's compute split evenly), and the time the exclusive speed pass at
-the end is predicted to take (`reserve`) is kept back from the cells that share the device.
-"""
+Order: a first pass that shows every backend, init mode, quantization, method and launcher of the selection once
+(greedy, the matrix order breaking ties), then the rest in matrix order. Time: a cell is predicted to take the run's
+start-up cost (the largest so far; the profile's `start_up_s` until a cell has ended) plus its steps at the speed
+model's slow end, scaled by how much slower this run's cells trained alone. No cell starts that would end after the
+budget; those are reported not run, and resuming the run picks them up. Cells in slots of one device
+(`--gpu-slots`) are each held to the deadline from their start, their steps taking as many times longer as there
+are cells on the device, and the exclusive speed pass's predicted time (`reserve`) is kept back."""
 
 import statistics
 import time

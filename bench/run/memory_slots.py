@@ -2,17 +2,11 @@
 and the cap it runs under in them. Pure.
 
 A big card is several small ones: its memory is cut into N equal slots, each with a group of the host's cores. A cell
-takes as many slots as its PREDICTED memory with a margin needs (the estimator's total per device, bench/estimate/
-gate.py, which on a GPU is the caching allocator's reserve plus what sits outside it) and runs capped at them: on a
-GPU its caching allocator at the slots' bytes less what the prediction puts outside the allocator (a per-process
-memory fraction caps the allocator only; context, cuBLAS workspace and NCCL buffers sit outside it), on CPU each rank's
-memory cgroup at its share of the slots' bytes. A cell without a prediction, or predicted to need more than the
-device, takes every slot: it runs alone, as its own profile gives it. Under --emulate every cell's cap is its card's
-memory (the profile's), and it takes the slots that hold that card: the 24 GB cards run beside each other.
-
-On CPU the rehearsal of the same path: the device is the memory the profile's per-rank budget gives a cell alone
-(`memory_budget_gb` x its processes), cut into slots the same way.
-"""
+takes as many slots as its PREDICTED total with a margin needs (bench/estimate/gate.py) and runs capped at them: on a
+GPU its caching allocator at the slots' bytes less what sits outside the allocator (context, cuBLAS, NCCL), on CPU
+each rank's memory cgroup at its share. A cell without a prediction, or too big for the device, takes every slot.
+Under --emulate a cell's cap is its card's memory, so the 24 GB cards run beside each other. On CPU the device is
+the memory the profile's per-rank budget gives a cell alone, cut the same way: the rehearsal of the GPU path."""
 
 import math
 from collections.abc import Sequence

@@ -286,7 +286,7 @@ def preflight(
     """Check the machine against `profile` before anything is built; raises BenchError on a mismatch.
     `where`: see detect()."""
     if profile.device == "cpu" and not emulate:
-        return Preflight()  # exactly as before: CPU profiles run anywhere, nothing detected
+        return Preflight()  # CPU profiles run anywhere, nothing detected
     found = detected or detect(where)
     error = check_profile(profile, found, emulate)
     if error is not None:

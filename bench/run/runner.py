@@ -1,5 +1,6 @@
-"""A benchmark run, one cell after another: record what will not run, run the rest (or resume), append every record
-as its trial ends. A scheduler's run goes to bench/run/in_flight.py instead.
+"""A benchmark run: record what will not run, then run the rest (or resume) one trial after another, side by side
+(bench/run/side_by_side.py) or in flight under a scheduler (bench/run/in_flight.py), each trial through the same
+lifecycle (bench/run/trial.py), appended as it ends.
 """
 
 import contextlib
@@ -17,7 +18,7 @@ from bench.files import write_whole
 from bench.isolation.deferred_sigint import stopped_by
 from bench.judge.record import not_run_record
 from bench.matrix.cell import Cell
-from bench.results.schema import PredictionSummary, ResultRecord, Status
+from bench.results.schema import ResultRecord, Status
 from bench.results.store import (
     DISK_FULL_ERRNOS,
     DiskFull,
@@ -28,11 +29,10 @@ from bench.results.store import (
     report_problems,
 )
 from bench.run.budget import TimeBudget, coverage_order
-from bench.run.cell import CellPlan, RunContext, plan_cells, run_cell
-from bench.run.progress import format_progress
-from bench.run.runners import with_overlap
+from bench.run.cell import CellPlan, RunContext, plan_cells
 from bench.run.slots import DeviceSlot, machine_devices
-from bench.run.unrecorded import Unrecorded, append_or_keep
+from bench.run.trial import Lifecycle, Trial, label
+from bench.run.unrecorded import Unrecorded
 
 if TYPE_CHECKING:
     from bench.run.memory_slots import SharedDevice
@@ -87,25 +87,28 @@ def execute(
     lines = len(existing.records) + _record_not_run(ctx, skipped, done, force)
     todo = _trials_to_run(ctx, existing.records, runnable, repeats, force, budget)
     _announce(ctx, todo, len(runnable) * repeats - len(todo), repeats, skipped, out)
-    if ctx.executor.concurrent:
+    concurrent = ctx.executor.concurrent  # a scheduler orders the cells, and no time budget is applied there
+    sharing = None if concurrent or exclusive or not todo else shared_devices(ctx, slots)
+    memory = sharing.memory if sharing is not None else None
+    trials = Lifecycle(ctx, predictions, done, repeats, None if concurrent else budget, out, len(todo), memory)
+    if concurrent:
         from bench.run.in_flight import run_in_flight
 
-        run_in_flight(ctx, todo, predictions, done, out)
+        run_in_flight(trials, todo)
         return [done[c.id] for c in cells if c.id in done]
-    sharing = None if exclusive or not todo else shared_devices(ctx, slots)
     if sharing is not None:
         from bench.run.side_by_side import run_side_by_side
 
         try:
-            over = run_side_by_side(ctx, todo, sharing, predictions, done, repeats, budget, out, speed_cells)
+            run_side_by_side(trials, todo, sharing, speed_cells)
         except (DiskFull, Unrecorded) as exc:
             kept = len(load_results(ctx.run_dir, quiet=True).records)
             stop = stop_disk_full if isinstance(exc, DiskFull) else stop_unwritable
             raise stop(ctx, "the cells that were running", str(exc), kept) from None
     else:
-        over = _run_in_order(ctx, todo, predictions, done, repeats, budget, out, lines)
+        _run_in_order(trials, todo, lines)
     if budget is not None:
-        report_budget(ctx, budget, [c for c, _ in todo], over, out)
+        report_budget(ctx, budget, [c for c, _ in todo], trials.over_budget, out)
     return [done[c.id] for c in cells if c.id in done]
 
 
@@ -153,42 +156,24 @@ def _announce(
     print(f"run {ctx.run_id}: {', '.join(counts)} -> {ctx.run_dir}", file=out, flush=True)
 
 
-def _run_in_order(
-    ctx: RunContext,
-    todo: list[tuple[Cell, int]],
-    predictions: dict[str, PredictionSummary | None],
-    done: dict[str, ResultRecord],
-    repeats: int,
-    budget: TimeBudget | None,
-    out,
-    lines: int,
-) -> list[tuple[Cell, float]]:
-    """One trial after another, each recorded as it ends; returns the cells the budget left out (with their
-    predicted time). `lines`: the records results.jsonl holds before the first."""
-    started = time.monotonic()
-    over_budget: list[tuple[Cell, float]] = []
-    for index, (cell, trial) in enumerate(todo, start=1):
-        label = cell.id + (f" (trial {trial + 1}/{repeats})" if repeats > 1 else "")
-        if budget is not None and not budget.fits(cell):
-            over_budget.append((cell, budget.predicted_s(cell)))
-            print(f"[{index:>3}/{len(todo)}] {label:<40} {budget.not_run(cell)}", file=out, flush=True)
+def _run_in_order(trials: Lifecycle, todo: list[tuple[Cell, int]], lines: int) -> None:
+    """One trial after another, each recorded as it ends. `lines`: the records results.jsonl holds before the
+    first."""
+    ctx, out = trials.ctx, trials.out
+    for trial in (Trial(cell, index) for cell, index in todo):
+        if not trials.admit(trial):
             continue
-        timeout = budget.cell_timeout(ctx.profile.timeout_s) if budget is not None else None
         before = lines
         # A Ctrl-C anywhere in here (the executor has stopped the cell's processes by the time it arrives) says
         # what became of this cell: the results file is read back, so a record written just before it counts.
         try:
-            print(f"[{index - 1:>3}/{len(todo)}] {label} ...", file=out, flush=True)
+            trials.starting(trial)
             started_at = time.time()
-            record = run_cell(ctx, cell, trial, predictions.get(cell.id), timeout_s=timeout)
-            record = with_overlap(record, started_at, time.time())  # another runner shared the machine meanwhile
-            append_or_keep(ctx.run_dir, record)  # kept outside the results folder when it cannot be appended
+            record = trials.run(trial)
+            trials.finish(trial, record, (started_at, time.time()))
             lines += 1
-            done[cell.id] = record
-            if budget is not None:
-                budget.learn(cell, record)
-            print(format_progress(index, len(todo), record, time.monotonic() - started), file=out, flush=True)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (bench/isolation/deferred_sigint.py)
+            cell = trial.cell
             kept = len(load_results(ctx.run_dir, quiet=True).records) > before
             what = f"after {cell.id} was recorded" if kept else f"during {cell.id}: it is not recorded"
             with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot be told
@@ -199,8 +184,7 @@ def _run_in_order(
                 )
             raise
         except (DiskFull, Unrecorded, OSError) as exc:
-            raise _stopped(ctx, label, exc, lines) from None
-    return over_budget
+            raise _stopped(ctx, label(trial, trials.repeats), exc, lines) from None
 
 
 def _stopped(ctx: RunContext, label: str, exc: OSError | Unrecorded, lines: int) -> Exception:

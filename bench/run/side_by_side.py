@@ -2,51 +2,37 @@
 than its cells take: bench/run/slots.py), or in slots of one device's memory (`run --gpu-slots`: bench/run/
 memory_slots.py, the slots handed out by a ledger every run on the device shares, bench/run/slot_ledger.py). One
 thread per running cell plans, executes and builds its record (bench/run/cell.py); this (the main) thread starts each
-cell once its devices are free, appends each record as its cell ends, and marks it with the cells that ran meanwhile
-(`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every device runs
-alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure that stops the
-run, every running cell is killed and none of them is recorded.
+cell once its devices are free and records each as it ends (bench/run/trial.py), marked with the cells that ran
+meanwhile (`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every
+device runs alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure
+that stops the run, every running cell is killed and none of them is recorded.
 
 In slots: a cell that runs out of memory under its slots' cap where its own profile gives it more is not recorded; it
 runs again alone (every slot: its profile's own memory) and that is its record. After the cells, an exclusive speed
 pass runs a handful of them (SPEED_TRIALS trials each) alone on the device: speed figures nothing else shared.
 """
 
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TextIO
+from functools import partial
 
 from bench.executors.local import LocalExecutor
 from bench.matrix.cell import Cell
 from bench.matrix.scenario import world_size
-from bench.results.layout import RunFolder
-from bench.results.schema import PredictionSummary, ResultRecord, Status
-from bench.run.budget import TimeBudget, coverage_order
-from bench.run.cell import RunContext, run_cell
-from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, below_own, cap_bytes, slots_taken
-from bench.run.progress import format_progress
-from bench.run.runners import with_overlap
+from bench.results.schema import ResultRecord, Status
+from bench.run.budget import coverage_order
+from bench.run.cell import RunContext
+from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, cap_bytes, slots_taken
 from bench.run.slot_ledger import DeviceLedger, Devices, Span
 from bench.run.slots import DeviceSlot, SlotPlacement, need, start_order
-from bench.run.unrecorded import append_or_keep
+from bench.run.trial import Lifecycle, Trial, label
 from bench.units import GiB
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
 
 POLL_S = 1.0
 """How often a run whose next cell waits for slots another run holds looks again."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One trial to run; `alone` takes every device (an OOM under a slot's cap run again, the speed pass, every trial
-    of a run with --alone)."""
-
-    cell: Cell
-    trial: int
-    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,12 +57,6 @@ class Running:
     span: Span
 
 
-def label(trial: Trial, repeats: int) -> str:
-    if trial.trial >= repeats:
-        return f"{trial.cell.id} (speed pass, trial {trial.trial - repeats + 1}/{SPEED_TRIALS})"
-    return trial.cell.id + (f" (trial {trial.trial + 1}/{repeats})" if repeats > 1 else "")
-
-
 def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
     """How many of the machine's `total` devices the cell takes."""
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir="")
@@ -90,26 +70,16 @@ def speed_pass(cells: list[Cell], done: dict[str, ResultRecord], count: int, rep
     return [Trial(c, repeats + i, alone=True) for c in chosen[:count] for i in range(SPEED_TRIALS)]
 
 
-def run_side_by_side(
-    ctx: RunContext,
-    todo: list[tuple[Cell, int]],
-    sharing: Sharing,
-    predictions: dict[str, PredictionSummary | None],
-    done: dict[str, ResultRecord],
-    repeats: int,
-    budget: TimeBudget | None = None,
-    out=sys.stdout,
-    speed_cells: int = 0,
-) -> list[tuple[Cell, float]]:
-    """Run `todo` side by side; every record is appended as its cell ends. Without a `budget` (whose coverage order
-    stands) the cells that share the machine go first, then those that take all of it. In slots of one device, then
-    the exclusive speed pass over up to `speed_cells` cells. Returns the cells the time budget left out, with their
-    predictions."""
+def run_side_by_side(trials: Lifecycle, todo: list[tuple[Cell, int]], sharing: Sharing, speed_cells: int = 0) -> None:
+    """Run `todo` side by side; every record is appended as its cell ends. Without a time budget (whose coverage
+    order stands) the cells that share the machine go first, then those that take all of it. In slots of one device,
+    then the exclusive speed pass over up to `speed_cells` cells. The budget's left-out cells: `trials.over_budget`."""
+    ctx, budget, out, repeats = trials.ctx, trials.budget, trials.out, trials.repeats
     executor = ctx.executor
     if not isinstance(executor, LocalExecutor):
         raise TypeError(f"cells run side by side under the local executor only, not {executor.name}")
     alone = sharing.memory is not None and sharing.memory.alone
-    machine = _Machine(ctx, sharing, predictions, done, repeats, budget, out, [Trial(c, t, alone) for c, t in todo])
+    machine = _Machine(trials, sharing, [Trial(c, t, alone) for c, t in todo])
     if budget is None:  # the budget's coverage order stands
         machine.share_first()
     cells = coverage_order(list({c.id: c for c, _ in todo}.values()), budget.predicted_s if budget else None)
@@ -117,17 +87,17 @@ def run_side_by_side(
         speed_cells = 0
     if budget is not None and speed_cells:
         budget.reserve(cells[:speed_cells], SPEED_TRIALS)
-    print(_opening(sharing), file=out, flush=True)
+    trials.say(_opening(sharing))
     pool = ThreadPoolExecutor(max_workers=len(sharing.devices), thread_name_prefix="cell")
     machine.pool = pool
     try:
         machine.drive()
         if budget is not None:
             budget.reserve([], 0)
-        if exclusive := speed_pass(cells, done, speed_cells, repeats):
-            print(f"exclusive speed pass: {len(exclusive) // SPEED_TRIALS} cell(s) x {SPEED_TRIALS} trials, each alone "
-                  "on the device", file=out, flush=True)  # fmt: skip
-            machine.pending, machine.trials = exclusive, machine.trials + len(exclusive)
+        if exclusive := speed_pass(cells, trials.done, speed_cells, repeats):
+            trials.say(f"exclusive speed pass: {len(exclusive) // SPEED_TRIALS} cell(s) x {SPEED_TRIALS} trials, "
+                       "each alone on the device")  # fmt: skip
+            machine.pending, trials.total = exclusive, trials.total + len(exclusive)
             machine.drive()
     except BaseException:
         left = [label(r.trial, repeats) for r in machine.running.values()]
@@ -140,7 +110,6 @@ def run_side_by_side(
         if isinstance(sharing.ledger, DeviceLedger):
             sharing.ledger.leave()
     pool.shutdown()
-    return machine.over_budget
 
 
 def _opening(sharing: Sharing) -> str:
@@ -157,27 +126,18 @@ def _opening(sharing: Sharing) -> str:
 
 @dataclass
 class _Machine:
-    """The devices shared by the cells of a run: which wait, which run where, which the budget left out."""
+    """The devices shared by the cells of a run: which wait, which run where."""
 
-    ctx: RunContext
+    trials: Lifecycle
     sharing: Sharing
-    predictions: dict[str, PredictionSummary | None]
-    done: dict[str, ResultRecord]
-    repeats: int
-    budget: TimeBudget | None
-    out: TextIO
     pending: list[Trial]
     pool: ThreadPoolExecutor | None = None
-    trials: int = 0
-    """Trials to run in all (the progress lines' denominator)."""
     running: dict[Future, Running] = field(default_factory=dict)
-    over_budget: list[tuple[Cell, float]] = field(default_factory=list)
-    recorded: int = 0
-    started_at: float = field(default_factory=time.monotonic)
     needs: dict[str, int] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.trials = len(self.pending)
+    @property
+    def ctx(self) -> RunContext:
+        return self.trials.ctx
 
     @property
     def total(self) -> int:
@@ -203,7 +163,7 @@ class _Machine:
             if trial.cell.id not in self.needs:
                 self.needs[trial.cell.id] = cell_needs(self.ctx, trial.cell, self.total)
             return self.needs[trial.cell.id]
-        return slots_taken(memory, self.predictions.get(trial.cell.id), world_size(trial.cell, self.ctx.profile))
+        return slots_taken(memory, self.trials.predictions.get(trial.cell.id), world_size(trial.cell, self.ctx.profile))
 
     def share_first(self) -> None:
         """The trials of cells that share the devices first (in their order), then those that take them all."""
@@ -220,7 +180,7 @@ class _Machine:
         """Start the waiting trials, in order, whose devices are free; one that takes them all waits for the device
         to empty, and nothing after it starts before it."""
         for item in list(self.pending):
-            if self.budget is not None and not self._fits(item):
+            if self.trials.budget is not None and not self._fits(item):
                 continue
             count = self.count(item)
             if count >= self.total and self.running:
@@ -238,14 +198,10 @@ class _Machine:
                 break
 
     def _fits(self, item: Trial) -> bool:
-        """Whether the budget lets `item` start now; one it does not is left out, and said so."""
-        assert self.budget is not None
-        beside = 0 if item.alone else self.beside_now()
-        if self.budget.fits(item.cell, beside=beside, reserving=not item.alone):
+        """Whether the budget lets `item` start now; one it does not is left out."""
+        if self.trials.admit(item, beside=0 if item.alone else self.beside_now(), reserving=not item.alone):
             return True
         self.pending.remove(item)
-        self.over_budget.append((item.cell, self.budget.predicted_s(item.cell, beside)))
-        print(f"      {item.cell.id:<40} {self.budget.not_run(item.cell, beside)}", file=self.out, flush=True)
         return False
 
     def placement(self, item: Trial, indexes: list[int]) -> SlotPlacement:
@@ -253,7 +209,7 @@ class _Machine:
         memory = self.sharing.memory
         if memory is None:
             return SlotPlacement(tuple(indexes), devices)
-        prediction = self.predictions.get(item.cell.id)
+        prediction = self.trials.predictions.get(item.cell.id)
         cap = cap_bytes(memory, len(indexes), prediction, world_size(item.cell, self.ctx.profile))
         device_bytes = memory.memory_bytes if memory.gpu is not None else None
         return SlotPlacement(tuple(indexes), devices, cap, device_bytes, memory.slots)
@@ -261,59 +217,30 @@ class _Machine:
     def _start(self, item: Trial, indexes: list[int], span: Span) -> None:
         assert self.pool is not None
         placement = self.placement(item, indexes)
-        timeout = self.budget.cell_timeout(self.ctx.profile.timeout_s) if self.budget is not None else None
-        prediction = self.predictions.get(item.cell.id)
-        future = self.pool.submit(
-            run_cell, self.ctx, item.cell, item.trial, prediction, timeout_s=timeout, placement=placement
-        )
+        future = self.pool.submit(self.trials.run, item, placement=placement)
         self.running[future] = Running(item, placement, span)
         cap = f", capped at {placement.cap_bytes / GiB:.2f} GiB" if placement.cap_bytes is not None else ""
         slot = f", slots {placement.slot}" if placement.slot else ""
-        print(f"      {label(item, self.repeats)} ... ({placement.label}{slot}{cap})", file=self.out, flush=True)
+        self.trials.starting(item, f" ({placement.label}{slot}{cap})")
 
     def record_what_ended(self, timeout: float | None) -> None:
-        """Wait (up to `timeout`) for a running cell to end; append the record of each that did, marked with the
-        cells beside it, or send a cell that ran out of memory under its slots' cap back to run alone."""
+        """Wait (up to `timeout`) for a running cell to end; record each that did, marked with the cells beside it,
+        or send a cell that ran out of memory under its slots' cap back to run alone first."""
         ended, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
         for future in ended:
             run = self.running.pop(future)
             names = self.sharing.ledger.give(list(run.placement.indexes), run.span)
-            record = future.result()
-            if self._capped_out(run, record):
-                continue
-            record = self._marked(run, record, names)
-            append_or_keep(self.ctx.run_dir, record)
-            self.recorded += 1
-            self.done[run.trial.cell.id] = record
-            if self.budget is not None:
-                self.budget.learn(run.trial.cell, record)
-            line = format_progress(self.recorded, self.trials, record, time.monotonic() - self.started_at)
-            print(line, file=self.out, flush=True)
-
-    def _capped_out(self, run: Running, record: ResultRecord) -> bool:
-        """An OOM under a cap below the cell's own: its log kept aside, the trial queued to run alone first."""
-        memory, cap = self.sharing.memory, run.placement.cap_bytes
-        if memory is None or record.status != Status.OOM or not below_own(memory, cap):
-            return False
-        assert cap is not None
-        log = RunFolder(self.ctx.run_dir).log(run.trial.cell.id, run.trial.trial)
-        if log.exists():
-            log.replace(log.with_suffix(".capped.log"))
-        self.pending.insert(0, Trial(run.trial.cell, run.trial.trial, alone=True))
-        print(
-            f"      {label(run.trial, self.repeats)}: out of memory under its slots' cap ({cap / GiB:.2f} GiB), less "
-            f"than its profile gives it: not recorded, run again alone ({log.with_suffix('.capped.log').name})",
-            file=self.out,
-            flush=True,
-        )
-        return True
+            assert run.span.ended is not None
+            ran = (run.span.started, run.span.ended)
+            mark = partial(self._marked, run, names=names)
+            if self.trials.finish(run.trial, future.result(), ran, run.placement, mark) is None:
+                self.pending.insert(0, Trial(run.trial.cell, run.trial.trial, alone=True))
 
     def _marked(self, run: Running, record: ResultRecord, names: list[str]) -> ResultRecord:
-        """The record with the cells beside it and where it ran; another run's cells beside it in the device's
-        slots are named there, not as a run that overlapped it (their memory is their own), and a run that only
-        waits for the device's slots, with no cell on it, did not share the machine."""
-        assert run.span.ended is not None
-        record = with_overlap(record, run.span.started, run.span.ended)  # another runner shared the machine
+        """The record (marked with the runs that overlapped it) with the cells beside it and where it ran; another
+        run's cells beside it in the device's slots are named there, not as a run that overlapped it (their memory is
+        their own), and a run that only waits for the device's slots, with no cell on it, did not share the
+        machine."""
         update: dict = {"shared_with": names, "devices": run.placement.label}
         if self.sharing.memory is not None:
             sharing_runs = {name.split("/", 1)[0] for name in names if "/" in name}

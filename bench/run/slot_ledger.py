@@ -1,18 +1,11 @@
 """Which slots of a device are taken, and which cells ran beside which: the scheduler's one view of what it shares
 (bench/run/side_by_side.py).
 
-`Devices` keeps it in the runner (cells on disjoint devices of this machine, one run). `DeviceLedger` keeps it in a
-file every runner on the machine shares (slots of one device's memory, `run --gpu-slots`): several `run`s (one per
-profile, e.g. the 1xH200 matrix and emulated 1xA10, 1xL4 and 1x4090 ones) take slots of the same card from it, each
-under the file's lock, so their cells run beside each other within the card's memory and each record names the
-cells of every run that ran beside it. A run that waits for the whole device (a cell that runs alone) says so in the
-file, and no other run takes a slot until it has run; the entries of a runner that died are let go by the next
-runner that reads the file.
-
-Runs may have priorities (`run --slot-priority N`, lower first: the window's phases, bench/run/window.py): a run
-does not take a slot while a run of a higher priority wants one (it asked in the last WANT_TTL_S and got none), and
-a run waiting for the whole device holds off only the runs of its priority or lower.
-"""
+`Devices` keeps it in the runner (disjoint devices of this machine, one run). `DeviceLedger` keeps it in a file every
+runner on the machine shares (`run --gpu-slots`), under its lock, so that several runs' cells share one card's memory
+and each record names every cell beside it. A run waiting for the whole device says so, and no other run takes a slot
+until it has run; a dead runner's entries are let go by the next reader. With priorities (`run --slot-priority N`,
+lower first) a run takes no slot while a higher-priority one wants one (asked in the last WANT_TTL_S and got none)."""
 
 import contextlib
 import fcntl
@@ -26,11 +19,11 @@ from pydantic import BaseModel, ValidationError
 
 from bench.errors import BenchError
 from bench.files import write_whole
-from bench.run.runners import runners_dir
+from bench.run.runner_registry import runners_dir
 from bench.run.slots import pick
 
 SLOTS_FOLDER = "slots"
-"""Under the machine's runners folder (bench/run/runners.py): one ledger per shared device."""
+"""Under the machine's runners folder (bench/run/runner_registry.py): one ledger per shared device."""
 WANT_TTL_S = 5.0
 """A run's unmet request holds lower priorities off this long: a waiting run asks again every second
 (bench/run/side_by_side.py POLL_S); one that stopped asking (its cell started, or its time budget left it out) lets

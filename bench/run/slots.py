@@ -1,17 +1,11 @@
 """Cells side by side on one machine: the devices a run can hand out, how many each cell takes, which ones, and in
 what order cells start. Pure.
 
-A GPU profile's devices are the run's GPUs (CUDA_VISIBLE_DEVICES, bench/run/preflight.py); a CPU profile with
-`core_slots` splits the machine's cores into that many equal groups, each a device a rank takes. A cell takes the
-devices its ranks use (bench/worker/placement.py cell_devices on GPUs; one group per rank on CPU); a cell that
-takes every device, and on GPUs an offload cell (its optimizer step runs on every host core:
-bench/run/launch.py host_threads), runs alone. A cell gets aligned blocks where it can (two GPUs: 0-1, 2-3, ...: the
-pairs a box's links usually join).
-
-With `run --gpu-slots` the devices are slots of one device's memory instead (bench/run/memory_slots.py): each a share
-of the card (or, on CPU, of the memory the profile's budget gives a cell) and of the host's cores; a cell takes as
-many as its predicted memory needs and runs capped at them.
-"""
+A GPU profile's devices are the run's GPUs; a CPU profile with `core_slots` splits the cores into that many groups,
+each a device a rank takes. A cell takes the devices its ranks use (placement.py cell_devices on GPUs; one group per
+rank on CPU); a cell that takes every device, and on GPUs an offload cell (its optimizer step runs on every host
+core), runs alone. Blocks are aligned where they can be (two GPUs: 0-1, 2-3: the pairs a box's links usually join).
+With `run --gpu-slots` the devices are slots of one device's memory instead (memory_slots.py)."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass

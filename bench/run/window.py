@@ -1,21 +1,13 @@
 """`python -m bench window` (`make gpu-window`): what a GPU lent for minutes can measure, in one command that writes
 everything under one folder as it finishes.
 
-1. Pick the card's one-GPU profile (nvidia-smi, the GPU catalog's driver names) and its phases in priority order
-   (bench/run/window_spec.py: the DPO matrix, the other methods, the emulated 24 GB cards, the 7B cells, the speed
-   pass, then the rest of the matrices); print the plan with the cells of each phase PREDICTED to end in the window
-   (bench/run/window_forecast.py, bench/run/window_plan.py) and write it as OUT/plan.json.
-2. Build DeepSpeed's host op and prepare the workloads' assets in the background (bench/assets/prepare_all.py: the 1B
-   workload first, random weights generated on the GPU, text assets from `make carry-assets` where carried), as a
-   runner of the machine (a cell measured meanwhile is marked `overlapped_by`).
-3. Start each phase's `bench run` once its assets are ready (and the phase it resumes has ended), all at once,
-   against one deadline: the runs share the card's slots through its ledger, a run of a higher priority first
-   (`run --slot-priority`); the cells that need the card alone take every slot (`run --alone`). Each record is
-   appended under OUT/results/<profile>/<run-id>/ as its cell ends; the log is OUT/window.log.
-4. Write each run's MATRIX.md into its folder and OUT/summary.json: what each phase ran, against the plan.
-
-On a CPU profile with a memory budget (`--hw cpu-budget`) the same phases run with small workloads: the rehearsal.
-"""
+It picks the card's one-GPU profile and its phases in priority order (window_spec.py), prints and writes the plan
+with the cells PREDICTED to end in the window (window_plan.py, window_forecast.py), prepares DeepSpeed's host op and
+the workloads' assets in the background (assets/prepare_all.py), then starts each phase's `bench run` once its
+assets are ready, all against one deadline, sharing the card's slots through its ledger by priority (cells that need
+the card alone take every slot). Records land under OUT/results/ as cells end; each run's MATRIX.md and
+OUT/summary.json say what each phase ran against the plan. On a budgeted CPU profile the same phases rehearse with
+small workloads."""
 
 import contextlib
 import json
@@ -215,7 +207,7 @@ def start_assets(workloads: list[str], run_id: str, work: Path, log, device: str
     registered as a runner of this machine until the last is ready; name -> its assets' future."""
     from bench.assets.prepare_all import prepare_all
     from bench.matrix.profiles import load_workload
-    from bench.run.runners import registered
+    from bench.run.runner_registry import registered
 
     started = time.monotonic()
     registration = contextlib.ExitStack()

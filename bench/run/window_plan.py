@@ -1,18 +1,11 @@
-"""The window's plan (`python -m bench window`, bench/run/window.py): which cells of each phase are predicted to end
-within the window. Pure: a simulation of the policy the window's runs follow on the device they share.
+"""The window's plan (`python -m bench window`): which cells of each phase are predicted to end within the window.
+Pure: a simulation of the policy the window's runs follow on the device they share.
 
-The policy (bench/run/slot_ledger.py, bench/run/side_by_side.py): each phase is a `bench run` that starts once its
-assets are ready (and the phase it resumes has ended), and takes slots of the device for its cells in order; a cell
-takes the slots its predicted memory needs, every slot where it runs alone. A run does not take a slot while a run of
-a higher priority (a lower number) waits for one; within a run, a later cell takes slots an earlier one cannot use
-yet. A run does not start a cell its time budget says would end after the window: the budget's prediction is the
-cell's start-up plus its steps at the speed model's slow end, as many times as long as its run has cells on the
-device (bench/run/budget.py). Whatever the budget predicts, the cells take what the scenario says.
-
-Two scenarios bound the prediction: `slow` (the largest start-up measured, the speed model's slow end, and the
-cells that train at one time splitting the device's compute evenly) and `fast` (the median start-up, the speed
-model's central figure, each cell training as if alone).
-"""
+The policy (slot_ledger.py, side_by_side.py): each phase's run starts once its assets are ready and takes slots for
+its cells in order, as many as a cell's predicted memory needs (every slot where it runs alone); a run takes no slot
+while a higher-priority run waits for one; a run starts no cell its time budget says would end after the window
+(budget.py). Two scenarios bound the prediction: `slow` (the largest start-up measured, the speed model's slow end,
+the device's compute split evenly) and `fast` (the median start-up, the central speed, each cell as if alone)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field

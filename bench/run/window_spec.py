@@ -1,19 +1,11 @@
 """The window's phases (`python -m bench window`, bench/run/window.py): what a lent GPU runs, in priority order, each
 phase a `bench run` of its own; and the same phases on a CPU profile, with small workloads, to rehearse them.
 
-On a card (its one-GPU profile, e.g. 1xH200), lower priority numbers first:
-1. `dpo`: the card's DPO matrix on the 1B real-architecture workload, every runnable cell;
-2. `methods`: every other method's coverage pass on it (each method's backends, init modes, quantizations and
-   launchers once);
-3. `emulated:<card>`: the DPO coverage pass of each 24 GB card (1xA10 phi-2, 1xL4, 1x4090 opt-1.3b) under
-   `--emulate`, each cell capped at 24 GB in the slots;
-4. `7b`: the 7B workload's cells (SEVEN_B), and `7b-alone`, the one whose host memory leaves room for nothing
-   beside it, with every slot;
-5. `speed`: the exclusive speed pass, SPEED_TRIALS more trials of SPEED_CELLS of `dpo`'s cells, each alone, once
-   every phase above has ended (no other run's runner starts or ends beside it);
-6. the rest of the other methods' matrix, then of each 24 GB card's DPO matrix, after the speed pass, for as long as
-   the window lasts.
-"""
+On a card (its one-GPU profile), lower numbers first: 1 `dpo`, the DPO matrix on the 1B workload; 2 `methods`, every
+other method's coverage pass; 3 `emulated:<card>`, the DPO coverage pass of each 24 GB card under `--emulate`, capped
+at 24 GB in the slots; 4 `7b`, the 7B workload's cells (SEVEN_B), and `7b-alone` with every slot; 5 `speed`, the
+exclusive speed pass (SPEED_TRIALS more trials of SPEED_CELLS, each alone, once every phase above has ended); 6 the
+rest of the other methods' matrix and of each 24 GB card's DPO matrix, for as long as the window lasts."""
 
 from dataclasses import dataclass, replace
 

@@ -1,29 +1,13 @@
 """Interleaved A/B: two git refs, or two sets of library versions, measured alternately in one invocation, so that
-drift on the machine (another job starting, thermal or frequency changes, a noisy neighbour) hits both sides alike.
+drift on the machine (another job, thermal or frequency changes, a noisy neighbour) hits both sides alike.
 
     python -m bench compare-ab --base REF [--head REF] [--filter GLOBS] [--pairs N] [--hw cpu]
     python -m bench compare-ab --base-with trl==1.15.0 --head-with trl=/path/to/trl [--filter GLOBS] ...
-    make compare-ab BASE=REF [HEAD=REF] [BASE_WITH=SPECS] [HEAD_WITH=SPECS] [FILTER=GLOBS] [PAIRS=N]
 
-Each ref is checked out with `git worktree add --detach` into a temporary folder and runs its OWN code: `python -m
-bench run` with that folder as the working directory (and PYTHONPATH), with this interpreter (so the same venv and
-packages), and `--results` pointing into one A/B folder, `results/ab/<timestamp>/{base,head}/`. `--head .` runs
-the current checkout as it is, uncommitted changes included (edits made while it runs are measured too).
-`--base-with`/`--head-with` give a side packages of its own (a released version, a local checkout or a wheel): its
-runs use the interpreter of an overlay venv over this one (bench/selfbench/overlay.py); without `--base`, both sides
-run the current checkout, so that only the packages differ.
-
-Pair i (1 .. N) runs trial i of each side: `run --run-id <side's run> --repeats i` resumes that side's run, in
-which trials 1 .. i-1 are already recorded, so only trial i runs (the runner records one line per trial). The order
-alternates per pair, A B, B A, A B, ... (ABBA): with a fixed A B order the head would always run second, and
-anything that favours the second run of a pair (a warm page cache, a neighbour that starts or stops at a regular
-interval) would read as a difference between the code; alternating puts each side first in half the pairs, so a
-linear drift cancels over every two pairs. Use an even number of pairs.
-
-Afterwards the two runs are compared as `python -m bench compare` does (written to compare.md and compare.json in
-the A/B folder, and printed); the exit code is compare's (1 on a regression of a --fail-on kind). The worktrees
-are removed on exit, on an error and on Ctrl-C (or SIGTERM); the results stay.
-"""
+Each ref runs its own code from a detached worktree with this interpreter; `--base-with`/`--head-with` give a side
+an overlay venv of its own packages (overlay.py). Pair i runs trial i of each side, in ABBA order so that a linear
+drift cancels over every two pairs (use an even number). The runs are then compared as `compare` does, into
+`results/ab/<timestamp>/`, and the exit code is compare's. Worktrees are removed on exit, error or Ctrl-C."""
 
 import argparse
 import datetime as dt

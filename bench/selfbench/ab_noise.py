@@ -3,24 +3,10 @@
     python -m bench.selfbench.ab_noise --pairs 10 --filter 'two_models-none-single' --slowdowns 5,10,20,40
         [--ref .] [--hw cpu] [--threshold 5] [--subset-pairs 4] [--out DIR] [--summary results/ab/SUMMARY.md]
 
-1. A/A: the same code on both sides, interleaved (bench/selfbench/ab.py), `--pairs` pairs over the `--filter`
-cells. Every
-   throughput, CPU-time or memory verdict other than `no change` is a false verdict; the goal is 0.
-2. Injected slowdowns: for each cell and each slowdown p (percent of the cell's step time), an A/B whose head runs
-   with the test-only fault `BENCH_FAULT=slow_step` (bench/worker/faults.py): every rank spins for p % of the
-   cell's median A/A step time, as CPU work, at every step end, so wall time and CPU time both grow by it.
-   p % more step time is 1 - 1/(1 + p) less tokens/s: a 5 % slowdown is -4.8 % tokens/s, under a 5 % threshold.
-
-Reliability. One A/B gives one verdict per cell; to say how reliably a slowdown is caught, every subset of
-`--subset-pairs` pairs (default 4, what the PR workflow runs; at most 5,000 subsets, drawn with a fixed seed when
-there are more) is judged as its own A/B, pairs kept together (base and head of a pair ran side by side). A
-slowdown is *detected reliably* when the verdict on all pairs is a regression and at least 90 % of the subsets
-say regression too; the A/A's subsets give the false-verdict rate at that size.
-
-`--ref .` (the default) runs the current checkout on both sides (uncommitted changes included, which the fault
-needs until it is committed); a git ref runs one worktree of it. Writes the runs under `--out` (default
-results/ab/noise-<timestamp>/), a Markdown summary to `--summary` and its data beside it as JSON.
-"""
+An A/A run (the same code on both sides) counts false verdicts (the goal is 0); A/B runs whose head spins for p % of
+each step (`BENCH_FAULT=slow_step`, bench/worker/faults.py) say which slowdowns are caught. Every subset of
+`--subset-pairs` pairs is judged as its own A/B: a slowdown is detected reliably when all pairs and at least 90 % of
+the subsets say regression. `--ref .` runs the current checkout, uncommitted changes included."""
 
 import argparse
 import datetime as dt

@@ -1,23 +1,14 @@
-"""How much logits-sized memory the losses hold at their peak on the CPU, measured on TRL 1.16's own code:
-
-- the fused LM head (the torch fallback of trl/kernels/chunked_logprob.py: DPO, SFT, KTO), in tiles of
-  min(rows, 4096) x vocab fp32, in its forward and its backward: the estimator's `cpu_head_backward`
-  (bench/estimate/terms.py);
-- the full-logits losses of the experimental ORPO and CPO/SimPO trainers (their `get_batch_logps`, and ORPO's NLL
-  on the chosen half), in [R, L, V] logits units above the level before the forward: the estimator's
-  FULL_LOGITS_UNITS (bench/estimate/predict.py).
+"""How much logits-sized memory the losses hold at their peak on the CPU, measured on TRL's own code: the fused LM
+head (the torch fallback of trl/kernels/chunked_logprob.py: DPO, SFT, KTO) in tiles of min(rows, 4096) x vocab
+fp32, the estimator's `cpu_head_backward` (bench/estimate/terms.py); and the full-logits losses of the experimental
+ORPO and CPO/SimPO trainers in [R, L, V] logits units, the estimator's MethodSpec.logits_units
+(bench/matrix/methods.py).
 
     python -m bench.selfbench.head_tiles [--rows 512] [--vocab 32768] [--hidden 256]
 
-VmHWM is reset (/proc/self/clear_refs) before each pass and the rise of the peak over the resident size is divided
-by the unit. The fused head is measured on its second application (the allocator warm, as in a training step after
-the first); each full-logits loss in a fresh process, on its first. Measured 2026-11-24 (torch 2.13 CPU, TRL 1.16):
-the fused head 4.00 tiles forward, 8.25 backward (rows 512 and 256): at `grad += grad_logprobs * (is_target.float()
-- p)` in `_backward_tile` the tile, y, z, log_p, p, grad, the boolean is_target (a quarter tile) and the
-statement's temporaries are alive; ORPO 6.9 and SimPO 5.1 units: the logits, and in the backward the zero-filled
-full-size gradients that the gather, the per-row logsumexp (stacked) and the slices ([:, :-1], ORPO's chosen half)
-each build before they are summed.
-"""
+VmHWM is reset (/proc/self/clear_refs) before each pass and the peak's rise over the resident size is divided by the
+unit. The fused head is measured on its second application (the allocator warm), each full-logits loss in a fresh
+process on its first. What it measured: docs/evidence/selfbench.md."""
 
 import argparse
 import subprocess

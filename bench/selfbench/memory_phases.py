@@ -1,19 +1,12 @@
-"""Where a CPU cell's memory goes, phase by phase: the measurement behind the estimator's CPU terms
-(docs/estimator.md, "What the CPU runtime constant was").
+"""Where a CPU cell's memory goes, phase by phase: the measurement behind the estimator's CPU process terms
+(docs/estimator.md, "CPU process terms"; docs/evidence/cpu-process-terms.md).
 
-One single-process cell, trained the worker's way (bench/worker/build.py), in a child process inside a memory cgroup
-of its own (when this machine allows one; else RSS only). A sampler thread reads the cgroup's usage and the process's
-anonymous RSS every millisecond and keeps the peak of each phase; phases are marked by wrapping TRL's fused LM head
-(forward / backward), the accelerator's backward and the optimizer step. Modes:
-
-- `plain`: the process figures only (nothing else perturbs the peak);
-- `profiler`: torch.profiler's CPU memory events too: the bytes of live tensors allocated since the baseline, their
-  peak and the phase it falls in;
-- `tracemalloc`: Python-heap growth by file between the baseline, the built trainer and the end of training.
+One single-process cell, trained the worker's way, in a child inside a memory cgroup of its own (else RSS only). A
+sampler thread reads the cgroup and the anonymous RSS every millisecond and keeps each phase's peak (TRL's fused head
+forward / backward, the accelerator's backward, the optimizer step). `--mode`: `plain` (process figures only),
+`profiler` (torch.profiler's live tensors too) or `tracemalloc` (Python-heap growth by file).
 
     python -m bench.selfbench.memory_phases --cell one_adapter-none-single --workload small --mode profiler
-
-Prints one JSON object. MiB throughout.
 """
 
 import argparse

@@ -1,31 +1,13 @@
-"""`make mutants`: mutation testing of the modules that give verdicts, so that every check is shown to fail on the
-fault it is for.
-
-mutmut (pinned in the lock; scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in
-the judging modules (learning, engagement, record, classify, the compare verdict, the estimator's gate, predict,
-terms, cpu_terms, gpu_terms, cpu_kernels, generation_terms, knobs and uncertainty, and the run's progress watchdog,
-time budget and device slots) and runs their unit tests against each change. A mutant that no
-test kills is either a missing test, or an equivalent mutant: a change that cannot alter any result (a `>` for a `>=`
-on a tie that gives the same value either way). Each equivalent one is listed, with its reason, in
-equivalent_mutants.yaml beside this file; this module reads it, prints every other survivor with its diff, and exits 1
-if there is one, or if an entry no longer matches a survivor (the code moved: the entry must go or be updated).
-
-mutmut mutates only code inside functions: module-level constants (thresholds such as learning.DECREASE_MARGIN)
-are pinned by tests from both sides with literal values instead (tests/unit/judge/test_learning.py).
+"""`make mutants`: mutation testing of the modules that give verdicts: every check is shown to fail on its fault.
 
     python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate|run]
 
---only runs one part of the configured modules against that part's own configured tests (SUBSETS: `judge` is the
-judges and compare's verdict, `estimate` every configured module under bench/estimate/, `run` the run's modules
-under bench/run/ and bench/isolation/), for a change to that part alone; may be repeated. Entries of
-equivalent_mutants.yaml for modules outside the part are neither matched nor reported stale.
-
-Without --keep the previous results (mutants/) are removed first and every mutant is run. With --keep (while
-writing tests) mutmut's recorded results are reused: it re-runs the mutants of functions whose source changed, and
-this module then re-runs every mutant the tests did not stop last time, against the tests as they are now. A
-deleted or weakened test is only caught by a run without --keep. Results are kept for the same --only only: mutmut
-resets them when its test selection changes, so a kept run after one of another part starts over.
-"""
+mutmut (scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in the judging modules
+and runs their unit tests against each change. A survivor is a missing test or an equivalent mutant; each equivalent
+one is listed with its reason in equivalent_mutants.yaml beside this file. Exits 1 on any other survivor, or on an
+entry that no longer matches one. mutmut mutates only code inside functions: module-level thresholds are pinned by
+tests from both sides. `--only` runs one part (SUBSETS); `--keep` reuses mutmut's results while writing tests (a
+weakened test is only caught by a run without it)."""
 
 import argparse
 import fnmatch

@@ -1,16 +1,13 @@
 """What one oneDNN bf16 matmul primitive keeps, per ISA oneDNN may pick: the measurement behind
 bench/estimate/cpu_kernels.py (docs/estimator.md, "CPUs").
 
-For each ISA cap (ONEDNN_MAX_CPU_ISA; `default`: what oneDNN picks on this CPU), a child process runs bf16 matmuls of
-SHAPES new shapes of each of the three products a LoRA adapter's step makes ([M, in] x [in, r] forward, [M, r] x
-[r, in] for the input's gradient, [r, M] x [M, in] for the weight's), one warm-up shape first, and reports the growth
-of its anonymous memory per shape and the implementation oneDNN created. A cap above this CPU's ISA measures
-nothing new (oneDNN keeps to what the CPU has): run it on the CPU in question.
+For each ISA cap (ONEDNN_MAX_CPU_ISA; `default`: oneDNN's pick on this CPU) a child runs bf16 matmuls of SHAPES new
+shapes of each of a LoRA adapter's three products and reports the growth of its anonymous memory per shape and the
+implementation oneDNN created. A cap above this CPU's ISA measures nothing new: run it on the CPU in question.
 
     python -m bench.selfbench.onednn_primitives [--caps default AVX512_CORE_BF16 AVX512_CORE AVX2] [--shapes 100]
 
-Prints one JSON object: per cap, the implementation and KiB per primitive for each product, and their mean.
-"""
+Prints one JSON object: per cap, the implementation and KiB per primitive for each product, and their mean."""
 
 import argparse
 import json

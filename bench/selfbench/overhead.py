@@ -4,33 +4,10 @@
     python -m bench.selfbench.overhead [--cell one_adapter-none-single] [--rounds 8] [--steps 300]
                                        [--pairing concurrent|sequential] [--start auto] [--plain-start same|fresh]
 
-The plain side is the suite's rank without the suite's measurement, and nothing else: each round it trains the cell
-from the spec.json the previous suite run wrote (`plain_dpo --spec`: the worker's thread setting and imports, in the
-worker's order, then the same model, tokenizer, data and DPOConfig), started as the suite's cells start (`--start`,
-decided by bench/run/forking.py: forked from a fork server started for the round, as a run starts its own, with the
-same preload and environment; or a fresh interpreter), with the environment the suite's launcher gives the cell
-(bench/run/launch.py plan_launch) and its output to a file, as the cell's log. `--plain-start fresh` starts the plain
-side as a user's script starts whatever the suite does: against forked cells it measures the fork's own effect too.
-
-How the baseline was made equivalent (issue 42), each difference found by the suite running faster than the plain
-side, which a harness that only adds work cannot do:
-- the plain script built its own spec (the whole matrix expanded, the assets prepared) in the process it trained in,
-  started with this process's environment plus three thread variables, and wrote into a pipe: the suite 2-10 %
-  faster (3 rounds, Intel);
-- fresh and forked sides were compared: forked suite cells ~2 % faster than a fresh plain script;
-- the plain side forked from one fork server kept for the whole measurement, the suite's cells from one their run
-  had started seconds before: the suite 2.0 % faster (8 sequential rounds of 300 steps, 2026-11-28, AMD EPYC) and
-  2-8 % in 5 concurrent rounds, with the process states equal (threads, affinity, environment but the runner's ids,
-  gc counts, modules, RSS within 0.5 MiB) and the suite's own step callbacks added to the plain side. A fork server
-  of the plain side's own each round: median ratio 1.008 (8 concurrent rounds of 200 steps, 0.978-1.068).
-
-Each round runs both sides (`--pairing`): concurrent (default) on disjoint halves of the cores, swapped every round,
-the plain side started as the suite launches its cell, so that both steady windows see the same moments of a shared
-machine; sequential, one after the other in alternating order (machines with one core). The steady windows are
-`--steps` long (STEPS). Reports every round, and for steady tokens/s, median step speed and CPU time per step the
-median suite/plain ratio, its min-max spread, the overhead (1 - median ratio) and its 95 % upper bound, from a
-t-interval of the mean ratio: the goal (<= 1 %) is met where the bound is within it.
-"""
+The plain side is the suite's rank without its measurement: it trains from the suite's spec.json, started as the
+suite's cells start and with their environment (how it was made equivalent: docs/evidence/selfbench.md). Rounds run
+both sides concurrently on disjoint halves of the cores, or one after the other. Reports the median suite/plain
+ratio and the overhead's 95 % upper bound; the goal (<= 1 %) is met where the bound is within it."""
 
 import argparse
 import contextlib
@@ -59,8 +36,8 @@ from bench.worker.spec import WorkerSpec
 GOAL = 0.01
 STEPS = 300
 """Both sides' training steps. At the tiny workload's 30 (a 1.2-second steady window) the same cell's suite/plain
-ratio spread 0.82-1.12 over 8 rounds on a quiet 2-core VM (2026-11-28), its step time drifting 45 -> 64 ms between
-rounds: a window that short cannot tell 1 %."""
+ratio spread 0.82-1.12 over 8 rounds on a quiet 2-core VM, its step time drifting 45 -> 64 ms between rounds: a
+window that short cannot tell 1 %."""
 
 T95 = (
     12.71,

@@ -1,18 +1,12 @@
 """Overlay venvs: this venv with a few packages replaced (a released version, a local checkout or a wheel), so that
 an A/B can put library versions side by side (bench/selfbench/ab.py `--base-with`, `--head-with`).
 
-An overlay is a venv made without pip whose site-packages holds only the replaced packages and a `.pth` file that
-adds this venv's site-packages after them (`site.addsitedir`, so that their own `.pth` files, editable installs
-among them, are read too): its interpreter imports the overlay's version of a replaced package and this venv's
-everything else, and `importlib.metadata` reports the overlay's version, which env.json records. Its bin/ links this
-venv's programs that are not Python scripts (mpirun); the launchers that are (torchrun, accelerate, deepspeed) run as
-`python -m <module>` through the overlay's interpreter where no script of theirs is beside it
-(bench/launchers/base.py), so every process of a cell runs the overlay. DeepSpeed's host ops are copied from this
-venv (the same op sources and torch: nothing rebuilds; an overlaid DeepSpeed rebuilds what differs).
-
-Overlays live in build/overlays/<key>, the key naming this venv and the packages; one of released versions is kept
-and reused, one with a local checkout is made again for every A/B (the checkout may have changed since).
-"""
+An overlay's site-packages holds only the replaced packages and a `.pth` that adds this venv's site-packages after
+them: its interpreter imports the overlay's versions and this venv's everything else, and `importlib.metadata`
+reports the overlay's version to env.json. Its bin/ links this venv's non-Python programs (mpirun); the Python
+launchers run as `python -m <module>` through the overlay's interpreter, so every process of a cell runs the
+overlay. DeepSpeed's host ops are copied from this venv. Overlays live in build/overlays/<key>; one of released
+versions is reused, one with a local checkout is made again for every A/B."""
 
 import fcntl
 import hashlib

@@ -2,14 +2,10 @@
 
     python -m bench.selfbench.perf [--hw cpu] [--run RUN_ID] [--base RUN] [--repeats 3] [--no-imports]
 
-Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records,
-among them where each launcher's wall goes (the launcher's start, each phase of a rank, the exit: the records'
-`phases`). With
-`--base` (a run id of the same hardware folder, or a run folder: the base side of `make compare-ab`), each figure
-is given for both runs and as a ratio: run the two sides interleaved (compare-ab) so that the machine's drift hits
-both alike. A run with several trials per cell (compare-ab's pairs, --repeats) gives medians over every trial, and
-the matrix wall time of each trial.
-"""
+Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records (where
+each launcher's wall goes: the records' `phases`). With `--base` (a run of the same hardware folder, e.g. the base
+side of `make compare-ab`) each figure is given for both runs and as a ratio; run the sides interleaved so that the
+machine's drift hits both alike. Several trials per cell give medians."""
 
 import argparse
 import datetime as dt

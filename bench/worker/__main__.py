@@ -51,7 +51,7 @@ def rank_env_for(spec: WorkerSpec, environ: Mapping[str, str]) -> dict[str, str]
     """torch's rank variables from the launcher's own (bench/launchers/ torch_rank_env), on accelerators only. On the
     CPU accelerate forms mpirun's group from OMPI_COMM_WORLD_* itself (get_cpu_distributed_information), the path
     every CPU run has taken; with torch's variables set as well, one mpirun cell in the docker CI stage hung in the
-    gloo rendezvous (2026-11-24, not reproduced in 5 runs after)."""
+    gloo rendezvous (once; not reproduced in 5 runs after)."""
     return {} if spec.profile.device == "cpu" else torch_rank_env(spec.cell.launcher, environ)
 
 

@@ -1,33 +1,7 @@
-"""Test-only fault injection, off unless BENCH_FAULT is set: `BENCH_FAULT=<fault>[@rank<R>][:step<S>]`.
-
-BENCH_FAULT_CELL=<glob> limits it to matching cell ids. Faults fire on rank R (default 0) at the end of
-step S (default 3), with real signals, real allocations and real exceptions, so the suite's handling of
-them is tested end to end:
-
-  sigkill        the rank SIGKILLs itself
-  hang           the rank stops forever (its peers block in the next collective)
-  host_oom       the rank caps its address space just above its use, then allocates past it
-  cuda_oom       the rank raises torch's OutOfMemoryError with CUDA's message
-  bad_result     after training the rank overwrites its report with malformed JSON
-  leak_secret    the rank prints the value of HF_TOKEN and fails with it in the message
-  abort_at_exit  the rank trains on, then aborts (SIGABRT) while the interpreter shuts down, as gloo's
-                 threads sometimes do after training has finished
-  wrong_reference  every rank's reference stops being the initial policy before training: the separate
-                 reference model's weights are perturbed (two_models), or the trained adapter starts from a
-                 non-zero LoRA B so that the adapter-disabled or `ref` reference differs from it (adapters)
-  constant_reward_head  every rank's reward head is zeroed and frozen before training: the reward model scores
-                 every sequence 0 (bench/worker/stages/reward.py)
-  zero_learning_rate  every rank trains with a learning rate of 0: the weights never move
-  nan_loss       the rank fills one trainable parameter with NaN at the end of step S: the loss is NaN after it
-  drop_offload   every rank trains with the offload blocks (offload_optimizer, offload_param) removed from its
-                 DeepSpeed config before the trainer reads it: an offload cell that silently keeps its state on
-                 the device, which the engagement check must catch
-  slow_step      every rank, at the end of every step, spins for BENCH_FAULT_DELAY_MS (default 10) milliseconds
-                 of its own CPU time: a fixed per-step slowdown for the A/B noise experiment
-                 (bench/selfbench/ab_noise.py); @rank and :step are ignored. It spins rather than sleeps so
-                 that it is extra work, as a real regression is: both wall time and the CPU-time measure
-                 (cpu_s_per_step_median) see it, and on a busy machine it stretches like the step's own work
-"""
+"""Test-only fault injection, off unless BENCH_FAULT is set: `BENCH_FAULT=<fault>[@rank<R>][:step<S>]`, limited to
+cell ids matching BENCH_FAULT_CELL. Faults fire on rank R (default 0) at the end of step S (default 3) with real
+signals, allocations and exceptions, so that the suite's handling of them is tested end to end. What each of FAULTS
+does: docs/faults.md."""
 
 import atexit
 import fnmatch

@@ -1,25 +1,7 @@
-"""Intel Gaudi (HPU) path of the worker: optimum-habana's GaudiDPOTrainer. Written without Gaudi hardware and
-never run in this project so far: on a machine without `habana_frameworks` the runner records every cell of an
-hpu profile as `untested` (bench/run/preflight.py) and this module is not reached.
-
-How the Gaudi path differs from the CUDA one (optimum-habana 1.1x, Gaudi software 1.1x):
-- `adapt_transformers_to_gaudi()` must patch transformers before any model is built.
-- The trainer is `optimum.habana.trl.GaudiDPOTrainer` with a `GaudiConfig` (fused AdamW, fused clip-norm,
-  torch autocast to bf16) and the cell's trainer arguments (bench/worker/trainer_args.py) plus `use_habana=True`,
-  `use_lazy_mode=True`: graphs are compiled in the first steps, hence the profile's long timeout and warm-up steps.
-- optimum-habana pins its own (older) TRL and transformers: its environment must keep those pins, not take the
-  cpu or cuda lock file. Newer releases take a `GaudiDPOConfig` (TRL's DPOConfig fields); older ones take
-  `GaudiTrainingArguments` plus the DPO fields as trainer arguments: `gaudi_split` handles both.
-- bitsandbytes has no HPU backend: int8/nf4 cells are expected to fail with `error (import|incompatible)`.
-- Multi-card runs use the HCCL backend through `deepspeed` or `gaudi_spawn.py` (optimum-habana) rather than
-  NCCL; DDP/ZeRO cells launch as on CUDA with `deepspeed`/`torchrun`, which habana's torch integration patches.
-
-There is no hpu image: docker/ holds the cpu and cuda flavours only (bench/executors/docker_images.py), so an hpu
-profile runs
-with the local executor, in an environment that already has the Habana stack and optimum-habana. To validate on a
-Gaudi2 node: `python -m bench run --hw 8xGaudi2 --executor local --filter 'one_adapter-none-single'`, check that
-the engagement record shows the HPU device, then widen the filter.
-"""
+"""Intel Gaudi (HPU) path of the worker: optimum-habana's GaudiDPOTrainer. Written without Gaudi hardware and never
+run in this project: on a machine without `habana_frameworks` every cell of an hpu profile is recorded `untested`
+(bench/run/preflight.py) and this module is not reached. How the path differs from CUDA's, and how to validate it on
+a Gaudi node: docs/hpu.md."""
 
 import dataclasses
 from typing import Any

@@ -1,16 +1,11 @@
 """NVML per-process GPU memory, sampled in a background thread: what `nvidia-smi` shows for this process
 (allocator reserve + CUDA context + non-torch allocations), which torch's own counters miss.
 
-Uses the `pynvml` module (package nvidia-ml-py, in the cuda lock) when importable; without it, or without a GPU, the
-sampler is not started and the field stays None. Only this process's own devices are read (its rank's, or every
-visible one for a split model), mapped from CUDA's numbering to NVML's through CUDA_VISIBLE_DEVICES (the launch sets
-CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order). Inside a container with its own PID namespace NVML reports host PIDs,
-which never match this one: when the only process NVML lists on the cell's device is not in this PID namespace, the
-device is the cell's alone (the launch gives every cell its own GPUs) and that process is this one, so its memory is
-taken (or the device's used memory where NVML withholds the process's). Otherwise the sample is skipped. Cells in
-slots of one GPU (`run --gpu-slots`) run under the local executor, in this PID namespace: each finds its own entry in
-the per-process list, never the device-wide figure its neighbours share.
-"""
+Uses `pynvml` (nvidia-ml-py, in the cuda lock) where importable; else the field stays None. Only this process's
+devices are read, mapped to NVML's numbering through CUDA_VISIBLE_DEVICES (the launch sets PCI_BUS_ID order). In a
+container with its own PID namespace NVML reports host PIDs: when the only process NVML lists on the cell's device is
+not in this namespace, the device is the cell's alone and that process is this one; otherwise the sample is skipped.
+Cells in slots of one GPU run in this namespace and find their own entry, never the device-wide figure."""
 
 import contextlib
 import os

@@ -1,17 +1,13 @@
 """The pipeline's steps that do not train, each a process of its own: `python -m bench.worker.pipeline_step
 SPEC.json` (bench/pipeline runs them).
 
-- merge: the base checkpoint plus a trained LoRA adapter (a causal LM's, or a reward model's with its trained
-  sequence-classification head), merged with PEFT's `merge_and_unload` and saved with
-  `save_pretrained` (and the tokenizer beside it), as the optimum-habana guide's merge step does. Checked: the
-  adapter changes the base model's logits on a fixed prompt (it was trained and loaded), and the merged model's
-  logits equal the adapter model's within the precision's tolerance (the merge kept what was trained).
-- generate: the merged model loaded with plain transformers (no PEFT: no adapter file in the folder, no LoRA
-  parameter in the model), then greedy generation of exactly `new_tokens` tokens after a fixed prompt (EOS held
-  back with min_new_tokens). Checked: the number of new tokens.
+- merge: the base checkpoint plus a trained LoRA adapter (a causal LM's, or a reward model's with its score head),
+  merged with PEFT's `merge_and_unload` and saved with the tokenizer. Checked: the adapter changes the base model's
+  logits on a fixed prompt, and the merged model's logits equal the adapter model's within the precision's tolerance.
+- generate: the merged model loaded with plain transformers (no PEFT), then greedy generation of exactly
+  `new_tokens` tokens after a fixed prompt (EOS held back). Checked: the number of new tokens.
 
-Each writes its report (peak memory, checks, or its error) as one JSON file, atomically.
-"""
+Each writes its report (peak memory, checks, or its error) as one JSON file, atomically."""
 
 import os
 import sys

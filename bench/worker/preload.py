@@ -2,14 +2,10 @@
 the libraries every cell imports (bench/worker/build.py import_libraries). A cell's extras (deepspeed, another
 method's trainer) are imported by its child, as a fresh worker would.
 
-Where `from trl import DPOTrainer` spends its time on CPU (python -X importtime, 2 cores): peft imports
-bitsandbytes (peft/helpers.py), whose default backend wraps its kernels in torch.compile at import
-(bitsandbytes/backends/default/ops.py), which imports torch._dynamo and torch._inductor (about 1.5 s); peft's
-constants import transformers' Bloom model (peft/utils/constants.py), and with it transformers' generation code
-(about 2 s); transformers' trainer utilities, datasets with pyarrow and pandas, and torch itself make most of the
-rest. None of it can be left out without changing what the cell runs (bitsandbytes' compiled kernels are the nf4
-cells' CPU path), so it is paid once per run here.
-"""
+`from trl import DPOTrainer` costs seconds on CPU: peft imports bitsandbytes, whose default backend compiles its
+kernels with torch.compile at import (torch._dynamo and _inductor, ~1.5 s); peft's constants import transformers'
+generation code (~2 s); the trainer utilities, datasets and torch make the rest. None of it can be left out without
+changing what the cell runs, so it is paid once per run here."""
 
 import contextlib
 from collections.abc import Iterator

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bench.estimate.speed import published_speeds
-from bench.estimate.speed.devices import GENERATIONS, MAMF_TFLOPS
+from bench.estimate.speed.devices import generation_of, max_matmul_fraction
 from bench.estimate.speed.mfu_sources import FigureRow, LlamaLayout, mfu_file
 from bench.estimate.speed.work import hardware_ratio
 from bench.judge.mfu import ModelShape, flops_per_token
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from bench.matrix.cell import Cell
     from bench.matrix.plan import Plan
 
-MAX_MATMUL_FRACTION = max(m / t for m, t in MAMF_TFLOPS.values() if t != 432)
-"""The best NVIDIA or AMD achievable matmul fraction measured (A100 SXM, 271.2 of 312)."""
-
 COVERED_BY = {
     "single": ("single", "data_parallel", "sharded"),
     "data_parallel": ("data_parallel", "sharded"),
@@ -34,13 +31,6 @@ COVERED_BY = {
 }
 """The backend families whose figures count for a kind's: a run with less communication can reach at least what
 one with more reached per GPU, so a sharded figure is evidence for a single-GPU kind too (never the reverse)."""
-
-BACKEND_FAMILIES = {
-    "single": "single",
-    "device_map": "single",
-    "ddp": "data_parallel",
-}
-"""Backend -> family; every other backend (fsdp*, zero2*, zero3*) shards: `sharded`."""
 
 
 LARGE_MODEL = 20e9
@@ -83,11 +73,11 @@ class PublishedMfu:
     @property
     def comparable(self) -> bool:
         """False where the hardware utilisation it implies is above the best measured achievable matmul fraction
-        of any card (devices.MAMF_TFLOPS: A100 SXM, 86.9 %): no run reaches that on a whole step, so the source's
-        tokens or setup are not what this convention assumes (torchtune's LoRA rows, 91 % on the RTX 4090 and
-        148 % on the A6000, and its full A6000 row, 107 % with the recompute counted). Kept as data, never a
+        of any card (devices.max_matmul_fraction: A100 SXM, 86.9 %): no run reaches that on a whole step, so the
+        source's tokens or setup are not what this convention assumes (torchtune's LoRA rows, 91 % on the RTX 4090
+        and 148 % on the A6000, and its full A6000 row, 107 % with the recompute counted). Kept as data, never a
         bound."""
-        return self.hfu <= MAX_MATMUL_FRACTION
+        return self.hfu <= max_matmul_fraction()
 
 
 def llama_shape(config: LlamaLayout) -> ModelShape:
@@ -136,8 +126,8 @@ def _qwen() -> list[PublishedMfu]:
     shape = llama_shape(mfu_file().models["qwen-7b"])
     rows = []
     for kind, table in (
-        ("lora", published_speeds.QWEN7B_LORA_S_PER_IT),
-        ("qlora", published_speeds.QWEN7B_QLORA_S_PER_IT),
+        ("lora", published_speeds.qwen7b_s_per_it("lora")),
+        ("qlora", published_speeds.qwen7b_s_per_it("qlora")),
     ):
         for seq, s_per_it in table.items():
             rows.append(
@@ -186,7 +176,9 @@ class Kind:
 
 
 def kind_of(cell: "Cell", gpu_name: str, matmul_params: float) -> Kind:
+    from bench.matrix.backends import backend_spec
     from bench.matrix.inits import init_spec
+    from bench.matrix.methods import method_spec
     from bench.matrix.quants import quant_spec
 
     adapter = "full"
@@ -194,10 +186,10 @@ def kind_of(cell: "Cell", gpu_name: str, matmul_params: float) -> Kind:
         adapter = "qlora" if quant_spec(cell.quant).quantized else "lora"
     return Kind(
         size_class(matmul_params),
-        "dpo" if str(cell.method) == "dpo" else "sft",
+        method_spec(cell.method).mfu_kind,
         adapter,
-        BACKEND_FAMILIES.get(str(cell.backend), "sharded"),
-        GENERATIONS.get(gpu_name, "unknown"),
+        backend_spec(cell.backend).family,
+        generation_of(gpu_name),
     )
 
 

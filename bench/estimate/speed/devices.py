@@ -8,62 +8,40 @@ it takes half. Cards without P2P send through the host, so a PCIe figure is an u
 from dataclasses import dataclass
 
 from bench.errors import BenchError
-from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
+from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card, load_catalog
 from bench.matrix.profiles import HardwareProfile
 from bench.units import GB
 
-MAMF_SOURCE = (
-    "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
-    "#maximum-achievable-matmul-flops-comparison-table"
-)
-MAMF_TFLOPS = {
-    "A100-80G": (271.2, 312),
-    "A100-40G": (271.2, 312),
-    "H100-SXM": (794.5, 989),
-    "H200": (794.5, 989),
-    "B200": (1745.0, 2250),
-    "MI300X": (668.4, 1300),
-    "Gaudi2": (418.7, 432),
-    "Gaudi3": (1243.0, 1677),
-}
-"""Maximum Achievable Matmul FLOPS (BF16, no sparsity; best mean over a brute-force search of shapes) and the
-theoretical figure beside it, per catalog entry, from MAMF_SOURCE's table: "NVIDIA A100 SXM" (both A100 entries
-are SXM4), "NVIDIA H100 SXM" (its note: "H200 is the same"), "NVIDIA B200 SXM", "AMD MI300X" (the
-PYTORCH_TUNABLEOP_ENABLED=1 row), "Intel Gaudi 2", "Intel Gaudi 3"."""
-MAMF_PRIOR = min(m / t for name, (m, t) in MAMF_TFLOPS.items() if name[0] in "ABH")
-"""For a card the table does not measure (A10, L4, T4, the GeForce and RTX cards, H100 PCIe, L40S): the lowest
-NVIDIA fraction in it (B200, 77.6 %). A prior, not a measurement of that card."""
+
+def _mamf_prior() -> float:
+    """For a card the MAMF table does not measure (A10, L4, T4, the GeForce and RTX cards, H100 PCIe, L40S): the
+    lowest NVIDIA fraction in it (B200, 77.6 %). A prior, not a measurement of that card."""
+    return min(g.mamf.fraction for g in load_catalog().gpus if g.mamf is not None and g.name[0] in "ABH")
 
 
 def matmul_fraction(name: str) -> tuple[float, str]:
-    """The achievable fraction of the dense peak on large bf16 matmuls for a catalog entry, and where it is from."""
-    if name in MAMF_TFLOPS:
-        m, t = MAMF_TFLOPS[name]
-        return m / t, f"MAMF {m} of {t} TFLOP/s ({MAMF_SOURCE})"
-    return MAMF_PRIOR, f"no MAMF row: the lowest NVIDIA one, {MAMF_PRIOR:.3f} ({MAMF_SOURCE})"
+    """The achievable fraction of the dense peak on large bf16 matmuls for a catalog entry (its `mamf` row of the
+    Maximum Achievable Matmul FLOPS table), and where it is from."""
+    entry = gpu(name)
+    if entry.mamf is not None:
+        m, t = entry.mamf.tflops, entry.mamf.of_tflops
+        return m / t, f"MAMF {m} of {t} TFLOP/s ({entry.source('mamf')})"
+    prior = _mamf_prior()
+    source = next(g.source("mamf") for g in load_catalog().gpus if g.mamf is not None)
+    return prior, f"no MAMF row: the lowest NVIDIA one, {prior:.3f} ({source})"
 
 
-GENERATIONS = {
-    "T4": "turing",
-    "A10": "ampere",
-    "A10G": "ampere",
-    "RTX-3090": "ampere",
-    "RTX-A6000": "ampere",
-    "A100-40G": "ampere",
-    "A100-80G": "ampere",
-    "L4": "ada",
-    "RTX-4090": "ada",
-    "L40S": "ada",
-    "H100-PCIe": "hopper",
-    "H100-SXM": "hopper",
-    "H200": "hopper",
-    "RTX-5090": "blackwell",
-    "B200": "blackwell",
-    "MI300X": "cdna3",
-    "Gaudi2": "gaudi",
-    "Gaudi3": "gaudi",
-}
-"""Card generation of each GPU catalog entry (scenarios/gpus.yaml): the vendors' architecture names."""
+def max_matmul_fraction() -> float:
+    """The best NVIDIA or AMD achievable matmul fraction measured (A100 SXM, 271.2 of 312): Gaudi's are left out."""
+    return max(g.mamf.fraction for g in load_catalog().gpus if g.mamf is not None and g.device != "hpu")
+
+
+def generation_of(name: str) -> str:
+    """The card generation of a catalog entry, `unknown` for a name the catalog does not hold."""
+    found = next((g for g in load_catalog().gpus if g.name == name), None)
+    return "unknown" if found is None else found.generation
+
+
 FLASH_ATTENTION_2 = "https://huggingface.co/papers/2307.08691"
 FLASH_ATTENTION_3 = "https://huggingface.co/papers/2407.08608"
 ATTENTION_FRACTION = {"hopper": 0.35, "blackwell": 0.35}
@@ -75,7 +53,7 @@ ATTENTION_FRACTION_DEFAULT = 0.73
 
 
 def attention_fraction(name: str) -> float:
-    return ATTENTION_FRACTION.get(GENERATIONS.get(name, ""), ATTENTION_FRACTION_DEFAULT)
+    return ATTENTION_FRACTION.get(gpu(name).generation, ATTENTION_FRACTION_DEFAULT)
 
 
 @dataclass(frozen=True)

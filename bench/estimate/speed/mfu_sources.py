@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from bench.errors import BenchError
+from bench.matrix.backends import Family
 from bench.matrix.yaml_schema import Strict, load_yaml_model
 from bench.paths import SCENARIOS_DIR, scenarios_dir
 
@@ -29,7 +30,7 @@ class FigureKind(Strict):
     method: Literal["sft", "dpo"]
     """`sft` (pretraining counts: the same step) or `dpo`."""
     adapter: Literal["full", "lora", "qlora"]
-    backend: Literal["single", "data_parallel", "sharded"]
+    backend: Family
     generation: str
     size: Literal["small", "large"]
 

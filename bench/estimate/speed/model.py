@@ -21,9 +21,6 @@ from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.plan import Plan
 from bench.units import GB
 
-QUANT_BYTES = {"none": 0.0, "int8": 1.0, "nf4": 0.5}
-"""Stored bytes per quantized weight (bitsandbytes int8: one byte; nf4: half, the per-block scales left out)."""
-
 
 @dataclass(frozen=True)
 class StepSetup:
@@ -86,7 +83,7 @@ def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
         adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
     )
     quantized = shapes.linear_weights if quant.quantized else 0
-    q = QUANT_BYTES[str(cell.quant)]
+    q = quant.bytes_per_weight
     separate = init.reference == "separate_model" and not precomputed
     return StepSetup(
         step=step,

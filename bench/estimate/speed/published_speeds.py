@@ -1,24 +1,56 @@
-"""The published throughput rows (scenarios/published/memory.yaml: torchtune's tokens/s; Qwen's s/it, every
-length of its LoRA and Q-LoRA rows from QWEN_README) as step setups the speed model can predict. Each row states
-the configuration its source gives; what the source leaves open is an assumption named in `assumed`."""
+"""The published throughput rows as step setups the speed model can predict: the speeds are read from
+scenarios/published/ (memory.yaml: torchtune's tokens/s and Qwen-7B's LoRA s/it; speeds.yaml: Qwen-7B's Q-LoRA
+s/it, both of QWEN_README); each row here states the configuration its source gives, and what the source leaves
+open is an assumption named in `assumed`."""
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from bench.estimate.speed import work
 from bench.estimate.speed.mfu_sources import model_config
 from bench.estimate.speed.model import StepSetup
 from bench.judge.mfu import ModelShape, shape_of
-from bench.matrix.axes import Backend
+from bench.matrix.axes import Backend, Quant
 from bench.matrix.backends import backend_spec
+from bench.matrix.quants import quant_spec
+from bench.paths import scenarios_dir
 
 MODELS = {"llama31": "llama-3.1-8b", "qwen7b": "qwen-7b"}
 """The rows' models, by their names in scenarios/published/mfu.yaml (their config.json numbers)."""
 QWEN_README = "https://github.com/QwenLM/Qwen/blob/main/README.md"
-QWEN7B_LORA_S_PER_IT = {256: 1.2, 512: 1.5, 1024: 2.8, 2048: 5.2, 4096: 10.1, 8192: 21.3}
-QWEN7B_QLORA_S_PER_IT = {256: 3.0, 512: 3.0, 1024: 3.5, 2048: 7.0, 4096: 11.6, 8192: 22.3}
+QWEN_ENTRIES = {"lora": "qwen7b-lora-a100", "qlora": "qwen7b-qlora-a100"}
 """Qwen-7B on one A100-SXM4-80G, s/it by sequence length (QWEN_README, "Profiling of Memory and Speed": transformers
-Trainer + PEFT, FlashAttention 2, batch 1, gradient accumulation 8, bf16, CUDA 11.8, PyTorch 2.0)."""
+Trainer + PEFT, FlashAttention 2, batch 1, gradient accumulation 8, bf16, CUDA 11.8, PyTorch 2.0): the entries of
+scenarios/published/ that hold each table."""
+TORCHTUNE_ENTRY = "torchtune-llama31-8b-single-device"
+SPEED_FILES = ("memory.yaml", "speeds.yaml")
+
+
+def _entries(folder: Path | None = None) -> dict[str, dict]:
+    """The published entries of SPEED_FILES by id (default: the scenario folder in use's)."""
+    found = folder or scenarios_dir() / "published"
+    return _entries_at(found)
+
+
+@functools.cache
+def _entries_at(folder: Path) -> dict[str, dict]:
+    loaded = [yaml.safe_load((folder / name).read_text(encoding="utf-8")) for name in SPEED_FILES]
+    return {entry["id"]: entry for entries in loaded for entry in entries}
+
+
+def qwen7b_s_per_it(kind: str) -> dict[int, float]:
+    """Qwen-7B's s/it by sequence length, shortest first, for `lora` or `qlora` (QWEN_ENTRIES)."""
+    figures = _entries()[QWEN_ENTRIES[kind]]["figures"]
+    return {int(f["seq_len"]): float(f["s_per_it"]) for f in sorted(figures, key=lambda f: f["seq_len"])}
+
+
+def torchtune_tokens_per_s(setup: str) -> float:
+    """torchtune's tokens/s of the figure whose setup is `setup` (its config named in brackets left out)."""
+    figures = _entries()[TORCHTUNE_ENTRY]["figures"]
+    return float(next(f["tokens_per_s"] for f in figures if f["setup"].split(" (")[0] == setup))
 
 
 @dataclass(frozen=True)
@@ -42,89 +74,50 @@ class PublishedSpeedRow:
     """LoRA through PEFT (float32 adapters, work.adapter_bytes); torchtune's adapters are in the model's bf16."""
 
 
-ROWS = (
-    PublishedSpeedRow(
-        "torchtune-llama31-8b-single-device: full, 1x RTX 4090",
+TORCHTUNE_ROWS = (
+    (
+        "full, 1x RTX 4090",
         "NVIDIA GeForce RTX 4090",
-        "llama31",
         None,
         "none",
-        2,
-        2048,
-        1650,
-        "activation checkpointing on; AdamW bytes (the recipe's paged 8-bit AdamW moves fewer)",
+        "AdamW bytes (the recipe's paged 8-bit AdamW moves fewer)",
     ),
-    PublishedSpeedRow(
-        "torchtune-llama31-8b-single-device: LoRA, 1x RTX 4090",
-        "NVIDIA GeForce RTX 4090",
-        "llama31",
-        8,
-        "none",
-        2,
-        2048,
-        3083,
-        "activation checkpointing on; r=8",
-        peft=False,
-    ),
-    PublishedSpeedRow(
-        "torchtune-llama31-8b-single-device: QLoRA, 1x RTX 4090",
-        "NVIDIA GeForce RTX 4090",
-        "llama31",
-        8,
-        "nf4",
-        2,
-        2048,
-        2413,
-        "activation checkpointing on; r=8",
-        peft=False,
-    ),
-    PublishedSpeedRow(
-        "torchtune-llama31-8b-single-device: full, 1x A6000",
-        "NVIDIA RTX A6000",
-        "llama31",
-        None,
-        "none",
-        2,
-        2048,
-        2579,
-        "activation checkpointing on; AdamW bytes",
-    ),
-    PublishedSpeedRow(
-        "torchtune-llama31-8b-single-device: LoRA, 1x A6000",
-        "NVIDIA RTX A6000",
-        "llama31",
-        8,
-        "none",
-        2,
-        2048,
-        4699,
-        "activation checkpointing on; r=8",
-        peft=False,
-    ),
-    *(
-        PublishedSpeedRow(
-            f"qwen7b-{kind}-a100: seq {seq}",
-            "NVIDIA A100-SXM4-80GB",
-            "qwen7b",
-            64,
-            "nf4" if kind == "qlora" else "none",
-            8,
-            seq,
-            8 * seq / s_per_it,
-            "8 full-length sequences per iteration (batch 1 x grad_accum 8); LoRA on every decoder linear, dropout "
-            "0.05 (finetune.py)"
-            + (
-                "; Q-LoRA loads the GPTQ Int4 checkpoint: modelled as 4-bit weights dequantized per pass"
-                if kind == "qlora"
-                else ""
-            ),
-            micro_steps=8,
-            dropout=True,
-        )
-        for kind, table in (("lora", QWEN7B_LORA_S_PER_IT), ("qlora", QWEN7B_QLORA_S_PER_IT))
-        for seq, s_per_it in table.items()
-    ),
+    ("LoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "none", "r=8"),
+    ("QLoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "nf4", "r=8"),
+    ("full, 1x A6000", "NVIDIA RTX A6000", None, "none", "AdamW bytes"),
+    ("LoRA, 1x A6000", "NVIDIA RTX A6000", 8, "none", "r=8"),
 )
+"""torchtune's rows (setup as its table names it, card, LoRA rank, quantization, what is assumed beyond activation
+checkpointing): Llama-3.1-8B, batch 2 packed to 2048 tokens, adapters in the model's bf16 (no PEFT)."""
+QWEN_ASSUMED = (
+    "8 full-length sequences per iteration (batch 1 x grad_accum 8); LoRA on every decoder linear, dropout "
+    "0.05 (finetune.py)"
+)
+QWEN_QLORA_ASSUMED = "; Q-LoRA loads the GPTQ Int4 checkpoint: modelled as 4-bit weights dequantized per pass"
+
+
+def _torchtune(setup: str, card: str, r: int | None, quant: str, assumed: str) -> PublishedSpeedRow:
+    tokens = torchtune_tokens_per_s(setup)
+    return PublishedSpeedRow(
+        f"{TORCHTUNE_ENTRY}: {setup}", card, "llama31", r, quant, 2, 2048, tokens,
+        f"activation checkpointing on; {assumed}", peft=r is None,
+    )  # fmt: skip
+
+
+def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
+    return PublishedSpeedRow(
+        f"{QWEN_ENTRIES[kind]}: seq {seq}", "NVIDIA A100-SXM4-80GB", "qwen7b", 64, "nf4" if kind == "qlora" else "none",
+        8, seq, 8 * seq / s_per_it, QWEN_ASSUMED + (QWEN_QLORA_ASSUMED if kind == "qlora" else ""),
+        micro_steps=8, dropout=True,
+    )  # fmt: skip
+
+
+def rows() -> tuple[PublishedSpeedRow, ...]:
+    """torchtune's five rows, then Qwen-7B's LoRA and Q-LoRA rows by sequence length."""
+    qwen = [_qwen(k, seq, t) for k in QWEN_ENTRIES for seq, t in qwen7b_s_per_it(k).items()]
+    return (*(_torchtune(*row) for row in TORCHTUNE_ROWS), *qwen)
+
+
 FITTED = tuple(f"qwen7b-{kind}-a100: seq {seq}" for kind in ("lora", "qlora") for seq in (256, 1024, 4096))
 """The published rows the GPU constants are fitted on (with this project's fitted GPU run, validate.GPU_FIT_RUNS),
 named before the fit: Qwen-7B LoRA and Q-LoRA on one A100 at 256, 1024 and 4096 tokens. Every other row is held
@@ -195,6 +188,7 @@ def lora_params(model: str, r: int) -> int:
 def setup_of(row: PublishedSpeedRow) -> StepSetup:
     shape, total, linear = _shapes(row.model)
     quantized = linear if row.quant == "nf4" else 0
+    nf4 = quant_spec(Quant.NF4).bytes_per_weight
     trainable = lora_params(row.model, row.lora_r) if row.lora_r else total
     step = work.StepShape(
         shape=shape,
@@ -217,8 +211,8 @@ def setup_of(row: PublishedSpeedRow) -> StepSetup:
         compute_bytes=2,
         quantized_params=quantized,
         quantized_linears=7 * shape.layers if quantized else 0,
-        quant_bytes=0.5 if quantized else 0.0,
-        policy_bytes=(total - quantized) * 2 + quantized * 0.5,
+        quant_bytes=nf4 if quantized else 0.0,
+        policy_bytes=(total - quantized) * 2 + quantized * nf4,
         reference_gathered=True,
         param_modules=0,
         gather_units=0,

@@ -215,7 +215,7 @@ def _published_device(row: published_speeds.PublishedSpeedRow) -> DeviceFigures:
 def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:
     constants = constants_for(calibration, "gpu")
     out = []
-    for row in published_speeds.ROWS:
+    for row in published_speeds.rows():
         setup = published_speeds.setup_of(row)
         device = _published_device(row)
         seconds = sum(step_terms(setup, device, constants, calibration.host.memory_gbps * GB).values())
@@ -305,7 +305,7 @@ def gpu_rows(cells: list[MeasuredSpeed]) -> list[GpuRow]:
             _published_device(r),
             published_speeds.setup_of(r).step.tokens / r.measured_tokens_per_s,
         )
-        for r in published_speeds.ROWS
+        for r in published_speeds.rows()
     ]
     rows += [GpuRow(m.run, m.setup, m.device, m.s_per_step) for m in cells if m.device.device_class == "gpu"]
     return rows

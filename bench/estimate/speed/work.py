@@ -158,17 +158,14 @@ def layer_elementwise_bytes(
     hidden: int, q_dim: int, kv_dim: int, intermediate: int, compute_bytes: int, fused_norm_rope: bool = False
 ) -> float:
     """Bytes one eager decoder layer (transformers' Llama layout: RMSNorm, attention with RoPE, SwiGLU MLP) reads and
-    writes per token in one forward outside its matmuls, each op one pass over its tensors (eager PyTorch does not
-    fuse them; FLOP counts do not see them):
-    - two RMSNorms, each: cast to fp32, pow, mean, multiply by rsqrt, cast back, multiply by the weight
-      (transformers LlamaRMSNorm): 28 + 4 x compute_bytes bytes per hidden element;
+    writes per token in one forward outside its matmuls, each op one pass over its tensors (eager, unfused):
+    - two RMSNorms (LlamaRMSNorm: fp32 cast, pow, mean, rsqrt, cast back, weight): 28 + 4 x b bytes per element;
     - two residual adds: read two, write one;
     - RoPE on queries and keys (apply_rotary_pos_emb: x cos, rotate_half's neg and cat, x sin, add): 10 passes;
     - the attention output made contiguous before o_proj: one read, one write;
     - SwiGLU (act_fn(gate) x up): the activation reads and writes the gate, the product reads two and writes one.
-    Attention itself is one fused kernel (SDPA / FlashAttention) and counted in FLOPs. `fused_norm_rope`: a model
-    code that calls fused RMSNorm and rotary kernels (flash-attn's, as Qwen-7B's modeling_qwen.py does where they
-    are installed): one read and one write each."""
+    Attention itself is one fused kernel, counted in FLOPs. `fused_norm_rope`: model code that calls fused RMSNorm
+    and rotary kernels (flash-attn's, as Qwen-7B's modeling_qwen.py does): one read and one write each."""
     b = compute_bytes
     if fused_norm_rope:
         return float(

@@ -8,6 +8,7 @@ from bench.estimate.predict import predict_cell
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.gpus import load_catalog
 from bench.matrix.profiles import load_profile, load_workload
 from bench.units import MiB
 
@@ -73,9 +74,7 @@ def test_allocator_overhead_half_a_rounding_step_per_large_tensor_and_one_freed_
 def test_the_gpus_of_the_data_sheets():
     # NVIDIA data sheets and whitepapers: SM counts, compute capability majors (Turing 7, Ampere/Ada 8, Hopper 9,
     # Blackwell 10 and 12); NVLink where the catalog's interconnect is NVLink
-    assert {
-        name: (g.sms, g.major, g.nvlink) for name in gpu_terms.CUDA_FIGURES if (g := gpu_terms.gpu_named(name))
-    } == {
+    assert {e.name: (g.sms, g.major, g.nvlink) for e in load_catalog().gpus if (g := gpu_terms.gpu_named(e.name))} == {
         "T4": (40, 7, False),
         "L4": (58, 8, False),
         "A10": (72, 8, False),

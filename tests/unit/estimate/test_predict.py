@@ -176,7 +176,7 @@ def test_each_method_reads_the_model_output_its_own_way():
     shapes = shapes_from_config(str(SCENARIOS_DIR / "workloads/small/config.json"))
     assert output_head(method_spec("reward"), 4, 128, shapes, 4, "cpu", False) == ("scalar_head", 4 * 128 * 4)
     # ORPO's experimental trainer holds the full [2B, L, V] logits and, in the backward, full-size gradients: 5 in
-    # all with its NLL's, 4 for SimPO (bench/estimate/predict.py FULL_LOGITS_UNITS)
+    # all with its NLL's, 4 for SimPO (bench/matrix/methods.py logits_units)
     rows_l_v = 2 * 2 * 128 * 32768 * 4
     assert predicted["orpo"]["full_logits"] == 5 * rows_l_v
     simpo = predict_cell(method_cell("simpo"), profile, workload).terms

@@ -10,7 +10,6 @@ import pytest
 from bench.cli.target import add_target_arguments, target
 from bench.estimate.predict import predict
 from bench.estimate.speed.bounds import (
-    MAX_MATMUL_FRACTION,
     bound,
     figures,
     implied_mfu,
@@ -19,6 +18,7 @@ from bench.estimate.speed.bounds import (
     prediction_ratio,
 )
 from bench.estimate.speed.calibration import load_speed_calibration
+from bench.estimate.speed.devices import max_matmul_fraction
 from bench.estimate.speed.model import predict_speed
 from bench.matrix.plan import plan_for
 from bench.matrix.scenario import expand, load_matrix
@@ -57,7 +57,7 @@ def test_every_published_figure_names_its_source_and_kind():
     # torchtune's LoRA rows and its A6000 full row imply more than any card's matmul rate: data, never a bound
     left_out = {f.id for f in figures() if not f.comparable}
     assert left_out == {"torchtune: LoRA, 1x RTX 4090", "torchtune: LoRA, 1x A6000", "torchtune: full, 1x A6000"}
-    assert all(f.hfu <= MAX_MATMUL_FRACTION for f in figures() if f.comparable)
+    assert all(f.hfu <= max_matmul_fraction() for f in figures() if f.comparable)
 
 
 def test_the_issue_examples_are_bounded_by_their_own_kind():

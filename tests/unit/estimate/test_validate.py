@@ -45,7 +45,7 @@ OUTLIERS = [
     (ZEN5, "two_adapters-none-zero3_offload_param"),
     ("results/cpu/20261127-014330", "two_adapters-none-zero2_offload+1rank"),
 ]
-"""The DPO cells over the goal (docs/estimator.md, Validation). On the EPYC Zen 5 (a fresh clone's make bench,
+"""The DPO cells over the goal (docs/evidence/cpus.md). On the EPYC Zen 5 (a fresh clone's make bench,
 measured elsewhere: its README) eight ZeRO cells at -15.1 ... -17.5 %: every cell of that run measures 6.7-20.8 MiB
 (median 13.5) above the same cells measured at the same commit on the Zen 4 here (results/cpu/zen4-head-20261128,
 within -5.0 ... +13.0 %), about half while the trainer is built and half in training, the same on every backend; the

@@ -110,7 +110,7 @@ def test_a_non_finite_first_loss_is_recorded_as_none():
     assert learning.failures == ["non-finite loss (first at step 1 on rank 0)"]
 
 
-# --- every other method's rule (bench/judge/learning.py RULES) ---
+# --- every other method's rule (MethodSpec.learning) ---
 
 
 def test_kto_starts_at_one_half_and_a_wrong_reference_moves_it():
@@ -188,11 +188,13 @@ def test_a_method_with_an_exact_first_loss_starts_there_and_records_no_start_mea
 
 
 def test_an_expected_first_loss_without_a_name_is_printed_as_its_value(monkeypatch):
-    from bench.judge import learning as module
-    from bench.judge.learning import Rule
-    from bench.matrix.axes import Method
+    from dataclasses import replace
 
-    monkeypatch.setitem(module.RULES, Method.SFT, Rule(0.25, "the reference is not the initial policy"))
+    from bench.matrix.axes import Method
+    from bench.matrix.methods import METHODS, LearningRule
+
+    rule = LearningRule(0.25, "the reference is not the initial policy")
+    monkeypatch.setitem(METHODS, Method.SFT, replace(METHODS[Method.SFT], learning=rule))
     assert check([[0.3, 0.2, 0.1]], [], "fp32", "sft").failures == [
         "first-step loss 0.3000 is not 0.25 = 0.2500 (±0.001): the reference is not the initial policy"
     ]

@@ -12,7 +12,7 @@ AB_FILE = "ab.json"
 """An A/B folder (`make compare-ab`: results/ab/<timestamp>/) holds its two sides' runs below it, and this."""
 CITATION = re.compile(r"results/([A-Za-z0-9x.-]+)/(\d{8}-[A-Za-z0-9-]+)")
 CITING = sorted(
-    [PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").glob("*.md"), *(PROJECT_ROOT / "bench").rglob("*.py")]
+    [PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").rglob("*.md"), *(PROJECT_ROOT / "bench").rglob("*.py")]
 )
 
 

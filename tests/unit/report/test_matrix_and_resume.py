@@ -38,7 +38,7 @@ def test_resume_runs_only_cells_without_a_result(tmp_path, cpu_profile, monkeypa
         ran.append(cell.id if trial == 0 else f"{cell.id}#{trial}")
         return record(cell.id).model_copy(update={"trial": trial})
 
-    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    monkeypatch.setattr("bench.run.trial.run_cell", fake_run_cell)
     cells = [
         Cell(init="one_adapter", quant="none", backend="single", launcher="python"),
         Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun"),
@@ -63,7 +63,7 @@ def test_repeats_record_every_trial_and_resume_per_trial(tmp_path, cpu_profile, 
         ran.append((cell.id, trial))
         return record(cell.id).model_copy(update={"trial": trial})
 
-    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    monkeypatch.setattr("bench.run.trial.run_cell", fake_run_cell)
     cell = Cell(init="one_adapter", quant="none", backend="single", launcher="python")
     ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=NO_EXECUTOR)
     runner.execute(ctx, [cell], repeats=2, out=io.StringIO())

@@ -19,10 +19,11 @@ from bench.results.store import load_results
 from bench.run import side_by_side
 from bench.run.budget import TimeBudget
 from bench.run.cell import RunContext
-from bench.run.memory_slots import SharedDevice
+from bench.run.memory_slots import SPEED_TRIALS, SharedDevice
 from bench.run.runner import execute
-from bench.run.side_by_side import SPEED_TRIALS, Trial, speed_pass
+from bench.run.side_by_side import speed_pass
 from bench.run.slot_ledger import DeviceLedger
+from bench.run.trial import Trial, label
 from bench.units import MiB
 
 SINGLES = ("one_adapter-none-single", "two_models-none-single", "two_adapters-none-single")
@@ -76,7 +77,7 @@ class FakeCells:
 
 
 def context(tmp_path, monkeypatch, fake: FakeCells, totals: dict[str, float | None], profile="cpu-budget"):
-    monkeypatch.setattr(side_by_side, "run_cell", fake)
+    monkeypatch.setattr("bench.run.trial.run_cell", fake)
     assets = PreparedAssets(model="", tokenizer="", dataset="")
     return RunContext(
         "r1", tmp_path, load_profile(profile), load_workload("tiny"), assets, executor=LocalExecutor(tmp_path),
@@ -186,7 +187,7 @@ def test_another_runs_cells_in_the_devices_slots_are_named_and_not_taken_for_an_
     other = DeviceLedger(other.path, HOST.slots, HOST.memory_bytes, "run2", pid=os.getppid())
     held, span = other.take(1, "its-cell")
     overlapped = {"overlapped_by": ["run2", "run3"]}  # as the runners folder names them
-    monkeypatch.setattr(side_by_side, "with_overlap", lambda record, start, end: record.model_copy(update=overlapped))
+    monkeypatch.setattr("bench.run.trial.with_overlap", lambda record, start, end: record.model_copy(update=overlapped))
     records, _ = run(ctx, cells=[CELLS[SINGLES[0]]], slots=HOST)
     record = records[SINGLES[0]]
     assert record.shared_with == ["run2/its-cell"] and record.overlapped_by == ["run3"] and record.gpu_shared
@@ -208,14 +209,14 @@ def test_a_run_that_only_waits_for_the_devices_slots_is_not_taken_for_an_overlap
     assert held is not None and other.take(1, "its-cell") is None  # it waits from before the cell starts ...
     third.give(*held)
     overlapped = {"overlapped_by": ["waiting", "elsewhere"]}  # as the runners folder names them
-    monkeypatch.setattr(side_by_side, "with_overlap", lambda record, start, end: record.model_copy(update=overlapped))
+    monkeypatch.setattr("bench.run.trial.with_overlap", lambda record, start, end: record.model_copy(update=overlapped))
     original = fake.__call__
 
     def waiting_meanwhile(*args, **kwargs):
         assert other.take(1, "its-cell") is None  # ... and all along, held off by the cell alone
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(side_by_side, "run_cell", waiting_meanwhile)
+    monkeypatch.setattr("bench.run.trial.run_cell", waiting_meanwhile)
     records, _ = run(ctx, cells=[CELLS[SINGLES[0]]], slots=replace(HOST, alone=True))
     record = records[SINGLES[0]]
     assert record.shared_with == [] and record.overlapped_by == ["elsewhere"] and not record.gpu_shared
@@ -259,8 +260,8 @@ def test_two_trials_of_one_cell_never_run_together_and_a_trial_says_which_it_is(
     assert fake.most == 1 and [t for _, t, _ in fake.ran] == [0, 1]
     assert "(trial 2/2)" in text
     cell = CELLS[SINGLES[0]]
-    assert side_by_side.label(Trial(cell, 0), 1) == cell.id
-    assert side_by_side.label(Trial(cell, 3, True), 2) == f"{cell.id} (speed pass, trial 2/{SPEED_TRIALS})"
+    assert label(Trial(cell, 0), 1) == cell.id
+    assert label(Trial(cell, 3, True), 2) == f"{cell.id} (speed pass, trial 2/{SPEED_TRIALS})"
 
 
 def test_a_run_whose_slots_another_run_holds_waits_for_them(tmp_path, monkeypatch):

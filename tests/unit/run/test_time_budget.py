@@ -117,7 +117,7 @@ def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_pa
         clock[0] += 15.0  # the cell took 15 s: 12 of start-up, 3 of steps
         return record(cell.id, wall=15.0, step=0.1)
 
-    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    monkeypatch.setattr("bench.run.trial.run_cell", fake_run_cell)
     monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: clock[0])
     ctx = runner.RunContext("r1", tmp_path, cpu_profile, load_workload("tiny"), assets=None, executor=NO_EXECUTOR)
     # the first cell is predicted 15 + 3 s of 20: it runs; then 5 s are left for a cell predicted 12 + 3 s

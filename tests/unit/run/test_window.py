@@ -179,11 +179,11 @@ def test_the_speed_pass_takes_the_first_cells_in_the_runs_order_that_are_ok_with
 
 
 def test_the_background_preparation_is_a_runner_of_the_machine_until_the_last_workload_is_ready(monkeypatch, tmp_path):
-    """So that a cell measured while it runs is marked overlapped_by (bench/run/runners.py)."""
+    """So that a cell measured while it runs is marked overlapped_by (bench/run/runner_registry.py)."""
     from bench.assets import prepare_all as prepare_all_module
-    from bench.run import runners
+    from bench.run import runner_registry
 
-    monkeypatch.setenv(runners.RUNNERS_ENV, str(tmp_path / "runners"))
+    monkeypatch.setenv(runner_registry.RUNNERS_ENV, str(tmp_path / "runners"))
     futures = {name: Future() for name in ("w1", "w2")}
     asked = {}
     monkeypatch.setattr(
@@ -194,7 +194,7 @@ def test_the_background_preparation_is_a_runner_of_the_machine_until_the_last_wo
     assert ready == futures and asked == {"device": "cuda"}
 
     def live() -> list[str]:
-        return [s.runner.run_id for s in runners.seen() if s.ended is None]
+        return [s.runner.run_id for s in runner_registry.seen() if s.ended is None]
 
     assert live() == ["R-assets"]
     futures["w1"].set_result("a")

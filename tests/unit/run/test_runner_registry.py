@@ -1,4 +1,4 @@
-"""Runners on one machine know of each other (bench/run/runners.py): real processes register, live, end and die;
+"""Runners on one machine know of each other (bench/run/runner_registry.py): real processes register, live, end and die;
 a cell measured while another runner ran is marked `overlapped_by` with that runner's run id."""
 
 import io
@@ -16,15 +16,15 @@ import pytest
 
 from bench.errors import BenchError
 from bench.results.schema import Engagement
-from bench.run import runners
+from bench.run import runner_registry
 from bench.run.runner import execute
-from bench.run.runners import overlapping, registered
+from bench.run.runner_registry import overlapping, registered
 from tests.unit.run.test_runner import DDP, FakeExecutor, context
 
 OTHER = """
 import sys, time
 from pathlib import Path
-from bench.run.runners import registered
+from bench.run.runner_registry import registered
 with registered(sys.argv[1], Path(sys.argv[2])) as others:
     print("registered", ",".join(o.run_id for o in others), flush=True)
     sys.stdin.readline()
@@ -59,10 +59,12 @@ def end(process: subprocess.Popen) -> None:
 
 
 def test_runners_register_in_the_folder_the_environment_names(tmp_path):
-    assert runners.runners_dir() == Path(os.environ[runners.RUNNERS_ENV])  # tests/conftest.py: one per test
+    assert runner_registry.runners_dir() == Path(
+        os.environ[runner_registry.RUNNERS_ENV]
+    )  # tests/conftest.py: one per test
     with registered("mine", tmp_path / "mine") as others:
         assert others == []
-        (entry,) = runners.runners_dir().glob("*.json")
+        (entry,) = runner_registry.runners_dir().glob("*.json")
         assert '"run_id":"mine"' in entry.read_text()
     assert overlapping(0, time.time() + 1) == []  # this process's own runs never overlap it
 
@@ -88,7 +90,7 @@ def test_a_runner_started_and_ended_inside_a_cell_overlaps_it(tmp_path, other_ru
 
 def test_a_sigkilled_runner_overlapped_until_its_last_heartbeat(tmp_path, other_runner):
     other = other_runner("killed")
-    (entry,) = runners.runners_dir().glob("*.json")
+    (entry,) = runner_registry.runners_dir().glob("*.json")
     time.sleep(0.3)
     heartbeat = time.time() - 0.1  # its last sign of life
     os.utime(entry, (heartbeat, heartbeat))
@@ -100,9 +102,9 @@ def test_a_sigkilled_runner_overlapped_until_its_last_heartbeat(tmp_path, other_
 
 
 def test_the_heartbeat_keeps_a_live_runners_entry_fresh(tmp_path, monkeypatch):
-    monkeypatch.setattr(runners, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(runner_registry, "HEARTBEAT_S", 0.05)
     with registered("mine", tmp_path / "mine"):
-        (entry,) = runners.runners_dir().glob("*.json")
+        (entry,) = runner_registry.runners_dir().glob("*.json")
         os.utime(entry, (0, 0))
         time.sleep(0.5)
         assert entry.stat().st_mtime > time.time() - 5
@@ -110,8 +112,8 @@ def test_the_heartbeat_keeps_a_live_runners_entry_fresh(tmp_path, monkeypatch):
 
 def test_entries_of_runners_gone_long_ago_are_forgotten(tmp_path, other_runner):
     end(other_runner("old"))
-    (entry,) = runners.runners_dir().glob("*.json")
-    long_ago = time.time() - runners.FORGET_S - 60
+    (entry,) = runner_registry.runners_dir().glob("*.json")
+    long_ago = time.time() - runner_registry.FORGET_S - 60
     os.utime(entry, (long_ago, long_ago))
     assert overlapping(0, time.time()) == []
     assert not entry.exists()
@@ -120,7 +122,7 @@ def test_entries_of_runners_gone_long_ago_are_forgotten(tmp_path, other_runner):
 def test_a_folder_that_cannot_be_written_leaves_the_run_unregistered(tmp_path, monkeypatch):
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    monkeypatch.setenv(runners.RUNNERS_ENV, str(blocked / "runners"))
+    monkeypatch.setenv(runner_registry.RUNNERS_ENV, str(blocked / "runners"))
     with registered("mine", tmp_path / "mine") as others:
         assert others == []
     assert overlapping(0, time.time()) == []
@@ -138,10 +140,10 @@ def test_every_cell_measured_while_another_runner_ran_is_marked(tmp_path, cpu_pr
 
 
 def test_the_default_registry_is_the_users_own_and_made_only_they_can_enter(tmp_path, monkeypatch):
-    monkeypatch.delenv(runners.RUNNERS_ENV)
-    assert runners.runners_dir() == Path(tempfile.gettempdir()) / f"dpo-bench-runners-{os.getuid()}"
+    monkeypatch.delenv(runner_registry.RUNNERS_ENV)
+    assert runner_registry.runners_dir() == Path(tempfile.gettempdir()) / f"dpo-bench-runners-{os.getuid()}"
     folder = tmp_path / "made" / "runners"
-    monkeypatch.setenv(runners.RUNNERS_ENV, str(folder))
+    monkeypatch.setenv(runner_registry.RUNNERS_ENV, str(folder))
     with registered("mine", tmp_path / "mine"):
         (entry,) = folder.glob("*.json")
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(entry.stat().st_mode) == 0o600
@@ -159,7 +161,7 @@ def test_the_default_registry_is_the_users_own_and_made_only_they_can_enter(tmp_
 def test_a_registry_another_user_could_write_in_is_refused_in_one_line(tmp_path, monkeypatch, make, why):
     folder = tmp_path / "registry"
     make(folder)
-    monkeypatch.setenv(runners.RUNNERS_ENV, str(folder))
+    monkeypatch.setenv(runner_registry.RUNNERS_ENV, str(folder))
     with pytest.raises(BenchError) as refused, registered("mine", tmp_path / "mine"):
         pass
     assert str(refused.value) == (
@@ -172,16 +174,18 @@ def test_a_fifo_a_symlink_and_another_users_entry_are_passed_over_never_waited_o
     """A FIFO planted as an entry used to block every reader in open(); a symlink or another user's file holding a
     valid entry (even one a live process holds) would have named a runner that is not one of this user's."""
     other = other_runner("theirs")
-    folder = runners.runners_dir()
+    folder = runner_registry.runners_dir()
     (theirs,) = folder.glob("*.json")
     os.mkfifo(folder / "evil.json")
     (folder / "link.json").symlink_to(theirs)
     planted = folder / "planted.json"
-    planted.write_text(runners.RunnerEntry(pid=other.pid, run_id="planted", run_dir="/x", started=0).model_dump_json())
+    planted.write_text(
+        runner_registry.RunnerEntry(pid=other.pid, run_id="planted", run_dir="/x", started=0).model_dump_json()
+    )
     os.chown(planted, 65534, 65534)
-    (folder / "huge.json").write_bytes(b" " * (runners.ENTRY_LIMIT + 1))
+    (folder / "huge.json").write_bytes(b" " * (runner_registry.ENTRY_LIMIT + 1))
     found: list = []
-    reader = threading.Thread(target=lambda: found.append(runners.seen()), daemon=True)
+    reader = threading.Thread(target=lambda: found.append(runner_registry.seen()), daemon=True)
     reader.start()
     reader.join(timeout=60)
     assert not reader.is_alive(), "reading the registry blocked"

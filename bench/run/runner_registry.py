@@ -1,15 +1,11 @@
 """The runners on this machine, whatever their run, profile or results folder: each registers in one machine-wide
-folder while it runs, so that a cell measured while another runner ran says so (`overlapped_by`: the machine was
-shared, its figures are not the machine's alone), and a runner starting next to a live one names it.
+folder while it runs, so that a cell measured while another runner ran says so (`overlapped_by`), and a runner
+starting next to a live one names it.
 
-An entry is a small JSON file (pid, run id, run folder, start) that its runner holds flock'd for as long as it runs
-and touches every HEARTBEAT_S: a held entry is a live runner; an entry no one holds ended at its last change (a clean
-end touches it one last time; a SIGKILLed runner's last heartbeat is at most HEARTBEAT_S before it died).
-
-The folder is the user's own (created 0700; an existing one that another user owns or can write in is refused), and
-only regular files of the user's are read, never waited on (a FIFO, a symbolic link or another user's file planted
-there is passed over): the registry sees the user's own runners, never another user's.
-"""
+An entry is a small JSON file (pid, run id, run folder, start) that its runner holds flock'd and touches every
+HEARTBEAT_S: a held entry is a live runner; an unheld one ended at its last change. The folder is the user's own
+(created 0700; one another user owns or can write in is refused), and only the user's regular files are read, never
+waited on: the registry sees the user's own runners, never another user's."""
 
 import contextlib
 import fcntl
