@@ -10,7 +10,7 @@ from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
-from bench.estimate.speed.matrix import speeds_of
+from bench.estimate.speed.matrix import speeds_of_plans
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
@@ -211,13 +211,14 @@ def advise(
     def fits(prediction: Prediction) -> bool:
         return prediction.verdict == "fits" and not over_host(prediction, profile, host)
 
-    speeds = speeds_of(profile, workload, [cells[p.cell_id] for p in predictions if p.status == "predicted"])
+    plans = {p.cell_id: plan_for(cells[p.cell_id], profile, workload) for p in predictions if p.status == "predicted"}
+    speeds = speeds_of_plans(list(plans.values()))
     entries = []
     for p in predictions:
         if p.status != "predicted":
             continue
-        cell = cells[p.cell_id]
-        plan = plan_for(cell, profile, workload)
+        plan = plans[p.cell_id]
+        cell = plan.cell
         shown = verdict(p, profile, host)
         fix = None if shown in ("fits", "unknown") else _fix(plan, calibration, fits)
         entries.append(

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable["Cell"]) -> dict[str, SpeedPrediction]:
     """Cell id -> its PREDICTED speed on `profile` with `workload`, full-length sequences; empty where the device's
     figures are not published (the catalog leaves them null): no speed is predicted then, memory still is."""
-    return _speeds([plan_for(c, profile, workload) for c in cells])
+    return speeds_of_plans([plan_for(c, profile, workload) for c in cells])
 
 
-def _speeds(plans: list[Plan]) -> dict[str, SpeedPrediction]:
+def speeds_of_plans(plans: list[Plan]) -> dict[str, SpeedPrediction]:
+    """speeds_of the planned cells (each already resolved on its profile with its workload)."""
     calibration = load_speed_calibration()
     try:
         return {p.cell.id: predict_speed(p, calibration) for p in plans}
@@ -34,7 +35,7 @@ def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[
     from bench.matrix.scenario import expand, load_matrix
 
     plans = [plan_for(c, profile, workload) for c in expand(load_matrix()) if c.id in set(cell_ids)]
-    speeds = _speeds(plans)
+    speeds = speeds_of_plans(plans)
     return {p.cell.id: with_mfu(speeds[p.cell.id], p) for p in plans if p.cell.id in speeds}
 
 
