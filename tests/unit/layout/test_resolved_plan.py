@@ -12,7 +12,7 @@ BENCH = PROJECT_ROOT / "bench"
 CEILING = 24
 """The functions that may take both: bench/matrix/scenario.py's and online.py's N/A rules with the two that run
 them (`not_applicable_reason`, `world_size`), `plan_for` itself, the estimator's `predict_cell`, and the launch
-side's helpers below bench/run (accelerate's config, Slurm's job script, advise's command and export files, the
+side's helpers (accelerate's config, Slurm's job script, advise's command and export files, the
 device slots). A new one should take a Plan."""
 
 
