@@ -28,7 +28,6 @@ exist: DPO, KTO, SFT), the model's full logits (the experimental ORPO and CPO/Si
 without the fused head), or one scalar per sequence from a sequence-classification head (reward)."""
 
 
-ONLINE_RATE_SCALE = 30.0
 LN2 = math.log(2.0)
 
 

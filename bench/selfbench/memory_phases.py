@@ -26,7 +26,6 @@ from typing import Any
 
 from bench.units import GiB, MiB
 
-PHASES = ("load", "step", "head_forward", "backward", "head_backward", "optimizer_step")
 PROBE_LIMIT = 4 * GiB
 
 
