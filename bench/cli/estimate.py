@@ -115,7 +115,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
         "every method), "
         "with the estimator's current validation error on the runs git tracks (`git add` a new run first), after "
-        "bench/estimate/spread.json (the ranges' spreads)",
+        "scenarios/derived/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 
@@ -144,7 +144,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("--published", action="store_true", help="add the published throughput rows")
     p.add_argument(
-        "--fit", action="store_true", help="refit the constants (bench/estimate/speed/speed_calibration.json) first"
+        "--fit", action="store_true", help="refit the constants (scenarios/derived/speed_calibration.json) first"
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.set_defaults(func=cmd_validate_speed)

@@ -24,10 +24,11 @@ from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import resolve
 from bench.matrix.reference import ReferencePlan, reference_plan
 from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.paths import DERIVED_DIR
 from bench.results.cpu_features import CpuFeatures
 from bench.units import GB, MiB
 
-CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+CALIBRATION_FILE = DERIVED_DIR / "calibration.json"
 
 
 class DeviceConstants(BaseModel):
