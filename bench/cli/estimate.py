@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from bench.cli.common import add_method_argument, checked_scenario_files, write_or_print
-from bench.cli.target import add_target_arguments, target
+from bench.cli.target_flags import add_target_arguments, target
 from bench.errors import BenchError
 
 
@@ -55,6 +55,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_estimate(args: argparse.Namespace) -> int:
+    if args.fit:
+        from bench.estimate.calibrate import main as calibrate
+        from bench.estimate.predict import CALIBRATION_FILE
+
+        calibrate()
+        print(f"written: {CALIBRATION_FILE}")
     if args.write:
         from bench.estimate.validate import VALIDATION_DOC, validation_document
 
@@ -113,9 +119,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--write",
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
-        "every method), "
-        "with the estimator's current validation error on the runs git tracks (`git add` a new run first), after "
-        "scenarios/derived/spread.json (the ranges' spreads)",
+        "every method), with the estimator's current validation error on the runs git tracks (`git add` a new run "
+        "first), after scenarios/derived/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 
@@ -126,6 +131,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--results", default=argparse.SUPPRESS, help="results folder (default: the one before the command, results/)"
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument("--fit", action="store_true", help="refit the constants (scenarios/derived/calibration.json) first")
     p.add_argument(
         "--published",
         action="store_true",

@@ -51,7 +51,7 @@ class Stop(Exception):
 
 
 def plain_spec(monkeypatch: pytest.MonkeyPatch, options: tuple[Option, ...]) -> WorkerSpec:
-    """The spec `python -m bench.selfbench.plain_dpo --cell <id>` hands the worker's TRL trainer, for a matrix
+    """The spec `python -m bench selfbench plain-dpo --cell <id>` hands the worker's TRL trainer, for a matrix
     whose only
     cell is one_adapter-none-single with `options`."""
     axes = Axes(init=[Init.ONE_ADAPTER], quant=[Quant.NONE], backend=[Backend.SINGLE])
