@@ -6,6 +6,7 @@ from bench.cli.arg_types import cell_count, cell_timeout, positive, positive_flo
 from bench.cli.common import add_method_argument, add_report_to_argument
 from bench.cli.target_flags import add_target_arguments
 from bench.run.memory_slots import AUTO_FROM_BYTES, SLOT_BYTES, SPEED_CELLS, SPEED_TRIALS
+from bench.units import GB, GiB
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,7 +98,7 @@ def _add_slot_arguments(p: argparse.ArgumentParser) -> None:
         "memory with a margin and capped at its slots (a per-process memory fraction), with its share of the host's "
         "cores; with --emulate each cell is capped at its card's memory, so several 24 GB profiles' runs share one big "
         "card; on a CPU profile with memory_budget_gb the host's memory and cores the same way. Default: automatic "
-        f"on a card of {AUTO_FROM_BYTES / 1e9:.0f} GB or more (one slot per {SLOT_BYTES / 2**30:.0f} GiB), else 1 "
+        f"on a card of {AUTO_FROM_BYTES / GB:.0f} GB or more (one slot per {SLOT_BYTES / GiB:.0f} GiB), else 1 "
         "(docs/hardware.md)",
     )
     p.add_argument(

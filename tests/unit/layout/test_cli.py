@@ -22,7 +22,6 @@ PROCESS_ENTRIES = {
     "bench/assets/prepare_all.py": "a workload's assets prepared in a process of their own",
     "bench/assets/random_weights.py": "random weights made on a device in a process of their own",
     "bench/assets/tiny_data.py": "regenerates the committed tiny preference data (docs/scenarios.md)",
-    "bench/advise/export_script.py": "the training script `advise --export` writes out, run by the user",
     "bench/selfbench/memory_phases.py": "the measuring child of `selfbench memory-phases`",
     "bench/selfbench/head_tiles.py": "a full-logits loss measured in a fresh process",
     "bench/selfbench/onednn_primitives.py": "the measuring child of `selfbench onednn-primitives`",
