@@ -110,7 +110,7 @@ def checked_steps(settings: TrainingSettings, workload: Workload) -> None:
 
 def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
     """The profile and the workload the request names, the settings applied."""
-    scenarios = Path(request.scenarios or scenarios_dir())
+    scenarios = request.scenarios or scenarios_dir()
     settings = settings_of(request)
     if request.gpu is not None:
         workload_name = request.workload or DEFAULT_SETTINGS_WORKLOAD

@@ -4,6 +4,7 @@ into a `TargetRequest` that bench/advise/target.py resolves."""
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from bench.advise.target import DEFAULT_SETTINGS_WORKLOAD, TargetRequest, resolve_target
 from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload
@@ -55,7 +56,8 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
 def target_request(args: argparse.Namespace) -> TargetRequest:
     """The target flags as given (and the scenario folder `--scenarios` names, where the command has one)."""
     given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(TargetRequest)}
-    return TargetRequest(**given | {"nodes": getattr(args, "nodes", 1)})
+    scenarios = None if given["scenarios"] is None else Path(given["scenarios"])
+    return TargetRequest(**given | {"nodes": getattr(args, "nodes", 1), "scenarios": scenarios})
 
 
 def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
