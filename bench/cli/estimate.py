@@ -15,21 +15,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.write:
         if args.hw is None or args.model is not None:
             raise BenchError("--write takes --hw (a profile, or all) with its own workload, not --gpu or --model")
-        from bench.estimate.published import published_rows
-        from bench.estimate.report import predicted_profiles, write_predicted
-        from bench.estimate.validate import validate, validation_line, write_current_spreads
+        from bench.estimate.predicted_files import write_predicted_files
 
-        rows, _ = validate()  # the committed runs: a run made in this checkout and not added to git is not in them
-        published = published_rows()
-        print(f"written: {write_current_spreads(rows, published)}")
-        line = validation_line(rows, published)
-        for hardware in predicted_profiles() if args.hw == "all" else [args.hw]:
-            for path in write_predicted(hardware, Path(args.results), line):
-                print(f"written: {path}")
-        if args.hw == "all":
-            from bench.estimate.shipped_shapes import write_shipped
-
-            print(f"written: {len(write_shipped())} shape entries of the shipped configs")
+        for written in write_predicted_files(args.hw, Path(args.results)):
+            print(f"written: {written}")
         return 0
     from bench.estimate.speed.matrix import speeds_for
     from bench.matrix.scenario import parse_methods
