@@ -1,8 +1,7 @@
 """How much logits-sized memory the losses hold at their peak on the CPU, measured on TRL's own code: the fused LM
 head (the torch fallback of trl/kernels/chunked_logprob.py: DPO, SFT, KTO) in tiles of min(rows, 4096) x vocab
 fp32, the estimator's `cpu_head_backward` (bench/estimate/terms.py); and the full-logits losses of the experimental
-ORPO and CPO/SimPO trainers in [R, L, V] logits units, the estimator's MethodSpec.logits_units
-(bench/matrix/methods.py).
+ORPO and CPO/SimPO trainers in [R, L, V] logits units, the estimator's MethodSpec.logits_units (matrix/methods.py).
 
     python -m bench selfbench head-tiles [--rows 512] [--vocab 32768] [--hidden 256]
 
