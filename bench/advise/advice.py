@@ -133,7 +133,6 @@ QUANT_FAITHFULNESS = {
 }
 """How close to the model's own weights a cell trains: the training precision, then the more bytes per weight
 (QuantSpec.bytes_per_weight) the closer: 8-bit, then 4-bit."""
-PREFERENCES = ("fastest", "fewest-gpus", "faithful")
 
 
 def _speed(entry: CellAdvice) -> float:

@@ -23,10 +23,11 @@ from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.matrix.reference import ReferencePlan
+from bench.paths import DERIVED_DIR
 from bench.results.cpu_features import CpuFeatures
 from bench.units import GB, MiB
 
-CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+CALIBRATION_FILE = DERIVED_DIR / "calibration.json"
 
 
 class DeviceConstants(BaseModel):

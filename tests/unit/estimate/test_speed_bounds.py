@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from bench.cli.target import add_target_arguments, target
+from bench.cli.target_flags import add_target_arguments, target
 from bench.estimate.predict import predict
 from bench.estimate.speed.bounds import (
     bound,
