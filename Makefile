@@ -121,10 +121,10 @@ perf: setup ## pytest-benchmark of the suite itself: harness overhead, per-cell 
 	$(PY) -m pytest tests/perf --benchmark-enable --benchmark-autosave
 
 mutants: setup ## mutation testing of the judging modules with their unit tests; prints unexplained survivors (slow: not in make test) [KEEP=1] [ONLY=judge|estimate|run]
-	$(PY) -m bench.selfbench.mutants $(if $(KEEP),--keep) $(if $(ONLY),--only $(ONLY))
+	$(PY) -m bench selfbench mutants $(if $(KEEP),--keep) $(if $(ONLY),--only $(ONLY))
 
 perf-matrix: setup ## per-cell fixed cost and where it goes, full-matrix wall time, from the latest run [RUN=<run>] [BASE=<run>: with ratios]
-	$(PY) -m bench.selfbench.perf --hw $(HW) $(if $(RUN),--run '$(RUN)') $(if $(BASE),--base '$(BASE)')
+	$(PY) -m bench selfbench perf --hw $(HW) $(if $(RUN),--run '$(RUN)') $(if $(BASE),--base '$(BASE)')
 
 compare: setup ## diff two runs for a PR: make compare BASE=results/cpu/<run> HEAD=results/cpu/<run> [FAIL_ON=status,throughput,memory] [THRESHOLD=5] [OUT=compare.md]
 	$(PY) -m bench compare '$(BASE)' '$(HEAD)' $(if $(FAIL_ON),--fail-on $(FAIL_ON)) $(if $(THRESHOLD),--threshold $(THRESHOLD)) $(if $(OUT),--output $(OUT))

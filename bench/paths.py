@@ -20,6 +20,9 @@ PACKAGED_HOST_OPS = "_host_ops"
 """Where a wheel carries docker/cpu/'s script that builds DeepSpeed's host ops (bench/run/host_ops.py)."""
 SCENARIOS_DIR = PROJECT_ROOT / "scenarios" if IN_CHECKOUT else PACKAGE_DIR / PACKAGED_SCENARIOS
 """The shipped scenario folder: the checkout's, or the wheel's copy."""
+DERIVED_DIR = SCENARIOS_DIR / "derived"
+"""What `predict --write` and `validate-speed --fit` derive from the committed runs (the ranges' spreads, the memory
+and speed calibrations): data the package reads, not code, so it ships with the scenarios."""
 RESULTS_DIR = PROJECT_ROOT / "results"
 """The checkout's results folder: the committed runs its derived files and tests read (none in a wheel)."""
 RESULTS_DEFAULT = Path("results")

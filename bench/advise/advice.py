@@ -10,13 +10,13 @@ from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, verdict
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
-from bench.estimate.speed.cell_speeds import speeds_of
+from bench.estimate.speed.cell_speeds import speeds_of_plans
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import QUANTS
-from bench.matrix.recipes import resolve
 from bench.units import GB
 
 
@@ -133,7 +133,6 @@ QUANT_FAITHFULNESS = {
 }
 """How close to the model's own weights a cell trains: the training precision, then the more bytes per weight
 (QuantSpec.bytes_per_weight) the closer: 8-bit, then 4-bit."""
-PREFERENCES = ("fastest", "fewest-gpus", "faithful")
 
 
 def _speed(entry: CellAdvice) -> float:
@@ -211,20 +210,22 @@ def advise(
     def fits(prediction: Prediction) -> bool:
         return prediction.verdict == "fits" and not over_host(prediction, profile, host)
 
-    speeds = speeds_of(profile, workload, [cells[p.cell_id] for p in predictions if p.status == "predicted"])
+    plans = {p.cell_id: plan_for(cells[p.cell_id], profile, workload) for p in predictions if p.status == "predicted"}
+    speeds = speeds_of_plans(list(plans.values()))
     entries = []
     for p in predictions:
         if p.status != "predicted":
             continue
-        cell = cells[p.cell_id]
+        plan = plans[p.cell_id]
+        cell = plan.cell
         shown = verdict(p, profile, host)
-        fix = None if shown in ("fits", "unknown") else _fix(cell, profile, workload, calibration, fits)
+        fix = None if shown in ("fits", "unknown") else _fix(plan, calibration, fits)
         entries.append(
             CellAdvice(
                 rank=0,
                 **CellAxes.of(cell),
                 setup=str(cell.setup),
-                recipes=list(resolve(cell, profile.device).entries),
+                recipes=list(plan.recipe.entries),
                 devices=devices_used(p, profile),
                 verdict=shown,
                 fit_probability=p.fit_probability,
@@ -250,15 +251,9 @@ def advise(
     return _advice(profile, workload, prefer, host, ranked, not_applicable)
 
 
-def _fix(
-    cell: Cell,
-    profile: HardwareProfile,
-    workload: Workload,
-    calibration: Calibration,
-    fits: Callable[[Prediction], bool],
-) -> FixAdvice | None:
-    """The smallest change under which `cell` is predicted to fit (None: none found)."""
-    found = smallest_fix(cell, profile, workload, calibration, fits)
+def _fix(plan: Plan, calibration: Calibration, fits: Callable[[Prediction], bool]) -> FixAdvice | None:
+    """The smallest change under which the planned cell is predicted to fit (None: none found)."""
+    found = smallest_fix(plan, calibration, fits)
     if found is None:
         return None
     return FixAdvice(

@@ -1,15 +1,16 @@
 """The smallest change that makes a predicted-OOM cell fit, tried through the estimator: one change at a time, in
-the order of how little it changes what is trained. Pure over the estimator's predict_cell."""
+the order of how little it changes what is trained. Pure over the estimator's predict."""
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bench.estimate.predict import Calibration, Prediction, predict_cell
+from bench.estimate.predict import Calibration, Prediction, predict
 from bench.matrix.axes import Backend, Init, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
-from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import not_applicable_reason, shipped_cells
+from bench.matrix.plan import Plan, plan_for
+from bench.matrix.profiles import Workload
+from bench.matrix.scenario import shipped_cells
 
 SHORTEST_LENGTH = 256
 """A max length below this is not offered as a fix."""
@@ -139,21 +140,17 @@ class Fix:
     prediction: Prediction
 
 
-def smallest_fix(
-    cell: Cell,
-    profile: HardwareProfile,
-    workload: Workload,
-    calibration: Calibration,
-    fits: Callable[[Prediction], bool] | None = None,
-) -> Fix | None:
-    """The first change (PROPOSALS order) under which `cell` is predicted to fit on `profile`; None when none does.
+def smallest_fix(plan: Plan, calibration: Calibration, fits: Callable[[Prediction], bool] | None = None) -> Fix | None:
+    """The first change (PROPOSALS order) under which the planned cell is predicted to fit on its profile; None when
+    none does.
     `fits`: what fitting means (default: the device verdict `fits`; `advise` adds the host memory of a node, so that
     no fix it proposes is host_oom)."""
     for propose in PROPOSALS:
-        for change in propose(cell, workload):
-            if not_applicable_reason(change.cell, profile) is not None or not in_matrix(change.cell):
+        for change in propose(plan.cell, plan.workload):
+            changed = plan_for(change.cell, plan.profile, change.workload)
+            if changed.not_applicable is not None or not in_matrix(change.cell):
                 continue
-            prediction = predict_cell(change.cell, profile, change.workload, calibration)
+            prediction = predict(changed, calibration)
             if prediction.verdict == "fits" if fits is None else fits(prediction):
                 return Fix(change, prediction)
     return None

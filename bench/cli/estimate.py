@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from bench.cli.common import add_method_argument, checked_scenario_files, write_or_print
-from bench.cli.target import add_target_arguments, target
+from bench.cli.target_flags import add_target_arguments, target
 from bench.errors import BenchError
 
 
@@ -15,21 +15,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.write:
         if args.hw is None or args.model is not None:
             raise BenchError("--write takes --hw (a profile, or all) with its own workload, not --gpu or --model")
-        from bench.estimate.published import published_rows
-        from bench.estimate.report import predicted_profiles, write_predicted
-        from bench.estimate.validate import validate, validation_line, write_current_spreads
+        from bench.estimate.predicted_files import write_predicted_files
 
-        rows, _ = validate()  # the committed runs: a run made in this checkout and not added to git is not in them
-        published = published_rows()
-        print(f"written: {write_current_spreads(rows, published)}")
-        line = validation_line(rows, published)
-        for hardware in predicted_profiles() if args.hw == "all" else [args.hw]:
-            for path in write_predicted(hardware, Path(args.results), line):
-                print(f"written: {path}")
-        if args.hw == "all":
-            from bench.estimate.shipped_shapes import write_shipped
-
-            print(f"written: {len(write_shipped())} shape entries of the shipped configs")
+        for written in write_predicted_files(args.hw, Path(args.results)):
+            print(f"written: {written}")
         return 0
     from bench.estimate.speed.cell_speeds import speeds_for
     from bench.matrix.scenario import parse_methods
@@ -55,6 +44,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_estimate(args: argparse.Namespace) -> int:
+    if args.fit:
+        from bench.estimate.calibrate import main as calibrate
+        from bench.estimate.predict import CALIBRATION_FILE
+
+        calibrate()
+        print(f"written: {CALIBRATION_FILE}")
     if args.write:
         from bench.estimate.validate import VALIDATION_DOC, validation_document
 
@@ -113,9 +108,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--write",
         action="store_true",
         help="write results/<HW>/PREDICTED.md and predicted.csv (the profile's default workload, every cell of "
-        "every method), "
-        "with the estimator's current validation error on the runs git tracks (`git add` a new run first), after "
-        "bench/estimate/spread.json (the ranges' spreads)",
+        "every method), with the estimator's current validation error on the runs git tracks (`git add` a new run "
+        "first), after scenarios/derived/spread.json (the ranges' spreads)",
     )
     p.set_defaults(func=cmd_predict)
 
@@ -126,6 +120,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--results", default=argparse.SUPPRESS, help="results folder (default: the one before the command, results/)"
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
+    p.add_argument("--fit", action="store_true", help="refit the constants (scenarios/derived/calibration.json) first")
     p.add_argument(
         "--published",
         action="store_true",
@@ -144,7 +139,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("--published", action="store_true", help="add the published throughput rows")
     p.add_argument(
-        "--fit", action="store_true", help="refit the constants (bench/estimate/speed/speed_calibration.json) first"
+        "--fit", action="store_true", help="refit the constants (scenarios/derived/speed_calibration.json) first"
     )
     p.add_argument("--output", default=None, help="write the Markdown here instead of stdout")
     p.set_defaults(func=cmd_validate_speed)

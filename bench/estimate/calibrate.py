@@ -18,7 +18,7 @@ from bench.matrix.backends import backend_spec
 from bench.results.cpu_features import CpuFeatures
 from bench.results.schema import ResultRecord, Status
 from bench.results.tracked import tracked_results
-from bench.units import GiB, MiB
+from bench.units import GiB
 
 BUDGET_PROFILES = ("cpu-budget", "cpu-budget-4g")
 
@@ -160,11 +160,3 @@ def main(results: Path | None = None, out: Path = CALIBRATION_FILE) -> Calibrati
     calibration = fit(results)
     write_calibration(calibration, out)
     return calibration
-
-
-if __name__ == "__main__":
-    cal = main()
-    for kind, c in cal.devices.items():
-        print(
-            kind, {k: (round(v / MiB, 1) if isinstance(v, float) and v > 100 else v) for k, v in c.model_dump().items()}
-        )

@@ -21,7 +21,7 @@ BF16_PRIMITIVE_BYTES: dict[Bf16Path, float] = {
     "avx512_core": 59 * KiB,
     "aten": 0.0,
 }
-"""Anonymous memory one bf16 matmul primitive keeps, per path: `python -m bench.selfbench.onednn_primitives` (100
+"""Anonymous memory one bf16 matmul primitive keeps, per path: `python -m bench selfbench onednn-primitives` (100
 new shapes of each of an adapter's three products, ONEDNN_MAX_CPU_ISA capping oneDNN's ISA below this CPU's), on
 an Intel Xeon with AMX: AMX 682 (676 on a re-run), AVX-512 BF16 654, AVX-512 without BF16 59 (61), oneDNN's AVX2
 path creates no primitive (0.3)."""

@@ -38,13 +38,14 @@ def predictor(profile: HardwareProfile, workload: Workload, cpu: CpuFeatures | N
     """predict(cell) for this run on a CPU with `cpu`'s features (env.json's); an estimator failure (e.g. a hub model
     whose config cannot be read offline) leaves the cell without a prediction, says so once, and never stops the
     run."""
-    from bench.estimate.predict import predict_cell
+    from bench.estimate.predict import predict as predict_plan
+    from bench.matrix.plan import plan_for
 
     warned = []
 
     def predict(cell: Cell) -> PredictionSummary | None:
         try:
-            return summary_of(predict_cell(cell, profile, workload, cpu=cpu))
+            return summary_of(predict_plan(plan_for(cell, profile, workload), cpu=cpu))
         except Exception as exc:  # the estimator is advisory: the cell still runs
             if not warned:
                 warned.append(exc)

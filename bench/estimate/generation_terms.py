@@ -72,9 +72,3 @@ def scoring_forward(per_layer: float, tokens: int, vocab: int, b: int) -> float:
     without gradient: TRL runs them in chunks of per_device_train_batch_size (`_get_per_token_logps_and_entropies`,
     batch_size=...), each one layer's working set and one fused-head tile at a time."""
     return terms.no_grad_forward(per_layer, tokens, vocab, b)
-
-
-def reward_model_weights(total: int, lm_head: int, hidden: int, b: int) -> float:
-    """A sequence-classification reward model built from the checkpoint: its weights with a one-output score head in
-    place of the LM head, (P - V x H + H) x b, replicated on every rank (TRL prepares it for evaluation only)."""
-    return (total - lm_head + hidden) * b

@@ -19,15 +19,15 @@ from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
-from bench.matrix.recipes import resolve
-from bench.matrix.reference import ReferencePlan, reference_plan
-from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.matrix.reference import ReferencePlan
+from bench.paths import DERIVED_DIR
 from bench.results.cpu_features import CpuFeatures
 from bench.units import GB, MiB
 
-CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+CALIBRATION_FILE = DERIVED_DIR / "calibration.json"
 
 
 class DeviceConstants(BaseModel):
@@ -108,10 +108,11 @@ class Prediction(CellAxes):
     notes: list[str] = []
 
 
-def _effective_backend(cell: Cell, profile: HardwareProfile) -> tuple[Backend, list[str]]:
-    if backend_spec(cell.backend).fsdp_version and profile.device == "cpu":
+def effective_backend(plan: Plan) -> tuple[Backend, list[str]]:
+    """The backend that really runs, with a note where it is not the cell's (FSDP on CPU runs as DDP)."""
+    if plan.backend.fsdp_version and plan.device == "cpu":
         return Backend.DDP, ["FSDP through accelerate/TRL runs as DDP on CPU (silent fallback): predicted as DDP"]
-    return cell.backend, []
+    return plan.cell.backend, []
 
 
 def usable_bytes(profile: HardwareProfile) -> float | None:
@@ -133,34 +134,44 @@ def predict_cell(
     spreads: uncertainty.Spreads | None = None,
     cpu: CpuFeatures | None = None,
 ) -> Prediction:
-    """The per-device memory of `cell` on `profile` with `workload`: the entry point a runner can call. `cpu`: the
-    CPU features of the machine the cell runs on (env.json `cpu_features`), which choose the kernels of a CPU cell's
-    bf16 matmuls (bench/estimate/cpu_kernels.py); None: the CPU the CPU figures were validated on (AMD EPYC)."""
-    base = CellAxes.of(cell) | {"hardware": profile.name, "workload": workload.name}
-    reason = not_applicable_reason(cell, profile)
-    if reason is not None:
-        return Prediction(**base, status="not_applicable", reason=reason)
+    """`predict` of `cell` on `profile` with `workload`, resolved here: for a caller that holds the three."""
+    return predict(plan_for(cell, profile, workload), calibration, knobs, spreads, cpu)
+
+
+def predict(
+    plan: Plan,
+    calibration: Calibration | None = None,
+    knobs: Knobs | None = None,
+    spreads: uncertainty.Spreads | None = None,
+    cpu: CpuFeatures | None = None,
+) -> Prediction:
+    """The per-device memory of the planned cell. `cpu`: the CPU features of the machine the cell runs on (env.json
+    `cpu_features`), which choose the kernels of a CPU cell's bf16 matmuls (bench/estimate/cpu_kernels.py); None:
+    the CPU the CPU figures were validated on (AMD EPYC)."""
+    profile, workload = plan.profile, plan.workload
+    base = CellAxes.of(plan.cell) | {"hardware": profile.name, "workload": workload.name}
+    if plan.not_applicable is not None:
+        return Prediction(**base, status="not_applicable", reason=plan.not_applicable)
     calibration = calibration or load_calibration()
     const = calibration.devices.get(str(profile.device), DeviceConstants())
-    shapes = shapes_for(workload)
-    backend, notes = _effective_backend(cell, profile)
-    world = world_size(cell, profile)
+    backend, notes = effective_backend(plan)
     knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
-    terms_, load, host_terms = train_terms(cell, backend, profile, workload, shapes, world, knobs, cpu)
-    if profile.device == "cpu" and _cpu_bf16_matmuls(method_of(cell, knobs), cell, profile, knobs):
+    s = _setting(plan, backend, shapes_for(workload), knobs)
+    terms_, load, host_terms = train_terms(s, cpu)
+    if profile.device == "cpu" and _cpu_bf16_matmuls(s):
         notes.append(_kernels_note(cpu, terms_.get("onednn_bf16_kernels", 0.0)))
     host = sum(host_terms.values())
     paged = terms_.pop(PAGED, 0.0)
     gpu = _cuda_figures(profile, notes)
     if gpu is not None:
         terms_["cublas_workspaces"] = gpu_terms.cublas_workspaces(gpu)
-    t = _totals(cell, profile, backend, shapes, knobs, const, gpu, terms_, host, paged, world)
-    judged = _judged(cell, profile, backend, knobs, t, spreads)
+    t = _totals(s, const, gpu, terms_, host, paged)
+    judged = _judged(s, t, spreads)
     return Prediction(
         **base,
         status="predicted",
         backend_run=str(backend),
-        world_size=world,
+        world_size=plan.world,
         load_bytes=load,
         memory_kind=t.kind,
         train_bytes=t.train,
@@ -189,19 +200,13 @@ def _cuda_figures(profile: HardwareProfile, notes: list[str]) -> gpu_terms.CudaF
     return gpu
 
 
-def _judged(
-    cell: Cell,
-    profile: HardwareProfile,
-    backend: Backend,
-    knobs: Knobs,
-    t: "_Totals",
-    spreads: uncertainty.Spreads | None,
-) -> dict[str, object]:
+def _judged(s: "_Setting", t: "_Totals", spreads: uncertainty.Spreads | None) -> dict[str, object]:
     """The prediction's range, probability of fitting, verdict and margin, from the errors of comparable cells
     (bench/estimate/uncertainty.py)."""
+    profile = s.profile
     usable = usable_bytes(profile)
-    setup = uncertainty.setup_kind(init_spec(cell.init).adapters, quant_spec(cell.quant).quantized)
-    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(backend), method_of(cell, knobs).name, setup)
+    setup = uncertainty.setup_kind(s.init.adapters, s.quantized)
+    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(s.backend), s.method.name, setup)
     pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
     spread = None if pool is None else pool[1]
     # a CPU cell's errors are of its model memory (train), the library baseline added after
@@ -238,24 +243,20 @@ class _Totals:
 
 
 def _totals(
-    cell: Cell,
-    profile: HardwareProfile,
-    backend: Backend,
-    shapes: ModelShapes,
-    knobs: Knobs,
+    s: "_Setting",
     const: DeviceConstants,
     gpu: gpu_terms.CudaFigures | None,
     terms_: dict[str, float],
     host: float,
     paged: float,
-    world: int,
 ) -> _Totals:
     """The device's figures from the terms: on CPU the process above its library baseline (the offloaded state
     included), on CUDA allocated, reserved and the nvidia-smi figure, elsewhere allocated plus the device's slack.
     On CPU `terms_` gains the offloaded state as a term."""
+    profile, world = s.profile, s.world
     train = sum(terms_.values())
     if profile.device == "cpu":
-        deepspeed = backend_spec(backend).deepspeed is not None
+        deepspeed = s.spec.deepspeed is not None
         context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
         train += host  # offloaded state is in the same (host) memory
         terms_["offloaded_to_host"] = host
@@ -263,9 +264,7 @@ def _totals(
         return _Totals(cpu_terms.memory_kind(profile.memory_budget_bytes), train, total, None, None, 0.0)
     if gpu is not None:
         transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
-        reserved = train + gpu_terms.allocator_overhead(
-            _large_tensors(cell, shapes, profile, knobs), transient, knobs.expandable_segments
-        )
+        reserved = train + gpu_terms.allocator_overhead(_large_tensors(s), transient, s.knobs.expandable_segments)
         outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
         total = reserved + outside
         # managed memory yields: CUDA pages it out to the host before an allocation fails
@@ -274,14 +273,13 @@ def _totals(
     return _Totals("device", train, total, None, None, host)
 
 
-def _large_tensors(cell: Cell, shapes: ModelShapes, profile: HardwareProfile, knobs: Knobs) -> int:
+def _large_tensors(s: "_Setting") -> int:
     """Resident tensors above the caching allocator's 10 MiB large-segment threshold: weight matrices (and the
     reference's), with a full fine-tune also each one's gradient and two optimizer states."""
-    b = 4 if profile.precision == "fp32" else 2
-    matrices = [r * c for r, c in shapes.full_tensors() if c > 1]
-    large = sum(1 for n in matrices if n * b > 10 * MiB)
-    init = init_spec(cell.init)
-    reference = init.reference == "separate_model" and method_of(cell, knobs).reference
+    matrices = [r * c for r, c in s.shapes.full_tensors() if c > 1]
+    large = sum(1 for n in matrices if n * s.b > 10 * MiB)
+    init = s.init
+    reference = init.reference == "separate_model" and s.method.reference
     copies = 1 + reference + 3 * (not init.adapters)
     return large * copies
 
@@ -293,15 +291,13 @@ def method_of(cell: Cell, knobs: Knobs) -> MethodSpec:
 
 @dataclass(frozen=True)
 class _Setting:
-    """What every section of train_terms reads: the cell, where its backend places each kind of state, its precision,
-    method and model."""
+    """What every section of train_terms reads: the planned cell, where its backend places each kind of state, its
+    precision, method and model."""
 
-    cell: Cell
+    plan: Plan
     backend: Backend
-    profile: HardwareProfile
-    workload: Workload
+    """The backend that really runs (effective_backend)."""
     shapes: ModelShapes
-    world: int
     knobs: Knobs
     spec: BackendSpec
     b: int
@@ -326,6 +322,22 @@ class _Setting:
     """Parameters of the model the method trains (a reward model's score head in place of the LM head)."""
     other: int
 
+    @property
+    def cell(self) -> Cell:
+        return self.plan.cell
+
+    @property
+    def profile(self) -> HardwareProfile:
+        return self.plan.profile
+
+    @property
+    def workload(self) -> Workload:
+        return self.plan.workload
+
+    @property
+    def world(self) -> int:
+        return self.plan.world
+
 
 def _placements(spec: BackendSpec, knobs: Knobs) -> tuple[bool, tuple[Placement, Placement, Placement, Placement]]:
     """(parameters on the host, where the parameters, optimizer state, gradients and reference live). Parameters are
@@ -339,15 +351,8 @@ def _placements(spec: BackendSpec, knobs: Knobs) -> tuple[bool, tuple[Placement,
     return on_host, (sharding.params, sharding.optimizer, sharding.grads, sharding.reference)
 
 
-def _setting(
-    cell: Cell,
-    backend: Backend,
-    profile: HardwareProfile,
-    workload: Workload,
-    shapes: ModelShapes,
-    world: int,
-    knobs: Knobs,
-) -> _Setting:
+def _setting(plan: Plan, backend: Backend, shapes: ModelShapes, knobs: Knobs) -> _Setting:
+    cell, profile, workload = plan.cell, plan.profile, plan.workload
     spec = backend_spec(backend)
     b = 4 if profile.precision == "fp32" else 2
     stage = spec.zero_stage
@@ -360,20 +365,14 @@ def _setting(
     )
     liger = Option.LIGER in cell.options if knobs.liger is None else knobs.liger
     method = method_of(cell, knobs)
-    reference_plan_ = reference_plan(
-        cell.model_copy(update={"method": method.name}), resolve(cell, profile.device).settings, workload
-    )
     linear = shapes.linear_weights
     # A reward model has a one-output score head where the causal LM has its LM head (an untied one is V x H).
     total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
     other = total - linear
     return _Setting(
-        cell=cell,
+        plan=plan,
         backend=backend,
-        profile=profile,
-        workload=workload,
         shapes=shapes,
-        world=world,
         knobs=knobs,
         spec=spec,
         b=b,
@@ -387,9 +386,9 @@ def _setting(
         checkpointing=checkpointing,
         liger=liger,
         method=method,
-        reference=reference_plan_,
-        init=init_spec(cell.init),
-        quantized=quant_spec(cell.quant).quantized,
+        reference=plan.reference_for(method.name),
+        init=plan.init,
+        quantized=plan.quant.quantized,
         linear=linear,
         total=total,
         other=other,
@@ -631,7 +630,7 @@ def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> d
 def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dict[str, float]:
     """CPU: what the process holds besides the model's tensors (bench/estimate/cpu_terms.py), DeepSpeed's shared
     memory all-reduce, and the oneDNN kernels of bf16 adapter matmuls."""
-    cell, profile, workload, shapes, knobs = s.cell, s.profile, s.workload, s.shapes, s.knobs
+    cell, profile, workload, shapes = s.cell, s.profile, s.workload, s.shapes
     spec, stage, world = s.spec, s.stage, s.world
     out: dict[str, float] = {}
     seq = _row_length(s)
@@ -640,7 +639,7 @@ def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dic
     shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
     if shm:
         out["deepspeed_shm_allreduce"] = shm
-    if _cpu_bf16_matmuls(s.method, cell, profile, knobs):
+    if _cpu_bf16_matmuls(s):
         micro_steps = workload.train.steps * (workload.train.gradient_accumulation_steps or 1)
         linears = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
         kernels = cpu_kernels.adapter_kernels(cpu, linears, workload.lora.r, micro_steps, seq)
@@ -649,20 +648,11 @@ def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dic
     return out
 
 
-def train_terms(
-    cell: Cell,
-    backend: Backend,
-    profile: HardwareProfile,
-    workload: Workload,
-    shapes: ModelShapes,
-    world: int,
-    knobs: Knobs,
-    cpu: CpuFeatures | None = None,
-) -> tuple[dict[str, float], float, dict[str, float]]:
+def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, float], float, dict[str, float]]:
     """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank: the
     weights, the trained state where the backend places it (ZeRO or the others), the reference model, the
     communication buffers, the step's peak phase and, on CPU, the process's own terms."""
-    s = _setting(cell, backend, profile, workload, shapes, world, knobs)
+    cell, profile, shapes, world = s.cell, s.profile, s.shapes, s.world
     weights = _weights(s)
     trainable = _trainable(s, weights)
     out: dict[str, float] = {}
@@ -678,7 +668,7 @@ def train_terms(
         out["reward_model"] = reward / world if s.stage == 3 else reward
     if profile.device == "cpu":
         mapped = s.linear * s.b * (not s.quantized) + s.other * weights.keep
-        _charge_mapped_weights(out, cell, backend, profile, workload, shapes, world, mapped)
+        _charge_mapped_weights(out, s, mapped)
     loaded = ("weights", "adapters", "reference_model", "reward_model", "zero3_gathered_layer")
     load = sum(v for k, v in out.items() if k in loaded)
     out.update(_buckets(s, trainable))
@@ -696,9 +686,10 @@ def train_terms(
     return out, load, host
 
 
-def _cpu_bf16_matmuls(method: MethodSpec, cell: Cell, profile: HardwareProfile, knobs: Knobs) -> bool:
+def _cpu_bf16_matmuls(s: _Setting) -> bool:
     """An fp32 cell with fp32 master weights whose only bf16 matmuls are its bf16 adapters'."""
-    return knobs.master_weights and profile.precision == "fp32" and _bf16_adapters(method, cell, profile.precision)
+    precision = s.profile.precision
+    return s.knobs.master_weights and precision == "fp32" and _bf16_adapters(s.method, s.cell, precision)
 
 
 def _bf16_adapters(method: MethodSpec, cell: Cell, precision: str) -> bool:
@@ -738,24 +729,16 @@ def output_head(
     return "lm_head_backward", head_backward(rows * seq, shapes.hidden, shapes.vocab, compute_bytes, head_trainable)
 
 
-def _charge_mapped_weights(
-    out: dict[str, float],
-    cell: Cell,
-    backend: Backend,
-    profile: HardwareProfile,
-    workload: Workload,
-    shapes: ModelShapes,
-    world: int,
-    mapped_bytes: float,
-) -> None:
+def _charge_mapped_weights(out: dict[str, float], s: _Setting, mapped_bytes: float) -> None:
     """CPU: what of `weights`, `reference_model` and `reward_model` the measured figure charges
     (cpu_terms.weights_charged). The checkpoint is mapped where it is stored in the compute dtype. A full fine-tune
     writes its weights at every step. Under DDP every rank copies every model it places (`cpu_copies_placed_models`);
     a ZeRO-1/2 engine overwrites the policy with rank 0's on the other ranks (`_broadcast_model`), and the stage-0
     engine TRL makes of a reference too. ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
-    if checkpoint_bytes(workload, shapes) != (4 if profile.precision == "fp32" else 2):
+    cell, backend, profile, world = s.cell, s.backend, s.profile, s.world
+    if checkpoint_bytes(s.workload, s.shapes) != (4 if profile.precision == "fp32" else 2):
         return
-    spec = backend_spec(backend)
+    spec = s.spec
     kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
     copied = cpu_copies_placed_models(backend, world)
     broadcast = world > 1 and spec.zero_stage in (1, 2)

@@ -13,7 +13,6 @@ from bench.units import MiB
 
 NF4_BLOCK = 64
 """bitsandbytes 4-bit block size; one fp32 absmax per block (transformers' default: no double quantisation)."""
-DDP_BUCKET_CAP = 25 * MiB
 ZERO_REDUCE_BUCKET = 500_000_000
 """DeepSpeed defaults (elements) for a config that does not set them (bench/run/launch.py sets none)."""
 ZERO3_PREFETCH_BUCKET = 50_000_000

@@ -20,8 +20,9 @@ from typing import Literal
 from pydantic import BaseModel, computed_field
 
 from bench.matrix.backends import backend_spec
+from bench.paths import DERIVED_DIR
 
-SPREAD_FILE = Path(__file__).with_name("spread.json")
+SPREAD_FILE = DERIVED_DIR / "spread.json"
 HELD_OUT_FILE = Path(__file__).with_name("held_out.txt")
 
 LEVEL = 0.80

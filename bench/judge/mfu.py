@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.assets.config_cache import cached
-from bench.matrix.backends import backend_spec
-from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
-from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.plan import Plan
 from bench.results.schema import Metrics
 
 CONVENTION = (
@@ -127,34 +125,24 @@ def built_on_meta(model_ref: str) -> ModelShape:
         return shape_of(AutoModelForCausalLM.from_config(config))
 
 
-def inputs_for(
-    profile: HardwareProfile,
-    workload: Workload,
-    model_ref: str,
-    cell: Cell,
-    world: int,
-    precomputed_ref: bool,
-    peak_tflops: float | None = None,
-) -> MfuInputs | None:
-    """What the MFU of `cell` needs, or None when no peak is known or the model's config.json is not on this machine
-    (a hub id: the runner does not download). `precomputed_ref`: the cell's DPOConfig precompute_ref_log_probs
-    (asked by the option or the recipe; bench/worker/trainer_args.py). `peak_tflops`: the card that ran
+def inputs_for(plan: Plan, model_ref: str, peak_tflops: float | None = None) -> MfuInputs | None:
+    """What the MFU of the planned cell needs, or None when no peak is known or the model's config.json is not on
+    this machine (a hub id: the runner does not download). Its reference's log-probs are precomputed as its DPOConfig
+    asks (the option, the recipe or the workload: plan.reference). `peak_tflops`: the card that ran
     (bench/run/preflight.py Preflight.peak_tflops); default: the profile's."""
-    peak = peak_tflops if peak_tflops is not None else profile.peak_tflops
+    peak = peak_tflops if peak_tflops is not None else plan.profile.peak_tflops
     if peak is None:
         return None
     shape = model_shape(model_ref)
     if shape is None:
         return None
-    devices = backend_spec(cell.backend).devices_per_cell(world, profile.device_count)
-    precomputed = precomputed_ref
-    spec = method_spec(cell.method)
+    precomputed = plan.reference.precomputed
     return MfuInputs(
         shape,
         peak,
-        workload.train.max_length,
-        devices,
+        plan.workload.train.max_length,
+        plan.devices,
         precomputed,
-        no_grad_forwards(cell.method, precomputed),
-        shape.lm_head_params - shape.hidden if spec.output == "scalar" else 0,
+        no_grad_forwards(plan.cell.method, precomputed),
+        shape.lm_head_params - shape.hidden if plan.method.output == "scalar" else 0,
     )

@@ -28,7 +28,6 @@ exist: DPO, KTO, SFT), the model's full logits (the experimental ORPO and CPO/Si
 without the fused head), or one scalar per sequence from a sequence-classification head (reward)."""
 
 
-ONLINE_RATE_SCALE = 30.0
 LN2 = math.log(2.0)
 
 
@@ -70,7 +69,7 @@ class MethodSpec:
     backward (the estimator's full_logits term), counted at the entry on the autograd graph of TRL's experimental
     orpo and cpo trainers (concatenated_forward, get_batch_logps) with torch's log-softmax (`selective_log_softmax`
     without Triton).
-    First-pass RSS of the same code on the CPU (`python -m bench.selfbench.head_tiles`) rose by 6.1-7.1 (ORPO) and
+    First-pass RSS of the same code on the CPU (`python -m bench selfbench head-tiles`) rose by 6.1-7.1 (ORPO) and
     5.1-6.4 (SimPO) units, allocator overhead included. With Triton (GPU) the log-softmax's backward builds one
     gradient instead of two: an upper bound there."""
     learning: LearningRule = field(default_factory=LearningRule)

@@ -15,11 +15,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.advise.question import Question
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
-from bench.report.decide_grid import DecisionGrid, advise_argv
+from bench.report.decide_grid import DecisionGrid, advise_question
 from bench.report.grid import build_grid, row_label
 from bench.report.progress_line import ProgressLine
 
@@ -46,9 +47,8 @@ class PointResult:
     """advise's three picks among the fitting cells: (kind, cell id, reason); empty when none fits."""
 
 
-PointPredictor = Callable[[list[str], list[Cell]], tuple[HardwareProfile, PointResult]]
-"""`advise`'s own prediction of one point from its arguments (bench/cli/advise.py `advise_point`), given to publish
-by the command line: the report layer does not import it."""
+PointPredictor = Callable[[Question, list[Cell]], tuple[HardwareProfile, PointResult]]
+"""`advise`'s own prediction of one point (bench/report/decide_point.py `advise_point`), given to publish."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _predict_model(decision: DecisionPageJob, model: int) -> tuple[list[PointRes
     progress = ProgressLine(f"decision page, {grid.models[model].name}", len(mine), every_s=decision.progress_every_s)
     points, commands = [], {}
     for done, point in enumerate(mine, 1):
-        _, result = decision.predict(advise_argv(*point), matrix)
+        _, result = decision.predict(advise_question(*point), matrix)
         points.append(result)
         commands.update({c.id: command_template(c) for c in result.cells.values() if c.id not in commands})
         progress.advanced(done)

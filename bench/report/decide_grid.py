@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from bench.advise.question import Question
+from bench.advise.target import TargetRequest
 from bench.assets.model_config import models_dir
 from bench.matrix.gpus import load_catalog
 from bench.matrix.profiles import available
@@ -51,18 +53,11 @@ class DecisionGrid:
         return len(self.models) * len(self.gpus) * len(self.counts) * len(self.max_lengths) * len(self.batch_sizes)
 
 
-def advise_argv(model: ModelChoice, gpu: str, count: int, max_length: int, batch_size: int) -> list[str]:
-    """The arguments of `python -m bench advise` for one point."""
-    return [
-        "--gpu",
-        f"{gpu}:{count}",
-        model.flag,
-        model.name,
-        "--max-length",
-        str(max_length),
-        "--batch-size",
-        str(batch_size),
-    ]
+def advise_question(model: ModelChoice, gpu: str, count: int, max_length: int, batch_size: int) -> Question:
+    """What `advise` is asked for one point: `python -m bench advise --gpu GPU:COUNT --workload|--model NAME
+    --max-length N --batch-size N`."""
+    named = {"workload" if model.flag == "--workload" else "model": model.name}
+    return Question(TargetRequest(gpu=f"{gpu}:{count}", max_length=max_length, batch_size=batch_size, **named))
 
 
 def _shipped_models() -> list[str]:

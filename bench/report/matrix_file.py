@@ -9,6 +9,7 @@ from bench.errors import BenchError
 from bench.files import write_whole
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell, method_of_id
+from bench.matrix.scenario import expand, load_matrix, rows_added
 from bench.report.matrix_table import csv_frame, render
 from bench.report.pipeline_row import pipeline_section
 from bench.results.env import read_env
@@ -94,3 +95,15 @@ def write_matrix(run_dir: Path, cell_ids: list[str], others: Mapping[str, Path] 
     latest = {r.cell_id: r for r in records}
     write_whole(run_dir.parent / "matrix.csv", csv_frame(list(latest.values())).to_csv(index=False))
     return out
+
+
+def write_hardware_matrix(hardware_dir: Path, scenarios: Path, run_dir: Path | None = None) -> Path:
+    """MATRIX.md of a hardware folder: DPO's newest complete run (or `run_dir`) and each other method's."""
+    matrix = load_matrix(scenarios / "matrix.yaml")
+    cells, added = expand(matrix), rows_added(matrix)
+    if run_dir is not None:
+        return write_matrix(run_dir, [c.id for c in cells])
+    runs = method_runs(hardware_dir, cells, added)
+    if "dpo" not in runs:  # one line: the DPO run is missing
+        latest_complete_run(hardware_dir, [c.id for c in cells if c.method == "dpo"], added)
+    return write_matrix(runs["dpo"], [c.id for c in cells], runs)

@@ -22,9 +22,9 @@ from bench.files import own_folder, write_whole
 from bench.isolation.fork_server_rules import per_process
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.launchers.accelerate import accelerate_config
-from bench.matrix.backends import BackendSpec, backend_spec
+from bench.matrix.backends import BackendSpec
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile
-from bench.matrix.scenario import world_size
 from bench.worker.placement import cell_devices
 from bench.worker.spec import WorkerSpec
 
@@ -78,14 +78,16 @@ def plan_launch(
     run_env: Mapping[str, str] | None = None,
     cores: list[int] | None = None,
     slot: int | None = None,
+    plan: Plan | None = None,
 ) -> LaunchPlan:
     """The command that runs `spec` with its launcher under `python`, and the files it needs. Pure: nothing is
     written (see `write_files`); `port` is the rendezvous port, `as_root` whether the launch runs as root, `run_env`
     what the run adds to every cell (bench/run/preflight.py: the run's GPUs, the --emulate cap), of which a cell on
     GPUs takes its own devices (bench/worker/placement.py cell_devices); `cores` and `slot`: where it runs beside
-    other cells (bench/run/slots.py)."""
-    cell, profile = spec.cell, spec.profile
-    backend, launcher = backend_spec(cell.backend), launcher_spec(cell.launcher)
+    other cells (bench/run/slots.py); `plan`: the spec's cell resolved on its profile with its workload, where the
+    caller holds it (resolved here otherwise)."""
+    plan = plan or plan_for(spec.cell, spec.profile, spec.workload)
+    cell, profile, backend, launcher = plan.cell, plan.profile, plan.backend, launcher_spec(plan.cell.launcher)
     spec_path = config_dir / SPEC_FILE
     files: dict[Path, str] = {}
 
@@ -98,19 +100,19 @@ def plan_launch(
     accelerate_file = None
     if launcher.reads_accelerate_config:
         accelerate_file = config_dir / ACCELERATE_FILE
-        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, spec.recipe.settings))
+        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, plan.settings))
     files[spec_path] = spec.model_dump_json(indent=2)
 
     devices = cell_devices(spec)
     inputs = LaunchInputs(
         python=python,
-        processes=world_size(cell, profile),
+        processes=plan.world,
         port=port,
         worker=("-m", WORKER_MODULE, str(spec_path)),
         accelerate_config=str(accelerate_file) if accelerate_file else None,
         gpus=devices > 0,
     )
-    threads = host_threads(backend, profile, world_size(cell, profile), os.cpu_count() or 1)
+    threads = host_threads(backend, profile, plan.world, os.cpu_count() or 1)
     env = _base_env(profile, port, threads) | launcher.environment(as_root) | dict(run_env or {})
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
@@ -118,7 +120,7 @@ def plan_launch(
         argv=launcher.command(inputs, python),
         env=env,
         files=files,
-        ranks=world_size(cell, profile),
+        ranks=plan.world,
         launcher=str(cell.launcher),
         inputs=inputs,
         devices=devices,

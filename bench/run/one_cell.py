@@ -19,6 +19,7 @@ from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, retried
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.layout import RunFolder
@@ -28,7 +29,6 @@ from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
 from bench.worker.rank_report import read_rank_reports
 from bench.worker.spec import WorkerSpec
-from bench.worker.trainer_args import trainer_arguments
 
 if TYPE_CHECKING:
     from bench.estimate.gate import Predictor
@@ -197,33 +197,36 @@ def _trial(
         reward_model=None if ctx.reward_model is None else str(ctx.reward_model),
         report_to=ctx.report_to,
     )
-    plan = _written_plan(ctx, spec, config_dir, placement)
+    plan = plan_for(cell, ctx.profile, ctx.workload)
+    launch = _written_plan(ctx, spec, plan, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
     labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)
     log_path = without_link(folder.log(cell.id, trial))  # the executor's output makes a file of its own there
     limit = timeout_s or ctx.profile.timeout_s  # --cell-timeout, cut to what a --time-budget leaves
     started = now_iso()
     try:
-        outcome = ctx.executor.run(plan, log_path, limit, labels)
+        outcome = ctx.executor.run(launch, log_path, limit, labels)
     finally:
         redact_file(log_path)  # after a Ctrl-C too: the interrupted cell's log stays, masked like every other
     free = free_bytes(ctx.run_dir)  # before the caches go: a cell that filled the disk freed it again
     shutil.rmtree(dataset, ignore_errors=True)  # the cell's map() caches: a tokenized copy of the dataset
     reports, problems = read_rank_reports(out_dir)
-    files = tuple(str(p.relative_to(ctx.run_dir)) for p in plan.config_files)
+    files = tuple(str(p.relative_to(ctx.run_dir)) for p in launch.config_files)
     ran = Execution(outcome, reports, problems, started, now_iso(), trial, files)
-    expected = _expectation(ctx, spec, prediction, limit, plan.memory_budget_bytes)
+    expected = _expectation(ctx, plan, prediction, limit, launch.memory_budget_bytes)
     record = finished_record(ctx.facts, cell, expected, ran)
     if why := disk_full_failure(record, free):
         raise DiskFull(why)
     return record, outcome
 
 
-def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement: "SlotPlacement | None") -> LaunchPlan:
+def _written_plan(
+    ctx: RunContext, spec: WorkerSpec, plan: Plan, config_dir: Path, placement: "SlotPlacement | None"
+) -> LaunchPlan:
     """The cell's launch plan for the executor's interpreter, on its own devices and cores when cells run side by
     side, its files written."""
     run_env = ctx.launch_env | (placement.env if placement is not None else {})
-    plan = plan_launch(
+    launch = plan_launch(
         spec,
         config_dir,
         free_port(),
@@ -232,27 +235,26 @@ def _written_plan(ctx: RunContext, spec: WorkerSpec, config_dir: Path, placement
         run_env=run_env,
         cores=placement.cores if placement is not None else None,
         slot=placement.first if placement is not None else None,
+        plan=plan,
     )
     if placement is not None and placement.memory_budget_bytes is not None:
-        plan = dataclasses.replace(plan, memory_budget_bytes=placement.memory_budget_bytes)
-    write_files(plan, ctx.run_dir)
-    return plan
+        launch = dataclasses.replace(launch, memory_budget_bytes=placement.memory_budget_bytes)
+    write_files(launch, ctx.run_dir)
+    return launch
 
 
 def _expectation(
-    ctx: RunContext, spec: WorkerSpec, prediction: PredictionSummary | None, limit: float, budget: int | None = None
+    ctx: RunContext, plan: Plan, prediction: PredictionSummary | None, limit: float, budget: int | None = None
 ) -> Expectation:
     """What the record is judged against: the cell's world, steps, MFU inputs, versions, budget (`budget`: its slot's,
     else the executor's) and time limit."""
-    cell, train = spec.cell, ctx.workload.train
-    world = world_size(cell, ctx.profile)
-    precomputed = trainer_arguments(spec)["precompute_ref_log_probs"]  # what the DPOConfig ran with
+    train, world = plan.workload.train, plan.world
     return Expectation(
         world_size=world,
         warmup_steps=train.warmup_steps,
         steps=train.steps,
         pairs_per_step=train.per_device_train_batch_size * world,
-        mfu=inputs_for(ctx.profile, ctx.workload, ctx.assets.model, cell, world, precomputed, ctx.peak_tflops),
+        mfu=inputs_for(plan, ctx.assets.model, ctx.peak_tflops),
         versions=ctx.versions,
         precision=ctx.profile.precision,
         memory_budget_bytes=budget if budget is not None else ctx.executor.memory_budget_bytes,

@@ -30,8 +30,6 @@ from bench.selfbench.overlay import Overlay, PackageSpec, overlay_for, parse_pac
 
 WORKING_TREE = "."
 """A ref that means the current checkout as it is (no worktree; uncommitted changes included)."""
-DEFAULT_PAIRS = 4
-"""compare gives verdicts from 4 trials per side on (bench/report/verdict.py MIN_TRIALS)."""
 INTERRUPTED = 130
 SIDES = ("base", "head")
 

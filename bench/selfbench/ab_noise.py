@@ -1,6 +1,6 @@
 """Does the interleaved A/B ever cry wolf, and what slowdown does it catch? Measured on this machine.
 
-    python -m bench.selfbench.ab_noise --pairs 10 --filter 'two_models-none-single' --slowdowns 5,10,20,40
+    python -m bench selfbench ab-noise --pairs 10 --filter 'two_models-none-single' --slowdowns 5,10,20,40
         [--ref .] [--hw cpu] [--threshold 5] [--subset-pairs 4] [--out DIR] [--summary results/ab/SUMMARY.md]
 
 An A/A run (the same code on both sides) counts false verdicts (the goal is 0); A/B runs whose head spins for p % of
@@ -172,7 +172,7 @@ def to_markdown(facts: dict, aa: list[Judged], slow: list[dict]) -> str:
         f"`{facts['code']}`, {pairs} pairs (A B B A …) per A/B, cells `{facts['filter']}`, verdict rule of "
         f"`compare`: two-sided Mann–Whitney U p ≤ {ALPHA} and |change| > {threshold:.0%}, ≥ {MIN_TRIALS} trials "
         f"per side. Wall time of the experiment: {facts['wall_min']:.1f} min. Script: "
-        f"`python -m bench.selfbench.ab_noise {facts['argv']}`.",
+        f"`python -m bench selfbench ab-noise {facts['argv']}`.",
         "",
     ]
     if facts.get("smoke"):
@@ -309,8 +309,7 @@ def _percents(text: str) -> list[float]:
     return sorted(values)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.selfbench.ab_noise", description=__doc__.splitlines()[0])
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", type=int, default=10, help="A/B pairs per experiment (default: %(default)s)")
     p.add_argument("--filter", required=True, help="cells, comma-separated globs (keep it to a few small cells)")
     p.add_argument("--slowdowns", type=_percents, default=_percents("5,10,20,40"), help="percent of step time")
@@ -320,13 +319,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--subset-pairs", type=int, default=MIN_TRIALS, help="pairs per judged subset (default 4)")
     p.add_argument("--out", default=None, help="runs folder (default: results/ab/noise-<timestamp>)")
     p.add_argument("--summary", default=str(RESULTS_DIR / "ab" / "SUMMARY.md"))
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    args.argv = argv
+def run(args: argparse.Namespace) -> int:
+    """The experiment, its summary written as Markdown and JSON. `args.argv`: the tool's own arguments."""
     try:
         markdown, data = run_experiment(args)
     except KeyboardInterrupt:
@@ -339,7 +335,3 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write("\n" + markdown)
     print(f"\nsummary written to {summary} (data: {summary.with_suffix('.json')})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Whether the same cells end alike forked from the fork server and started fresh: the evidence a profile names in
 `fork_validated_by` (scenarios/hardware/) before `run --start auto` forks its cells on an accelerator.
 
-    python -m bench.selfbench.fork_parity --hw 1xH200 FORKED_RUN FRESH_RUN
+    python -m bench selfbench fork-parity --hw 1xH200 FORKED_RUN FRESH_RUN
 
 FORKED_RUN ran with `--start forked`, FRESH_RUN with `--start fresh`, over the same cells. Prints what keeps the pair
 from being that evidence (a cell whose status differs, that ran on one side only, whose ranks did not start as their
@@ -9,7 +9,6 @@ side asked), or how many cells ended alike; exit code 0 in that case.
 """
 
 import argparse
-import sys
 from collections.abc import Mapping
 
 from bench.judge.record import NOT_RUN
@@ -53,12 +52,14 @@ def check(hardware: str, runs: ForkValidation) -> list[str]:
     return parity(*sides)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.fork_parity", description=__doc__)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hw", required=True, help="the profile both runs are under (results/<hw>/)")
     parser.add_argument("forked", help="run id of the --start forked run")
     parser.add_argument("fresh", help="run id of the --start fresh run")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 when every cell ended alike forked and fresh; else 1, the differences printed."""
     runs = ForkValidation(forked=args.forked, fresh=args.fresh)
     problems = check(args.hw, runs)
     if not problems:
@@ -67,7 +68,3 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("\n".join(problems))
     return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,9 @@
 """How much logits-sized memory the losses hold at their peak on the CPU, measured on TRL's own code: the fused LM
 head (the torch fallback of trl/kernels/chunked_logprob.py: DPO, SFT, KTO) in tiles of min(rows, 4096) x vocab
 fp32, the estimator's `cpu_head_backward` (bench/estimate/terms.py); and the full-logits losses of the experimental
-ORPO and CPO/SimPO trainers in [R, L, V] logits units, the estimator's MethodSpec.logits_units
-(bench/matrix/methods.py).
+ORPO and CPO/SimPO trainers in [R, L, V] logits units, the estimator's MethodSpec.logits_units (matrix/methods.py).
 
-    python -m bench.selfbench.head_tiles [--rows 512] [--vocab 32768] [--hidden 256]
+    python -m bench selfbench head-tiles [--rows 512] [--vocab 32768] [--hidden 256]
 
 VmHWM is reset (/proc/self/clear_refs) before each pass and the peak's rise over the resident size is divided by the
 unit. The fused head is measured on its second application (the allocator warm), each full-logits loss in a fresh
@@ -77,13 +76,14 @@ def measure_full_logits(method: str, rows: int = 4, length: int = 128, vocab: in
     return (_status_bytes("VmHWM") - start) / (rows * length * vocab * 4)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.head_tiles", description=__doc__.split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--full-logits", choices=["orpo", "simpo"], default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
@@ -96,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         argv = [sys.executable, "-m", "bench.selfbench.head_tiles", "--full-logits", method, "--vocab", str(args.vocab)]
         print(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The tool as a process of its own: a full-logits loss measured in a fresh process, its first pass."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.head_tiles", description=__doc__.splitlines()[0])
+    arguments(parser)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return run(args)
 
 
 if __name__ == "__main__":

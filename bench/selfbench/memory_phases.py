@@ -6,7 +6,7 @@ sampler thread reads the cgroup and the anonymous RSS every millisecond and keep
 forward / backward, the accelerator's backward, the optimizer step). `--mode`: `plain` (process figures only),
 `profiler` (torch.profiler's live tensors too) or `tracemalloc` (Python-heap growth by file).
 
-    python -m bench.selfbench.memory_phases --cell one_adapter-none-single --workload small --mode profiler
+    python -m bench selfbench memory-phases --cell one_adapter-none-single --workload small --mode profiler
 """
 
 import argparse
@@ -26,7 +26,6 @@ from typing import Any
 
 from bench.units import GiB, MiB
 
-PHASES = ("load", "step", "head_forward", "backward", "head_backward", "optimizer_step")
 PROBE_LIMIT = 4 * GiB
 
 
@@ -381,11 +380,7 @@ def parent(args: argparse.Namespace, argv: list[str]) -> int:
             scope.__exit__(None, None, None)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.selfbench.memory_phases", description=__doc__.splitlines()[0]
-    )
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell", default="one_adapter-none-single", help="a cell id of the single backend")
     parser.add_argument("--hw", default="cpu")
     parser.add_argument("--workload", default=None)
@@ -395,11 +390,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", default=None, help="profiler mode: keep the chrome trace here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The parent measures in a child of its own (`--child`), which prints its phases as JSON."""
     if not args.child:
-        return parent(args, argv)
+        return parent(args, args.argv)
     print(json.dumps(child(args)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The tool as a process of its own: the measuring child `run` starts."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.selfbench.memory_phases", description=__doc__.splitlines()[0]
+    )
+    arguments(parser)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return run(args)
 
 
 if __name__ == "__main__":

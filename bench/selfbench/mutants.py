@@ -1,6 +1,6 @@
 """`make mutants`: mutation testing of the modules that give verdicts: every check is shown to fail on its fault.
 
-    python -m bench.selfbench.mutants [--keep] [--max-children N] [--only judge|estimate|run]
+    python -m bench selfbench mutants [--keep] [--max-children N] [--only judge|estimate|run]
 
 mutmut (scope and tests under `[tool.mutmut]` in pyproject.toml) changes one thing at a time in the judging modules
 and runs their unit tests against each change. A survivor is a missing test or an equivalent mutant; each equivalent
@@ -205,12 +205,14 @@ def refresh_unmutated(root: Path, only_mutate: Sequence[str], source_paths: Sequ
                 target.unlink(missing_ok=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.mutants", description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="reuse mutants/ from the previous run")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", action="append", default=[], choices=sorted(SUBSETS), help="one part of the modules")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """mutmut over the scope, then the survivors no equivalence explains: 1 when any is left."""
     os.chdir(PROJECT_ROOT)
     from mutmut.configuration import config
 
@@ -259,7 +261,3 @@ cli(sys.argv[2:], prog_name="mutmut")
 def _failed(what: str) -> int:
     print(f"error: {what} failed (its output is above)", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

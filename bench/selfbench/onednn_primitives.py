@@ -5,7 +5,7 @@ For each ISA cap (ONEDNN_MAX_CPU_ISA; `default`: oneDNN's pick on this CPU) a ch
 shapes of each of a LoRA adapter's three products and reports the growth of its anonymous memory per shape and the
 implementation oneDNN created. A cap above this CPU's ISA measures nothing new: run it on the CPU in question.
 
-    python -m bench.selfbench.onednn_primitives [--caps default AVX512_CORE_BF16 AVX512_CORE AVX2] [--shapes 100]
+    python -m bench selfbench onednn-primitives [--caps default AVX512_CORE_BF16 AVX512_CORE AVX2] [--shapes 100]
 
 Prints one JSON object: per cap, the implementation and KiB per primitive for each product, and their mean."""
 
@@ -53,14 +53,15 @@ def measure(cap: str, shapes: int, hidden: int, rank: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--caps", nargs="*", default=list(CAPS))
     parser.add_argument("--shapes", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=HIDDEN)
     parser.add_argument("--rank", type=int, default=RANK)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.child:
         found = child(args.shapes, args.hidden, args.rank)
         print(json.dumps(found), flush=True)
@@ -68,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     result = {cap: measure(cap, args.shapes, args.hidden, args.rank) for cap in args.caps}
     print(json.dumps(result, indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The tool as a process of its own: the measuring child `measure` starts per ISA cap."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.selfbench.onednn_primitives", description=__doc__.splitlines()[0]
+    )
+    arguments(parser)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return run(args)
 
 
 if __name__ == "__main__":

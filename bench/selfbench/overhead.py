@@ -1,7 +1,7 @@
 """Harness overhead: the same cell through the suite (`python -m bench run`) and as a plain TRL script
 (bench/selfbench/plain_dpo.py), paired round by round, and the ratio of their steady-state speed.
 
-    python -m bench.selfbench.overhead [--cell one_adapter-none-single] [--rounds 8] [--steps 300]
+    python -m bench selfbench overhead [--cell one_adapter-none-single] [--rounds 8] [--steps 300]
                                        [--pairing concurrent|sequential] [--start auto] [--plain-start same|fresh]
 
 The plain side is the suite's rank without its measurement: it trains from the suite's spec.json, started as the
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import Popen
 
+from bench.errors import BenchError
 from bench.executors.local import LocalExecutor, cell_env, venv_python
 from bench.isolation.fork_server import ForkServer
 from bench.matrix.profiles import load_profile
@@ -207,8 +208,7 @@ def sequential_round(index: int, args: argparse.Namespace, tmp: Path, spec: Path
     return suite, spec, plain
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.overhead", description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell", default="one_adapter-none-single")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--hw", default="cpu")
@@ -225,9 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         default="concurrent",
         help="concurrent (default): both sides at once, on disjoint halves of the cores; sequential: in turn",
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The rounds, each a line, then the ratios of each kind of speed with their bound."""
     if args.pairing == "concurrent" and core_halves() is None:
-        parser.error("--pairing concurrent needs two cores or more; use --pairing sequential")
+        raise BenchError("--pairing concurrent needs two cores or more; use --pairing sequential")
     kinds = {"tokens/s": [], "median step speed": [], "CPU time per step": []}
     play = concurrent_round if args.pairing == "concurrent" else sequential_round
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
@@ -262,7 +265,3 @@ def summary_line(args: argparse.Namespace, label: str, result: dict[str, float])
         f"{result['ratio_median']:.3f} (min {result['ratio_min']:.3f}, max {result['ratio_max']:.3f}); overhead "
         f"{result['overhead']:+.1%}, at most {result['overhead_bound']:+.1%} (95 %): {verdict} the {GOAL:.0%} goal"
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

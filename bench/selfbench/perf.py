@@ -1,6 +1,6 @@
 """Benchmark of the suite itself: where a cell's fixed cost goes, and the full-matrix wall time.
 
-    python -m bench.selfbench.perf [--hw cpu] [--run RUN_ID] [--base RUN] [--repeats 3] [--no-imports]
+    python -m bench selfbench perf [--hw cpu] [--run RUN_ID] [--base RUN] [--repeats 3] [--no-imports]
 
 Import costs are measured now, in fresh interpreters; everything else is read from a finished run's records (where
 each launcher's wall goes: the records' `phases`). With `--base` (a run of the same hardware folder, e.g. the base
@@ -200,20 +200,17 @@ def run_folder(hardware_dir: Path, name: str) -> Path:
     return path if path.is_dir() and (path / "results.jsonl").exists() else hardware_dir / name
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.perf", description=__doc__)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hw", default="cpu")
     parser.add_argument("--run", default=None, help="run id or folder (default: the latest)")
     parser.add_argument("--base", default=None, help="run id or folder to hold the run against (compare-ab's base)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-imports", action="store_true", help="leave the fresh-interpreter import timings out")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     hardware_dir = RESULTS_DIR / args.hw
     run_dir = run_folder(hardware_dir, args.run) if args.run else latest_run(hardware_dir)
     base_dir = run_folder(hardware_dir, args.base) if args.base else None
     print(report(run_dir, args.repeats, base_dir, not args.no_imports))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ and dataset) in one process, without the suite's launcher, rank reports, step re
 check; its own minimal timing: wall clock and TRL's cumulative num_tokens between the end of the warm-up steps and
 the end of training (the suite's tokens_per_s definition).
 
-    python -m bench.selfbench.plain_dpo [--cell one_adapter-none-single] [--hw cpu]   # prints one JSON line
+    python -m bench selfbench plain-dpo [--cell one_adapter-none-single] [--hw cpu]   # prints one JSON line
 """
 
 import argparse
@@ -23,6 +23,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench.assets.prepare import cell_dataset, prepare
+from bench.errors import BenchError
 from bench.isolation.fork_server_client import FRESH_ENV
 from bench.matrix.axes import Backend
 from bench.matrix.cell import Cell
@@ -93,21 +94,23 @@ def from_spec(path: str) -> dict[str, Any]:
     return speed | {"fresh_reason": os.environ.get(FRESH_ENV)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.plain_dpo", description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell", default="one_adapter-none-single", help="a cell id of the single backend")
     parser.add_argument("--hw", default="cpu")
     parser.add_argument("--workload", default=None)
     parser.add_argument("--spec", default=None, help="a suite run's configs/<cell>/spec.json: that cell as its worker")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """One JSON line: the cell's steady speed as a plain script."""
     if args.spec:
         print(json.dumps(from_spec(args.spec)))
         return 0
     cell = matrix_cell(args.cell)
     if cell is None:
-        parser.error(f"unknown cell {args.cell!r}; `python -m bench list` shows the cell ids")
+        raise BenchError(f"unknown cell {args.cell!r}; `python -m bench list` shows the cell ids")
     if cell.backend != Backend.SINGLE:
-        parser.error("the plain script runs cells of the single backend only (one process, one device)")
+        raise BenchError("the plain script runs cells of the single backend only (one process, one device)")
 
     profile = load_profile(args.hw)
     workload = load_workload(args.workload or profile.workload)
@@ -118,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         spec = WorkerSpec(cell=cell, profile=profile, workload=workload, assets=assets, out_dir=out_dir)
         print(json.dumps(steady_speed(spec)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The tool as a process of its own: overhead's baseline, run by the interpreter of the venv under test."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench.selfbench.plain_dpo", description=__doc__.splitlines()[0])
+    arguments(parser)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return run(args)
 
 
 if __name__ == "__main__":

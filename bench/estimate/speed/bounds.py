@@ -22,7 +22,7 @@ from bench.judge.mfu import ModelShape, flops_per_token
 if TYPE_CHECKING:
     from bench.estimate.speed.model import SpeedPrediction
     from bench.matrix.cell import Cell
-    from bench.matrix.profiles import HardwareProfile, Workload
+    from bench.matrix.plan import Plan
 
 COVERED_BY = {
     "single": ("single", "data_parallel", "sharded"),
@@ -215,26 +215,17 @@ def bound(kind: Kind) -> tuple[float, list[PublishedMfu], tuple[str, ...]] | Non
     return None
 
 
-def implied_mfu(prediction: "SpeedPrediction", cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> float:
+def implied_mfu(prediction: "SpeedPrediction", plan: "Plan") -> float:
     """The MFU (bench/judge/mfu.py's convention, at the workload's max_length, the profile's peak) that a PREDICTED
     tokens/s would measure."""
     from bench.estimate.shapes import config_path
     from bench.judge.mfu import inputs_for, mfu
-    from bench.matrix.recipes import resolve
-    from bench.matrix.reference import reference_plan
 
     if prediction.tokens_per_s is None:
-        raise ValueError(f"{cell.id}: no PREDICTED tokens/s")
-    inputs = inputs_for(
-        profile,
-        workload,
-        str(config_path(workload).parent),
-        cell,
-        prediction.world_size,
-        reference_plan(cell, resolve(cell, profile.device).settings, workload).precomputed,
-    )
+        raise ValueError(f"{plan.cell.id}: no PREDICTED tokens/s")
+    inputs = inputs_for(plan, str(config_path(plan.workload).parent))
     if inputs is None:
-        raise ValueError(f"{cell.id}: no peak or no model shape for {profile.name}")
+        raise ValueError(f"{plan.cell.id}: no peak or no model shape for {plan.profile.name}")
     shape = inputs.shape
     if inputs.head_params:
         shape = ModelShape(shape.matmul_params - inputs.head_params, shape.layers, shape.heads, shape.head_dim)
@@ -242,33 +233,33 @@ def implied_mfu(prediction: "SpeedPrediction", cell: "Cell", profile: "HardwareP
     return mfu(prediction.tokens_per_s, flops, inputs.devices, inputs.peak_tflops)
 
 
-def prediction_ratio(cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> float:
-    """work.hardware_ratio of `cell`'s step (its method's forwards without gradient, its checkpointing, adapters)."""
+def prediction_ratio(plan: "Plan") -> float:
+    """work.hardware_ratio of the planned cell's step (its method's forwards without gradient, its checkpointing,
+    adapters)."""
     from bench.estimate.speed.model import setup_for
 
-    step = setup_for(cell, profile, workload).step
+    step = setup_for(plan).step
     return hardware_ratio(step.shape, step.seq_len, step.adapters, step.checkpointing, step.no_grad_forwards)
 
 
-def mfu_bound(cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> tuple[float, PublishedMfu] | None:
-    """The most MFU `cell` may imply: the best published hardware utilisation of its kind expressed in its own
-    step's MFU, and the figure it comes from; None where its kind has no published figure."""
-    found = bound(kind_for(cell, profile, workload))
+def mfu_bound(plan: "Plan") -> tuple[float, PublishedMfu] | None:
+    """The most MFU the planned cell may imply: the best published hardware utilisation of its kind expressed in its
+    own step's MFU, and the figure it comes from; None where its kind has no published figure."""
+    found = bound(kind_for(plan))
     if found is None:
         return None
     best, mine, _ = found
     figure = next(f for f in mine if f.hfu == best)
-    return best / prediction_ratio(cell, profile, workload), figure
+    return best / prediction_ratio(plan), figure
 
 
-def kind_for(cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> Kind:
-    """The kind of `cell` on `profile` with `workload`'s model."""
+def kind_for(plan: "Plan") -> Kind:
+    """The kind of the planned cell, on its profile's GPU with its workload's model."""
     from bench.estimate.shapes import config_path
     from bench.judge.mfu import model_shape
-    from bench.matrix.gpus import gpu_by_card
 
-    name = profile.gpu or (gpu_by_card(profile.card).name if profile.card else "unknown")
-    shape = model_shape(str(config_path(workload).parent))
+    name = plan.gpu.name if plan.gpu is not None else "unknown"
+    shape = model_shape(str(config_path(plan.workload).parent))
     if shape is None:
-        raise ValueError(f"{workload.name}: no config.json to read the model's size from")
-    return kind_of(cell, name, shape.matmul_params)
+        raise ValueError(f"{plan.workload.name}: no config.json to read the model's size from")
+    return kind_of(plan.cell, name, shape.matmul_params)

@@ -11,8 +11,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.errors import BenchError
+from bench.paths import DERIVED_DIR
 
-CALIBRATION_FILE = Path(__file__).with_name("speed_calibration.json")
+CALIBRATION_FILE = DERIVED_DIR / "speed_calibration.json"
 
 
 class ClassConstants(BaseModel):

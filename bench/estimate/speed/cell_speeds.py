@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from bench.errors import BenchError
 from bench.estimate.speed.calibration import load_speed_calibration
 from bench.estimate.speed.model import SpeedPrediction, predict_speed
+from bench.matrix.plan import Plan, plan_for
 
 if TYPE_CHECKING:
     from bench.matrix.cell import Cell
@@ -16,9 +17,14 @@ if TYPE_CHECKING:
 def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable["Cell"]) -> dict[str, SpeedPrediction]:
     """Cell id -> its PREDICTED speed on `profile` with `workload`, full-length sequences; empty where the device's
     figures are not published (the catalog leaves them null): no speed is predicted then, memory still is."""
+    return speeds_of_plans([plan_for(c, profile, workload) for c in cells])
+
+
+def speeds_of_plans(plans: list[Plan]) -> dict[str, SpeedPrediction]:
+    """speeds_of the planned cells (each already resolved on its profile with its workload)."""
     calibration = load_speed_calibration()
     try:
-        return {c.id: predict_speed(c, profile, workload, calibration) for c in cells}
+        return {p.cell.id: predict_speed(p, calibration) for p in plans}
     except BenchError:
         return {}
 
@@ -28,18 +34,18 @@ def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[
     peak): what `predict` and PREDICTED.md show."""
     from bench.matrix.scenario import expand, load_matrix
 
-    wanted = [c for c in expand(load_matrix()) if c.id in set(cell_ids)]
-    speeds = speeds_of(profile, workload, wanted)
-    return {c.id: with_mfu(speeds[c.id], c, profile, workload) for c in wanted if c.id in speeds}
+    plans = [plan_for(c, profile, workload) for c in expand(load_matrix()) if c.id in set(cell_ids)]
+    speeds = speeds_of_plans(plans)
+    return {p.cell.id: with_mfu(speeds[p.cell.id], p) for p in plans if p.cell.id in speeds}
 
 
-def with_mfu(speed: SpeedPrediction, cell: "Cell", profile: "HardwareProfile", workload: "Workload") -> SpeedPrediction:
+def with_mfu(speed: SpeedPrediction, plan: "Plan") -> SpeedPrediction:
     """The prediction with the MFU its tokens/s implies; as it was where there is none (no tokens/s, no peak)."""
     from bench.estimate.speed.bounds import implied_mfu
 
-    if speed.tokens_per_s is None or not profile.peak_tflops:
+    if speed.tokens_per_s is None or not plan.profile.peak_tflops:
         return speed
     try:
-        return speed.model_copy(update={"mfu": implied_mfu(speed, cell, profile, workload)})
+        return speed.model_copy(update={"mfu": implied_mfu(speed, plan)})
     except ValueError:  # no model shape to count the FLOPs of
         return speed

@@ -1,4 +1,5 @@
-"""Cell + profile + workload -> PREDICTED seconds per step and tokens/s, term by term (docs/estimator.md, "Speed").
+"""A planned cell (bench/matrix/plan.py) -> PREDICTED seconds per step and tokens/s, term by term (docs/estimator.md,
+"Speed").
 
 `setup_for` reads the cell's configuration into a `StepSetup` (the matrix tables, the model's shape);
 `step_terms` turns it into seconds per term with pure functions (work.py, comm.py, offload.py); `predict_speed`
@@ -9,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
 
-from bench.estimate.predict import _effective_backend
+from bench.estimate.predict import effective_backend
 from bench.estimate.shapes import config_path, shapes_for
 from bench.estimate.speed import comm, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
@@ -17,14 +18,7 @@ from bench.estimate.speed.devices import DeviceFigures, device_figures
 from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
-from bench.matrix.cell import Cell
-from bench.matrix.inits import init_spec
-from bench.matrix.methods import method_spec
-from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.quants import quant_spec
-from bench.matrix.recipes import resolve
-from bench.matrix.reference import reference_plan
-from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.matrix.plan import Plan
 from bench.units import GB
 
 
@@ -57,17 +51,18 @@ def method_shape(shape: ModelShape, output: str) -> ModelShape:
     return replace(shape, matmul_params=shape.matmul_params - shape.lm_head_params + shape.hidden, lm_head_params=0)
 
 
-def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len: float | None = None) -> StepSetup:
+def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
     """`seq_len`: tokens per sequence (default the workload's max_length: full sequences)."""
-    method, init, quant = method_spec(cell.method), init_spec(cell.init), quant_spec(cell.quant)
-    backend, _ = _effective_backend(cell, profile)
+    cell, profile, workload = plan.cell, plan.profile, plan.workload
+    method, init, quant = plan.method, plan.init, plan.quant
+    backend, _ = effective_backend(plan)
     spec = backend_spec(backend)
     shapes = shapes_for(workload)
     found = model_shape(str(config_path(workload).parent))
     if found is None:
         raise ValueError(f"workload {workload.name}: no config.json to read the model's shape from")
     shape = method_shape(found, method.output)
-    precomputed = reference_plan(cell, resolve(cell, profile.device).settings, workload).precomputed
+    precomputed = plan.reference.precomputed
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
     b = 4 if profile.precision == "fp32" else 2
@@ -93,7 +88,7 @@ def setup_for(cell: Cell, profile: HardwareProfile, workload: Workload, seq_len:
     return StepSetup(
         step=step,
         backend=spec,
-        world=world_size(cell, profile),
+        world=plan.world,
         compute_bytes=b,
         quantized_params=quantized,
         quantized_linears=len(shapes.linears) if quant.quantized else 0,
@@ -227,18 +222,16 @@ class SpeedPrediction(BaseModel):
 
 
 def predict_speed(
-    cell: Cell,
-    profile: HardwareProfile,
-    workload: Workload,
+    plan: Plan,
     calibration: SpeedCalibration | None = None,
     seq_len: float | None = None,
     cpu: tuple[float, float, str] | None = None,
 ) -> SpeedPrediction:
     """`cpu`: (matmul GFLOP/s per thread, copy GB/s, where from) for a CPU profile; default: calibration's host."""
-    reason = not_applicable_reason(cell, profile)
-    if reason is not None:
+    cell, profile = plan.cell, plan.profile
+    if plan.not_applicable is not None:
         return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_applicable")
-    if method_spec(cell.method).generates:
+    if plan.method.generates:
         return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_modelled")
     calibration = calibration or load_speed_calibration()
     host = calibration.host
@@ -246,7 +239,7 @@ def predict_speed(
         cpu = (host.matmul_gflops, host.memory_gbps, f"this machine's microbenchmark, {host.measured_at}")
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
-    setup = setup_for(cell, profile, workload, seq_len)
+    setup = setup_for(plan, seq_len)
     terms = step_terms(setup, device, constants, host.memory_gbps * GB)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens

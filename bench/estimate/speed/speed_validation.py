@@ -19,6 +19,7 @@ from bench.estimate.speed.calibration import (
 from bench.estimate.speed.devices import DeviceFigures, card_figures, cpu_figures
 from bench.estimate.speed.model import StepSetup, quant_calls, setup_for, step_terms, traffic_of
 from bench.matrix.methods import method_spec
+from bench.matrix.plan import plan_for
 from bench.results.env import read_env
 from bench.results.store import load_results
 from bench.units import GB
@@ -118,7 +119,7 @@ def measured_cells(results: Path, host: HostRate) -> list[MeasuredSpeed]:
             profile, workload = load_profile(record.hardware), load_workload(record.workload)
             rows = method_spec(cell.method).rows_per_example
             sequences = metrics.steps * record.world_size * workload.train.per_device_train_batch_size * rows
-            setup = setup_for(cell, profile, workload, metrics.tokens_total / sequences)
+            setup = setup_for(plan_for(cell, profile, workload), metrics.tokens_total / sequences)
             device = card or cpu_figures(cpu[0], cpu[1], profile.threads_per_process, cpu[2])
             found.append(
                 MeasuredSpeed(

@@ -112,7 +112,7 @@ def test_carrying_again_replaces_the_folder(tmp_path):
 def test_the_command_carries_the_named_workloads_and_refuses_an_unknown_one_first(tmp_path, capsys):
     import argparse
 
-    from bench.cli.run import cmd_carry_assets
+    from bench.cli.machine import cmd_carry_assets
     from bench.errors import BenchError
 
     with pytest.raises(BenchError, match="unknown workload 'nope'"):

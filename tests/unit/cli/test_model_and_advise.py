@@ -224,6 +224,7 @@ def test_fix_prediction_matches_the_estimator_directly():
     from bench.advise.fixes import smallest_fix
     from bench.matrix.axes import Backend, Init, Launcher, Quant
     from bench.matrix.cell import Cell
+    from bench.matrix.plan import plan_for
     from bench.matrix.profiles import gpu_profile
     from bench.matrix.settings import TrainingSettings, apply_to_workload
 
@@ -232,7 +233,7 @@ def test_fix_prediction_matches_the_estimator_directly():
     cell = Cell(init=Init.TWO_MODELS, quant=Quant.NONE, backend=Backend.DDP, launcher=Launcher.TORCHRUN)
     calibration = load_calibration()
     assert predict_cell(cell, profile, workload, calibration).verdict == "oom"
-    fix = smallest_fix(cell, profile, workload, calibration)
+    fix = smallest_fix(plan_for(cell, profile, workload), calibration)
     assert fix is not None
     again = predict_cell(fix.change.cell, profile, fix.change.workload, calibration)
     assert again.verdict == "fits" and again.total_bytes == fix.prediction.total_bytes

@@ -53,8 +53,3 @@ def test_the_generation_phase_is_the_kv_cache_and_the_sampling_scores_by_hand():
     gen = g.Generation(completions=4, prompt_tokens=14, completion_tokens=8)
     # tiny: 2 layers, 2 KV heads of 32 dims, fp32, 512 tokens: 2 x 2 x 2 x 32 x 4 B x 4 x 22 tokens; 4 x 512 x 8 B
     assert g.generation_phase(gen, 2, 2, 32, 512, 4) == {"kv_cache": 90_112, "sampling_scores": 16_384}
-
-
-def test_a_reward_model_is_the_checkpoint_with_a_one_output_head_in_place_of_the_lm_head():
-    # Llama-2-7B: 6,738,415,616 parameters, of which the LM head 32,000 x 4,096; a score head of 4,096; bf16
-    assert g.reward_model_weights(6_738_415_616, 32_000 * 4_096, 4_096, 2) == 2 * 6_607_347_712

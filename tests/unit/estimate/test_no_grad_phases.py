@@ -11,6 +11,7 @@ from bench.estimate.shapes import shapes_for
 from bench.matrix.axes import Backend, Init, Method, Option, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 
 
@@ -25,7 +26,7 @@ def phases_of(method, knobs=None):
     knobs = knobs or Knobs()
     profile, workload = load_profile("2xA10"), load_workload("small")
     shapes = shapes_for(workload)
-    s = _setting(cell(method=method), Backend.ZERO2, profile, workload, shapes, 2, knobs)
+    s = _setting(plan_for(cell(method=method), profile, workload), Backend.ZERO2, shapes, knobs)
     rows, seq, per_layer = _layer_activations(s)
     return _no_grad_phases(s, per_layer, rows * seq, 1), s, per_layer, rows * seq
 

@@ -236,7 +236,9 @@ def test_large_tensors_are_those_above_the_caching_allocators_10_mib():
     # c10/cuda/CUDACachingAllocator.cpp: a request of at least kMinLargeAlloc (10 MiB) gets its own segment rounded up
     # to 2 MiB; 10 MiB exactly is a whole number of 2 MiB steps and loses nothing, so only tensors above it count
     from bench.estimate.knobs import Knobs
-    from bench.estimate.predict import _large_tensors
+    from bench.estimate.predict import _large_tensors, _setting
+    from bench.matrix.plan import plan_for
+    from bench.matrix.profiles import HardwareProfile
 
     shapes = made_up_shapes(
         (2048, 2560),  # 5,242,880 elements: 10 MiB exactly in bf16, 20 MiB in fp32
@@ -251,10 +253,15 @@ def test_large_tensors_are_those_above_the_caching_allocators_10_mib():
         cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE),
         cell(Init.TWO_MODELS, Quant.NONE, Backend.SINGLE),
     )
-    assert _large_tensors(adapter, shapes, bf16, Knobs()) == 2
-    assert _large_tensors(adapter, shapes, fp32, Knobs()) == 3
+    workload = load_workload("tiny")
+
+    def large(c: Cell, profile: HardwareProfile) -> int:
+        return _large_tensors(_setting(plan_for(c, profile, workload), c.backend, shapes, Knobs()))
+
+    assert large(adapter, bf16) == 2
+    assert large(adapter, fp32) == 3
     # a full fine-tune with a reference model: the weights, the reference's, each one's gradient and two Adam states
-    assert _large_tensors(full, shapes, bf16, Knobs()) == 2 * 5
+    assert large(full, bf16) == 2 * 5
 
 
 def test_checkpoint_dtype_follows_prepare():

@@ -16,6 +16,7 @@ from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.gpus import gpu, gpu_by_card
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import available, load_profile, load_workload
 from bench.paths import SCENARIOS_DIR
 from bench.results.tracked import tracked_results
@@ -123,7 +124,7 @@ def test_fit_recovers_known_constants():
 def test_prediction_is_labelled_and_ranged():
     cell = Cell(init=Init.ONE_ADAPTER, quant=Quant.NONE, backend=Backend.DDP, launcher="torchrun")
     profile = load_profile("2xA10")
-    s = predict_speed(cell, profile, load_workload(profile.workload))
+    s = predict_speed(plan_for(cell, profile, load_workload(profile.workload)))
     assert s.status == "predicted" and s.world_size == 2
     assert s.tokens_per_s_low <= s.tokens_per_s <= s.tokens_per_s_high
     assert s.s_per_step == pytest.approx(sum(s.terms.values()))

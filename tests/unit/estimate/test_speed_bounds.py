@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from bench.cli.target import add_target_arguments, target
-from bench.estimate.predict import predict_cell
+from bench.cli.target_flags import add_target_arguments, target
+from bench.estimate.predict import predict
 from bench.estimate.speed.bounds import (
     bound,
     figures,
@@ -20,7 +20,8 @@ from bench.estimate.speed.bounds import (
 from bench.estimate.speed.calibration import load_speed_calibration
 from bench.estimate.speed.devices import max_matmul_fraction
 from bench.estimate.speed.model import predict_speed
-from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
+from bench.matrix.plan import plan_for
+from bench.matrix.scenario import expand, load_matrix
 
 GPUS = ("A10:1", "A10:2", "A100-80G:1", "A100-80G:8", "H100:1", "H100:8", "H200:1", "RTX-4090:1", "L4:1", "T4:1")
 MODELS = ("phi-3-mini-4k", "qwen2.5-7b", "llama-3.1-8b", "gemma-2-9b", "llama-3.1-70b")
@@ -68,12 +69,12 @@ def test_the_issue_examples_are_bounded_by_their_own_kind():
         ("H100:8", "llama-3.1-8b", "two_models-none-zero3", ("size", "method", "adapter", "backend", "generation")),
     ):
         profile, workload = _target(gpu, model)
-        cell = cells[cell_id]
-        found = bound(kind_for(cell, profile, workload))
+        plan = plan_for(cells[cell_id], profile, workload)
+        found = bound(kind_for(plan))
         assert found is not None and found[2] == level
-        speed = predict_speed(cell, profile, workload)
-        limit, _ = mfu_bound(cell, profile, workload)
-        assert implied_mfu(speed, cell, profile, workload) <= limit
+        speed = predict_speed(plan)
+        limit, _ = mfu_bound(plan)
+        assert implied_mfu(speed, plan) <= limit
 
 
 def test_no_prediction_implies_more_than_the_published_best_of_its_kind():
@@ -89,18 +90,21 @@ def test_no_prediction_implies_more_than_the_published_best_of_its_kind():
         profile, workload = _target(gpu, model)
         for method, setup in itertools.product(METHODS, SETUPS):
             cell = cells.get(method + setup)
-            if cell is None or not_applicable_reason(cell, profile):
+            if cell is None:
                 continue
-            speed = predict_speed(cell, profile, workload, calibration)
-            kind = kind_for(cell, profile, workload)
-            limit = mfu_bound(cell, profile, workload)
+            plan = plan_for(cell, profile, workload)
+            if plan.not_applicable:
+                continue
+            speed = predict_speed(plan, calibration)
+            kind = kind_for(plan)
+            limit = mfu_bound(plan)
             if limit is None:
                 unbounded.add((kind.size, kind.adapter))
                 continue
-            if predict_cell(cell, profile, workload).verdict == "oom":
+            if predict(plan).verdict == "oom":
                 continue
             checked += 1
-            mfu = implied_mfu(speed, cell, profile, workload)
+            mfu = implied_mfu(speed, plan)
             if mfu > limit[0]:
                 over.append(f"{gpu} {model} {cell.id}: {mfu:.1%} > {limit[0]:.1%} ({limit[1].id})")
     assert checked >= 200
@@ -112,4 +116,4 @@ def test_same_setup_compares_mfu_with_mfu():
     """At equal method, adapter and checkpointing the hardware ratios cancel: the bound is the published MFU."""
     profile, workload = _target("A100-80G:1", "qwen2.5-7b")
     cell = {c.id: c for c in expand(load_matrix())}["sft-one_adapter-none-single"]
-    assert prediction_ratio(cell, profile, workload) == pytest.approx(1.0, abs=0.03)
+    assert prediction_ratio(plan_for(cell, profile, workload)) == pytest.approx(1.0, abs=0.03)

@@ -150,8 +150,8 @@ def test_no_model_memory_constant_is_fitted():
 
 
 def test_the_committed_calibration_is_what_fit_gives_on_the_committed_runs():
-    # a new run under a budgeted profile needs `python -m bench.estimate.calibrate` and `make predicted`; medians of
-    # measured bytes come out the same on every CPU, held like every fit to a stated tolerance (fit_tolerance)
+    # a new run under a budgeted profile needs `python -m bench validate-estimate --fit` and `make predicted`; medians
+    # of measured bytes come out the same on every CPU, held like every fit to a stated tolerance (fit_tolerance)
     assert not mismatches(fit(), load_calibration())
 
 

@@ -15,6 +15,7 @@ from bench.judge.mfu import (
 )
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import Backend, Init, Launcher, Option, Quant
 from bench.paths import SCENARIOS_DIR
@@ -97,9 +98,8 @@ def test_a_reward_model_has_its_scalar_head_instead_of_the_lm_head():
     from bench.matrix.profiles import load_profile, load_workload
 
     cell = Cell(method="reward", init="one_adapter", quant="none", backend="single", launcher="python")
-    inputs = inputs_for(
-        load_profile("1xH100"), load_workload("tiny"), str(SCENARIOS_DIR / "workloads" / "tiny"), cell, 1, False
-    )
+    plan = plan_for(cell, load_profile("1xH100"), load_workload("tiny"))
+    inputs = inputs_for(plan, str(SCENARIOS_DIR / "workloads" / "tiny"))
     assert inputs.head_params == 512 * 64 - 64 and inputs.no_grad_forwards == 0
     out = with_mfu(metrics(1.0), inputs)
     assert out.flops_per_token == flops_per_token(
@@ -130,15 +130,15 @@ def cell(backend: Backend, options: tuple = ()) -> Cell:
 def test_inputs_for_uses_profile_peak_devices_and_max_length():
     profile, workload = load_profile("2xA10"), load_workload("phi-2")
     model = str(SCENARIOS_DIR / "workloads" / "phi-2")
-    ddp = inputs_for(profile, workload, model, cell(Backend.DDP), world=2, precomputed_ref=False)
+    ddp = inputs_for(plan_for(cell(Backend.DDP), profile, workload), model)
     assert (ddp.peak_tflops, ddp.devices, ddp.seq_len, ddp.precomputed_ref) == (125, 2, 1024, False)
-    assert inputs_for(profile, workload, model, cell(Backend.DEVICE_MAP), 1, False).devices == 2
-    single = inputs_for(profile, workload, model, cell(Backend.SINGLE, (Option.PRECOMPUTE_REF,)), 1, True)
+    assert inputs_for(plan_for(cell(Backend.DEVICE_MAP), profile, workload), model).devices == 2
+    single = inputs_for(plan_for(cell(Backend.SINGLE, (Option.PRECOMPUTE_REF,)), profile, workload), model)
     assert single.precomputed_ref and single.devices == 1
 
 
 def test_no_mfu_without_peak_or_local_config():
     cpu, tiny = load_profile("cpu"), load_workload("tiny")
-    assert inputs_for(cpu, tiny, str(SCENARIOS_DIR / "workloads" / "tiny"), cell(Backend.SINGLE), 1, False) is None
+    assert inputs_for(plan_for(cell(Backend.SINGLE), cpu, tiny), str(SCENARIOS_DIR / "workloads" / "tiny")) is None
     h100 = load_profile("1xH100")
-    assert inputs_for(h100, tiny, "meta-llama/Llama-3.2-1B", cell(Backend.SINGLE), 1, False) is None
+    assert inputs_for(plan_for(cell(Backend.SINGLE), h100, tiny), "meta-llama/Llama-3.2-1B") is None

@@ -175,9 +175,12 @@ def test_installed_it_says_in_one_line_that_run_needs_the_train_extra(installed,
 
 def test_scenarios_names_the_folder_of_every_reader(installed, tmp_path):
     """With the packaged copy gone, every planning command reads the folder `--scenarios` names: the GPU catalog,
-    the hardware profiles, the models, the shipped shapes, the published figures."""
-    scenarios = tmp_path / "mine"
-    shutil.move(installed / "bench" / "_scenarios", scenarios)
+    the hardware profiles, the models, the shipped shapes, the published figures. What is derived from the runs
+    (derived/: spreads, calibrations) is the package's own, read from the packaged folder whatever it names."""
+    scenarios, packaged = tmp_path / "mine", installed / "bench" / "_scenarios"
+    shutil.move(packaged, scenarios)
+    packaged.mkdir()
+    shutil.move(scenarios / "derived", packaged / "derived")
     try:
         for args in (
             ["advise", "--model", "qwen2.5-7b", "--gpu", "A10:2"],
@@ -187,10 +190,15 @@ def test_scenarios_names_the_folder_of_every_reader(installed, tmp_path):
         ):
             done = dpo_bench(installed, tmp_path, "--scenarios", str(scenarios), *args)
             assert done.returncode == 0, f"{args}: {done.stderr[-1500:]}"
+        shutil.move(packaged / "derived", scenarios / "derived")
+        packaged.rmdir()
         gone = dpo_bench(installed, tmp_path, "advise", "--model", "qwen2.5-7b", "--gpu", "A10:2")
         assert gone.returncode == 2 and "_scenarios: no such folder" in gone.stderr
     finally:
-        shutil.move(scenarios, installed / "bench" / "_scenarios")
+        if (packaged / "derived").is_dir():
+            shutil.move(packaged / "derived", scenarios / "derived")
+        shutil.rmtree(packaged, ignore_errors=True)
+        shutil.move(scenarios, packaged)
 
 
 def test_paths_of_an_installed_wheel(installed, tmp_path):

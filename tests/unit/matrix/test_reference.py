@@ -12,6 +12,7 @@ from bench.judge.mfu import no_grad_forwards
 from bench.matrix.axes import Init, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import Workload, load_profile, load_workload
 from bench.matrix.recipes import Settings, resolve
 from bench.matrix.reference import ReferencePlan, can_be_precomputed, reference_plan
@@ -23,7 +24,9 @@ from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import precompute_ref_log_probs
 
 BENCH = PROJECT_ROOT / "bench"
-CALLERS = ("worker/trainer_args.py", "worker/models.py", "estimate/predict.py", "estimate/speed/model.py")
+CALLERS = ("worker/trainer_args.py", "worker/models.py", "matrix/plan.py")
+PLAN_READERS = ("estimate/predict.py", "estimate/speed/model.py", "judge/mfu.py")
+"""The estimator, the speed model and the judge read the reference from the resolved Plan (bench/matrix/plan.py)."""
 PRECOMPUTED = Settings(reference="precomputed")
 
 
@@ -105,7 +108,7 @@ def test_the_worker_and_the_estimator_agree_on_every_cell(monkeypatch, hw, workl
         predicted = predict_cell(c, profile, workload)
         held = {**predicted.terms, **predicted.host_terms}  # an offload backend keeps it in host memory
         assert ("reference_model" in held) == plan.separate_model, c.id
-        step = setup_for(c, profile, workload).step
+        step = setup_for(plan_for(c, profile, workload)).step
         assert step.no_grad_forwards == no_grad_forwards(c.method, plan.precomputed), c.id
 
 
@@ -125,6 +128,11 @@ def test_the_four_callers_read_the_rule_and_derive_nothing_themselves():
     for name in CALLERS:
         path = BENCH / name
         assert "reference_plan" in {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+        assert _reads(path) == [], name
+    for name in PLAN_READERS:
+        path = BENCH / name
+        read = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+        assert read & {"reference", "reference_for"}, name
         assert _reads(path) == [], name
 
 

@@ -10,7 +10,6 @@ import re
 import pytest
 
 from bench.cli import main
-from bench.cli.advise import advise_point
 from bench.matrix.gpus import load_catalog
 from bench.paths import SCENARIOS_DIR
 from bench.report.decide_data import (
@@ -22,8 +21,9 @@ from bench.report.decide_data import (
     read_point,
     unpack,
 )
-from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_argv, load_grid
+from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_question, load_grid
 from bench.report.decide_page import DATA_FILE, data_script, render_page
+from bench.report.decide_point import advise_point
 
 GRID = DecisionGrid(
     models=(ModelChoice("tiny", "--workload"), ModelChoice("qwen2.5-7b", "--model")),
@@ -57,7 +57,7 @@ def _advise(capsys, tmp_path, argv: list[str]) -> dict:
 def test_page_data_equals_advise(data, point, capsys, tmp_path):
     """Sizes as the page shows them (GB, one decimal), tokens/s, the picks and their reasons: advise's."""
     model, gpu, count, length, batch = point
-    advice = _advise(capsys, tmp_path, advise_argv(*point))
+    advice = _advise(capsys, tmp_path, advise_question(*point).target.flags())
     page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
     advised = {c["cell_id"]: c for c in advice["cells"]}
     shown = {cid: c for cid, c in page["cells"].items() if c["verdict"] != "not_applicable"}
@@ -93,7 +93,7 @@ def test_every_point_is_where_the_page_looks_for_it(data):
     for at, point in enumerate(GRID.points()):
         model, gpu, count, length, batch = point
         assert point_index(data, model.name, gpu, count, length, batch) == at
-        assert data["points"][at][0] == " ".join(advise_argv(*point))
+        assert data["points"][at][0] == " ".join(advise_question(*point).target.flags())
 
 
 def test_a_point_that_runs_out_of_memory_is_shown_so(data):
@@ -136,7 +136,7 @@ def test_offload_over_the_nodes_host_memory_is_shown_host_oom(data, capsys, tmp_
     page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 1024, 4))["cells"]
     over = {cid for cid, c in page.items() if c["verdict"] == "host_oom"}
     assert over and all(page[cid]["host"] > 48 for cid in over)
-    advice = _advise(capsys, tmp_path, advise_argv(*point))
+    advice = _advise(capsys, tmp_path, advise_question(*point).target.flags())
     assert over == {c["cell_id"] for c in advice["cells"] if c["verdict"] == "host_oom"}
     assert ">HOST OOM</span>" in render_page(GRID, data)
 

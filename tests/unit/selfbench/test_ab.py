@@ -2,6 +2,7 @@
 happens, and a
 whole compare-ab with a fake runner in a throwaway git repository."""
 
+import argparse
 import io
 import json
 import subprocess
@@ -274,7 +275,9 @@ def test_noise_experiment_counts_false_verdicts_and_finds_the_smallest_detected_
 
     summary = tmp_path / "SUMMARY.md"
     argv = ["--pairs", "4", "--filter", CELL, "--slowdowns", "2,10,40", "--out", str(tmp_path / "runs")]
-    args = ab_noise.parser().parse_args([*argv, "--summary", str(summary)])
+    parser = argparse.ArgumentParser()
+    ab_noise.arguments(parser)
+    args = parser.parse_args([*argv, "--summary", str(summary)])
     args.argv = argv
     runner = FaultAwareRunner()
     monkeypatch.setattr(ab, "run_process", runner)

@@ -1,0 +1,65 @@
+"""The flags of what a command is about: the hardware (`--hw` profile, or `--gpu NAME:COUNT` [`--nodes N`] from the
+GPU catalog) and the workload (`--workload`, or `--model` with the training-setting flags over its defaults), read
+into a `TargetRequest` that bench/advise/target.py resolves."""
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from bench.advise.target import DEFAULT_SETTINGS_WORKLOAD, TargetRequest, resolve_target
+from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload
+from bench.matrix.settings import ALL_LINEAR
+
+
+def on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None = None) -> None:
+    """`hw_default`: the profile when neither --hw nor --gpu is given (None: one of them is required)."""
+    where = parser.add_mutually_exclusive_group(required=hw_default is None)
+    where.add_argument("--hw", default=hw_default, help="hardware profile (scenarios/hardware/<HW>.yaml)")
+    where.add_argument("--gpu", help="GPUs from the catalog (scenarios/gpus.yaml), NAME:COUNT per node, e.g. A10:2")
+    parser.add_argument("--nodes", type=int, default=1, help="with --gpu: machines of COUNT GPUs (default: 1)")
+    parser.add_argument(
+        "--workload",
+        default=None,
+        help=f"workload (default: the profile's; with --gpu: {DEFAULT_SETTINGS_WORKLOAD}); with --model, where the "
+        "settings not given come from",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model instead of the workload's: a Hub id (config.json only is downloaded), a folder holding "
+        "config.json, a config.json, or a config shipped under scenarios/models/ (e.g. qwen2.5-7b)",
+    )
+    settings = parser.add_argument_group("training settings (default: the workload's)")
+    settings.add_argument("--max-length", type=int, default=None)
+    settings.add_argument("--batch-size", type=int, default=None, help="per device")
+    settings.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    settings.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps (on a CPU with AVX-512 BF16 or AMX, more batch lengths)",
+    )
+    settings.add_argument("--lora-r", type=int, default=None, help="LoRA rank (alpha keeps the workload's alpha/r)")
+    settings.add_argument("--lora-targets", default=None, help=f"comma-separated module names, or {ALL_LINEAR}")
+    settings.add_argument("--gradient-checkpointing", type=on_off, default=None, metavar="on|off")
+    settings.add_argument("--optim", choices=OPTIMIZERS, default=None)
+    settings.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None)
+    settings.add_argument("--precompute-ref", type=on_off, default=None, metavar="on|off")
+
+
+def target_request(args: argparse.Namespace) -> TargetRequest:
+    """The target flags as given (and the scenario folder `--scenarios` names, where the command has one)."""
+    given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(TargetRequest)}
+    scenarios = None if given["scenarios"] is None else Path(given["scenarios"])
+    return TargetRequest(**given | {"nodes": getattr(args, "nodes", 1), "scenarios": scenarios})
+
+
+def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
+    """The profile and the workload the flags name, the settings applied."""
+    return resolve_target(target_request(args))

@@ -1,0 +1,89 @@
+"""One cell on one profile with one workload, resolved once: the axes' table entries, the recipe it runs with, its
+reference, its ranks and devices, why it does not apply (if so) and its GPU's catalog entry. Launch, the judge, the
+estimator, the speed model and advise read these here rather than derive them again. Pure."""
+
+from dataclasses import dataclass
+
+from bench.errors import BenchError
+from bench.matrix.backends import BackendSpec, backend_spec
+from bench.matrix.cell import Cell
+from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
+from bench.matrix.inits import InitSpec, init_spec
+from bench.matrix.methods import MethodSpec, method_spec
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.quants import QuantSpec, quant_spec
+from bench.matrix.recipes import AppliedRecipe, Settings, resolve
+from bench.matrix.reference import ReferencePlan, reference_plan
+from bench.matrix.scenario import not_applicable_reason, world_size
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a cell is on a profile with a workload (`plan_for`)."""
+
+    cell: Cell
+    profile: HardwareProfile
+    workload: Workload
+    backend: BackendSpec
+    init: InitSpec
+    quant: QuantSpec
+    method: MethodSpec
+    recipe: AppliedRecipe
+    """The recipe entries that match the cell on the profile's device (bench/matrix/recipes.py)."""
+    reference: ReferencePlan
+    world: int
+    """Ranks the cell runs."""
+    devices: int
+    """Devices the cell occupies: one per rank, or all of a node's for one process that splits the model."""
+    not_applicable: str | None
+    """The first N/A rule that holds (bench/matrix/scenario.py), named; None: the cell applies."""
+    gpu: GpuSpec | None
+    """The profile's GPU catalog entry (scenarios/gpus.yaml); None on a CPU, or a GPU the catalog does not hold."""
+
+    @property
+    def settings(self) -> Settings:
+        return self.recipe.settings
+
+    @property
+    def device(self) -> str:
+        return str(self.profile.device)
+
+    def reference_for(self, method: str) -> ReferencePlan:
+        """The reference were the cell trained by `method` (the estimator's method knob may change it)."""
+        if method == self.cell.method:
+            return self.reference
+        return reference_plan(self.cell.model_copy(update={"method": method}), self.settings, self.workload)
+
+
+def _gpu_entry(profile: HardwareProfile) -> GpuSpec | None:
+    """The catalog entry the profile names (`gpu:`), else the one of its card; None where the catalog holds neither
+    (a loaded profile's `gpu:` is checked against the catalog when it is read: bench/matrix/profiles.py)."""
+    try:
+        if profile.gpu is not None:
+            return gpu(profile.gpu)
+        return None if profile.card is None else gpu_by_card(profile.card)
+    except BenchError:
+        return None
+
+
+def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
+    """`cell` on `profile` with `workload`, resolved: where a cell, a profile and a workload arrive from outside (the
+    CLI, the runner), this is called once and the Plan is handed on."""
+    applied = resolve(cell, profile.device)
+    spec = backend_spec(cell.backend)
+    world = world_size(cell, profile)
+    return Plan(
+        cell=cell,
+        profile=profile,
+        workload=workload,
+        backend=spec,
+        init=init_spec(cell.init),
+        quant=quant_spec(cell.quant),
+        method=method_spec(cell.method),
+        recipe=applied,
+        reference=reference_plan(cell, applied.settings, workload),
+        world=world,
+        devices=spec.devices_per_cell(world, profile.device_count),
+        not_applicable=not_applicable_reason(cell, profile),
+        gpu=_gpu_entry(profile),
+    )

@@ -1,0 +1,26 @@
+"""One point of the decision page: what `advise` ranks for a question, and the flags its commands carry."""
+
+import shlex
+
+from bench.advise.advice import advise
+from bench.advise.host import host_memory, verdict
+from bench.advise.question import Question, predicted
+from bench.matrix.cell import Cell
+from bench.matrix.profiles import HardwareProfile
+from bench.report.decide_data import PointResult
+
+
+def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfile, PointResult]:
+    """`advise`'s own prediction of the point `question` asks, over the expanded `matrix`."""
+    profile, workload, by_id, predictions = predicted(question, matrix)
+    usable = next((p.usable_bytes for p in predictions if p.usable_bytes is not None), None)
+    host = host_memory(profile, question.host_ram)
+    predicted_ = [p for p in predictions if p.status == "predicted"]
+    host_oom = frozenset(p.cell_id for p in predicted_ if verdict(p, profile, host) == "host_oom")
+    # The picks and the speeds are advise's own, over the fitting cells: the others' fixes are not on the page.
+    fitting = [p for p in predicted_ if p.verdict == "fits" and p.cell_id not in host_oom]
+    advice = advise(profile, workload, fitting, by_id, question.prefer, host)
+    speeds = {c.cell_id: c.tokens_per_s for c in advice.cells}
+    picks = tuple((p.kind, p.cell_id, p.reason) for p in advice.picks)
+    flags = shlex.join(question.target.flags())
+    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks)
