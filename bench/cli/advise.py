@@ -58,7 +58,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace, cell: "Cell", change: str | None, extra: list[str]) -> None:
-    """Write the recipe of `cell` under the settings asked plus the fix's `extra` flags into --export's folder."""
+    """Write the launch files of `cell` under the settings asked plus the fix's `extra` flags into --export's folder."""
     from pathlib import Path
 
     from bench.advise.command import native_files
@@ -126,8 +126,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--export",
         default=None,
         metavar="DIR",
-        help="write the recipe that trains your model in the chosen setup (launch.sh, dpo.yaml for TRL's DPO script, "
-        "the accelerate/DeepSpeed configs) into DIR; `dpo.yaml`'s dataset_name is a placeholder to replace",
+        help="write the launch files that train your model in the chosen setup (launch.sh, dpo.yaml for TRL's DPO "
+        "script, the accelerate/DeepSpeed configs) into DIR; `dpo.yaml`'s dataset_name is a placeholder to replace",
     )
-    add_report_to_argument(p, "--export's recipe")
+    add_report_to_argument(p, "--export's launch files")
     p.set_defaults(func=cmd_advise)
