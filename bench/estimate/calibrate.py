@@ -112,7 +112,7 @@ def on_gpu(record) -> bool:
 
     try:
         return load_profile(record.hardware).device == "cuda"
-    except Exception:  # a profile no longer shipped: judged as before
+    except Exception:  # a profile no longer shipped: judged as a CPU record
         return False
 
 

@@ -1,16 +1,12 @@
-"""Every prediction carries a stated interval: the central 80 % of the validation errors of comparable rows, from
-this project's measured cells and the published GPU measurements (bench/estimate/published.py), the held-out rows
-(held_out.txt) left out. Comparable: the same device and measured figure, the same kind of setup (full weights,
-adapters on 16-bit weights, adapters on quantized weights) and the same pool of backends (BackendSpec.error_pool);
-where fewer than MIN_ROWS such rows exist, the nearest wider pool is taken and named (`range_kind` differs from
-`error_kind`).
+"""Every prediction carries a stated interval: the central 80 % of the validation errors of comparable rows (the
+same device and measured figure, kind of setup and pool of backends, BackendSpec.error_pool; held-out rows left
+out), from this project's measured cells and the published GPU measurements. Where fewer than MIN_ROWS such rows
+exist, the nearest wider pool is taken and named (`range_kind` differs from `error_kind`).
 
-The verdict reads the same errors: the probability of fitting is the share of them under which the measurement,
-prediction / (1 + error), stays within usable memory; `fits` from 90 %, `likely_fits` from 50 %, `likely_oom` above
-10 %, `oom` at 10 % or less. A point prediction more than SIDE_MARGIN past the limit keeps its side: the pool is
-other setups' errors, so it cannot carry a 127 % prediction over to `fits`. spread.json holds the pools;
-`python -m bench predict --write` (`make predicted`) rewrites it from the current validation, and a unit test holds
-the committed file to it."""
+The verdict reads the same errors: the probability of fitting is the share of them under which the prediction
+stays within usable memory (`fits` from 90 %, `likely_fits` from 50 %, `likely_oom` above 10 %, else `oom`); a
+point prediction more than SIDE_MARGIN past the limit keeps its side. spread.json holds the pools, rewritten by
+`python -m bench predict --write`. Reference: docs/estimator.md, "Ranges and verdicts"."""
 
 import json
 from collections.abc import Sequence

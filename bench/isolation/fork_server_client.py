@@ -1,19 +1,11 @@
 """The `python` a cell's processes run while a fork server serves the run (bench/isolation/fork_server_process.py).
 
-Written, with a shebang to the real interpreter run `-IS` (no site, nothing of the environment: it starts in
-milliseconds), as the fork server's `bin/python`. Every start of the interpreter in a cell (the launcher, the
-launcher's own helpers, each rank) becomes a request: this process hands the server its command line, working
-directory, environment and standard streams; the server forks a child that becomes the program. This process
-stays in its place in the launcher's process tree for as long as the child runs: it forwards the signals a
-launcher sends its ranks, and ends the way the child ended (its exit code, or killed by the same signal); the
-child dies with it.
-
-Where the server is unreachable, refuses the request (an option a child cannot take on, an environment it was
-not imported under) or ends before it forked the child (killed: its connection reset or closed), the real
-interpreter runs the command line instead, naming the reason in FRESH_ENV: nothing of the program ran yet.
-
-Standard library only: this file runs without site-packages.
-"""
+Written as the fork server's `bin/python`, with a shebang to the real interpreter run `-IS` (it starts in
+milliseconds). Every interpreter start in a cell becomes a request: this process hands the server its command
+line, working directory, environment and standard streams, stays in the launcher's process tree while the forked
+child runs, forwards the signals a launcher sends, and ends the way the child ended. Where the server cannot serve
+the request, the real interpreter runs the command line instead, naming the reason in FRESH_ENV.
+Standard library only: this file runs without site-packages. Reference: docs/architecture.md, "The fork server"."""
 
 import contextlib
 import json

@@ -3,18 +3,11 @@ Python process of a cell, so that no cell pays the imports (5-8 s per process on
 
     python -m bench.isolation.fork_server_process FOLDER MODULE:FUNCTION [PADDING]
 
-started by bench/isolation/fork_server.py with the environment the cells share. It calls the preload function
-(bench/worker/preload.py), shuts NVML down, checks that forking is safe (one Python thread; no CUDA initialised, not
-even the driver loaded, NVML not initialised: a CUDA context does not survive a fork, and each child's CUDA must read
-its own CUDA_VISIBLE_DEVICES: bench/isolation/gpu_state.py), notes the file-backed pages it has resident (its children
-map them again: bench/isolation/fork_server_child.py), writes FOLDER/bin/python (bench/isolation/fork_server_client.py,
-the interpreter the cells run) and serves FOLDER/socket, printing one JSON line on stdout: {"ready": ...} or {"refused":
-why}. Each request (a client's command line, working directory, environment, standard streams) is checked
-(bench/isolation/fork_server_rules.py), forked, and answered with the child's pid and, once it has ended, its exit code
-or signal. A child's pid is listed in FOLDER/children/<pid>.<cell token> while it runs, so that a cell that is killed
-loses every process, and how it ended in FOLDER/ended/<client pid>.<cell token>, so that the runner knows it even where
-the client cannot pass it on. The server never runs anything itself: every child starts from the same state.
-"""
+Started by bench/isolation/fork_server.py. It preloads, refuses to serve where forking is unsafe (more than one
+thread, CUDA or NVML initialised: bench/isolation/gpu_state.py), writes FOLDER/bin/python (the client) and serves
+FOLDER/socket: each request checked (fork_server_rules.py), forked, and answered with the child's pid and how it
+ended. The server never runs anything itself: every child starts from the same state. The protocol and its
+folder layout: docs/architecture.md, "The fork server"."""
 
 import contextlib
 import importlib

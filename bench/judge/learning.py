@@ -1,37 +1,13 @@
 """The learning check: did a cell that ran as asked also train correctly? Pure.
 
-Each method's facts (its MethodSpec's `learning` rule, bench/matrix/methods.py) are checked from the per-step
-losses every rank recorded:
-- every loss is finite (every method);
-- the first-step loss has the value the method's formula gives at step 1, where one exists:
-  - DPO: ln 2. At step 1 the policy equals the reference in every init mode (the same checkpoint, a
-    zero-initialised LoRA B, or the `ref` copy of the adapter), so every pair's log-ratio difference is 0 and
-    -log sigmoid(0) = ln 2; a first loss away from ln 2 means the reference is not the initial policy;
-  - KTO: 1/2. At policy = reference every log-ratio and the KL estimate are 0, so each row's loss is
-    1 - sigmoid(0) = 1/2, times its desirable or undesirable weight (both TRL's 1.0: bench/worker/trainers/kto.py);
-  - reward: ln 2. The head starts at zero (bench/worker/trainers/reward.py), every reward is 0, and the pairwise
-    loss -log sigmoid(r_chosen - r_rejected) is ln 2; away from it, the head did not start neutral;
-  - SFT, ORPO, SimPO: none. Their first loss depends on the initial model's log-probs of the batch, not on the
-    formula alone;
-- the loss falls (every method but the reward model, whose check is its ranking): the loss at the end is below
-  the start by more than decrease_margin(precision). "At the end" is the mean over the last quarter of the steps
-  (at least 3): one step's loss on a batch of a few pairs swings with which pairs it drew
-  (results/cpu/20261123-141125, one_adapter-none-single: 0.359 at step 29, 0.726 at step 30, an end loss of
-  0.569 over the last 7 steps). The start is the first step where its value is exact; without one it is the mean
-  over the first quarter, as batch-dependent as the end. A DPO policy that does not learn cannot pass by chance:
-  its loss stays exactly ln 2, and a policy that moves without learning has a mean loss at or above ln 2
-  (softplus is convex: E[softplus(-βΔ)] >= softplus(0) when E[Δ] = 0);
-- the reward model ranks: after training, its pairwise accuracy on EVAL_PAIRS training pairs
-  (bench/worker/trainers/reward.py) is above 1/2 by more than two standard errors of a coin flip over those pairs,
-  1/sqrt(n): a model that did not learn scores 1/2 on average (a random head) or 0 (a constant head: no pair is
-  ranked), and passes by chance in 2.3 % of runs at most;
-- the online methods' reward rises (GRPO, RLOO: their loss is an advantage-weighted ratio whose mean is about 0 at
-  every step, so it has no fall to watch): the mean sampled reward over the last quarter of the steps (at least 3)
-  exceeds the mean over the first quarter by more than RISE_ERRORS standard errors of that difference, from the
-  per-step spread within each quarter (reward_rise_floor). A policy that does not learn samples from the same
-  distribution at every step: its two quarter means differ by noise alone, and pass by chance in 2.3 % of runs
-  (normal approximation). A reward that never varies has no spread, and a rise of 0 is not above 0.
-"""
+Each method's rule (its MethodSpec's `learning`, bench/matrix/methods.py) is checked on the per-step losses and
+rewards the ranks recorded: every loss finite; the first-step loss at the value the method's formula gives when
+policy = reference (DPO and reward ln 2, KTO 1/2; none for SFT, ORPO, SimPO); then the loss falls (end = mean of
+the last quarter of the steps, at least 3, below the start by more than decrease_margin), the reward model ranks
+its training pairs (accuracy above 1/2 by two standard errors of a coin flip), or the online methods' sampled
+reward rises (by more than RISE_ERRORS standard errors between the first and last quarter). Each rule, its
+reasoning and the chance a model that does not learn passes: docs/methods.md ("What each method's check holds it
+to") and docs/metrics.md."""
 
 import math
 from collections.abc import Sequence

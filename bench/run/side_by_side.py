@@ -1,16 +1,12 @@
-"""Cells side by side: on disjoint devices of this machine (a run without --exclusive on a machine with more devices
-than its cells take: bench/run/slots.py), or in slots of one device's memory (`run --gpu-slots`: bench/run/
-memory_slots.py, the slots handed out by a ledger every run on the device shares, bench/run/slot_ledger.py). One
-thread per running cell plans, executes and builds its record (bench/run/one_cell.py); this (the main) thread starts
-each cell once its devices are free and records each as it ends (bench/run/trial.py), marked with the cells that ran
-meanwhile (`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A cell that takes every device
-runs alone; two trials of one cell never run together (they share the cell's folder). On Ctrl-C or a failure that stops
-the run, every running cell is killed and none of them is recorded.
-
-In slots: a cell that runs out of memory under its slots' cap where its own profile gives it more is not recorded; it
-runs again alone (every slot: its profile's own memory) and that is its record. After the cells, an exclusive speed
-pass runs a handful of them (SPEED_TRIALS trials each) alone on the device: speed figures nothing else shared.
-"""
+"""Cells side by side: on disjoint devices of this machine (bench/run/slots.py), or in slots of one device's memory
+(`run --gpu-slots`: bench/run/memory_slots.py, handed out by the ledger every run on the device shares,
+bench/run/slot_ledger.py). One thread per running cell plans, executes and builds its record (bench/run/one_cell.py);
+the main thread starts each cell once its devices are free and records it as it ends (bench/run/trial.py), marked
+with the cells that ran meanwhile (`shared_with`), its devices, and in slots `gpu_shared`, its slots and its cap. A
+cell that takes every device runs alone; two trials of one cell never run together (they share the cell's folder).
+On Ctrl-C or a failure that stops the run, every running cell is killed and none is recorded. In slots, a cell that
+runs out of memory under its cap is run again alone; after the cells an exclusive speed pass runs SPEED_TRIALS
+trials of a few of them alone. Reference: docs/hardware.md, "Cells side by side"."""
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
