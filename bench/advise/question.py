@@ -41,7 +41,7 @@ def predicted(
 ) -> "tuple[HardwareProfile, Workload, dict[str, Cell], list[Prediction]]":
     """What `advise` ranks: the profile, the workload, the cells of the question's methods by id and their
     predictions. `matrix`: the expanded matrix, when the caller has it already (the decision page asks for many)."""
-    from bench.estimate.report import predict_all
+    from bench.estimate.prediction_tables import predict_all
     from bench.matrix.scenario import expand, load_matrix, of_methods, parse_methods, select
     from bench.matrix.settings import with_precomputed_reference
 

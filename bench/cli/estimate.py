@@ -9,7 +9,7 @@ from bench.errors import BenchError
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from bench.estimate.report import predict_all, to_csv, to_json, to_markdown
+    from bench.estimate.prediction_tables import predict_all, to_csv, to_json, to_markdown
 
     checked_scenario_files(Path(args.scenarios))
     if args.write:

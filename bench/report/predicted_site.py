@@ -21,7 +21,7 @@ from bench.units import MiB, bytes_text
 PREDICTED_CSV = "predicted.csv"
 PREDICTED_MD = "PREDICTED.md"
 VALIDATION_PREFIX = "Current validation"
-"""The line of PREDICTED.md that carries the estimator's validation error (bench/estimate/report.py)."""
+"""The line of PREDICTED.md that carries the estimator's validation error (bench/estimate/prediction_tables.py)."""
 
 
 class PredictedRow(BaseModel):

@@ -154,7 +154,7 @@ def test_estimator_predict_cell_every_cell(benchmark, hardware):
 
 def test_estimator_whole_matrix_all_profiles(benchmark):
     """The whole matrix for every profile, loading included (what `make predict` does per profile)."""
-    from bench.estimate.report import predict_matrix
+    from bench.estimate.prediction_tables import predict_matrix
 
     def everything():
         return {name: predict_matrix(name) for name in PROFILES}

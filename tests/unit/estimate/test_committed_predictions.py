@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.estimate.predict import load_calibration, predict_cell
-from bench.estimate.report import predicted_profiles, write_predicted
+from bench.estimate.prediction_tables import predicted_profiles, write_predicted
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell

@@ -4,7 +4,7 @@ profile (no peak)."""
 
 import pytest
 
-from bench.estimate.report import SPEED_COLUMNS, _speed, _speed_cells
+from bench.estimate.prediction_tables import SPEED_COLUMNS, _speed, _speed_cells
 from bench.estimate.speed.cell_speeds import speeds_for
 from bench.judge.mfu import flops_per_token, model_shape
 from bench.matrix.profiles import load_profile, load_workload

@@ -3,7 +3,7 @@
 import pytest
 
 from bench.errors import BenchError
-from bench.estimate.report import write_predicted
+from bench.estimate.prediction_tables import write_predicted
 from bench.report.cells import VERDICT_BADGES
 from bench.report.predicted_site import (
     PREDICTED_CSV,

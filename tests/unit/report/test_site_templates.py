@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 import pytest
 
 from bench.cli import main
-from bench.estimate.report import write_predicted
+from bench.estimate.prediction_tables import write_predicted
 from bench.report.site import ConfigFile, render_site
 from bench.report.summary import summarize
 from bench.report.templating import ENV
