@@ -7,8 +7,8 @@ from pathlib import Path
 def write_predicted_files(hardware: str, results: Path) -> list[str]:
     """What was written, one entry a file (or the shapes' count). `hardware`: a profile, or `all`. Reads the runs
     git tracks only: a run made in this checkout and not added to git is not in them."""
-    from bench.estimate.published import published_rows
     from bench.estimate.prediction_tables import predicted_profiles, write_predicted
+    from bench.estimate.published import published_rows
     from bench.estimate.validate import validate, validation_line, write_current_spreads
 
     rows, _ = validate()
