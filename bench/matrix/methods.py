@@ -1,8 +1,8 @@
-"""The training-method table: one entry per method, naming its TRL trainer and the worker stage that builds it
-(bench/worker/trainers/<stage>.py), and what the rest of the suite needs to know about it: whether it has a
+"""The training-method table: one entry per method, naming its TRL trainer and the worker module that builds it
+(bench/worker/trainers/<trainer_module>.py), and what the rest of the suite needs to know about it: whether it has a
 reference (the N/A rules), the form of its data (bench/assets), its model's head and how its loss reads the
 model's output (the estimator), its forward passes (MFU). A new method is its enum value, one entry here and its
-stage module."""
+trainer module."""
 
 import math
 from dataclasses import dataclass, field
@@ -58,8 +58,8 @@ class MethodSpec:
     reference: bool
     """The loss compares the policy with a reference (DPO, KTO); reference-free methods have no init mode that
     places one."""
-    stage: str
-    """The worker module that builds the trainer: bench.worker.trainers.<stage>."""
+    trainer_module: str
+    """The worker module that builds the trainer: bench.worker.trainers.<trainer_module>."""
     experimental: bool = False
     """The trainer lives in trl.experimental."""
     data: DataForm = "pairs"
@@ -134,7 +134,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.DPO,
             trainer="trl.DPOTrainer",
             reference=True,
-            stage="dpo",
+            trainer_module="dpo",
             trl_script="trl.scripts.dpo",
             learning=LearningRule(LN2, _NOT_INITIAL),
             mfu_kind="dpo",
@@ -143,7 +143,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.SFT,
             trainer="trl.SFTTrainer",
             reference=False,
-            stage="sft",
+            trainer_module="sft",
             data="completions",
             reference_forwards=0,
             trl_script="trl.scripts.sft",
@@ -152,7 +152,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.REWARD,
             trainer="trl.RewardTrainer",
             reference=False,
-            stage="reward",
+            trainer_module="reward",
             output="scalar",
             reference_forwards=0,
             trl_script="trl.scripts.reward",
@@ -162,7 +162,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.KTO,
             trainer="trl.KTOTrainer",
             reference=True,
-            stage="kto",
+            trainer_module="kto",
             data="unpaired",
             extra_forwards=1,
             reference_forwards=2,
@@ -173,7 +173,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.ORPO,
             trainer="trl.experimental.orpo.ORPOTrainer",
             reference=False,
-            stage="orpo",
+            trainer_module="orpo",
             experimental=True,
             qlora_cast="nf4_bf16",
             output="full_logits",
@@ -188,7 +188,7 @@ METHODS: dict[Method, MethodSpec] = {
             Method.SIMPO,
             trainer="trl.experimental.cpo.CPOTrainer",
             reference=False,
-            stage="simpo",
+            trainer_module="simpo",
             experimental=True,
             qlora_cast="nf4_bf16",
             output="full_logits",
@@ -205,7 +205,7 @@ METHODS: dict[Method, MethodSpec] = {
                 method,
                 trainer=f"trl.{name}Trainer",
                 reference=True,
-                stage="online",
+                trainer_module="online",
                 data="prompts",
                 generates=True,
                 learning=LearningRule(falls=False, reward_rises=True),

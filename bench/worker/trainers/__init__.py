@@ -13,7 +13,7 @@ from bench.worker.spec import WorkerSpec
 
 
 def trainer_module(method: str) -> ModuleType:
-    return importlib.import_module(f"{__name__}.{method_spec(method).stage}")
+    return importlib.import_module(f"{__name__}.{method_spec(method).trainer_module}")
 
 
 def model_class(method: str) -> tuple[str, dict[str, Any], str]:

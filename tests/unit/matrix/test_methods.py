@@ -108,7 +108,9 @@ def test_a_method_with_a_reference_keeps_every_init_mode_that_places_one(cpu_pro
 
 
 def test_the_rules_read_the_table_not_the_method_names(monkeypatch, cpu_profile):
-    monkeypatch.setitem(METHODS, Method.SFT, MethodSpec(Method.SFT, trainer="x.Y", reference=True, stage="sft"))
+    monkeypatch.setitem(
+        METHODS, Method.SFT, MethodSpec(Method.SFT, trainer="x.Y", reference=True, trainer_module="sft")
+    )
     assert not_applicable_reason(cell("sft", "two_models", "none", "single", "python"), cpu_profile) is None
 
 

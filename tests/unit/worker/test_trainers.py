@@ -22,7 +22,9 @@ def test_a_new_method_is_one_table_entry_and_its_module(monkeypatch):
     module = types.ModuleType("bench.worker.trainers.fake_method")
     module.trainer = lambda spec, callbacks: ("fake trainer", spec.cell.method, callbacks)
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(METHODS, "fake", MethodSpec("fake", trainer="trl.Fake", reference=False, stage="fake_method"))
+    monkeypatch.setitem(
+        METHODS, "fake", MethodSpec("fake", trainer="trl.Fake", reference=False, trainer_module="fake_method")
+    )
     spec = SimpleNamespace(cell=SimpleNamespace(method="fake"))
     assert build.trl_trainer(spec, ["cb"]) == ("fake trainer", "fake", ["cb"])
     assert methods.method_spec("fake").trainer == "trl.Fake"
