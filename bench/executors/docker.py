@@ -104,7 +104,7 @@ def _gigabytes(value: float) -> str:
     return f"{round(value * 1024)}m"
 
 
-def docker_run_argv(spec: ContainerSpec, plan: LaunchPlan, name: str, labels: dict[str, str]) -> list[str]:
+def docker_run_argv(spec: ContainerSpec, launch: LaunchPlan, name: str, labels: dict[str, str]) -> list[str]:
     """Pure: the `docker run` command line for one cell."""
     root = str(spec.project_root)
     argv = [DOCKER, "run", "--name", name, "--init", "--network", "none"]
@@ -120,17 +120,17 @@ def docker_run_argv(spec: ContainerSpec, plan: LaunchPlan, name: str, labels: di
     if spec.shm_size_gb:
         argv += ["--shm-size", _gigabytes(spec.shm_size_gb)]
     visible: dict[str, str] = {}
-    if plan.devices:
-        request, visible = gpu_request(plan.devices, plan.env)
+    if launch.devices:
+        request, visible = gpu_request(launch.devices, launch.env)
         argv += ["--gpus", request]
     for mount in spec.mounts:
         argv += ["--mount", mount.arg()]
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]
-    env = {"HOME": HOME_IN_IMAGE, "PYTHONPATH": root} | plan.env | visible
+    env = {"HOME": HOME_IN_IMAGE, "PYTHONPATH": root} | launch.env | visible
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
-    return [*argv, spec.image, *plan.argv]
+    return [*argv, spec.image, *launch.argv]
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,9 @@ class DockerExecutor:
         self.image = image_id
         self.python = python
 
-    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+    def run(self, launch: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         name = container_name(labels)
-        argv = docker_run_argv(self.spec, plan, name, labels)
+        argv = docker_run_argv(self.spec, launch, name, labels)
         started = time.monotonic()
         with log_path.open("wb") as log:
             # Own session: a Ctrl-C reaches us only, and we remove the container ourselves.

@@ -133,13 +133,13 @@ class LocalExecutor:
             raise ValueError("a fork server cannot serve cells with a memory budget")
         return ForkServer.start(self.python, self.cwd, cell_env(shared_env), preload, log)
 
-    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+    def run(self, launch: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         live = self.live_file
-        if live is not None and plan.slot is not None:
-            live = live.with_name(f"running.{plan.slot}.json")
+        if live is not None and launch.slot is not None:
+            live = live.with_name(f"running.{launch.slot}.json")
         restarted = self.serving()
-        budget = plan.memory_budget_bytes if plan.memory_budget_bytes is not None else self.memory_budget_bytes
-        outcome = run_local(plan, log_path, timeout_s, self.cwd, budget, live, self.fork_server, self.python)
+        budget = launch.memory_budget_bytes if launch.memory_budget_bytes is not None else self.memory_budget_bytes
+        outcome = run_local(launch, log_path, timeout_s, self.cwd, budget, live, self.fork_server, self.python)
         if restarted is not None and outcome.harness_fault is None:
             outcome.harness_fault = restarted
         return outcome
@@ -314,7 +314,7 @@ def clean_up_after(live_file: Path) -> str | None:
 
 
 def run_local(
-    plan: LaunchPlan,
+    launch: LaunchPlan,
     log_path: Path,
     timeout_s: float,
     cwd: Path,
@@ -323,18 +323,18 @@ def run_local(
     fork_server: ForkServer | None = None,
     python: str = sys.executable,
 ) -> Outcome:
-    """Run the plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
+    """Run the launch plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
     a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up. With a
     `fork_server` (never under a budget: a forked child's libraries stay charged to the server's cgroup), every
     start of `python` in the cell forks from it."""
     token = uuid.uuid4().hex
     runner = os.getpid()
-    env = cell_env(plan.env) | {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
-    argv = plan.argv
+    env = cell_env(launch.env) | {MARKER: token, lifeline.RUNNER_ENV: str(runner)}
+    argv = launch.argv
     if memory_budget_bytes is not None or (fork_server is not None and fork_server.ended() is not None):
         fork_server = None  # a dead server's clients start fresh: its death is no fault of this cell's
     if fork_server is not None:
-        argv = fork_server.route(plan.argv, python)
+        argv = fork_server.route(launch.argv, python)
         env |= fork_server.env
     watch = HarnessWatch(token, fork_server)
     started = time.monotonic()
@@ -344,12 +344,12 @@ def run_local(
         with DeferredSigint() as sigint, log_path.open("wb") as log, contextlib.ExitStack() as stack:
             cell = None
             if memory_budget_bytes is not None:
-                cell = stack.enter_context(cell_cgroups(token, plan.ranks, memory_budget_bytes))
+                cell = stack.enter_context(cell_cgroups(token, launch.ranks, memory_budget_bytes))
                 env = env | cell.env
-            process = _start_launcher(argv, cwd, env, log, runner, plan.cores, cell)
+            process = _start_launcher(argv, cwd, env, log, runner, launch.cores, cell)
             if process is None:
                 return Outcome(exit_code=127, timed_out=False, wall_s=0.0, log_tail=read_tail(log_path))
-            launched = _Launched(process, token, plan, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
+            launched = _Launched(process, token, launch, env["TORCH_EXTENSIONS_DIR"], started_epoch, fork_server)
             live = launched.live(runner, log_path.stem, str(cell.path) if cell else None)
             timed_out, stopped = launched.wait(timeout_s, sigint, live_file, live, _Looking(watch, log_path))
             ended_epoch = time.time()
@@ -383,8 +383,8 @@ class _Looking:
     harness: HarnessWatch
     log_path: Path
 
-    def look(self, process: subprocess.Popen, plan: LaunchPlan) -> Stopped | None:
-        if (reason := step_marks.stalled(plan.progress_dir, plan.stall_s)) is not None:
+    def look(self, process: subprocess.Popen, launch: LaunchPlan) -> Stopped | None:
+        if (reason := step_marks.stalled(launch.progress_dir, launch.stall_s)) is not None:
             return Stopped(stalled=reason)
         return self.harness.look(process, read_tail(self.log_path), time.monotonic())
 
@@ -395,7 +395,7 @@ class _Launched:
 
     process: subprocess.Popen
     token: str
-    plan: LaunchPlan
+    launch: LaunchPlan
     extensions_dir: str
     started_epoch: float
     fork_server: ForkServer | None
@@ -407,8 +407,8 @@ class _Launched:
             process_group=self.process.pid,
             token=self.token,
             cgroup=cgroup,
-            master_addr=self.plan.env.get("MASTER_ADDR"),
-            master_port=self.plan.env.get("MASTER_PORT"),
+            master_addr=self.launch.env.get("MASTER_ADDR"),
+            master_port=self.launch.env.get("MASTER_PORT"),
             extensions_dir=self.extensions_dir,
             started_epoch=self.started_epoch,
         )
@@ -426,7 +426,7 @@ class _Launched:
             if live_file is not None:
                 _write_live(live_file, live)
             with sigint.allow():
-                stopped = wait_watching(self.process, timeout_s, self.plan, looking)
+                stopped = wait_watching(self.process, timeout_s, self.launch, looking)
         except subprocess.TimeoutExpired:
             timed_out = True
         except KeyboardInterrupt:
@@ -439,7 +439,7 @@ class _Launched:
             kill_cell(self.process, self.token, 0.0 if ended else GRACE_S, self.fork_server)
             with _running_lock:
                 _running.pop(self.token, None)
-            remove_group_segments(self.plan.env)
+            remove_group_segments(self.launch.env)
             remove_stale_build_locks(Path(self.extensions_dir), self.started_epoch)
             if self.fork_server is not None:
                 self.fork_server.forget(self.token)
@@ -455,7 +455,7 @@ def _start_launcher(
     cores: list[int] | None,
     cell: CellCgroups | None,
 ) -> subprocess.Popen | None:
-    """The launcher started in a session of its own, armed to die with the runner, on the plan's cores and, under a
+    """The launcher started in a session of its own, armed to die with the runner, on the launch plan's cores and, under a
     budget, inside the cell's cgroup; None where its program does not exist (the log says so)."""
 
     def before_exec() -> None:  # in the launcher, between fork and exec
@@ -487,19 +487,19 @@ def _start_launcher(
 
 
 def wait_watching(
-    process: subprocess.Popen, timeout_s: float, plan: LaunchPlan, looking: _Looking | None = None
+    process: subprocess.Popen, timeout_s: float, launch: LaunchPlan, looking: _Looking | None = None
 ) -> Stopped | None:
     """Wait for the launcher to exit; TimeoutExpired at `timeout_s`. Every WATCH_EVERY_S, `looking` looks at the
     ranks' progress and at the harness: returns why the cell is to end now (a rank's steps stopped for longer than the
-    plan's stall_s, a fault of the harness; the caller kills the cell), else None once the launcher exited."""
+    launch plan's stall_s, a fault of the harness; the caller kills the cell), else None once the launcher exited."""
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise subprocess.TimeoutExpired(plan.argv, timeout_s)
+            raise subprocess.TimeoutExpired(launch.argv, timeout_s)
         try:
             process.wait(timeout=min(WATCH_EVERY_S, left))
             return None
         except subprocess.TimeoutExpired:
-            if looking is not None and (stopped := looking.look(process, plan)) is not None:
+            if looking is not None and (stopped := looking.look(process, launch)) is not None:
                 return stopped

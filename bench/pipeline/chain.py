@@ -252,17 +252,17 @@ def step(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models, 
         new_tokens=NEW_TOKENS,
     )
     spec_path = folder / "spec.json"
-    plan = LaunchPlan(
+    launch = LaunchPlan(
         argv=[ctx.executor.python, "-m", "bench.worker.pipeline_step", str(spec_path)],
         env=dict(ctx.launch_env),
         files={spec_path: json.dumps(spec.model_dump(), indent=1)},
     )
-    write_files(plan, ctx.run_dir)
+    write_files(launch, ctx.run_dir)
     Path(spec.report).unlink(missing_ok=True)
     (ctx.run_dir / "logs").mkdir(parents=True, exist_ok=True)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": stage.name}
     started = now_iso()
-    outcome = ctx.executor.run(plan, ctx.run_dir / "logs" / f"{stage.name}.log", ctx.profile.timeout_s, labels)
+    outcome = ctx.executor.run(launch, ctx.run_dir / "logs" / f"{stage.name}.log", ctx.profile.timeout_s, labels)
     report_path = Path(spec.report)
     report = StepReport.model_validate_json(report_path.read_text()) if report_path.is_file() else None
     timed = base.model_copy(update={"started_at": started, "finished_at": now_iso()})

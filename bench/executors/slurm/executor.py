@@ -109,20 +109,22 @@ def node_memory_gb(profile: HardwareProfile) -> float | None:
     return profile.container_memory_gb
 
 
-def layout_of(plan: LaunchPlan, profile: HardwareProfile) -> NodeLayout:
+def layout_of(launch: LaunchPlan, profile: HardwareProfile) -> NodeLayout:
     """One process on one node, or the profile's nodes with their share of the ranks."""
-    if plan.ranks == 1:
+    if launch.ranks == 1:
         return NodeLayout(1, 1, profile.threads_per_process)
-    nodes = profile.nodes if plan.ranks == profile.processes else 1
-    return NodeLayout(nodes, plan.ranks // nodes, profile.threads_per_process)
+    nodes = profile.nodes if launch.ranks == profile.processes else 1
+    return NodeLayout(nodes, launch.ranks // nodes, profile.threads_per_process)
 
 
 def sbatch_options(
-    plan: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell: str, output: Path
+    launch: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell: str, output: Path
 ) -> list[str]:
-    layout = layout_of(plan, profile)
-    launch = job_launch(plan.launcher or "python", plan.inputs, plan.argv[0], layout) if plan.inputs else None
-    tasks, cpus = (launch.tasks_per_node, launch.cpus_per_task) if launch else (1, layout.threads)
+    layout = layout_of(launch, profile)
+    rank_launch = None
+    if launch.inputs:
+        rank_launch = job_launch(launch.launcher or "python", launch.inputs, launch.argv[0], layout)
+    tasks, cpus = (rank_launch.tasks_per_node, rank_launch.cpus_per_task) if rank_launch else (1, layout.threads)
     lines = [
         f"--job-name=dpo-bench:{cell}",
         f"--nodes={layout.nodes}",
@@ -135,8 +137,8 @@ def sbatch_options(
     memory = node_memory_gb(profile)
     if memory is not None:
         lines.append(f"--mem={max(1, round(memory * 1024))}M")
-    if plan.devices:  # the cell's GPUs on each node (bench/worker/placement.py cell_devices)
-        lines.append(f"--gpus-per-node={plan.devices}")
+    if launch.devices:  # the cell's GPUs on each node (bench/worker/placement.py cell_devices)
+        lines.append(f"--gpus-per-node={launch.devices}")
     for name, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos)):
         if value:
             lines.append(f"--{name}={value}")
@@ -154,7 +156,7 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 def job_script(
-    plan: LaunchPlan,
+    launch: LaunchPlan,
     profile: HardwareProfile,
     options: SlurmOptions,
     template: str,
@@ -167,19 +169,19 @@ def job_script(
     mounts: list[str],
 ) -> str:
     """The batch script of one cell: its resources as #SBATCH lines, its environment, and the srun line."""
-    if plan.inputs is None or plan.launcher is None:
+    if launch.inputs is None or launch.launcher is None:
         raise BenchError(f"cell {cell}: its launch plan carries no launcher inputs; cannot run it under Slurm")
-    layout = layout_of(plan, profile)
-    launch = job_launch(plan.launcher, plan.inputs, plan.argv[0], layout)
+    layout = layout_of(launch, profile)
+    rank_launch = job_launch(launch.launcher, launch.inputs, launch.argv[0], layout)
     if options.container is not None:
-        launch = wrap(launch, options.container, mounts, sorted(plan.env), str(workdir))
-    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(plan, profile, options, timeout_s, cell, output))
+        rank_launch = wrap(rank_launch, options.container, mounts, sorted(launch.env), str(workdir))
+    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(launch, profile, options, timeout_s, cell, output))
     # the job sets the rendezvous variables itself, for the nodes it got
-    kept = {name: value for name, value in plan.env.items() if name not in JOB_VARIABLES}
+    kept = {name: value for name, value in launch.env.items() if name not in JOB_VARIABLES}
     # DeepSpeed's JIT ops: the runner's cache if it names one, else the one beside the interpreter (as the local
     # executor does): `make setup` prebuilt the ops there
     extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
-        Path(plan.inputs.python).parent.parent / "torch_extensions"
+        Path(launch.inputs.python).parent.parent / "torch_extensions"
     )
     kept.setdefault("TORCH_EXTENSIONS_DIR", extensions)
     environment = "\n".join(f"export {name}={quote(value)}" for name, value in sorted(kept.items()))
@@ -193,7 +195,7 @@ def job_script(
             "ranks_per_node": str(layout.per_node),
             "cell": cell,
             "container_setup": "",
-            "launch": launch.script_line(),
+            "launch": rank_launch.script_line(),
         },
     )
 
@@ -324,14 +326,14 @@ class SlurmExecutor:
     def final_state(self, key: str) -> JobState | None:
         return self._final.get(key)
 
-    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+    def run(self, launch: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
         key, cell = log_path.stem, labels["dpo-bench.cell"]
         cell_dir = RunFolder(self.run_dir).cell(cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         job = self.earlier_job(key, cell)
         if job is None:
-            job = self._submit(plan, key, cell, cell_dir, timeout_s)
+            job = self._submit(launch, key, cell, cell_dir, timeout_s)
         else:
             print(f"      {key}: job {job} of an earlier invocation is used, not submitted again", flush=True)
         watch = self.tracker.watch(job)
@@ -358,13 +360,13 @@ class SlurmExecutor:
         run_s = time.monotonic() - (watch.running_since or started)
         return Outcome(exit_code=state.exit_code, timed_out=False, wall_s=run_s, log_tail=read_tail(log_path))
 
-    def _submit(self, plan: LaunchPlan, key: str, cell: str, cell_dir: Path, timeout_s: float) -> str:
-        config_dir = next(iter(plan.files)).parent if plan.files else cell_dir
+    def _submit(self, launch: LaunchPlan, key: str, cell: str, cell_dir: Path, timeout_s: float) -> str:
+        config_dir = next(iter(launch.files)).parent if launch.files else cell_dir
         script = config_dir / ("job.sbatch" if key == cell else f"job.{key.split('.')[-1]}.sbatch")
         write_whole(
             script,
             job_script(
-                plan,
+                launch,
                 self.profile,
                 self.options,
                 self.template,
