@@ -323,7 +323,7 @@ def run_local(
     fork_server: ForkServer | None = None,
     python: str = sys.executable,
 ) -> Outcome:
-    """Run the launch plan as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
+    """Run `launch` as its own process group (and, with a budget, its own cgroups); nothing of it survives, not even
     a SIGKILL of this process. With `live_file`, the running cell is named there until it is cleaned up. With a
     `fork_server` (never under a budget: a forked child's libraries stay charged to the server's cgroup), every
     start of `python` in the cell forks from it."""
@@ -455,7 +455,7 @@ def _start_launcher(
     cores: list[int] | None,
     cell: CellCgroups | None,
 ) -> subprocess.Popen | None:
-    """The launcher started in a session of its own, armed to die with the runner, on the launch plan's cores and, under a
+    """The launcher started in a session of its own, armed to die with the runner, on its launch's cores and, under a
     budget, inside the cell's cgroup; None where its program does not exist (the log says so)."""
 
     def before_exec() -> None:  # in the launcher, between fork and exec
