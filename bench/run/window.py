@@ -103,7 +103,7 @@ def shared(found: Machine):
     return device
 
 
-def plan(found: Machine, phases: list[WindowPhase], seconds: float) -> dict:
+def plan_json(found: Machine, phases: list[WindowPhase], seconds: float) -> dict:
     """plan.json's content (bench/run/window_forecast.py)."""
     from bench.run.window_forecast import Inputs, forecast, start_ups
 
@@ -143,7 +143,7 @@ def window(
     if slots is not None:
         found = replace(found, content=replace(found.content, slots=slots))
     phases = window_phases_of(found, run_id)
-    planned = plan(found, phases, minutes * 60)
+    planned = plan_json(found, phases, minutes * 60)
     print(f"window: {found.note}", flush=True)
     print("\n".join(plan_lines(planned)), flush=True)
     out.mkdir(parents=True, exist_ok=True)

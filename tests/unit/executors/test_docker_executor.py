@@ -28,10 +28,10 @@ RUN_DIR = Path("/data/results/cpu/20250101-000000")
 LABELS = {"dpo-bench.run": "20250101-000000", "dpo-bench.cell": "one_adapter-none-ddp+precompute_ref"}
 
 
-def _argv(profile, plan: LaunchPlan | None = None) -> list[str]:
+def _argv(profile, launch: LaunchPlan | None = None) -> list[str]:
     spec = container_spec("dpo-bench/cpu:abc", profile, ROOT, writable=[RUN_DIR], readonly=[ROOT / "build" / "assets"])
-    plan = plan or LaunchPlan(argv=["/opt/venv/bin/python", "-m", "bench.worker", "spec.json"], env={"A": "1"})
-    return docker_run_argv(spec, plan, "dpo-bench-x", LABELS)
+    launch = launch or LaunchPlan(argv=["/opt/venv/bin/python", "-m", "bench.worker", "spec.json"], env={"A": "1"})
+    return docker_run_argv(spec, launch, "dpo-bench-x", LABELS)
 
 
 def _option(argv: list[str], flag: str) -> list[str]:
@@ -82,8 +82,8 @@ def test_cuda_cell_gets_its_planned_devices_renumbered_inside(limited):
 
 def test_cuda_cell_takes_the_visible_devices_of_its_launch_env(limited):
     """The launch plan named the cell's host GPUs 3,5: those are granted, seen as 0,1 inside."""
-    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "3, 5,7"}, devices=2)
-    argv = _argv(_cuda(limited, device_count=1, processes=2), plan)
+    launch = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "3, 5,7"}, devices=2)
+    argv = _argv(_cuda(limited, device_count=1, processes=2), launch)
     assert _option(argv, "--gpus") == ['"device=3,5"']
     assert _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
 
@@ -91,8 +91,8 @@ def test_cuda_cell_takes_the_visible_devices_of_its_launch_env(limited):
 def test_a_one_device_cell_of_a_two_gpu_profile_gets_one_device(limited):
     """Not the profile's device count: a single-process cell that saw two GPUs would be refused by TRL
     (nn.DataParallel), so its plan asks for one."""
-    plan = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "1"}, devices=1)
-    argv = _argv(_cuda(limited, device_count=2, processes=2), plan)
+    launch = LaunchPlan(argv=["python"], env={"CUDA_VISIBLE_DEVICES": "1"}, devices=1)
+    argv = _argv(_cuda(limited, device_count=2, processes=2), launch)
     assert _option(argv, "--gpus") == ['"device=1"'] and _env(argv)["CUDA_VISIBLE_DEVICES"] == "0"
 
 
@@ -127,13 +127,13 @@ def test_a_writable_path_wins_over_the_same_readonly_one(limited):
 
 
 def test_workdir_pythonpath_env_labels_and_command(limited):
-    plan = LaunchPlan(argv=["torchrun", "--standalone", "-m", "bench.worker", "s.json"], env={"OMP_NUM_THREADS": "1"})
-    argv = _argv(limited, plan)
+    launch = LaunchPlan(argv=["torchrun", "--standalone", "-m", "bench.worker", "s.json"], env={"OMP_NUM_THREADS": "1"})
+    argv = _argv(limited, launch)
     assert _option(argv, "--workdir") == [str(ROOT)]
     env = _option(argv, "--env")
     assert f"PYTHONPATH={ROOT}" in env and "OMP_NUM_THREADS=1" in env and any(e.startswith("HOME=") for e in env)
     assert sorted(_option(argv, "--label")) == sorted(f"{k}={v}" for k, v in LABELS.items())
-    assert argv[-len(plan.argv) - 1 :] == ["dpo-bench/cpu:abc", *plan.argv]
+    assert argv[-len(launch.argv) - 1 :] == ["dpo-bench/cpu:abc", *launch.argv]
     assert "--rm" not in argv  # the executor inspects the exit state (OOMKilled) before removing it
 
 

@@ -113,8 +113,8 @@ def test_a_server_killed_during_a_cell_is_the_harness_s_fault_and_safe_to_retry(
     executor = serving()
     ready = tmp_path / "ready"
     code = f"import os, time, pathlib; pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(300)"
-    plan = LaunchPlan(argv=[executor.python, "-c", code])
-    thread, out = in_thread(lambda: executor.run(plan, tmp_path / "cell.log", 120, {}))
+    launch = LaunchPlan(argv=[executor.python, "-c", code])
+    thread, out = in_thread(lambda: executor.run(launch, tmp_path / "cell.log", 120, {}))
     wait_for(ready.exists)
     child = int(ready.read_text())
     pid = kill_server(executor.fork_server)
@@ -132,8 +132,8 @@ def test_a_server_killed_during_a_cell_is_the_harness_s_fault_and_safe_to_retry(
 def test_a_dead_server_is_no_fault_of_the_cell_that_starts_fresh_without_it(serving, tmp_path):
     executor = serving()
     kill_server(executor.fork_server)
-    plan = LaunchPlan(argv=[executor.python, "-c", FORKED + "; raise SystemExit(3)"])
-    outcome = run_local(plan, tmp_path / "cell.log", 60, PROJECT_ROOT, fork_server=executor.fork_server)
+    launch = LaunchPlan(argv=[executor.python, "-c", FORKED + "; raise SystemExit(3)"])
+    outcome = run_local(launch, tmp_path / "cell.log", 60, PROJECT_ROOT, fork_server=executor.fork_server)
     assert (outcome.exit_code, outcome.harness_fault) == (3, None)
     assert "forked False" in (tmp_path / "cell.log").read_text()
 
@@ -173,8 +173,8 @@ def test_a_stopped_stand_in_for_the_launcher_ends_with_the_launchers_own_exit(se
         f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)\n"
         "print('launcher done', flush=True)\n"
     )
-    plan = LaunchPlan(argv=[executor.python, "-c", code])
-    thread, out = in_thread(lambda: executor.run(plan, tmp_path / "cell.log", 40, {}))
+    launch = LaunchPlan(argv=[executor.python, "-c", code])
+    thread, out = in_thread(lambda: executor.run(launch, tmp_path / "cell.log", 40, {}))
     wait_for(ready.exists)
     (stand_in,) = launcher_clients()
     os.kill(stand_in, signal.SIGSTOP)

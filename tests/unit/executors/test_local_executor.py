@@ -40,9 +40,9 @@ def test_timeout_kills_group_and_escaped_children(tmp_path):
     ready = tmp_path / "ready"
     script = tmp_path / "spawner_unique_marker.py"
     script.write_text(SPAWNER)
-    plan = LaunchPlan(argv=[sys.executable, str(script), str(ready)])
+    launch = LaunchPlan(argv=[sys.executable, str(script), str(ready)])
     started = time.monotonic()
-    outcome = run_local(plan, tmp_path / "log", timeout_s=3, cwd=tmp_path)
+    outcome = run_local(launch, tmp_path / "log", timeout_s=3, cwd=tmp_path)
     assert outcome.timed_out and time.monotonic() - started < 15
     assert ready.read_text() == "ready"
     # the spawner, its child, and the child that escaped into its own session are all gone
@@ -52,8 +52,8 @@ def test_timeout_kills_group_and_escaped_children(tmp_path):
 
 
 def test_exit_code_and_log_tail(tmp_path):
-    plan = LaunchPlan(argv=[sys.executable, "-c", "import sys; print('hello'); sys.exit(3)"])
-    outcome = run_local(plan, tmp_path / "log", timeout_s=30, cwd=tmp_path)
+    launch = LaunchPlan(argv=[sys.executable, "-c", "import sys; print('hello'); sys.exit(3)"])
+    outcome = run_local(launch, tmp_path / "log", timeout_s=30, cwd=tmp_path)
     assert outcome.exit_code == 3 and not outcome.timed_out and "hello" in outcome.log_tail
 
 
@@ -107,8 +107,8 @@ def _scripts(tmp_path: Path) -> tuple[Path, Path]:
 def test_budget_oom_kills_the_rank_and_reports_it(tmp_path, own_cgroup, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     worker, _ = _scripts(tmp_path)
-    plan = LaunchPlan(argv=[sys.executable, str(worker), "256"], ranks=1)
-    outcome = run_local(plan, tmp_path / "log", timeout_s=60, cwd=tmp_path, memory_budget_bytes=64 * MIB)
+    launch = LaunchPlan(argv=[sys.executable, str(worker), "256"], ranks=1)
+    outcome = run_local(launch, tmp_path / "log", timeout_s=60, cwd=tmp_path, memory_budget_bytes=64 * MIB)
     assert outcome.exit_code == -signal.SIGKILL and outcome.oom_killed and not outcome.timed_out
     [rank] = outcome.rank_memory
     assert rank.rank == 0 and rank.limit_bytes == 64 * MIB and rank.oom_kills >= 1
@@ -119,8 +119,8 @@ def test_budget_is_per_rank_behind_a_launcher(tmp_path, own_cgroup, monkeypatch)
     """The launcher (in the cell cgroup, no limit) starts two workers; only rank 1 goes past the budget."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     worker, launcher = _scripts(tmp_path)
-    plan = LaunchPlan(argv=[sys.executable, str(launcher), str(worker), "16", "256"], ranks=2)
-    outcome = LocalExecutor(tmp_path, memory_budget_bytes=64 * MIB).run(plan, tmp_path / "log", 60, {})
+    launch = LaunchPlan(argv=[sys.executable, str(launcher), str(worker), "16", "256"], ranks=2)
+    outcome = LocalExecutor(tmp_path, memory_budget_bytes=64 * MIB).run(launch, tmp_path / "log", 60, {})
     assert outcome.exit_code == 1 and outcome.oom_killed
     assert "rank 0 survived" in outcome.log_tail and "worker exit codes [0, -9]" in outcome.log_tail
     rank0, rank1 = outcome.rank_memory
@@ -129,8 +129,8 @@ def test_budget_is_per_rank_behind_a_launcher(tmp_path, own_cgroup, monkeypatch)
 
 
 def test_without_a_budget_there_are_no_cgroups(tmp_path, monkeypatch):
-    plan = LaunchPlan(argv=[sys.executable, "-c", "import os; print(os.environ.get('BENCH_CGROUP_DIR'))"])
-    outcome = run_local(plan, tmp_path / "log", timeout_s=30, cwd=tmp_path)
+    launch = LaunchPlan(argv=[sys.executable, "-c", "import os; print(os.environ.get('BENCH_CGROUP_DIR'))"])
+    outcome = run_local(launch, tmp_path / "log", timeout_s=30, cwd=tmp_path)
     assert outcome.exit_code == 0 and outcome.rank_memory == [] and not outcome.oom_killed
     assert "None" in outcome.log_tail
 
@@ -139,8 +139,8 @@ def test_budget_timeout_kills_the_cell_and_removes_its_cgroups(tmp_path, own_cgr
     ready = tmp_path / "ready"
     script = tmp_path / "spawner_budget_marker.py"
     script.write_text(SPAWNER)
-    plan = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
-    outcome = run_local(plan, tmp_path / "log", timeout_s=3, cwd=tmp_path, memory_budget_bytes=256 * MIB)
+    launch = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
+    outcome = run_local(launch, tmp_path / "log", timeout_s=3, cwd=tmp_path, memory_budget_bytes=256 * MIB)
     assert outcome.timed_out and ready.read_text() == "ready"
     assert [r.oom_kills for r in outcome.rank_memory] == [0, 0]
     assert _alive_with("spawner_budget_marker") == []
@@ -197,10 +197,10 @@ def test_ctrl_c_anywhere_leaves_no_process_and_no_cgroup(tmp_path, own_cgroup, m
     elif where == "sigint_in_cleanup":
         remove = local.remove_group_segments
         monkeypatch.setattr(local, "remove_group_segments", lambda env: (_interrupt_self(), remove(env))[1])
-    plan = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
+    launch = LaunchPlan(argv=[sys.executable, str(script), str(ready)], ranks=2)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_local(plan, tmp_path / "log", timeout_s=4, cwd=tmp_path, memory_budget_bytes=budget)
+        run_local(launch, tmp_path / "log", timeout_s=4, cwd=tmp_path, memory_budget_bytes=budget)
     assert time.monotonic() - started < 15
     assert _alive_with(marker) == []
     sleepers = _alive_with("time.sleep(300)")
@@ -248,7 +248,7 @@ def test_a_plans_own_memory_budget_is_the_one_its_ranks_run_under(tmp_path, monk
     from bench.executors.base import LaunchPlan
 
     budgets = []
-    monkeypatch.setattr(local, "run_local", lambda plan, log, timeout, cwd, budget, *rest: budgets.append(budget))
+    monkeypatch.setattr(local, "run_local", lambda launch, log, timeout, cwd, budget, *rest: budgets.append(budget))
     executor = local.LocalExecutor(tmp_path, memory_budget_bytes=3 << 30)
     executor.run(LaunchPlan(argv=["true"], memory_budget_bytes=1 << 28), tmp_path / "a.log", 10.0, {})
     executor.run(LaunchPlan(argv=["true"]), tmp_path / "b.log", 10.0, {})

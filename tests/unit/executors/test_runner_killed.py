@@ -45,8 +45,8 @@ from bench.executors.base import LaunchPlan
 from bench.executors.local import run_local
 argv, run_dir = sys.argv[3:], Path(sys.argv[1])
 (run_dir / "logs").mkdir()
-plan = LaunchPlan(argv=argv, ranks=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": sys.argv[2]})
-run_local(plan, run_dir / "logs" / "cell.log", 300, run_dir, 64 << 20, run_dir / "running.json")
+launch = LaunchPlan(argv=argv, ranks=2, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": sys.argv[2]})
+run_local(launch, run_dir / "logs" / "cell.log", 300, run_dir, 64 << 20, run_dir / "running.json")
 """
 
 

@@ -44,7 +44,7 @@ JOBCOMP = (
 )
 
 
-def plan_for(tmp_path: Path, backend: str, launcher: str, hw: str = "cpu"):
+def launch_for(tmp_path: Path, backend: str, launcher: str, hw: str = "cpu"):
     profile = load_profile(hw)
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
     spec = WorkerSpec(
@@ -58,9 +58,9 @@ def plan_for(tmp_path: Path, backend: str, launcher: str, hw: str = "cpu"):
 
 
 def script(tmp_path, backend="ddp", launcher="torchrun", options=None, hw="cpu", timeout_s=120.0):
-    profile, plan = plan_for(tmp_path, backend, launcher, hw)
+    profile, launch = launch_for(tmp_path, backend, launcher, hw)
     return job_script(
-        plan,
+        launch,
         profile,
         options or SlurmOptions(),
         TEMPLATE,
@@ -97,8 +97,8 @@ def test_a_ddp_cell_asks_for_its_nodes_tasks_cpus_time_memory_and_output(tmp_pat
 
 
 def test_the_two_node_gpu_profile_asks_for_eight_gpus_on_each_of_two_nodes(tmp_path):
-    profile, plan = plan_for(tmp_path, "zero3", "deepspeed", "2x8xA100-80G")
-    lines = sbatch_options(plan, profile, SlurmOptions(), 3600, "c1", tmp_path / "o")
+    profile, launch = launch_for(tmp_path, "zero3", "deepspeed", "2x8xA100-80G")
+    lines = sbatch_options(launch, profile, SlurmOptions(), 3600, "c1", tmp_path / "o")
     assert "--nodes=2" in lines and "--gpus-per-node=8" in lines and "--ntasks-per-node=1" in lines
     assert "--cpus-per-task=64" in lines and "--time=60" in lines and "--mem=921600M" in lines
 
@@ -227,17 +227,17 @@ def test_the_workers_own_report_wins_over_the_job_state():
 
 
 def test_pyxis_and_apptainer_and_docker_flags(tmp_path):
-    _, plan = plan_for(tmp_path, "ddp", "torchrun")
-    launch = job_launch(plan.launcher, plan.inputs, "torchrun", NodeLayout(2, 1))
+    _, launch = launch_for(tmp_path, "ddp", "torchrun")
+    job = job_launch(launch.launcher, launch.inputs, "torchrun", NodeLayout(2, 1))
     mounts = ["/work/main", "/results"]
-    pyxis = wrap(launch, SlurmContainer(runtime="pyxis", image="nvcr.io#nvidia/pytorch:24.05-py3"), mounts, [], "/w")
+    pyxis = wrap(job, SlurmContainer(runtime="pyxis", image="nvcr.io#nvidia/pytorch:24.05-py3"), mounts, [], "/w")
     assert pyxis.srun[:4] == [
         "srun",
         "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
         "--container-mounts=/work/main:/work/main,/results:/results",
         "--container-workdir=/w",
     ]
-    app = wrap(launch, SlurmContainer(runtime="apptainer", image="/img/bench.sif", gpus=True), mounts, [], "/w")
+    app = wrap(job, SlurmContainer(runtime="apptainer", image="/img/bench.sif", gpus=True), mounts, [], "/w")
     assert app.node_argv[:8] == [
         "apptainer",
         "exec",
@@ -249,11 +249,11 @@ def test_pyxis_and_apptainer_and_docker_flags(tmp_path):
         "/img/bench.sif",
     ]
     assert app.node_argv[8] == "torchrun"
-    docker = wrap(launch, SlurmContainer(runtime="docker", image="dpo-bench:cpu"), mounts, ["OMP_NUM_THREADS"], "/w")
+    docker = wrap(job, SlurmContainer(runtime="docker", image="dpo-bench:cpu"), mounts, ["OMP_NUM_THREADS"], "/w")
     line = docker.script_line()
     assert "--cgroup-parent=/slurm_${SLURMD_NODENAME}/uid_${SLURM_JOB_UID}/job_${SLURM_JOB_ID}" in line
     assert "--label=dpo-bench.slurm-job=$SLURM_JOB_ID" in line and "-e OMP_NUM_THREADS -e MASTER_ADDR" in line
-    mpi = job_launch("mpirun", plan.inputs, "mpirun", NodeLayout(2, 1))
+    mpi = job_launch("mpirun", launch.inputs, "mpirun", NodeLayout(2, 1))
     app_mpi = wrap(mpi, SlurmContainer(runtime="apptainer", image="b.sif"), mounts, [], "/w")
     at = app_mpi.node_argv.index("apptainer")
     assert app_mpi.node_argv[0] == "mpirun" and app_mpi.node_argv[at + 7] == "/venv/bin/python"

@@ -153,8 +153,8 @@ def test_without_a_server_the_client_starts_fresh(server):
 def test_a_cell_past_its_time_limit_loses_the_servers_children(server, tmp_path):
     ready = tmp_path / "ready"
     code = f"import os, time, pathlib; pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(300)"
-    plan = LaunchPlan(argv=[sys.executable, "-c", code])
-    outcome = run_local(plan, tmp_path / "log", timeout_s=3, cwd=tmp_path, fork_server=server, python=sys.executable)
+    launch = LaunchPlan(argv=[sys.executable, "-c", code])
+    outcome = run_local(launch, tmp_path / "log", timeout_s=3, cwd=tmp_path, fork_server=server, python=sys.executable)
     assert outcome.timed_out
     child = int(ready.read_text())
     assert child not in (server.process.pid, os.getpid())

@@ -45,11 +45,11 @@ def one_launcher(launcher: str, backend: str, gpu_profile: str) -> dict:
             out_dir="/cells/out",
         )
         run_env = {"CUDA_VISIBLE_DEVICES": "3,1,2"} if profile.device == "cuda" else None
-        plan = plan_launch(spec, DIR, port=29555, python=PY, as_root=as_root, run_env=run_env)
+        launch = plan_launch(spec, DIR, port=29555, python=PY, as_root=as_root, run_env=run_env)
         seen[name] = {
-            "argv": plan.argv,
-            "env": plan.env,
-            "files": {str(path): text for path, text in sorted(plan.files.items())},
+            "argv": launch.argv,
+            "env": launch.env,
+            "files": {str(path): text for path, text in sorted(launch.files.items())},
         }
     nodes = load_profile("2x8xA100-80G")
     spec = WorkerSpec(
@@ -59,9 +59,9 @@ def one_launcher(launcher: str, backend: str, gpu_profile: str) -> dict:
         assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
         out_dir="/cells/out",
     )
-    plan = plan_launch(spec, DIR, port=29555, python=PY)
+    launch = plan_launch(spec, DIR, port=29555, python=PY)
     layout = NodeLayout(1, 1, 4) if launcher == "python" else NodeLayout(2, 8, 4)
-    job = job_launch(plan.launcher, plan.inputs, plan.argv[0], layout)
+    job = job_launch(launch.launcher, launch.inputs, launch.argv[0], layout)
     seen["nodes"] = {
         "node_argv": job.node_argv,
         "srun": job.srun,

@@ -82,10 +82,10 @@ def test_the_launch_plan_takes_the_new_launchers_argv_and_environment(tmp_path, 
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic: "srun" is not yet a Launcher when the spec is written
-        plan = plan_launch(spec, tmp_path, port=29555, python="/venv/bin/python", as_root=True)
-    assert plan.argv == ["srun", "--ntasks=2", "/venv/bin/python", "-m", "bench.worker", str(tmp_path / "spec.json")]
-    assert plan.env["SRUN_AS_ROOT"] == "1" and "OMPI_ALLOW_RUN_AS_ROOT" not in plan.env
-    job = job_launch(plan.launcher, plan.inputs, plan.argv[0], NodeLayout(2, 4))
+        launch = plan_launch(spec, tmp_path, port=29555, python="/venv/bin/python", as_root=True)
+    assert launch.argv == ["srun", "--ntasks=2", "/venv/bin/python", "-m", "bench.worker", str(tmp_path / "spec.json")]
+    assert launch.env["SRUN_AS_ROOT"] == "1" and "OMPI_ALLOW_RUN_AS_ROOT" not in launch.env
+    job = job_launch(launch.launcher, launch.inputs, launch.argv[0], NodeLayout(2, 4))
     assert job.srun == ["srun", "--ntasks-per-node=4"] and job.tasks_per_node == 4
     assert job.node_argv == ["/venv/bin/python", "-m", "bench.worker", str(tmp_path / "spec.json")]
 
