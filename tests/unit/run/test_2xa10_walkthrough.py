@@ -78,20 +78,20 @@ def planned(run_env: dict[str, str], folder: Path) -> list[Row]:
             assets=PreparedAssets(model="/assets/phi-2", tokenizer="/assets/tok", dataset="/assets/data"),
             out_dir=str(folder / "cells" / cell.id),
         )
-        plan = plan_launch(spec, folder / cell.id, port=29500, python=PYTHON, run_env=run_env)
+        launch = plan_launch(spec, folder / cell.id, port=29500, python=PYTHON, run_env=run_env)
         container = container_spec("dpo-bench/cuda:x", PROFILE, ROOT, writable=[folder], readonly=[])
-        docker = docker_run_argv(container, plan, "c", {})
+        docker = docker_run_argv(container, launch, "c", {})
         options = [a for a in docker if a.startswith("CUDA_VISIBLE_DEVICES=")]
         gpus = docker[docker.index("--gpus") + 1] if "--gpus" in docker else "-"
-        slurm = [o for o in sbatch_options(plan, PROFILE, SlurmOptions(), 60, cell.id, folder) if "gpus" in o]
+        slurm = [o for o in sbatch_options(launch, PROFILE, SlurmOptions(), 60, cell.id, folder) if "gpus" in o]
         rows.append(
             Row(
                 cell=cell,
                 spec=spec,
-                env=plan.env,
-                argv=plan.argv,
-                files={path.name: text for path, text in plan.files.items()},
-                devices=plan.devices,
+                env=launch.env,
+                argv=launch.argv,
+                files={path.name: text for path, text in launch.files.items()},
+                devices=launch.devices,
                 docker_gpus=gpus.strip('"'),
                 docker_visible=options[-1].split("=", 1)[1] if options else "-",
                 slurm_gpus=slurm[0].split("=", 1)[1] if slurm else "-",

@@ -35,8 +35,8 @@ class HarnessFails(FakeExecutor):
         super().__init__(DDP_RAN)
         self.fault, self.failing, self.then = fault, failing, then
 
-    def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
-        outcome = super().run(plan, log_path, timeout_s, labels)
+    def run(self, launch: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        outcome = super().run(launch, log_path, timeout_s, labels)
         if len(self.plans) <= self.failing:
             log_path.write_text(f"try {len(self.plans)}: killed\n")
             return Outcome(exit_code=-9, timed_out=False, wall_s=1.0, log_tail="killed", harness_fault=self.fault)
@@ -87,9 +87,9 @@ def test_a_prepared_folder_gone_mid_run_stops_the_run_in_one_line_before_the_nex
     model.mkdir(parents=True)
 
     class ModelMovesAway(FakeExecutor):
-        def run(self, plan: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
+        def run(self, launch: LaunchPlan, log_path: Path, timeout_s: float, labels: dict[str, str]) -> Outcome:
             model.rename(tmp_path / "elsewhere")  # moved while the first cell ran
-            return super().run(plan, log_path, timeout_s, labels)
+            return super().run(launch, log_path, timeout_s, labels)
 
     executor = ModelMovesAway(DDP_RAN)
     ctx = context(tmp_path, cpu_profile, executor)

@@ -20,7 +20,7 @@ from bench.worker.spec import WorkerSpec
 PY = "/venv/bin/python"
 
 
-def plan_for(tmp_path: Path, backend: str, launcher: str):
+def launch_for(tmp_path: Path, backend: str, launcher: str):
     profile = load_profile("2x8xA100-80G")
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
     spec = WorkerSpec(
@@ -44,10 +44,10 @@ def test_processes_must_fill_the_nodes():
 
 
 def test_torchrun_rendezvous_is_c10d_on_the_head_node(tmp_path):
-    _, plan = plan_for(tmp_path, "ddp", "torchrun")
-    launch = job_launch(plan.launcher, plan.inputs, plan.argv[0], NodeLayout(2, 8, 8))
+    _, launch = launch_for(tmp_path, "ddp", "torchrun")
+    job = job_launch(launch.launcher, launch.inputs, launch.argv[0], NodeLayout(2, 8, 8))
     spec = str(tmp_path / "spec.json")
-    assert launch.node_argv == [
+    assert job.node_argv == [
         "torchrun",  # not beside /venv/bin/python: found on PATH
         "--nnodes=2",
         "--nproc_per_node=8",
@@ -58,13 +58,13 @@ def test_torchrun_rendezvous_is_c10d_on_the_head_node(tmp_path):
         "bench.worker",
         spec,
     ]
-    assert launch.srun == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--kill-on-bad-exit=1"]
-    assert (launch.tasks_per_node, launch.cpus_per_task) == (1, 64)
+    assert job.srun == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--kill-on-bad-exit=1"]
+    assert (job.tasks_per_node, job.cpus_per_task) == (1, 64)
 
 
 def test_accelerate_gets_machines_rank_and_head_address(tmp_path):
-    _, plan = plan_for(tmp_path, "fsdp", "accelerate")
-    argv = node_argv(plan.launcher, plan.inputs, "accelerate", NodeLayout(2, 8))
+    _, launch = launch_for(tmp_path, "fsdp", "accelerate")
+    argv = node_argv(launch.launcher, launch.inputs, "accelerate", NodeLayout(2, 8))
     assert argv == [
         "accelerate",
         "launch",
@@ -83,8 +83,8 @@ def test_accelerate_gets_machines_rank_and_head_address(tmp_path):
 
 
 def test_deepspeed_reads_the_job_hostfile_and_starts_without_ssh(tmp_path):
-    _, plan = plan_for(tmp_path, "zero3", "deepspeed")
-    argv = node_argv(plan.launcher, plan.inputs, "deepspeed", NodeLayout(2, 8))
+    _, launch = launch_for(tmp_path, "zero3", "deepspeed")
+    argv = node_argv(launch.launcher, launch.inputs, "deepspeed", NodeLayout(2, 8))
     assert argv == [
         "deepspeed",
         "--hostfile=$BENCH_HOSTFILE",
@@ -102,10 +102,10 @@ def test_deepspeed_reads_the_job_hostfile_and_starts_without_ssh(tmp_path):
 
 
 def test_mpirun_runs_once_over_the_allocation_eight_ranks_per_node(tmp_path):
-    _, plan = plan_for(tmp_path, "ddp", "mpirun")
-    launch = job_launch(plan.launcher, plan.inputs, "mpirun", NodeLayout(2, 8, 8))
-    assert launch.srun == [] and (launch.tasks_per_node, launch.cpus_per_task) == (8, 8)
-    assert launch.node_argv == [
+    _, launch = launch_for(tmp_path, "ddp", "mpirun")
+    job = job_launch(launch.launcher, launch.inputs, "mpirun", NodeLayout(2, 8, 8))
+    assert job.srun == [] and (job.tasks_per_node, job.cpus_per_task) == (8, 8)
+    assert job.node_argv == [
         "mpirun",
         "-np",
         "16",
@@ -124,19 +124,19 @@ def test_mpirun_runs_once_over_the_allocation_eight_ranks_per_node(tmp_path):
 
 
 def test_a_single_process_is_one_srun_task(tmp_path):
-    _, plan = plan_for(tmp_path, "single", "python")
-    launch = job_launch(plan.launcher, plan.inputs, PY, NodeLayout(1, 1, 8))
-    assert launch.script_line() == (
+    _, launch = launch_for(tmp_path, "single", "python")
+    job = job_launch(launch.launcher, launch.inputs, PY, NodeLayout(1, 1, 8))
+    assert job.script_line() == (
         f"srun --nodes=1 --ntasks=1 --cpus-per-task=8 bash -c 'exec {PY} -m bench.worker {tmp_path}/spec.json'"
     )
     with pytest.raises(ValueError, match="one process"):
-        job_launch(plan.launcher, plan.inputs, PY, NodeLayout(2, 1))
+        job_launch(launch.launcher, launch.inputs, PY, NodeLayout(2, 1))
 
 
 def test_job_variables_expand_in_each_task_not_in_the_batch_script(tmp_path):
     """The node rank differs per task: bash -c gets it single-quoted, so each task's shell expands it."""
-    _, plan = plan_for(tmp_path, "fsdp", "accelerate")
-    line = job_launch(plan.launcher, plan.inputs, "echo", NodeLayout(2, 8)).script_line()
+    _, launch = launch_for(tmp_path, "fsdp", "accelerate")
+    line = job_launch(launch.launcher, launch.inputs, "echo", NodeLayout(2, 8)).script_line()
     inner = shlex.split(line)[-1]
     assert inner.startswith("exec echo launch") and '"--machine_rank=$SLURM_NODEID"' in inner
     env = {"SLURM_NODEID": "1", "MASTER_ADDR": "head", "MASTER_PORT": "20001", "PATH": "/usr/bin:/bin"}

@@ -42,7 +42,7 @@ def test_a_resume_after_a_torn_results_file_keeps_every_whole_record_and_records
     ctx.executor = FakeExecutor(RAN)
     execute(ctx, [DDP, TWO], out=out)
     rerun = [c.id for c in (DDP, TWO) if c.id not in kept]
-    assert [plan.argv[-1].split("/")[-2] for plan in ctx.executor.plans] == rerun
+    assert [launch.argv[-1].split("/")[-2] for launch in ctx.executor.plans] == rerun
     loaded = load_results(tmp_path)
     assert [r.cell_id for r in loaded.records] == [*kept, *rerun] and loaded.problems == []
     assert ("moved to results.jsonl." in out.getvalue()) == (tear != "empty_file")
@@ -55,8 +55,8 @@ def test_a_resume_after_a_torn_results_file_keeps_every_whole_record_and_records
 class FillingExecutor(FakeExecutor):
     """A cell that fills the disk while it runs, and fails."""
 
-    def run(self, plan, log_path, timeout_s, labels):
-        outcome = super().run(plan, log_path, timeout_s, labels)
+    def run(self, launch, log_path, timeout_s, labels):
+        outcome = super().run(launch, log_path, timeout_s, labels)
         fill_up(log_path.parents[1])
         return outcome
 
