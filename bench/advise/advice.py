@@ -8,15 +8,16 @@ from pydantic import BaseModel
 
 from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, verdict
+from bench.advise.picks import Pick, PickKind, collapse_variants, faithfulness, picks
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
 from bench.estimate.speed.cell_speeds import speeds_of_plans
 from bench.estimate.uncertainty import pool_label
+from bench.matrix.axes import Method
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.quants import QUANTS
 from bench.units import GB
 
 
@@ -66,12 +67,9 @@ class CellAdvice(CellAxes):
     fix: FixAdvice | None
     """Every verdict but fits: the smallest change under which it is predicted to fit (`fits`), on the device and in
     the host memory (null: none found)."""
-
-
-class Pick(BaseModel):
-    kind: Literal["fastest", "fewest-gpus", "faithful"]
-    cell_id: str
-    reason: str
+    alternatives: list[str] = []
+    """Cells that differ from this one only by launcher (`+accelerate`, `+mpirun`) and have the same prediction:
+    folded into this row, which stands for them."""
 
 
 class RunPlan(BaseModel):
@@ -108,10 +106,11 @@ class Advice(BaseModel):
     gradient_checkpointing: bool
     optim: str | None
     precompute_ref: bool
-    prefer: Literal["fastest", "fewest-gpus", "faithful"] = "fastest"
+    prefer: PickKind = "fastest"
     """The order of the fitting cells (ORDERS)."""
     picks: list[Pick] = []
-    """Among the fitting cells: the fastest, the one on the fewest GPUs, the most faithful (empty: none fits)."""
+    """Per method, among its fitting cells: the fastest (only where one has a PREDICTED speed), the one on the fewest
+    GPUs, the most faithful (empty: none fits)."""
     cells: list[CellAdvice]
     not_applicable: int
     """Cells of the matrix that cannot run on this hardware (bench/matrix/scenario.py rules)."""
@@ -127,20 +126,16 @@ def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
 
 VERDICT_ORDER = {"fits": 0, "likely_fits": 1, "likely_oom": 2}
 """Fitting cells first, then the likely ones, then the rest (oom, host_oom, unknown)."""
-QUANT_FAITHFULNESS = {
-    str(q.name): rank
-    for rank, q in enumerate(sorted(QUANTS.values(), key=lambda q: (q.quantized, -q.bytes_per_weight)))
-}
-"""How close to the model's own weights a cell trains: the training precision, then the more bytes per weight
-(QuantSpec.bytes_per_weight) the closer: 8-bit, then 4-bit."""
+METHOD_ORDER = {str(m): i for i, m in enumerate(Method)}
+"""Several methods asked: each method's cells are ranked on their own, never against another method's."""
 
 
 def _speed(entry: CellAdvice) -> float:
     return -(entry.tokens_per_s or 0.0)
 
 
-def _faithfulness(entry: CellAdvice) -> int:
-    return QUANT_FAITHFULNESS.get(entry.quant, len(QUANT_FAITHFULNESS))
+def _faithfulness(entry: CellAdvice) -> tuple:
+    return faithfulness(entry.init, entry.quant)
 
 
 ORDERS = {
@@ -149,14 +144,18 @@ ORDERS = {
     "faithful": lambda e: (_faithfulness(e), _speed(e), e.devices),
 }
 """Among fitting cells, by preference: the PREDICTED tokens/s over all the GPUs a cell uses (the default: GPUs a
-cell leaves idle add nothing), the fewest GPUs, or the least quantized; each breaks ties with the other two."""
+cell leaves idle add nothing), the fewest GPUs, or the most faithful (picks.faithfulness); each breaks ties with the
+other two."""
 
 
-def _order(prefer: str):
+def order(prefer: str):
+    """The sort key of `prefer`: by method, then fitting cells first in the order ORDERS names, then the rest."""
+
     def key(entry: CellAdvice) -> tuple:
         fits = entry.verdict == "fits"
         preferred = ORDERS[prefer](entry) if fits else ()
         return (
+            METHOD_ORDER.get(entry.method, len(METHOD_ORDER)),
             VERDICT_ORDER.get(entry.verdict, len(VERDICT_ORDER)),
             preferred,
             -(entry.margin_bytes or 0.0),
@@ -165,34 +164,6 @@ def _order(prefer: str):
         )
 
     return key
-
-
-def picks(ranked: list[CellAdvice]) -> list[Pick]:
-    """The fastest fitting cell, the one on the fewest GPUs and the most faithful, each with why."""
-    fits = [e for e in ranked if e.verdict == "fits"]
-    if not fits:
-        return []
-    fastest = min(fits, key=_order("fastest"))
-    fewest = min(fits, key=_order("fewest-gpus"))
-    faithful = min(fits, key=_order("faithful"))
-    weights = {"none": "the training precision's weights", "int8": "8-bit weights", "nf4": "4-bit weights"}
-
-    def speed(e: CellAdvice) -> str:
-        return "no PREDICTED speed" if e.tokens_per_s is None else f"{e.tokens_per_s:,.0f} PREDICTED tokens/s"
-
-    def gpus(e: CellAdvice) -> str:
-        return f"{e.devices} GPU{'s' if e.devices > 1 else ''}"
-
-    return [
-        Pick(kind="fastest", cell_id=fastest.cell_id, reason=f"the fastest: {speed(fastest)} on {gpus(fastest)}"),
-        Pick(kind="fewest-gpus", cell_id=fewest.cell_id, reason=f"the fewest GPUs: {gpus(fewest)}, {speed(fewest)}"),
-        Pick(
-            kind="faithful",
-            cell_id=faithful.cell_id,
-            reason=f"the most faithful: {weights.get(faithful.quant, faithful.quant)}, {speed(faithful)} on "
-            f"{gpus(faithful)}",
-        ),
-    ]
 
 
 def advise(
@@ -246,7 +217,8 @@ def advise(
                 fix=fix,
             )
         )
-    ranked = [e.model_copy(update={"rank": i}) for i, e in enumerate(sorted(entries, key=_order(prefer)), start=1)]
+    rows = collapse_variants(sorted(entries, key=order(prefer)), {i: plan.cell for i, plan in plans.items()})
+    ranked = [e.model_copy(update={"rank": i}) for i, e in enumerate(rows, start=1)]
     not_applicable = sum(p.status == "not_applicable" for p in predictions)
     return _advice(profile, workload, prefer, host, ranked, not_applicable)
 
@@ -295,7 +267,7 @@ def _advice(
         optim=train.optim,
         precompute_ref=train.precompute_ref,
         prefer=prefer,
-        picks=picks(ranked),
+        picks=picks(ranked, {k: order(k) for k in ORDERS}),
         cells=ranked,
         not_applicable=not_applicable,
         chosen=chosen,

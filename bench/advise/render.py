@@ -4,6 +4,7 @@ import csv
 import io
 
 from bench.advise.advice import Advice, CellAdvice, RunPlan
+from bench.advise.picks import Pick, no_fastest
 from bench.matrix.axes import Method
 from bench.matrix.methods import method_spec
 from bench.units import GB, bytes_text
@@ -13,7 +14,8 @@ CHECK_LABEL = "a check of this setup on random weights and synthetic data (a few
 RANKED_BY = {
     "fastest": "the most PREDICTED tokens/s first",
     "fewest-gpus": "the fewest GPUs first, then the fastest",
-    "faithful": "the least quantized first, then the fastest",
+    "faithful": "the most faithful first (full fine-tuning, LoRA on the training precision's weights, on 8-bit, on "
+    "4-bit), then the fastest",
 }
 
 
@@ -101,6 +103,8 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     memory = _gb(a.memory_per_device_bytes)
     where = f"{a.devices_per_node} x {a.gpu or a.hardware}" + (f" x {a.nodes} nodes" if a.nodes > 1 else "")
     fitting = sum(c.verdict == "fits" for c in a.cells)
+    variants = sum(len(c.alternatives) for c in a.cells)
+    folded = f"; {variants} launcher variants with the same prediction folded into their rows" if variants else ""
     lines = [
         f"# PREDICTED: {_methods(a)} setups for `{a.model}` on {where} ({memory} each, {a.precision})",
         "",
@@ -110,14 +114,14 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
         "",
         *_host_line(a),
-        f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this hardware). "
+        f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this "
+        f"hardware{folded}). "
         f"Ranked: fitting cells first, {RANKED_BY[a.prefer]} (--prefer); likely_fits, then likely_oom next; for each "
         "cell that does not fit, the smallest change predicted to make it fit. P(fit): the share of comparable "
         "measurements' errors (docs/estimator.md) under which the device holds the cell; the range is their 80 % "
         "interval; `*`: too few comparable rows, a wider pool's (`--format json` names it).",
         "",
-        *[f"- **{p.kind}**: `{p.cell_id}`, {p.reason}" for p in a.picks],
-        *([""] if a.picks else []),
+        *_picks(a),
         "| rank | cell | setup | devices | PREDICTED verdict | PREDICTED total (range) | margin | host "
         "| PREDICTED tokens/s | smallest fix |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -125,10 +129,11 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
     shown = a.cells if limit is None else a.cells[:limit]
     for c in shown:
         setup = c.setup + (f" ({', '.join(c.recipes)})" if c.recipes else "")
+        cell = c.cell_id + (f" (same: {', '.join(c.alternatives)})" if c.alternatives else "")
         verdict = _verdict(c)
         host = _host(a, c)
         lines.append(
-            f"| {c.rank} | {c.cell_id} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
+            f"| {c.rank} | {cell} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
             f"| {_gb(c.margin_bytes)} | {host} | {_speed(c.tokens_per_s)} | {_fix(c)} |"
         )
     if limit is not None and len(a.cells) > limit:
@@ -140,6 +145,22 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         lines += ["", *[f"- {n}" for n in notes]]
     lines += ["", "## To run it", "", *_to_run(a.run)]
     return "\n".join(lines) + "\n"
+
+
+def _pick(pick: Pick) -> str:
+    also = f" (or {', '.join(f'`{i}`' for i in pick.alternatives)}: the same prediction)" if pick.alternatives else ""
+    return f"- **{pick.kind}** ({method_spec(pick.method).title}): `{pick.cell_id}`{also}, {pick.reason}"
+
+
+def _picks(advice: Advice) -> list[str]:
+    """The picks, within each method; a method none of whose fitting setups has a speed says it has no fastest."""
+    lines = [_pick(p) for p in advice.picks]
+    lines += [
+        f"- no **fastest** pick for {title}: none of its fitting setups has a PREDICTED speed; its picks are by GPUs "
+        "and by faithfulness"
+        for title in no_fastest(advice.cells)
+    ]
+    return [*lines, ""] if lines else []
 
 
 def _to_run(run: RunPlan | None) -> list[str]:
@@ -172,6 +193,7 @@ COLUMNS = (
     "predicted",
     "rank",
     "cell_id",
+    "alternatives",
     "method",
     "init",
     "quant",
@@ -209,6 +231,7 @@ def to_csv(advice: Advice) -> str:
                 "PREDICTED",
                 c.rank,
                 c.cell_id,
+                " ".join(c.alternatives),
                 c.method,
                 c.init,
                 c.quant,

@@ -117,7 +117,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         choices=PREFERENCES,
         default=PREFERENCES[0],
         help="the order of the fitting setups: the most PREDICTED tokens/s over the GPUs each uses, the fewest GPUs, "
-        "or the least quantized (default: %(default)s); the three picks are shown whichever is chosen",
+        "or the most faithful (full fine-tuning, LoRA, 8-bit, 4-bit) (default: %(default)s); the picks, per method, "
+        "are shown whichever is chosen",
     )
     p.add_argument("--format", choices=["md", "json", "csv"], default="md", help="json keys: docs/advise.md")
     p.add_argument("--top", type=int, default=25, help="md: rows shown (0: every cell; default: %(default)s)")

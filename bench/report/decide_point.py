@@ -20,7 +20,7 @@ def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfil
     # The picks and the speeds are advise's own, over the fitting cells: the others' fixes are not on the page.
     fitting = [p for p in predicted_ if p.verdict == "fits" and p.cell_id not in host_oom]
     advice = advise(profile, workload, fitting, by_id, question.prefer, host)
-    speeds = {c.cell_id: c.tokens_per_s for c in advice.cells}
+    speeds = {i: c.tokens_per_s for c in advice.cells for i in (c.cell_id, *c.alternatives)}
     picks = tuple((p.kind, p.cell_id, p.reason) for p in advice.picks)
     flags = shlex.join(question.target.flags())
     return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks)

@@ -192,7 +192,7 @@ def test_advise_on_two_a10s_ranks_and_gives_a_command(capsys, tmp_path):
     assert picks == {p.kind: p.cell_id for p in fewest.picks}  # the picks do not depend on the order
     assert picks["fastest"] == advice.chosen and picks["fewest-gpus"] == fewest.chosen
     faithful = next(c for c in fits if c.cell_id == picks["faithful"])
-    assert faithful.quant == "none" and "## To run it" in md and "- **fewest-gpus**: `" in md
+    assert faithful.quant == "none" and "## To run it" in md and "- **fewest-gpus** (DPO): `" in md
     # every cell carries its 80 % interval, its probability of fitting and the pool they came from
     assert all(c.range_low_bytes < c.range_high_bytes and 0 <= c.fit_probability <= 1 for c in advice.cells)
     assert all(c.range_pool for c in advice.cells)

@@ -59,7 +59,7 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
     model, gpu, count, length, batch = point
     advice = _advise(capsys, tmp_path, advise_question(*point).target.flags())
     page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
-    advised = {c["cell_id"]: c for c in advice["cells"]}
+    advised = {i: c for c in advice["cells"] for i in (c["cell_id"], *c["alternatives"])}  # a row and its variants
     shown = {cid: c for cid, c in page["cells"].items() if c["verdict"] != "not_applicable"}
     assert set(shown) == set(advised)
     assert sum(c["verdict"] == "not_applicable" for c in page["cells"].values()) == advice["not_applicable"]
