@@ -23,8 +23,8 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import world_size
 
 EXPORT_METHODS = (Method.DPO, Method.SFT, Method.REWARD, Method.KTO, Method.ORPO, Method.SIMPO)
 """Methods --export writes launch files for: the offline ones (a dataset of rows, no generation)."""
@@ -196,7 +196,7 @@ def launch_command(spec: Any, script: bool) -> list[str]:
     launcher = launcher_spec(cell.launcher)
     inputs = LaunchInputs(
         python="python",
-        processes=world_size(cell, profile),
+        processes=CellOnProfile(cell, profile).world,
         port=EXAMPLE_PORT,
         worker=("-m", trl_module(cell.method, script), "--config", config_file(cell.method)),
         accelerate_config=ACCELERATE_FILE if launcher.reads_accelerate_config else None,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.paths import RESULTS_DIR
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, slots_taken
@@ -117,7 +118,7 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     estimator predicts out of memory by a clear margin are recorded without running, and left out here."""
     from bench.estimate.gate import clearly_out_of_memory, predictor
     from bench.matrix.profiles import load_workload
-    from bench.matrix.scenario import expand, load_matrix, world_size
+    from bench.matrix.scenario import expand, load_matrix
     from bench.run.budget import coverage_order
 
     profile = inputs.card if phase.profile == inputs.card.name else _profile(phase.profile)
@@ -134,8 +135,8 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     device = _device(inputs.device, profile, phase)
     order = coverage_order(cells, lambda c: guess + budget[c.id])
     return [
-        PlanCell(c.id, _slots(device, predictions[c.id], world_size(c, profile), phase.alone), start_up, steps[c.id],
-                 guess, budget[c.id])
+        PlanCell(c.id, _slots(device, predictions[c.id], CellOnProfile(c, profile).world, phase.alone), start_up,
+                 steps[c.id], guess, budget[c.id])
         for c in order
     ]  # fmt: skip
 

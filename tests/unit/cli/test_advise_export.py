@@ -31,6 +31,7 @@ from bench.cli import main
 from bench.matrix.axes import Method
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import gpu_profile, load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, of_methods
 from bench.worker.models import lora_config, quantization_config, torch_dtype
@@ -45,7 +46,11 @@ def _profiles():
 
 
 def _cells(profile, method):
-    return [c for c in of_methods(expand(load_matrix()), [method]) if not_applicable_reason(c, profile) is None]
+    return [
+        c
+        for c in of_methods(expand(load_matrix()), [method])
+        if not_applicable_reason(CellOnProfile(c, profile)) is None
+    ]
 
 
 def _class(path: str):
