@@ -18,7 +18,6 @@ HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b[Ii]ssues? #?\d+\b|\bas before\b")
 """A date (YYYY-MM-DD), an issue number, or "as before": a story of how the code came to be, not what it is."""
 PENDING = frozenset(
     {
-        "estimate/predict.py",
         "run/side_by_side.py",
         "judge/learning.py",
         "isolation/fork_server_process.py",
