@@ -117,6 +117,7 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     """The phase's cells its run starts, in the order it starts them (its budget's coverage order); those the
     estimator predicts out of memory by a clear margin are recorded without running, and left out here."""
     from bench.estimate.gate import clearly_out_of_memory, predictor
+    from bench.matrix.plan import plan_for
     from bench.matrix.profiles import load_workload
     from bench.matrix.scenario import expand, load_matrix
     from bench.run.budget import coverage_order
@@ -126,7 +127,7 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     matrix = {c.id: c for c in expand(load_matrix())}
     cells = [matrix[c] for c in phase.cells]
     predict = predictor(profile, workload)
-    predictions = {c.id: predict(c) for c in cells}
+    predictions = {c.id: predict(plan_for(c, profile, workload)) for c in cells}
     cells = [c for c in cells if not clearly_out_of_memory(predictions[c.id])]
     budget = _steps(profile, workload, cells, "s_per_step_high")
     steps = _steps(inputs.card, workload, cells, scenario.speed)
