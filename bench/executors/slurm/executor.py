@@ -118,13 +118,13 @@ def layout_of(plan: LaunchPlan, profile: HardwareProfile) -> NodeLayout:
 
 
 def sbatch_options(
-    plan: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell: str, output: Path
+    plan: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell_id: str, output: Path
 ) -> list[str]:
     layout = layout_of(plan, profile)
     launch = job_launch(plan.launcher or "python", plan.inputs, plan.argv[0], layout) if plan.inputs else None
     tasks, cpus = (launch.tasks_per_node, launch.cpus_per_task) if launch else (1, layout.threads)
     lines = [
-        f"--job-name=dpo-bench:{cell}",
+        f"--job-name=dpo-bench:{cell_id}",
         f"--nodes={layout.nodes}",
         f"--ntasks-per-node={tasks}",
         f"--cpus-per-task={cpus}",
@@ -160,7 +160,7 @@ def job_script(
     template: str,
     *,
     timeout_s: float,
-    cell: str,
+    cell_id: str,
     output: Path,
     hostfile: Path,
     workdir: Path,
@@ -168,12 +168,12 @@ def job_script(
 ) -> str:
     """The batch script of one cell: its resources as #SBATCH lines, its environment, and the srun line."""
     if plan.inputs is None or plan.launcher is None:
-        raise BenchError(f"cell {cell}: its launch plan carries no launcher inputs; cannot run it under Slurm")
+        raise BenchError(f"cell {cell_id}: its launch plan carries no launcher inputs; cannot run it under Slurm")
     layout = layout_of(plan, profile)
     launch = job_launch(plan.launcher, plan.inputs, plan.argv[0], layout)
     if options.container is not None:
         launch = wrap(launch, options.container, mounts, sorted(plan.env), str(workdir))
-    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(plan, profile, options, timeout_s, cell, output))
+    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(plan, profile, options, timeout_s, cell_id, output))
     # the job sets the rendezvous variables itself, for the nodes it got
     kept = {name: value for name, value in plan.env.items() if name not in JOB_VARIABLES}
     # DeepSpeed's JIT ops: the runner's cache if it names one, else the one beside the interpreter (as the local
@@ -191,7 +191,7 @@ def job_script(
             "environment": environment,
             "hostfile": quote(str(hostfile)) + ".$SLURM_JOB_ID",
             "ranks_per_node": str(layout.per_node),
-            "cell": cell,
+            "cell": cell_id,
             "container_setup": "",
             "launch": launch.script_line(),
         },
@@ -369,7 +369,7 @@ class SlurmExecutor:
                 self.options,
                 self.template,
                 timeout_s=timeout_s,
-                cell=cell,
+                cell_id=cell,
                 output=cell_dir / "slurm-%j.out",
                 hostfile=config_dir / "hostfile",
                 workdir=self.cwd,

@@ -9,9 +9,9 @@ from bench.paths import PROJECT_ROOT
 
 BENCH = PROJECT_ROOT / "bench"
 
-CEILING = 8
-"""The functions that may take both: `plan_for` itself, the estimator's `predict_cell`, Slurm's job script and
-advise's command and export files. The N/A rules take a `CellOnProfile` (bench/matrix/on_profile.py); a new function
+CEILING = 6
+"""The functions that may take both: `plan_for` itself, the estimator's `predict_cell` and advise's command and
+export files. The N/A rules take a `CellOnProfile` (bench/matrix/on_profile.py); a new function
 should take a Plan or a CellOnProfile."""
 
 
