@@ -9,9 +9,9 @@ from bench.paths import PROJECT_ROOT
 
 BENCH = PROJECT_ROOT / "bench"
 
-CEILING = 6
-"""The functions that may take both: `plan_for` itself, the estimator's `predict_cell` and advise's command and
-export files. The N/A rules take a `CellOnProfile` (bench/matrix/on_profile.py); a new function
+CEILING = 5
+"""The functions that may take both: `plan_for` itself, the estimator's `predict_cell`, advise's command
+(`run_plan`, `native_files`) and its export files (`export_files`). The N/A rules take a `CellOnProfile` (bench/matrix/on_profile.py); a new function
 should take a Plan or a CellOnProfile."""
 
 
