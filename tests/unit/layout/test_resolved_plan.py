@@ -11,8 +11,8 @@ BENCH = PROJECT_ROOT / "bench"
 
 CEILING = 5
 """The functions that may take both: `plan_for` itself, the estimator's `predict_cell`, advise's command
-(`run_plan`, `native_files`) and its export files (`export_files`). The N/A rules take a `CellOnProfile` (bench/matrix/on_profile.py); a new function
-should take a Plan or a CellOnProfile."""
+(`run_plan`, `native_files`) and its export files (`export_files`). The N/A rules take a `CellOnProfile`
+(bench/matrix/on_profile.py); a new function should take a Plan or a CellOnProfile."""
 
 
 def _kinds(arg: ast.arg) -> set[str]:
