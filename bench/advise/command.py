@@ -14,6 +14,7 @@ from bench.launchers import launcher_spec
 from bench.launchers.accelerate import accelerate_config
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, deepspeed_config
 
@@ -74,7 +75,9 @@ def native_files(cell: Cell, profile: HardwareProfile, missing_ok: bool = False)
         files[DEEPSPEED_FILE] = json.dumps(deepspeed_config(backend_spec(cell.backend)), indent=2) + "\n"
     if ACCELERATE_FILE in names:
         if importlib.util.find_spec("accelerate") is not None:
-            files[ACCELERATE_FILE] = yaml.safe_dump(accelerate_config(cell, profile, EXAMPLE_PORT, ds_file))
+            files[ACCELERATE_FILE] = yaml.safe_dump(
+                accelerate_config(CellOnProfile(cell, profile), EXAMPLE_PORT, ds_file)
+            )
         elif not missing_ok:
             raise BenchError(f"{ACCELERATE_FILE} of {cell.id}: {NO_ACCELERATE}")
     return files

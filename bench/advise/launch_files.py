@@ -19,12 +19,12 @@ from bench.advise.launch_script import script_reasons, training_script
 from bench.errors import BenchError
 from bench.launchers import LaunchInputs, launcher_spec
 from bench.matrix.axes import Method
-from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import world_size
 
 EXPORT_METHODS = (Method.DPO, Method.SFT, Method.REWARD, Method.KTO, Method.ORPO, Method.SIMPO)
 """Methods --export writes launch files for: the offline ones (a dataset of rows, no generation)."""
@@ -118,22 +118,20 @@ def model_id(given: str | None, workload: Workload) -> str:
     return given
 
 
-def launch_spec(
-    cell: Cell, profile: HardwareProfile, workload: Workload, model: str, report_to: tuple[str, ...] = ("none",)
-) -> Any:
-    """The worker's spec of the cell with the user's model in place of the prepared assets (no data: the launch files'
-    dataset is the user's), reporting to `report_to`'s trackers."""
+def launch_spec(plan: Plan, model: str, report_to: tuple[str, ...] = ("none",)) -> Any:
+    """The worker's spec of the planned cell with the user's model in place of the prepared assets (no data: the
+    launch files' dataset is the user's), reporting to `report_to`'s trackers."""
     from bench.assets.prepare import PreparedAssets
     from bench.run.launch import DEEPSPEED_FILE
     from bench.worker.spec import WorkerSpec
 
-    deepspeed = backend_spec(cell.backend).deepspeed is not None
+    cell = plan.cell
     # as plan_launch: a launcher that reads no accelerate.yaml gets the DeepSpeed file through DPOConfig(deepspeed=)
-    through_trainer = deepspeed and not launcher_spec(cell.launcher).reads_accelerate_config
+    through_trainer = plan.backend.deepspeed is not None and not launcher_spec(cell.launcher).reads_accelerate_config
     return WorkerSpec(
         cell=cell,
-        profile=profile,
-        workload=workload,
+        profile=plan.profile,
+        workload=plan.workload,
         assets=PreparedAssets(model=model, tokenizer=model, dataset=dataset_placeholder(cell.method)),
         out_dir="",
         deepspeed_config=DEEPSPEED_FILE if through_trainer else None,
@@ -196,7 +194,7 @@ def launch_command(spec: Any, script: bool) -> list[str]:
     launcher = launcher_spec(cell.launcher)
     inputs = LaunchInputs(
         python="python",
-        processes=world_size(cell, profile),
+        processes=CellOnProfile(cell, profile).world,
         port=EXAMPLE_PORT,
         worker=("-m", trl_module(cell.method, script), "--config", config_file(cell.method)),
         accelerate_config=ACCELERATE_FILE if launcher.reads_accelerate_config else None,
@@ -359,7 +357,7 @@ def export_files(
         check_method((cell.method,))
     if profile.nodes != 1:
         raise BenchError(f"--export writes one-node launch files; {profile.name} has {profile.nodes} nodes")
-    spec = launch_spec(cell, profile, workload, model, report_to)
+    spec = launch_spec(plan_for(cell, profile, workload), model, report_to)
     reasons = script_reasons(spec)
     command = launch_command(spec, script=bool(reasons))
     model_named = not (model == workload.name and workload.model.weights == "random")

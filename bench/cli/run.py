@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_scenario_files, run_id_of
 from bench.cli.run_flags import add_run_arguments
 from bench.errors import BenchError
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload, load_profile
-from bench.matrix.scenario import not_applicable_reason, select, world_size
+from bench.matrix.scenario import not_applicable_reason, select
 from bench.worker.trackers import missing_line
 
 if TYPE_CHECKING:
@@ -24,9 +25,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     runnable = 0
     width = max(len(cell.id) for cell in cells) + 1
     for cell in cells:
-        reason = not_applicable_reason(cell, profile)
+        reason = not_applicable_reason(CellOnProfile(cell, profile))
         runnable += reason is None
-        what = f"N/A  {reason}" if reason else f"run  {cell.launcher} x{world_size(cell, profile)}"
+        what = f"N/A  {reason}" if reason else f"run  {cell.launcher} x{CellOnProfile(cell, profile).world}"
         print(f"{cell.id:<{width}} {what}")
     print(f"{len(cells)} cells: {runnable} to run, {len(cells) - runnable} not applicable on {profile.name}")
     return 0

@@ -5,7 +5,7 @@ memory by a clear margin (verdict `oom` and 20 % over: recorded `predicted_oom`,
 import sys
 from collections.abc import Callable
 
-from bench.matrix.cell import Cell
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.cpu_features import CpuFeatures
 from bench.results.schema import PredictionSummary
@@ -16,7 +16,7 @@ CLEAR_MARGIN = 0.20
 cells run, so a prediction error of up to CLEAR_MARGIN never skips a cell that would fit. Twice the estimator's
 10 % error goal: on GPUs its constants are still priors (docs/estimator.md)."""
 
-Predictor = Callable[[Cell], PredictionSummary | None]
+Predictor = Callable[[Plan], PredictionSummary | None]
 
 
 def summary_of(prediction) -> PredictionSummary | None:
@@ -35,17 +35,19 @@ def summary_of(prediction) -> PredictionSummary | None:
 
 
 def predictor(profile: HardwareProfile, workload: Workload, cpu: CpuFeatures | None = None) -> Predictor:
-    """predict(cell) for this run on a CPU with `cpu`'s features (env.json's); an estimator failure (e.g. a hub model
-    whose config cannot be read offline) leaves the cell without a prediction, says so once, and never stops the
-    run."""
+    """predict(plan) against `profile` and `workload` on a CPU with `cpu`'s features (env.json's): the plan itself
+    where it is of both, else its cell planned on them (a GPU run holds predictions against the device's real
+    memory). An estimator failure (e.g. a hub model whose config cannot be read offline) leaves the cell without a
+    prediction, says so once, and never stops the run."""
     from bench.estimate.predict import predict as predict_plan
-    from bench.matrix.plan import plan_for
 
     warned = []
 
-    def predict(cell: Cell) -> PredictionSummary | None:
+    def predict(plan: Plan) -> PredictionSummary | None:
         try:
-            return summary_of(predict_plan(plan_for(cell, profile, workload), cpu=cpu))
+            if plan.profile != profile or plan.workload != workload:
+                plan = plan_for(plan.cell, profile, workload)
+            return summary_of(predict_plan(plan, cpu=cpu))
         except Exception as exc:  # the estimator is advisory: the cell still runs
             if not warned:
                 warned.append(exc)

@@ -758,7 +758,7 @@ def cpu_copies_placed_models(backend: Backend, world: int) -> bool:
     """Whether a CPU cell's processes copy the models they load out of the checkpoint's mapping. accelerate runs
     several CPU processes as MULTI_CPU and gives each `torch.device("cpu", 0)` (PartialState.set_device), and
     `Tensor.to` copies between "cpu" and "cpu:0": the Trainer's `_move_model_to_device` copies the policy, and
-    `prepare_model` the reference and a reward model, on every rank (traced with /proc/self/maps, 2026-11-28):
+    `prepare_model` the reference and a reward model, on every rank (seen in /proc/self/maps):
     nothing of them stays mapped. A DeepSpeed engine places the policy itself, and one process runs on "cpu".
     Pure."""
     return world > 1 and backend == Backend.DDP

@@ -8,10 +8,8 @@ from bench.launchers.base import TORCH_RANK_ENV, LauncherSpec, LaunchInputs
 from bench.launchers.job import HEAD, NODE_RANK, PORT, NodeLayout
 from bench.launchers.torchrun import TORCHELASTIC_RANK_EXIT
 from bench.matrix.backends import BackendSpec, backend_spec
-from bench.matrix.cell import Cell
-from bench.matrix.profiles import HardwareProfile
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.recipes import Settings, resolve
-from bench.matrix.scenario import world_size
 
 
 def _config_file(inputs: LaunchInputs) -> str:
@@ -70,12 +68,13 @@ def accelerate_deepspeed_config(deepspeed_file: Path | None, settings: Settings)
 
 
 def accelerate_config(
-    cell: Cell, profile: HardwareProfile, port: int, deepspeed_file: Path | None, settings: Settings | None = None
+    on: CellOnProfile, port: int, deepspeed_file: Path | None, settings: Settings | None = None
 ) -> dict:
     """accelerate's own config format (its ClusterConfig), as the dict `accelerate config` would save. `settings`:
     the cell's recipe (resolved from scenarios/recipes.yaml when not given)."""
     from accelerate.commands.config.config_args import ClusterConfig
 
+    cell, profile = on.cell, on.profile
     backend = backend_spec(cell.backend)
     if backend.accelerate_type is None:
         raise ValueError(f"accelerate cannot launch backend {cell.backend}")
@@ -90,7 +89,7 @@ def accelerate_config(
         # With a deepspeed_config_file accelerate refuses its own precision setting: the DeepSpeed file decides.
         mixed_precision=None if deepspeed else ("no" if profile.precision == "fp32" else profile.precision),
         use_cpu=False,
-        num_processes=world_size(cell, profile),
+        num_processes=on.world,
         num_machines=1,
         machine_rank=0,
         main_process_ip="127.0.0.1",

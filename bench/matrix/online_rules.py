@@ -5,8 +5,8 @@ generation serves, and their not-applicable rules (listed in bench/matrix/scenar
 import importlib.util
 
 from bench.matrix.axes import Device, Option
-from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile
 
 ONLINE_OPTIONS = (Option.VLLM, Option.REWARD_MODEL)
@@ -29,14 +29,16 @@ def vllm_available(profile: HardwareProfile) -> bool:
     return VLLM in profile.provides or importlib.util.find_spec(VLLM) is not None
 
 
-def online_option_needs_generation(cell: Cell, profile: HardwareProfile) -> str | None:
+def online_option_needs_generation(on: CellOnProfile) -> str | None:
+    cell = on.cell
     asked = [str(o) for o in cell.options if o in ONLINE_OPTIONS]
     if asked and not method_spec(cell.method).generates:
         return f"{asked[0]} applies to the online methods (grpo, rloo); {cell.method} generates nothing"
     return None
 
 
-def vllm_needs_vllm(cell: Cell, profile: HardwareProfile) -> str | None:
+def vllm_needs_vllm(on: CellOnProfile) -> str | None:
+    cell, profile = on.cell, on.profile
     if Option.VLLM not in cell.options:
         return None
     if profile.device != Device.CUDA:
@@ -46,7 +48,8 @@ def vllm_needs_vllm(cell: Cell, profile: HardwareProfile) -> str | None:
     return None
 
 
-def generation_cannot_precompute(cell: Cell, profile: HardwareProfile) -> str | None:
+def generation_cannot_precompute(on: CellOnProfile) -> str | None:
+    cell = on.cell
     if Option.PRECOMPUTE_REF in cell.options and method_spec(cell.method).generates:
         return f"{cell.method} samples new completions each step: there are no reference log-probs to precompute"
     return None

@@ -10,11 +10,12 @@ from bench.matrix.cell import Cell
 from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
 from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import QuantSpec, quant_spec
 from bench.matrix.recipes import AppliedRecipe, Settings, resolve
 from bench.matrix.reference import ReferencePlan, reference_plan
-from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.matrix.scenario import not_applicable_reason
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class Plan:
     """The first N/A rule that holds (bench/matrix/scenario.py), named; None: the cell applies."""
     gpu: GpuSpec | None
     """The profile's GPU catalog entry (scenarios/gpus.yaml); None on a CPU, or a GPU the catalog does not hold."""
+
+    @property
+    def on_profile(self) -> CellOnProfile:
+        return CellOnProfile(self.cell, self.profile)
 
     @property
     def settings(self) -> Settings:
@@ -71,7 +76,8 @@ def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
     CLI, the runner), this is called once and the Plan is handed on."""
     applied = resolve(cell, profile.device)
     spec = backend_spec(cell.backend)
-    world = world_size(cell, profile)
+    on = CellOnProfile(cell, profile)
+    world = on.world
     return Plan(
         cell=cell,
         profile=profile,
@@ -84,6 +90,6 @@ def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
         reference=reference_plan(cell, applied.settings, workload),
         world=world,
         devices=spec.devices_per_cell(world, profile.device_count),
-        not_applicable=not_applicable_reason(cell, profile),
+        not_applicable=not_applicable_reason(on),
         gpu=_gpu_entry(profile),
     )

@@ -18,8 +18,8 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import RULES as ONLINE_RULES
-from bench.matrix.profiles import HardwareProfile
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
 from bench.matrix.yaml_schema import Strict, load_yaml_model
@@ -271,10 +271,11 @@ def of_axes(cells: Iterable[Cell], **wanted: tuple[str, ...] | None) -> list[Cel
 
 # --- not-applicable rules: each returns a human reason, or None when the rule does not apply ---
 
-NotApplicableRule = Callable[[Cell, HardwareProfile], str | None]
+NotApplicableRule = Callable[[CellOnProfile], str | None]
 
 
-def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
+def quantized_full_finetune(on: CellOnProfile) -> str | None:
+    cell = on.cell
     if quant_spec(cell.quant).quantized and not init_spec(cell.init).adapters:
         return (
             f"full fine-tuning of {cell.quant} weights is impossible: quantized weights are frozen and need adapters "
@@ -283,14 +284,16 @@ def quantized_full_finetune(cell: Cell, profile: HardwareProfile) -> str | None:
     return None
 
 
-def backend_needs_devices(cell: Cell, profile: HardwareProfile) -> str | None:
+def backend_needs_devices(on: CellOnProfile) -> str | None:
+    cell, profile = on.cell, on.profile
     needed = backend_spec(cell.backend).min_devices
     if profile.device_count < needed:
         return f"{cell.backend} needs >={needed} devices; profile {profile.name} has {profile.device_count}"
     return None
 
 
-def ranks_within_profile(cell: Cell, profile: HardwareProfile) -> str | None:
+def ranks_within_profile(on: CellOnProfile) -> str | None:
+    cell, profile = on.cell, on.profile
     if cell.ranks is None:
         return None
     if cell.ranks > profile.processes:
@@ -301,17 +304,17 @@ def ranks_within_profile(cell: Cell, profile: HardwareProfile) -> str | None:
     return None
 
 
-def backend_needs_processes(cell: Cell, profile: HardwareProfile) -> str | None:
+def backend_needs_processes(on: CellOnProfile) -> str | None:
     """The backend's own minimum world size and why (bench/matrix/backends.py)."""
-    spec = backend_spec(cell.backend)
-    world = world_size(cell, profile)
-    if world < spec.min_processes:
-        needs = f"{cell.backend} needs >={spec.min_processes} processes ({spec.alone})"
-        return f"{needs}; profile {profile.name} has {world}"
+    spec = backend_spec(on.cell.backend)
+    if on.world < spec.min_processes:
+        needs = f"{on.cell.backend} needs >={spec.min_processes} processes ({spec.alone})"
+        return f"{needs}; profile {on.profile.name} has {on.world}"
     return None
 
 
-def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | None:
+def precompute_needs_reference(on: CellOnProfile) -> str | None:
+    cell = on.cell
     init = init_spec(cell.init)
     if Option.PRECOMPUTE_REF not in cell.options or init.reference_can_be_precomputed:
         return None
@@ -320,9 +323,10 @@ def precompute_needs_reference(cell: Cell, profile: HardwareProfile) -> str | No
     return "precompute_ref replaces the frozen `ref` adapter, so two_adapters would not be measured"
 
 
-def reference_free_init(cell: Cell, profile: HardwareProfile) -> str | None:
+def reference_free_init(on: CellOnProfile) -> str | None:
     """A method without a reference trains its full weights on `full` and an adapter on `one_adapter`; the init
     modes that build a reference of their own would hold one its loss never reads."""
+    cell = on.cell
     init = init_spec(cell.init)
     if method_spec(cell.method).reference or not init.holds_reference:
         return None
@@ -334,8 +338,9 @@ def reference_free_init(cell: Cell, profile: HardwareProfile) -> str | None:
     )
 
 
-def reference_needs_init(cell: Cell, profile: HardwareProfile) -> str | None:
+def reference_needs_init(on: CellOnProfile) -> str | None:
     """A method with a reference needs an init mode that places one: its full fine-tune is two_models."""
+    cell = on.cell
     if not method_spec(cell.method).reference or init_spec(cell.init).reference != "none":
         return None
     return (
@@ -344,13 +349,15 @@ def reference_needs_init(cell: Cell, profile: HardwareProfile) -> str | None:
     )
 
 
-def reference_free_precompute(cell: Cell, profile: HardwareProfile) -> str | None:
+def reference_free_precompute(on: CellOnProfile) -> str | None:
+    cell = on.cell
     if Option.PRECOMPUTE_REF in cell.options and not method_spec(cell.method).reference:
         return f"{cell.method} has no reference: there are no reference log-probs to precompute"
     return None
 
 
-def newcomer_needs_a_difference(cell: Cell, profile: HardwareProfile) -> str | None:
+def newcomer_needs_a_difference(on: CellOnProfile) -> str | None:
+    cell, profile = on.cell, on.profile
     if cell.setup == Setup.NEWCOMER and not newcomer_differs(cell, profile.device):
         recipe_id = cell.model_copy(update={"setup": Setup.RECIPE}).id
         return f"on {profile.device} the recipe sets nothing a newcomer leaves out: this row would repeat {recipe_id}"
@@ -371,16 +378,10 @@ RULES: tuple[NotApplicableRule, ...] = (
 )
 
 
-def not_applicable_reason(cell: Cell, profile: HardwareProfile) -> str | None:
+def not_applicable_reason(on: CellOnProfile) -> str | None:
+    """The first rule that holds for the cell on its profile, named; None: the cell applies."""
     for rule in RULES:
-        reason = rule(cell, profile)
+        reason = rule(on)
         if reason is not None:
             return f"{rule.__name__}: {reason}"
     return None
-
-
-def world_size(cell: Cell, profile: HardwareProfile) -> int:
-    """Ranks the cell runs: the row's own (`+1rank`), else the profile's, for a multi-process backend; else 1."""
-    if not backend_spec(cell.backend).multi_process:
-        return 1
-    return cell.ranks if cell.ranks is not None else profile.processes

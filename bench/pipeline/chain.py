@@ -213,6 +213,7 @@ def train(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models,
     """A training stage: its matrix cell on the current policy (with the trained reward model where the cell scores
     with one), the trained adapter saved to `output`."""
     from bench.estimate.gate import predictor
+    from bench.matrix.plan import plan_for
 
     assert stage.cell is not None
     cell = stage.cell
@@ -230,7 +231,7 @@ def train(ctx: PipelineContext, base: StageRecord, stage: Stage, models: Models,
         save_dir=output,
         reward_model=reward_model,
     )
-    prediction = run.predict(cell) if run.predict else None
+    prediction = run.predict(plan_for(cell, ctx.profile, ctx.workload)) if run.predict else None
     return training_stage(base, run_cell(run, cell, prediction=prediction), str(output))
 
 

@@ -100,7 +100,7 @@ def plan_launch(
     accelerate_file = None
     if launcher.reads_accelerate_config:
         accelerate_file = config_dir / ACCELERATE_FILE
-        files[accelerate_file] = yaml.safe_dump(accelerate_config(cell, profile, port, ds_file, plan.settings))
+        files[accelerate_file] = yaml.safe_dump(accelerate_config(plan.on_profile, port, ds_file, plan.settings))
     files[spec_path] = spec.model_dump_json(indent=2)
 
     devices = cell_devices(spec)

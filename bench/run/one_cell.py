@@ -21,7 +21,6 @@ from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import not_applicable_reason, world_size
 from bench.results.layout import RunFolder
 from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.results.store import DISK_FULL_MESSAGES, DiskFull, now_iso
@@ -115,6 +114,7 @@ class CellPlan:
 def plan_cells(
     cells: list[Cell],
     profile: HardwareProfile,
+    workload: Workload,
     untested: str | None = None,
     predict: "Predictor | None" = None,
     run_predicted_oom: bool = False,
@@ -126,12 +126,13 @@ def plan_cells(
 
     plans = []
     for cell in cells:
-        reason = not_applicable_reason(cell, profile)
-        prediction = predict(cell) if predict is not None and reason is None else None
+        plan = plan_for(cell, profile, workload)
+        reason = plan.not_applicable
+        prediction = predict(plan) if predict is not None and reason is None else None
         not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
         if not_run is None and not run_predicted_oom and clearly_out_of_memory(prediction):
             not_run = (Status.PREDICTED_OOM, oom_reason(prediction))
-        plans.append(CellPlan(cell, world_size(cell, profile), not_run, prediction))
+        plans.append(CellPlan(cell, plan.world, not_run, prediction))
     return plans
 
 

@@ -18,8 +18,9 @@ from bench.isolation.shm_segments import SHM_DIR, buffer_needed
 from bench.matrix.axes import Device
 from bench.matrix.cell import Cell
 from bench.matrix.gpus import GpuSpec, identify
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, needed_devices
-from bench.matrix.scenario import not_applicable_reason, world_size
+from bench.matrix.scenario import not_applicable_reason
 from bench.results.env import cuda_gpus
 from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
@@ -319,8 +320,8 @@ def unwritable(folder: Path) -> str | None:
 def shm_check(cells: Iterable[Cell], profile: HardwareProfile, folder: Path = SHM_DIR) -> BenchError | None:
     """None when no cell that runs here makes DeepSpeed's CPU allreduce buffer in /dev/shm, or a file can be made
     there; else the one-line refusal: such a cell's ranks would wait for their buffer until the time limit."""
-    runnable = [c for c in cells if not_applicable_reason(c, profile) is None]
-    needing = [c.id for c in runnable if buffer_needed(profile.device, c.launcher, world_size(c, profile))]
+    runnable = [c for c in cells if not_applicable_reason(CellOnProfile(c, profile)) is None]
+    needing = [c.id for c in runnable if buffer_needed(profile.device, c.launcher, CellOnProfile(c, profile).world)]
     if not needing or (why := unwritable(folder)) is None:
         return None
     shown = ", ".join(needing[:3]) + (f" and {len(needing) - 3} more" if len(needing) > 3 else "")

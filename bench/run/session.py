@@ -19,6 +19,7 @@ from bench.executors.local import LocalExecutor, extensions_dir
 from bench.files import own_folder, without_link
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.packages import PACKAGES
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason
@@ -251,7 +252,7 @@ def host_ops_ready(python: str, request: RunRequest) -> None:
     inside its timed run."""
     from bench.run.host_ops import ensure_built, needs_host_ops
 
-    if needs_host_ops(c for c in request.cells if not_applicable_reason(c, request.profile) is None):
+    if needs_host_ops(c for c in request.cells if not_applicable_reason(CellOnProfile(c, request.profile)) is None):
         print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
 
 

@@ -15,7 +15,7 @@ from functools import partial
 
 from bench.executors.local import LocalExecutor
 from bench.matrix.cell import Cell
-from bench.matrix.scenario import world_size
+from bench.matrix.on_profile import CellOnProfile
 from bench.results.schema import ResultRecord, Status
 from bench.run.budget import coverage_order
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, cap_bytes, slots_taken
@@ -56,7 +56,7 @@ class Running:
 def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
     """How many of the machine's `total` devices the cell takes."""
     spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir="")
-    return need(cell, ctx.profile, world_size(cell, ctx.profile), cell_devices(spec), total)
+    return need(CellOnProfile(cell, ctx.profile), cell_devices(spec), total)
 
 
 def speed_pass(cells: list[Cell], done: dict[str, ResultRecord], count: int, repeats: int) -> list[Trial]:
@@ -159,7 +159,9 @@ class _Machine:
             if trial.cell.id not in self.needs:
                 self.needs[trial.cell.id] = cell_needs(self.ctx, trial.cell, self.total)
             return self.needs[trial.cell.id]
-        return slots_taken(memory, self.trials.predictions.get(trial.cell.id), world_size(trial.cell, self.ctx.profile))
+        return slots_taken(
+            memory, self.trials.predictions.get(trial.cell.id), CellOnProfile(trial.cell, self.ctx.profile).world
+        )
 
     def share_first(self) -> None:
         """The trials of cells that share the devices first (in their order), then those that take them all."""
@@ -206,7 +208,7 @@ class _Machine:
         if memory is None:
             return SlotPlacement(tuple(indexes), devices)
         prediction = self.trials.predictions.get(item.cell.id)
-        cap = cap_bytes(memory, len(indexes), prediction, world_size(item.cell, self.ctx.profile))
+        cap = cap_bytes(memory, len(indexes), prediction, CellOnProfile(item.cell, self.ctx.profile).world)
         device_bytes = memory.memory_bytes if memory.gpu is not None else None
         return SlotPlacement(tuple(indexes), devices, cap, device_bytes, memory.slots)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile
 from bench.worker.emulate import MEMORY_FRACTION_ENV
 
@@ -106,12 +107,12 @@ def machine_devices(profile: HardwareProfile, run_env: dict[str, str], cores: Se
     return [DeviceSlot()]
 
 
-def need(cell: Cell, profile: HardwareProfile, world: int, gpus: int, total: int) -> int:
+def need(on: CellOnProfile, gpus: int, total: int) -> int:
     """How many of the `total` devices a cell takes: `gpus` (its GPUs per node, 0 off CUDA) on a GPU profile, all of
-    them for an offload cell there; one group of cores per rank (`world`) on a CPU profile."""
-    if profile.device == "cpu":
-        return min(total, world)
-    if backend_spec(cell.backend).offloads:
+    them for an offload cell there; one group of cores per rank on a CPU profile."""
+    if on.profile.device == "cpu":
+        return min(total, on.world)
+    if backend_spec(on.cell.backend).offloads:
         return total
     return min(total, max(1, gpus))
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.paths import RESULTS_DIR
 from bench.run.memory_slots import SPEED_TRIALS, SharedDevice, slots_taken
@@ -116,8 +117,9 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     """The phase's cells its run starts, in the order it starts them (its budget's coverage order); those the
     estimator predicts out of memory by a clear margin are recorded without running, and left out here."""
     from bench.estimate.gate import clearly_out_of_memory, predictor
+    from bench.matrix.plan import plan_for
     from bench.matrix.profiles import load_workload
-    from bench.matrix.scenario import expand, load_matrix, world_size
+    from bench.matrix.scenario import expand, load_matrix
     from bench.run.budget import coverage_order
 
     profile = inputs.card if phase.profile == inputs.card.name else _profile(phase.profile)
@@ -125,7 +127,7 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     matrix = {c.id: c for c in expand(load_matrix())}
     cells = [matrix[c] for c in phase.cells]
     predict = predictor(profile, workload)
-    predictions = {c.id: predict(c) for c in cells}
+    predictions = {c.id: predict(plan_for(c, profile, workload)) for c in cells}
     cells = [c for c in cells if not clearly_out_of_memory(predictions[c.id])]
     budget = _steps(profile, workload, cells, "s_per_step_high")
     steps = _steps(inputs.card, workload, cells, scenario.speed)
@@ -134,8 +136,8 @@ def plan_cells(phase: WindowPhase, inputs: Inputs, scenario: Scenario) -> list[P
     device = _device(inputs.device, profile, phase)
     order = coverage_order(cells, lambda c: guess + budget[c.id])
     return [
-        PlanCell(c.id, _slots(device, predictions[c.id], world_size(c, profile), phase.alone), start_up, steps[c.id],
-                 guess, budget[c.id])
+        PlanCell(c.id, _slots(device, predictions[c.id], CellOnProfile(c, profile).world, phase.alone), start_up,
+                 steps[c.id], guess, budget[c.id])
         for c in order
     ]  # fmt: skip
 

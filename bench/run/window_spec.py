@@ -152,9 +152,10 @@ def _emulated(
 
 
 def runnable(cells: list[Cell], profile: HardwareProfile) -> list[Cell]:
+    from bench.matrix.on_profile import CellOnProfile
     from bench.matrix.scenario import not_applicable_reason
 
-    return [c for c in cells if not_applicable_reason(c, profile) is None]
+    return [c for c in cells if not_applicable_reason(CellOnProfile(c, profile)) is None]
 
 
 def coverage_passes(cells: list[Cell]) -> tuple[list[str], list[str]]:

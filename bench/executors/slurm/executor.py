@@ -118,7 +118,7 @@ def layout_of(launch: LaunchPlan, profile: HardwareProfile) -> NodeLayout:
 
 
 def sbatch_options(
-    launch: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell: str, output: Path
+    launch: LaunchPlan, profile: HardwareProfile, options: SlurmOptions, timeout_s: float, cell_id: str, output: Path
 ) -> list[str]:
     layout = layout_of(launch, profile)
     rank_launch = None
@@ -126,7 +126,7 @@ def sbatch_options(
         rank_launch = job_launch(launch.launcher or "python", launch.inputs, launch.argv[0], layout)
     tasks, cpus = (rank_launch.tasks_per_node, rank_launch.cpus_per_task) if rank_launch else (1, layout.threads)
     lines = [
-        f"--job-name=dpo-bench:{cell}",
+        f"--job-name=dpo-bench:{cell_id}",
         f"--nodes={layout.nodes}",
         f"--ntasks-per-node={tasks}",
         f"--cpus-per-task={cpus}",
@@ -162,7 +162,7 @@ def job_script(
     template: str,
     *,
     timeout_s: float,
-    cell: str,
+    cell_id: str,
     output: Path,
     hostfile: Path,
     workdir: Path,
@@ -170,12 +170,12 @@ def job_script(
 ) -> str:
     """The batch script of one cell: its resources as #SBATCH lines, its environment, and the srun line."""
     if launch.inputs is None or launch.launcher is None:
-        raise BenchError(f"cell {cell}: its launch plan carries no launcher inputs; cannot run it under Slurm")
+        raise BenchError(f"cell {cell_id}: its launch plan carries no launcher inputs; cannot run it under Slurm")
     layout = layout_of(launch, profile)
     rank_launch = job_launch(launch.launcher, launch.inputs, launch.argv[0], layout)
     if options.container is not None:
         rank_launch = wrap(rank_launch, options.container, mounts, sorted(launch.env), str(workdir))
-    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(launch, profile, options, timeout_s, cell, output))
+    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(launch, profile, options, timeout_s, cell_id, output))
     # the job sets the rendezvous variables itself, for the nodes it got
     kept = {name: value for name, value in launch.env.items() if name not in JOB_VARIABLES}
     # DeepSpeed's JIT ops: the runner's cache if it names one, else the one beside the interpreter (as the local
@@ -193,7 +193,7 @@ def job_script(
             "environment": environment,
             "hostfile": quote(str(hostfile)) + ".$SLURM_JOB_ID",
             "ranks_per_node": str(layout.per_node),
-            "cell": cell,
+            "cell": cell_id,
             "container_setup": "",
             "launch": rank_launch.script_line(),
         },
@@ -371,7 +371,7 @@ class SlurmExecutor:
                 self.options,
                 self.template,
                 timeout_s=timeout_s,
-                cell=cell,
+                cell_id=cell,
                 output=cell_dir / "slurm-%j.out",
                 hostfile=config_dir / "hostfile",
                 workdir=self.cwd,

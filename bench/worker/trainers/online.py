@@ -14,9 +14,9 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import steps_per_generation
 from bench.matrix.recipes import verify_installed
-from bench.matrix.scenario import world_size
 from bench.worker.models import build_models, load_causal_lm, load_pretrained
 from bench.worker.rewards import target_token_share
 from bench.worker.spec import WorkerSpec
@@ -38,7 +38,7 @@ def online_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "max_completion_length": generation.max_completion_length,
         "steps_per_generation": steps_per_generation(
             spec.workload.train.per_device_train_batch_size,
-            world_size(spec.cell, spec.profile),
+            CellOnProfile(spec.cell, spec.profile).world,
             generation.num_generations,
             spec.workload.train.gradient_accumulation_steps or 1,
         ),

@@ -31,6 +31,8 @@ from bench.cli import main
 from bench.matrix.axes import Method
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import gpu_profile, load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, of_methods
 from bench.worker.models import lora_config, quantization_config, torch_dtype
@@ -45,7 +47,11 @@ def _profiles():
 
 
 def _cells(profile, method):
-    return [c for c in of_methods(expand(load_matrix()), [method]) if not_applicable_reason(c, profile) is None]
+    return [
+        c
+        for c in of_methods(expand(load_matrix()), [method])
+        if not_applicable_reason(CellOnProfile(c, profile)) is None
+    ]
 
 
 def _class(path: str):
@@ -86,7 +92,7 @@ def test_every_cells_launch_files_are_trls_settings_and_the_workers(profile, met
         settings = yaml.safe_load(files[config])
         assert set(settings) <= known, f"{cell.id}: not TRL fields: {set(settings) - known}"
         assert settings["dataset_name"] == dataset_placeholder(method) and settings["model_name_or_path"] == MODEL
-        spec = launch_spec(cell, profile, workload, MODEL)
+        spec = launch_spec(plan_for(cell, profile, workload), MODEL)
         arguments = trainer_module(method).arguments(spec)
         ours = {k: v for k, v in arguments.items() if v is not None and k not in TRAINING_NOT_MEASURING}
         assert {k: settings[k] for k in ours} == ours, cell.id

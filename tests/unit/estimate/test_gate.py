@@ -8,6 +8,7 @@ from bench.estimate.predict import predict_cell
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.results.cpu_features import CpuFeatures, OneDnn
 from bench.results.schema import PredictionSummary
@@ -69,12 +70,13 @@ def test_a_prediction_summary_carries_the_prediction():
 def test_the_run_predictor_predicts_and_survives_an_estimator_failure(capsys):
     profile, workload = load_profile("2xA10"), load_workload("phi-2")
     predict = predictor(profile, workload)
-    assert predict(cell()) == summary_of(predict_cell(cell(), profile, workload))
+    assert predict(plan_for(cell(), profile, workload)) == summary_of(predict_cell(cell(), profile, workload))
     broken = predictor(
         profile,
         workload.model_copy(update={"model": workload.model.model_copy(update={"config": "/nonexistent/config.json"})}),
     )
-    assert broken(cell()) is None and broken(cell(backend=Backend.ZERO2)) is None
+    assert broken(plan_for(cell(), profile, workload)) is None
+    assert broken(plan_for(cell(backend=Backend.ZERO2), profile, workload)) is None
     err = capsys.readouterr().err
     assert err.count("warning: no memory prediction for workload phi-2: ") == 1
 
@@ -87,10 +89,10 @@ def test_the_run_predictor_predicts_on_the_cpu_the_run_found():
     )
     profile, workload = load_profile("cpu"), load_workload("tiny")
     quantized = cell(Init.ONE_ADAPTER, Quant.INT8, Backend.SINGLE)
-    on_amx = predictor(profile, workload, cpu=amx)(quantized)
+    on_amx = predictor(profile, workload, cpu=amx)(plan_for(quantized, profile, workload))
     assert on_amx == summary_of(predict_cell(quantized, profile, workload, cpu=amx))
     assert on_amx.terms["onednn_bf16_kernels"] > 0
-    assert "onednn_bf16_kernels" not in predictor(profile, workload)(quantized).terms
+    assert "onednn_bf16_kernels" not in predictor(profile, workload)(plan_for(quantized, profile, workload)).terms
 
 
 @pytest.mark.parametrize("hardware", ["2xA10", "cpu-budget"])

@@ -9,11 +9,10 @@ from bench.paths import PROJECT_ROOT
 
 BENCH = PROJECT_ROOT / "bench"
 
-CEILING = 24
-"""The functions that may take both: bench/matrix/scenario.py's and online.py's N/A rules with the two that run
-them (`not_applicable_reason`, `world_size`), `plan_for` itself, the estimator's `predict_cell`, and the launch
-side's helpers (accelerate's config, Slurm's job script, advise's command and export files, the
-device slots). A new one should take a Plan."""
+CEILING = 5
+"""The functions that may take both: `plan_for` itself, the estimator's `predict_cell`, advise's command
+(`run_plan`, `native_files`) and its export files (`export_files`). The N/A rules take a `CellOnProfile`
+(bench/matrix/on_profile.py); a new function should take a Plan or a CellOnProfile."""
 
 
 def _kinds(arg: ast.arg) -> set[str]:

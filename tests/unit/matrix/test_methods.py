@@ -8,6 +8,7 @@ from bench.errors import BenchError
 from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
 from bench.matrix.methods import METHODS, MethodSpec, method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.scenario import (
     MatrixSpec,
     expand,
@@ -76,42 +77,51 @@ def test_dpo_has_no_full_cells_and_its_matrix_is_the_axes_and_variants():
 
 @pytest.mark.parametrize("method", [Method.SFT, Method.REWARD, Method.ORPO, Method.SIMPO])
 def test_reference_free_methods_have_no_reference_to_hold_or_precompute(method, cpu_profile):
-    two_models = not_applicable_reason(cell(method, "two_models", "none", "single", "python"), cpu_profile)
+    two_models = not_applicable_reason(
+        CellOnProfile(cell(method, "two_models", "none", "single", "python"), cpu_profile)
+    )
     assert two_models.startswith("reference_free_init: ") and "separate reference model" in two_models
     assert two_models.endswith("; train its full weights on full")
-    two_adapters = not_applicable_reason(cell(method, "two_adapters", "none", "single", "python"), cpu_profile)
+    two_adapters = not_applicable_reason(
+        CellOnProfile(cell(method, "two_adapters", "none", "single", "python"), cpu_profile)
+    )
     assert "frozen `ref` copy" in two_adapters and two_adapters.endswith("; train its LoRA adapter on one_adapter")
     precompute = cell(method, "one_adapter", "none", "single", "python", options=("precompute_ref",))
-    assert not_applicable_reason(precompute, cpu_profile).startswith("reference_free_precompute: ")
-    assert not_applicable_reason(cell(method, "one_adapter", "none", "single", "python"), cpu_profile) is None
+    assert not_applicable_reason(CellOnProfile(precompute, cpu_profile)).startswith("reference_free_precompute: ")
+    assert (
+        not_applicable_reason(CellOnProfile(cell(method, "one_adapter", "none", "single", "python"), cpu_profile))
+        is None
+    )
 
 
 @pytest.mark.parametrize("method", [Method.SFT, Method.REWARD, Method.ORPO, Method.SIMPO])
 def test_a_reference_free_method_trains_its_full_weights_on_full(method, cpu_profile):
-    assert not_applicable_reason(cell(method, "full", "none", "zero3", "deepspeed"), cpu_profile) is None
+    assert not_applicable_reason(CellOnProfile(cell(method, "full", "none", "zero3", "deepspeed"), cpu_profile)) is None
     for quant in ("int8", "nf4"):
-        reason = not_applicable_reason(cell(method, "full", quant, "zero3", "deepspeed"), cpu_profile)
+        reason = not_applicable_reason(CellOnProfile(cell(method, "full", quant, "zero3", "deepspeed"), cpu_profile))
         assert reason.startswith("quantized_full_finetune: ")
 
 
 @pytest.mark.parametrize("method", [Method.DPO, Method.KTO])
 def test_a_method_with_a_reference_has_none_on_full(method, cpu_profile):
-    reason = not_applicable_reason(cell(method, "full", "none", "single", "python"), cpu_profile)
+    reason = not_applicable_reason(CellOnProfile(cell(method, "full", "none", "single", "python"), cpu_profile))
     assert reason.startswith("reference_needs_init: ") and "two_models" in reason
     precompute = cell(method, "full", "none", "single", "python", options=("precompute_ref",))
-    assert not_applicable_reason(precompute, cpu_profile).startswith("reference_needs_init: ")
+    assert not_applicable_reason(CellOnProfile(precompute, cpu_profile)).startswith("reference_needs_init: ")
 
 
 def test_a_method_with_a_reference_keeps_every_init_mode_that_places_one(cpu_profile):
     for init in ("two_models", "one_adapter", "two_adapters"):
-        assert not_applicable_reason(cell("kto", init, "none", "single", "python"), cpu_profile) is None
+        assert not_applicable_reason(CellOnProfile(cell("kto", init, "none", "single", "python"), cpu_profile)) is None
 
 
 def test_the_rules_read_the_table_not_the_method_names(monkeypatch, cpu_profile):
     monkeypatch.setitem(
         METHODS, Method.SFT, MethodSpec(Method.SFT, trainer="x.Y", reference=True, trainer_module="sft")
     )
-    assert not_applicable_reason(cell("sft", "two_models", "none", "single", "python"), cpu_profile) is None
+    assert (
+        not_applicable_reason(CellOnProfile(cell("sft", "two_models", "none", "single", "python"), cpu_profile)) is None
+    )
 
 
 def test_the_methods_section_lists_only_other_methods():

@@ -1,6 +1,7 @@
 import pytest
 
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import steps_per_generation, vllm_available
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
@@ -17,22 +18,24 @@ def cpu():
 
 def test_the_online_methods_run_in_every_init_mode(cpu):
     for init in ("two_models", "one_adapter", "two_adapters"):
-        assert not_applicable_reason(cell(init=init), cpu) is None
+        assert not_applicable_reason(CellOnProfile(cell(init=init), cpu)) is None
 
 
 def test_vllm_needs_a_cuda_profile_that_has_it_and_online_options_need_an_online_method(cpu):
-    assert not_applicable_reason(cell(options=("vllm",)), cpu).startswith("vllm_needs_vllm: vLLM generates on CUDA")
+    assert not_applicable_reason(CellOnProfile(cell(options=("vllm",)), cpu)).startswith(
+        "vllm_needs_vllm: vLLM generates on CUDA"
+    )
     h100 = load_profile("1xH100")
     if not vllm_available(h100):  # not importable here: declared by the profile it is
-        assert "not importable" in not_applicable_reason(cell(options=("vllm",)), h100)
+        assert "not importable" in not_applicable_reason(CellOnProfile(cell(options=("vllm",)), h100))
     declared = h100.model_copy(update={"provides": ["vllm"]})
-    assert not_applicable_reason(cell(options=("vllm",)), declared) is None
+    assert not_applicable_reason(CellOnProfile(cell(options=("vllm",)), declared)) is None
     dpo = cell(method="dpo", options=("reward_model",))
-    assert not_applicable_reason(dpo, cpu).startswith("online_option_needs_generation: ")
+    assert not_applicable_reason(CellOnProfile(dpo, cpu)).startswith("online_option_needs_generation: ")
 
 
 def test_nothing_to_precompute_for_a_method_that_samples(cpu):
-    reason = not_applicable_reason(cell(options=("precompute_ref",)), cpu)
+    reason = not_applicable_reason(CellOnProfile(cell(options=("precompute_ref",)), cpu))
     assert reason.startswith("generation_cannot_precompute: ")
 
 

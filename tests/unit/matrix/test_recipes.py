@@ -14,6 +14,7 @@ from bench.judge.classify import classify
 from bench.matrix.axes import Backend, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
 from bench.matrix.recipes import (
     AppliedRecipe,
@@ -144,11 +145,11 @@ def test_newcomer_rows_exist_where_a_recipe_setting_makes_the_difference():
     two_gpus, cpu = load_profile("2xA10"), load_profile("cpu")
     for c in CELLS:
         if c.setup == Setup.NEWCOMER:
-            assert not_applicable_reason(c, two_gpus) is None, c.id
+            assert not_applicable_reason(CellOnProfile(c, two_gpus)) is None, c.id
     # on CPU the placement recipes set nothing: those rows would repeat their recipe row
-    reason = not_applicable_reason(cell("one_adapter", "int8", "ddp", Setup.NEWCOMER), cpu)
+    reason = not_applicable_reason(CellOnProfile(cell("one_adapter", "int8", "ddp", Setup.NEWCOMER), cpu))
     assert reason and "would repeat one_adapter-int8-ddp" in reason
-    assert not_applicable_reason(cell("two_models", "none", "zero2", Setup.NEWCOMER), cpu) is None
+    assert not_applicable_reason(CellOnProfile(cell("two_models", "none", "zero2", Setup.NEWCOMER), cpu)) is None
 
 
 def test_cell_ids_of_recipe_rows_are_unchanged_and_newcomer_rows_are_suffixed():
@@ -175,7 +176,7 @@ def test_every_generated_config_of_every_cell_follows_its_recipe(tmp_path, hw):
     dtype = torch_dtype(profile.precision)
     checked = 0
     for c in CELLS:
-        if not_applicable_reason(c, profile) is not None:
+        if not_applicable_reason(CellOnProfile(c, profile)) is not None:
             continue
         spec = spec_of(c, profile)
         settings = resolve(c, profile.device).settings
@@ -208,7 +209,7 @@ def test_gpu_placement_follows_the_guides(hw):
     profile = load_profile(hw)
     for backend in Backend:
         c = cell("one_adapter", "nf4", backend)
-        if not_applicable_reason(c, profile) is not None or backend_spec(backend).splits_layers:
+        if not_applicable_reason(CellOnProfile(c, profile)) is not None or backend_spec(backend).splits_layers:
             continue
         placed = device_map_setting(spec_of(c, profile))
         # per-rank placement for data parallelism; none under ZeRO-3 and FSDP (PEFT's guides load without one)

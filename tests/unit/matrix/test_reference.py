@@ -12,6 +12,7 @@ from bench.judge.mfu import no_grad_forwards
 from bench.matrix.axes import Init, Method, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.plan import plan_for
 from bench.matrix.profiles import Workload, load_profile, load_workload
 from bench.matrix.recipes import Settings, resolve
@@ -73,7 +74,7 @@ def test_the_rule(c, recipe, workload_asks, expected):
 def test_the_workload_flag_means_what_the_option_means():
     """A workload asking for precomputation decides as the option on the cells with_precomputed_reference marks."""
     tiny = load_workload("tiny")
-    cells = [c for c in expand(load_matrix()) if not_applicable_reason(c, load_profile("cpu")) is None]
+    cells = [c for c in expand(load_matrix()) if not_applicable_reason(CellOnProfile(c, load_profile("cpu"))) is None]
     marked = {c.id: c for c in with_precomputed_reference(cells, asking(tiny, True))}
     for c in cells:
         settings = resolve(c, "cpu").settings
@@ -95,7 +96,7 @@ def test_the_worker_and_the_estimator_agree_on_every_cell(monkeypatch, hw, workl
     monkeypatch.setattr(models, "verify_installed", lambda recipe: None)
     profile = load_profile(hw)
     workload = asking(load_workload(profile.workload), workload_asks)
-    cells = [c for c in expand(load_matrix()) if not_applicable_reason(c, profile) is None]
+    cells = [c for c in expand(load_matrix()) if not_applicable_reason(CellOnProfile(c, profile)) is None]
     assert any(Option.PRECOMPUTE_REF in c.options for c in cells)
     assert any(resolve(c, profile.device).settings.reference == "precomputed" for c in cells) or hw == "cpu"
     for c in cells:

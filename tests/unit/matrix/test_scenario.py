@@ -4,6 +4,7 @@ from bench.errors import BenchError
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import (
     Backend,
@@ -18,7 +19,6 @@ from bench.matrix.scenario import (
     not_applicable_reason,
     rows_added,
     select,
-    world_size,
 )
 
 
@@ -45,31 +45,31 @@ def test_cell_ids_are_stable_and_name_only_non_default_choices():
 
 def test_quantized_full_finetune_is_not_applicable(cpu_profile):
     cell = Cell(init="two_models", quant="int8", backend="single", launcher="python")
-    assert "need adapters" in not_applicable_reason(cell, cpu_profile)
+    assert "need adapters" in not_applicable_reason(CellOnProfile(cell, cpu_profile))
     adapter = cell.model_copy(update={"init": Init.ONE_ADAPTER})
-    assert not_applicable_reason(adapter, cpu_profile) is None
+    assert not_applicable_reason(CellOnProfile(adapter, cpu_profile)) is None
 
 
 def test_device_map_needs_two_devices(cpu_profile):
     cell = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
-    assert ">=2 devices" in not_applicable_reason(cell, cpu_profile)
+    assert ">=2 devices" in not_applicable_reason(CellOnProfile(cell, cpu_profile))
     two_gpus = cpu_profile.model_copy(update={"device_count": 2})
-    assert not_applicable_reason(cell, two_gpus) is None
+    assert not_applicable_reason(CellOnProfile(cell, two_gpus)) is None
 
 
 def test_multi_process_backends_need_two_processes(cpu_profile):
     cell = Cell(init="one_adapter", quant="none", backend="zero3", launcher="deepspeed")
     one = cpu_profile.model_copy(update={"processes": 1})
-    assert "needs >=2 processes" in not_applicable_reason(cell, one)
-    assert world_size(cell, cpu_profile) == 2
-    assert world_size(cell.model_copy(update={"backend": Backend.SINGLE}), cpu_profile) == 1
+    assert "needs >=2 processes" in not_applicable_reason(CellOnProfile(cell, one))
+    assert CellOnProfile(cell, cpu_profile).world == 2
+    assert CellOnProfile(cell.model_copy(update={"backend": Backend.SINGLE}), cpu_profile).world == 1
 
 
 @pytest.mark.parametrize("backend", ["zero2", "zero3", "fsdp", "ddp"])
 def test_sharding_backends_at_world_size_one_say_what_offload_is_for(backend):
     one_gpu = load_profile("1xH100")
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher="accelerate")
-    reason = not_applicable_reason(cell, one_gpu)
+    reason = not_applicable_reason(CellOnProfile(cell, one_gpu))
     assert reason.startswith(f"backend_needs_processes: {backend} needs >=2 processes")
     if backend != "ddp":
         assert "saves nothing" in reason and "offload" in reason
@@ -79,16 +79,18 @@ def test_sharding_backends_at_world_size_one_say_what_offload_is_for(backend):
 def test_offload_backends_run_on_one_gpu(backend):
     cell = Cell(init="one_adapter", quant="nf4", backend=backend, launcher=backend_spec(backend).default_launcher)
     one_gpu = load_profile("1xH100")
-    assert not_applicable_reason(cell, one_gpu) is None and world_size(cell, one_gpu) == 1
+    assert not_applicable_reason(CellOnProfile(cell, one_gpu)) is None and CellOnProfile(cell, one_gpu).world == 1
 
 
 def test_a_one_rank_row_runs_on_one_rank_and_is_not_repeated_where_that_is_the_profile(cpu_profile):
     row = Cell(init="one_adapter", quant="none", backend="zero3_offload", launcher="deepspeed", ranks=1)
     assert row.id == "one_adapter-none-zero3_offload+1rank" and row.is_variant
-    assert world_size(row, cpu_profile) == 1 and not_applicable_reason(row, cpu_profile) is None
-    assert "would repeat one_adapter-none-zero3_offload" in not_applicable_reason(row, load_profile("1xH100"))
+    assert CellOnProfile(row, cpu_profile).world == 1 and not_applicable_reason(CellOnProfile(row, cpu_profile)) is None
+    assert "would repeat one_adapter-none-zero3_offload" in not_applicable_reason(
+        CellOnProfile(row, load_profile("1xH100"))
+    )
     three = row.model_copy(update={"ranks": 3})
-    assert "asks for 3 ranks; profile cpu has 2" in not_applicable_reason(three, cpu_profile)
+    assert "asks for 3 ranks; profile cpu has 2" in not_applicable_reason(CellOnProfile(three, cpu_profile))
 
 
 def test_ranks_rows_are_checked_against_the_backend_table(scenario_copy):
@@ -128,7 +130,7 @@ def test_precompute_with_two_adapters_is_not_applicable(cpu_profile):
     cell = Cell(
         init="two_adapters", quant="none", backend="single", launcher="python", options=(Option.PRECOMPUTE_REF,)
     )
-    assert "precompute_ref" in not_applicable_reason(cell, cpu_profile)
+    assert "precompute_ref" in not_applicable_reason(CellOnProfile(cell, cpu_profile))
 
 
 def test_variant_with_a_launcher_that_cannot_launch_the_backend_is_rejected(scenario_copy):

@@ -26,8 +26,9 @@ from bench.matrix.axes import Launcher, Setup
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import load_profile, load_workload
-from bench.matrix.scenario import expand, load_matrix, not_applicable_reason, world_size
+from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, plan_launch
 from bench.run.preflight import GB, Detected, preflight
 from bench.worker.placement import device_map_setting, splits_layers
@@ -69,7 +70,7 @@ class Row:
 def planned(run_env: dict[str, str], folder: Path) -> list[Row]:
     rows = []
     for cell in expand(load_matrix()):
-        if not_applicable_reason(cell, PROFILE) is not None:
+        if not_applicable_reason(CellOnProfile(cell, PROFILE)) is not None:
             continue
         spec = WorkerSpec(
             cell=cell,
@@ -110,7 +111,7 @@ def rows(tmp_path_factory) -> list[Row]:
 def expected_devices(row: Row) -> int:
     if splits_layers(row.spec):
         return PROFILE.device_count
-    return world_size(row.cell, PROFILE)  # the profile's ranks, or the row's own (`+1rank`); 1 for one process
+    return CellOnProfile(row.cell, PROFILE).world  # the profile's ranks, or the row's own (`+1rank`); 1 for one process
 
 
 # ---------------------------------------------------------------- the rules
@@ -293,7 +294,7 @@ def table(rows: list[Row]) -> str:
         "|" + "---|" * len(HEADER),
     ]
     lines += ["| " + " | ".join(describe(row)) + " |" for row in rows]
-    na = [(c.id, not_applicable_reason(c, PROFILE)) for c in expand(load_matrix())]
+    na = [(c.id, not_applicable_reason(CellOnProfile(c, PROFILE))) for c in expand(load_matrix())]
     lines += ["", "Not applicable on 2xA10:", ""]
     lines += [f"- `{cell}`: {reason}" for cell, reason in na if reason]
     return "\n".join(lines) + "\n"

@@ -230,9 +230,9 @@ def test_a_config_file_replaced_by_a_folder_is_named_as_such(tmp_path, cpu_profi
 
 def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
     device_map = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
-    plans = plan_cells([DDP, device_map], cpu_profile, untested="no stack")
+    plans = plan_cells([DDP, device_map], cpu_profile, load_workload("tiny"), untested="no stack")
     assert [p.not_run[0] for p in plans] == [Status.UNTESTED, Status.NOT_APPLICABLE]
-    assert [p.not_run for p in plan_cells([DDP], cpu_profile)] == [None]
+    assert [p.not_run for p in plan_cells([DDP], cpu_profile, load_workload("tiny"))] == [None]
 
 
 def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_profile):

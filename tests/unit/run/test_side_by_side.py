@@ -81,7 +81,7 @@ def context(tmp_path, monkeypatch, fake: FakeCells, totals: dict[str, float | No
     assets = PreparedAssets(model="", tokenizer="", dataset="")
     return RunContext(
         "r1", tmp_path, load_profile(profile), load_workload("tiny"), assets, executor=LocalExecutor(tmp_path),
-        predict=lambda cell: predicted(totals.get(cell.id, 123 * MiB)),
+        predict=lambda plan: predicted(totals.get(plan.cell.id, 123 * MiB)),
     )  # fmt: skip
 
 

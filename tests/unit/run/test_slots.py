@@ -3,6 +3,7 @@
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import load_profile
 from bench.run.slot_ledger import Span, beside
 from bench.run.slots import DeviceSlot, SlotPlacement, core_ranges, machine_devices, need, pick, start_order
@@ -36,11 +37,13 @@ def test_a_pair_avoids_a_half_taken_block_and_takes_what_is_left_when_no_block_i
 
 def test_what_a_cell_takes_on_gpus_and_on_cores():
     eight = load_profile("8xA100-80G")
-    assert need(cell(), eight, 1, 1, 8) == 1
-    assert need(cell(Backend.DDP), eight, 8, 8, 8) == 8
-    assert need(cell(Backend.ZERO2_OFFLOAD), eight, 1, 1, 8) == 8  # its optimizer step takes every host core
+    assert need(CellOnProfile(cell(), eight), 1, 8) == 1
+    assert need(CellOnProfile(cell(Backend.DDP), eight), 8, 8) == 8
+    assert (
+        need(CellOnProfile(cell(Backend.ZERO2_OFFLOAD), eight), 1, 8) == 8
+    )  # its optimizer step takes every host core
     slots = load_profile("cpu-slots")
-    assert need(cell(), slots, 1, 0, 2) == 1 and need(cell(Backend.DDP), slots, 2, 0, 2) == 2
+    assert need(CellOnProfile(cell(), slots), 0, 2) == 1 and need(CellOnProfile(cell(Backend.DDP), slots), 0, 2) == 2
 
 
 def test_the_machines_devices_are_its_gpus_or_its_core_groups():

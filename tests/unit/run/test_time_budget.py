@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.matrix.cell import Cell
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import load_profile
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 from bench.results.schema import Metrics, ResultRecord
@@ -18,7 +19,7 @@ NO_EXECUTOR = SimpleNamespace(name="none", concurrent=False, memory_budget_bytes
 
 def runnable(profile: str) -> list[Cell]:
     hw = load_profile(profile)
-    return [c for c in expand(load_matrix()) if not_applicable_reason(c, hw) is None]
+    return [c for c in expand(load_matrix()) if not_applicable_reason(CellOnProfile(c, hw)) is None]
 
 
 def test_every_axis_value_shows_up_before_anything_repeats():

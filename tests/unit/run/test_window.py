@@ -14,6 +14,7 @@ import pytest
 
 from bench.errors import BenchError
 from bench.matrix.methods import Method
+from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import least_steps, load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 from bench.run import window
@@ -53,7 +54,7 @@ def test_the_phases_are_the_dpo_matrix_the_other_methods_the_24gb_cards_the_7b_c
         (4, "7b-alone"), (5, "speed"), (6, "methods-rest"), (7, "emulated:1xA10-rest"), (7, "emulated:1xL4-rest"),
         (7, "emulated:1x4090-rest"),
     ]  # fmt: skip
-    matrix = [c for c in expand(load_matrix()) if not_applicable_reason(c, H200) is None]
+    matrix = [c for c in expand(load_matrix()) if not_applicable_reason(CellOnProfile(c, H200)) is None]
     assert (
         set(phases["dpo"].cells) == {c.id for c in matrix if c.method == Method.DPO} and len(phases["dpo"].cells) == 38
     )
@@ -92,7 +93,7 @@ def test_the_7b_cells_are_a_real_7b_architecture_with_lora_qlora_and_an_offload_
     spec = load_workload(workload)
     assert 1024 <= spec.train.max_length <= 2048 and spec.train.steps >= least_steps(spec.train.warmup_steps)
     matrix = {c.id: c for c in expand(load_matrix())}
-    assert len(cells) >= 6 and all(not_applicable_reason(matrix[c], H200) is None for c in cells)
+    assert len(cells) >= 6 and all(not_applicable_reason(CellOnProfile(matrix[c], H200)) is None for c in cells)
     chosen = [matrix[c] for c in cells]
     assert any(c.init == "one_adapter" and c.quant == "none" for c in chosen)  # LoRA
     assert any(c.quant == "nf4" for c in chosen)  # QLoRA
