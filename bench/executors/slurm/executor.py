@@ -175,7 +175,9 @@ def job_script(
     rank_launch = job_launch(launch.launcher, launch.inputs, launch.argv[0], layout)
     if options.container is not None:
         rank_launch = wrap(rank_launch, options.container, mounts, sorted(launch.env), str(workdir))
-    header = "\n".join(f"#SBATCH {line}" for line in sbatch_options(launch, profile, options, timeout_s, cell_id, output))
+    header = "\n".join(
+        f"#SBATCH {line}" for line in sbatch_options(launch, profile, options, timeout_s, cell_id, output)
+    )
     # the job sets the rendezvous variables itself, for the nodes it got
     kept = {name: value for name, value in launch.env.items() if name not in JOB_VARIABLES}
     # DeepSpeed's JIT ops: the runner's cache if it names one, else the one beside the interpreter (as the local
