@@ -151,10 +151,11 @@ def _renamed(kwargs: dict[str, Any], keys: dict[str, str], what: str) -> dict[st
 def model_arguments(spec: Any) -> dict[str, Any]:
     """TRL ModelConfig's fields for the cell: the model, its dtype, the LoRA adapter (of the method's task type), the
     quantization."""
-    from bench.worker.models import DTYPE_NAMES, lora_kwargs, quantization_kwargs
+    from bench.matrix.precision import LOAD_DTYPE
+    from bench.worker.models import lora_kwargs, quantization_kwargs
     from bench.worker.trainers import model_class
 
-    dtype = DTYPE_NAMES[spec.profile.precision]
+    dtype = LOAD_DTYPE[spec.profile.precision]
     fields: dict[str, Any] = {"model_name_or_path": spec.assets.model, "dtype": dtype}
     if init_spec(spec.cell.init).adapters:
         task = model_class(spec.cell.method)[2]
