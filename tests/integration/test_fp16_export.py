@@ -20,7 +20,7 @@ from bench.paths import SCENARIOS_DIR
 
 pytestmark = pytest.mark.integration
 
-SHIM = '''
+SHIM = """
 import os
 
 import accelerate
@@ -47,7 +47,7 @@ def unscale_(self, optimizer):
 
 accelerate.Accelerator.__init__ = __init__
 torch.amp.GradScaler.unscale_ = unscale_
-'''
+"""
 
 
 def _run(folder: Path, shim: Path, *flags: str) -> subprocess.CompletedProcess:
