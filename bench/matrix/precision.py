@@ -14,9 +14,16 @@ Mode = Literal["mixed", "pure-bf16", "fp16-mixed", "fp32"]
 
 COMPUTE_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """torch's name of the dtype a profile's matmuls run in (autocast, bitsandbytes' compute dtype)."""
-LOAD_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float32"}
-"""torch's name of the dtype from_pretrained loads the weights in (an exported recipe's `dtype`): fp16 training loads
-fp32 weights, which the GradScaler needs, and autocasts the matmuls to fp16."""
+
+
+def load_dtype(precision: str, quantized: bool = False) -> str:
+    """torch's name of the dtype from_pretrained loads the weights in (an exported recipe's `dtype`, which TRL also
+    takes as bitsandbytes' compute dtype): fp16 training loads fp32 weights, which the GradScaler needs, and
+    autocasts the matmuls to fp16; a quantized model loads fp16 (its trained adapters are fp32: PEFT's
+    autocast_adapter_dtype), so that its 4-/8-bit matmuls compute in fp16."""
+    if precision == "fp16" and quantized:
+        return COMPUTE_DTYPE["fp16"]
+    return {"fp16": "float32"}.get(precision, COMPUTE_DTYPE[precision])
 
 
 def mode_of(precision: str, master_weights: bool = True) -> Mode:

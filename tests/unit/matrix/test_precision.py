@@ -3,7 +3,7 @@ cannot unscale fp16 gradients. The step is run on the CPU, whose autocast and Gr
 
 import pytest
 
-from bench.matrix.precision import COMPUTE_DTYPE, LOAD_DTYPE, in_effect, mode_of
+from bench.matrix.precision import COMPUTE_DTYPE, in_effect, load_dtype, mode_of
 
 
 def test_modes():
@@ -12,7 +12,12 @@ def test_modes():
     assert in_effect("pure-bf16", "fp16", True) == ("bf16", False)
     assert in_effect("fp16-mixed", "bf16", True) == ("fp16", True)
     assert in_effect(None, "bf16", False) == ("bf16", False)
-    assert (LOAD_DTYPE["fp16"], COMPUTE_DTYPE["fp16"]) == ("float32", "float16")
+    assert (load_dtype("fp16"), COMPUTE_DTYPE["fp16"]) == ("float32", "float16")
+    assert (load_dtype("fp16", quantized=True), load_dtype("bf16"), load_dtype("fp32")) == (
+        "float16",
+        "bfloat16",
+        "float32",
+    )
 
 
 def _steps(load_dtype: str) -> list[float]:
@@ -37,7 +42,7 @@ def _steps(load_dtype: str) -> list[float]:
 
 
 def test_fp16_mixed_trains_where_fp16_weights_fail():
-    losses = _steps(LOAD_DTYPE["fp16"])
+    losses = _steps(load_dtype("fp16"))
     assert losses[-1] < losses[0]
     with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
         _steps("float16")
