@@ -149,10 +149,12 @@ def _renamed(kwargs: dict[str, Any], keys: dict[str, str], what: str) -> dict[st
 def model_arguments(spec: Any) -> dict[str, Any]:
     """TRL ModelConfig's fields for the cell: the model, its dtype, the LoRA adapter (of the method's task type), the
     quantization."""
-    from bench.worker.models import DTYPE_NAMES, lora_kwargs, quantization_kwargs
+    from bench.matrix.precision import load_dtype
+    from bench.matrix.quants import quant_spec
+    from bench.worker.models import lora_kwargs, quantization_kwargs
     from bench.worker.trainers import model_class
 
-    dtype = DTYPE_NAMES[spec.profile.precision]
+    dtype = load_dtype(spec.profile.precision, quant_spec(spec.cell.quant).quantized)
     fields: dict[str, Any] = {"model_name_or_path": spec.assets.model, "dtype": dtype}
     if init_spec(spec.cell.init).adapters:
         task = model_class(spec.cell.method)[2]

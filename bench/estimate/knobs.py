@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.matrix.axes import Method
+from bench.matrix.precision import Mode
 from bench.matrix.profiles import Optimizer
 
 Attention = Literal["eager", "sdpa", "flash_attention_2"]
@@ -52,3 +53,6 @@ class Knobs(BaseModel):
     master_weights: bool = True
     """False: pure 16-bit training (no fp32 copy anywhere, adapters and optimizer states in the compute dtype, as
     torchtune does)."""
+    precision: Mode | None = None
+    """None: the profile's precision with `master_weights`; else the mode (bench/matrix/precision.py): `pure-bf16`
+    sets master_weights False, `fp16-mixed` loads fp32 weights and computes in fp16."""

@@ -2,7 +2,7 @@
 by term, usable memory, verdict (fits, likely_fits, likely_oom, oom) and margin. Configs only; no weights, no device."""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +14,7 @@ from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
+from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.cell import Cell, CellAxes
@@ -156,8 +157,14 @@ def predict(
     const = calibration.devices.get(str(profile.device), DeviceConstants())
     backend, notes = effective_backend(plan)
     knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
+    precision, master = precisions.in_effect(knobs.precision, profile.precision, knobs.master_weights)
+    if (precision, master) != (profile.precision, knobs.master_weights):
+        plan = replace(plan, profile=profile.model_copy(update={"precision": precision}))
+        knobs = knobs.model_copy(update={"master_weights": master})
     s = _setting(plan, backend, shapes_for(workload), knobs)
     terms_, load, host_terms = train_terms(s, cpu)
+    note = precisions.note(knobs.precision, precision, master)
+    notes += [note] if note else []
     if profile.device == "cpu" and _cpu_bf16_matmuls(s):
         notes.append(_kernels_note(cpu, terms_.get("onednn_bf16_kernels", 0.0)))
     host = sum(host_terms.values())
@@ -404,6 +411,8 @@ class _Weights:
     fsdp_upcast: bool
     param_b: int
     """Bytes of a trained parameter."""
+    stored: int
+    """Bytes of an unquantized weight as loaded (terms.stored_weight_bytes)."""
 
 
 def _weights(s: _Setting) -> _Weights:
@@ -411,13 +420,14 @@ def _weights(s: _Setting) -> _Weights:
     (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
     b, knobs, quantized, init, spec = s.b, s.knobs, s.quantized, s.init, s.spec
     linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
-    keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else b
-    full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, b, keep)
+    stored = terms.stored_weight_bytes(str(s.profile.precision), b, quantized, spec.deepspeed is not None)
+    keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else stored
+    full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, stored, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
     if fsdp_upcast:
         full = total * 4
-    param_b = 4 if fsdp_upcast else b
-    return _Weights(full=full, keep=keep, fsdp_upcast=fsdp_upcast, param_b=param_b)
+    param_b = 4 if fsdp_upcast else stored
+    return _Weights(full=full, keep=keep, fsdp_upcast=fsdp_upcast, param_b=param_b, stored=stored)
 
 
 @dataclass(frozen=True)
@@ -510,10 +520,10 @@ def _reference_model(s: _Setting, weights: _Weights, out: dict[str, float], host
     """The reference model: a second copy of the weights for two_models, placed as the backend places it. TRL keeps a
     passed ref_model also with precompute_ref; the recipe may replace it by precomputed log-probs
     (bench/matrix/reference.py)."""
-    full, fsdp_upcast, total, b = weights.full, weights.fsdp_upcast, s.total, s.b
+    full, fsdp_upcast, total, stored = weights.full, weights.fsdp_upcast, s.total, weights.stored
     reference_at, world, devices = s.reference_at, s.world, s.profile.device_count
     if s.method.reference and s.reference.separate_model:
-        reference_bytes = full if not fsdp_upcast else total * b
+        reference_bytes = full if not fsdp_upcast else total * stored
         out["reference_model"] = terms.placed(reference_bytes, reference_at, world, devices)
         host["reference_model"] = terms.offloaded(reference_bytes, reference_at, world)
 

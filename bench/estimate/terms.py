@@ -55,6 +55,14 @@ def weight_bytes(
     return stored + other * keep
 
 
+def stored_weight_bytes(precision: str, compute_bytes: int, quantized: bool, engine_casts: bool) -> int:
+    """Bytes of an unquantized weight as loaded (bench/matrix/precision.py `load_dtype`): fp32 under fp16-mixed, as
+    the GradScaler needs fp32 trained weights, except for a quantized model (fp32 adapters, fp16 rest) and where
+    DeepSpeed's fp16 engine casts the module to fp16 and keeps its fp32 master copy in the optimizer
+    (`engine_casts`); else the compute dtype's."""
+    return 4 if precision == "fp16" and not quantized and not engine_casts else compute_bytes
+
+
 def placed(total: float, placement: str, ranks: int, devices: int) -> float:
     """Per-device share: replicated -> total; sharded -> total / N ranks; split -> total / devices; cpu_offloaded
     -> 0 (it is in host memory: `offloaded`)."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.matrix.axes import Quant
 from bench.matrix.inits import init_spec
+from bench.matrix.precision import load_dtype
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
 from bench.matrix.reference import reference_plan
@@ -17,19 +18,18 @@ from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import gradient_checkpointing
 
-DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-"""A profile's precision as torch's dtype name (what from_pretrained loads and computes in; TRL's ModelConfig.dtype)."""
-
 if TYPE_CHECKING:
     import torch
 
 
-def torch_dtype(precision: str) -> "torch.dtype":
-    """A profile's precision as a torch dtype. torch is imported here, not with the module: the method stages import
-    this module, and an exported recipe reads their arguments without torch (bench/advise/launch_files.py)."""
+def torch_dtype(precision: str, quantized: bool = False) -> "torch.dtype":
+    """The dtype a profile's precision loads the weights in (bench/matrix/precision.py `load_dtype`: fp32 under fp16
+    unless quantized), also bitsandbytes' compute dtype, as TRL's ModelConfig.dtype is both. torch is
+    imported here, not with the module: the method stages import this module, and an exported recipe reads their
+    arguments without torch (bench/advise/launch_files.py)."""
     import torch
 
-    return getattr(torch, DTYPE_NAMES[precision])
+    return getattr(torch, load_dtype(precision, quantized))
 
 
 @dataclass
@@ -115,7 +115,9 @@ def device_map(spec: WorkerSpec) -> Any:
 
         return {"": PartialState().local_process_index}
     if chosen == "balanced_io_first":
-        return balanced_io_first_map(spec.assets.model, torch_dtype(spec.profile.precision))
+        return balanced_io_first_map(
+            spec.assets.model, torch_dtype(spec.profile.precision, quant_spec(spec.cell.quant).quantized)
+        )
     return chosen
 
 
@@ -138,7 +140,7 @@ def load_pretrained(
     the cell asks."""
     import transformers
 
-    dtype = torch_dtype(spec.profile.precision)
+    dtype = torch_dtype(spec.profile.precision, quant_spec(spec.cell.quant).quantized)
     return getattr(transformers, auto_class).from_pretrained(
         path or spec.assets.model,
         quantization_config=quantization_config(spec.cell.quant, dtype, spec.recipe.settings),

@@ -107,7 +107,9 @@ def test_every_cells_launch_files_are_trls_settings_and_the_workers(profile, met
         else:
             assert peft is None, cell.id
         built = get_quantization_config(model_args)
-        worker_quant = quantization_config(cell.quant, torch_dtype(profile.precision), spec.recipe.settings)
+        worker_quant = quantization_config(
+            cell.quant, torch_dtype(profile.precision, quantized=True), spec.recipe.settings
+        )
         assert (built is None) == (worker_quant is None), cell.id
         if built is not None:
             for key in ("load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "bnb_4bit_quant_storage"):

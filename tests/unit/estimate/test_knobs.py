@@ -159,6 +159,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "optimizer_in_backward": False,
         "expandable_segments": False,
         "master_weights": True,
+        "precision": None,
     }
     with pytest.raises(ValueError):
         Knobs(max_length=7)  # the knob takes at least 8 tokens per row

@@ -173,7 +173,7 @@ def test_cell_ids_of_recipe_rows_are_unchanged_and_newcomer_rows_are_suffixed():
 @pytest.mark.parametrize("hw", GPU_PROFILES)
 def test_every_generated_config_of_every_cell_follows_its_recipe(tmp_path, hw):
     profile = load_profile(hw)
-    dtype = torch_dtype(profile.precision)
+    dtype = torch_dtype(profile.precision, quantized=True)  # what the quantized cells load and compute in
     checked = 0
     for c in CELLS:
         if not_applicable_reason(CellOnProfile(c, profile)) is not None:
