@@ -24,6 +24,13 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
     where.add_argument("--gpu", help="GPUs from the catalog (scenarios/gpus.yaml), NAME:COUNT per node, e.g. A10:2")
     parser.add_argument("--nodes", type=int, default=1, help="with --gpu: machines of COUNT GPUs (default: 1)")
     parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="with --gpu: the memory per device of a card the catalog does not list (a custom card: speed unknown)",
+    )
+    parser.add_argument(
         "--workload",
         default=None,
         help=f"workload (default: the profile's; with --gpu: {DEFAULT_SETTINGS_WORKLOAD}); with --model, where the "
