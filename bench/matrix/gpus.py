@@ -73,7 +73,7 @@ class GpuSpec(Strict):
     and is the host link too."""
     host_node: HostNode | None = None
     """A typical node that carries the GPU, for its host memory (`advise` holds offload cells against it); absent
-    where no figure was found: then `--host-ram` is asked for."""
+    where no figure was found: then the offload cells are marked host unchecked."""
     generation: str = Field(pattern=r"^[a-z][a-z0-9]*$")
     """The vendor's architecture name (hopper, ampere, cdna3, gaudi ...): the published MFU figures' kind."""
     sms: int | None = Field(default=None, ge=1)
