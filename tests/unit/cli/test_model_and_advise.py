@@ -403,3 +403,12 @@ def test_a_card_the_suite_cannot_run_on_is_answered_and_labelled(capsys):
 def test_a_cpu_profile_without_memory_says_why_nothing_is_chosen(capsys):
     md = _stdout(capsys, ["advise", "--hw", "cpu", "--top", "1"])
     assert "No verdict: `cpu` states no memory per device" in md and "bigger GPUs" not in md
+
+
+def test_run_refuses_a_card_the_suite_cannot_run_on_in_one_line():
+    from bench.cli.advise import _parser
+    from bench.cli.target_flags import runnable_target
+
+    args = _parser().parse_args(["run", "--gpu", "MI300X:8", "--model", "qwen2.5-7b"])
+    with pytest.raises(BenchError, match=r"^--gpu MI300X:8: this suite cannot run on MI300X \(scenarios/gpus.yaml"):
+        runnable_target(args)
