@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.advise.fixes import smallest_fix
-from bench.advise.host import HostMemory, host_need, over_host, verdict
+from bench.advise.host import HostMemory, host_need, over_host, unchecked, verdict
 from bench.advise.picks import Pick, PickKind, collapse_variants, faithfulness, picks
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
@@ -60,6 +60,8 @@ class CellAdvice(CellAxes):
     host_bytes: float
     host_need_bytes: float = 0.0
     """Host memory the cell needs on one node: host_bytes per rank times its ranks on the node (0: no offload)."""
+    host_unchecked: bool = False
+    """An offload cell with no host memory figure to hold it against: its verdict is the device's alone."""
     usable_bytes: float | None
     margin_bytes: float | None
     terms: dict[str, float]
@@ -210,6 +212,7 @@ def advise(
                 load_bytes=p.load_bytes or 0.0,
                 host_bytes=p.host_bytes,
                 host_need_bytes=host_need(p, profile),
+                host_unchecked=unchecked(p, host),
                 usable_bytes=p.usable_bytes,
                 margin_bytes=p.margin_bytes,
                 terms=p.terms,

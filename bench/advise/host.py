@@ -9,7 +9,6 @@ operating system and pinned staging buffers."""
 
 from dataclasses import dataclass
 
-from bench.errors import BenchError
 from bench.estimate.predict import Prediction
 from bench.matrix.gpus import gpu as catalog_gpu
 from bench.matrix.profiles import HardwareProfile
@@ -39,7 +38,8 @@ class HostMemory:
 
 def host_memory(profile: HardwareProfile, host_ram_gb: float | None) -> HostMemory | None:
     """The host memory of one node: `--host-ram` GB, else the catalog's node for the profile's GPU, its memory per
-    GPU times the GPUs per node; None where neither is known (a GPU the catalog has no server figure for)."""
+    GPU times the GPUs per node; None where neither is known (a GPU the catalog has no server figure for): then
+    the offload cells are marked host unchecked, not refused."""
     if host_ram_gb is not None:
         return HostMemory(host_ram_gb * GB, "--host-ram")
     if profile.gpu is None:
@@ -72,13 +72,7 @@ def verdict(prediction: Prediction, profile: HardwareProfile, host: HostMemory |
     return "host_oom" if device != "oom" and over_host(prediction, profile, host) else device
 
 
-def require_host_memory(profile: HardwareProfile, host: HostMemory | None, predictions: list[Prediction]) -> None:
-    """One line asking for --host-ram where offload cells are asked for and no host memory figure is known."""
-    offloading = [p for p in predictions if p.status == "predicted" and p.host_bytes > 0]
-    if host is None and offloading and profile.device != "cpu":
-        name = profile.gpu or profile.name
-        raise BenchError(
-            f"{name}: the GPU catalog has no host memory figure for a server carrying it; pass --host-ram GB (the "
-            f"host memory of one node) to hold the {len(offloading)} offload cells against it, or leave them out "
-            "(--backend, --filter)"
-        )
+def unchecked(prediction: Prediction, host: HostMemory | None) -> bool:
+    """An offload cell with no host memory figure to hold it against (no --host-ram, no catalog node for the GPU):
+    its device verdict stands and its host need is shown, marked "host unchecked"."""
+    return host is None and prediction.status == "predicted" and prediction.host_bytes > 0

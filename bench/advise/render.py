@@ -3,7 +3,7 @@
 import csv
 import io
 
-from bench.advise.advice import Advice, CellAdvice, RunPlan
+from bench.advise.advice import Advice, CellAdvice
 from bench.advise.picks import Pick, no_fastest
 from bench.matrix.axes import Method
 from bench.matrix.methods import method_spec
@@ -43,21 +43,51 @@ def _fix(entry: CellAdvice) -> str:
     return f"{entry.fix.change}{flags}{into}: {_gb(entry.fix.total_bytes)}, margin {_gb(entry.fix.margin_bytes)}"
 
 
+HOST_UNCHECKED = "host unchecked"
+"""The mark of an offload cell whose host need is held against no host memory figure."""
+
+
 def _host(advice: Advice, entry: CellAdvice) -> str:
     """Per rank, and for an offload cell the need of a node against the node's host memory."""
     if not entry.host_bytes:
         return "—"
     per_rank = f"{_gb(entry.host_bytes)}/rank"
     if advice.host_memory_bytes is None:
-        return per_rank
+        return f"{per_rank}, {_gb(entry.host_need_bytes)} per node, {HOST_UNCHECKED}"
     need = f"{_gb(entry.host_need_bytes)} of {_gb(advice.host_memory_bytes)} per node"
     over = entry.host_need_bytes > advice.host_memory_bytes
     return f"{per_rank}, **{need}**" if over else f"{per_rank}, {need}"
 
 
+def _card_lines(advice: Advice) -> list[str]:
+    """What the answer is worth on this card: a custom card's unknown speed, a card this suite cannot run on."""
+    from bench.advise.target import CUSTOM_PREFIX
+    from bench.matrix.gpus import gpu
+
+    if advice.gpu is None and advice.hardware.startswith(CUSTOM_PREFIX):
+        line = (
+            "custom card (not in scenarios/gpus.yaml): its memory is --gpu-memory's, its speed unknown, so no "
+            "tokens/s is PREDICTED."
+        )
+    elif advice.gpu is not None and not gpu(advice.gpu).runnable:
+        line = (
+            f"{advice.gpu}: this suite cannot run on it (scenarios/gpus.yaml `runnable: false`; AMD ROCm): the "
+            "estimate is for planning only, and the `dpo-bench run` command below is not for this card."
+        )
+    else:
+        return []
+    return [line, ""]
+
+
 def _host_line(advice: Advice) -> list[str]:
     if advice.host_memory_bytes is None:
-        return []
+        if not any(c.host_unchecked for c in advice.cells):
+            return []
+        return [
+            f"host memory: no figure for a node carrying {advice.gpu or advice.hardware} (--host-ram GB checks it): "
+            f"each offload cell shows its host need per node, marked {HOST_UNCHECKED}; its verdict is the device's.",
+            "",
+        ]
     return [
         f"host memory {advice.host_memory_bytes / GB:,.0f} GB per node ({advice.host_memory_origin}): each offload "
         "cell's host need, its host memory per rank times its ranks on a node, is held against it (host OOM when "
@@ -113,6 +143,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"{', '.join(a.lora_targets)}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
         f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
         "",
+        *_card_lines(a),
         *_host_line(a),
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this "
         f"hardware{folded}). "
@@ -143,7 +174,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         notes.append(HOST_NOTE)
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
-    lines += ["", "## To run it", "", *_to_run(a.run)]
+    lines += ["", "## To run it", "", *_to_run(a)]
     return "\n".join(lines) + "\n"
 
 
@@ -163,10 +194,21 @@ def _picks(advice: Advice) -> list[str]:
     return [*lines, ""] if lines else []
 
 
-def _to_run(run: RunPlan | None) -> list[str]:
+def _nothing_to_run(advice: Advice) -> str:
+    """Why nothing is to run, true for the hardware asked about."""
+    if advice.memory_per_device_bytes is None:
+        return (
+            f"No verdict: `{advice.hardware}` states no memory per device to hold the cells against (a CPU's is the "
+            "host's RAM), so nothing is chosen; the PREDICTED totals above are each cell's need per process."
+        )
+    return "Nothing is predicted to fit, not even with one change: more or bigger GPUs (`--gpu NAME:COUNT`)."
+
+
+def _to_run(advice: Advice) -> list[str]:
     """The "To run it" section: the command, the native files, or why nothing is to run."""
+    run = advice.run
     if run is None:
-        return ["Nothing is predicted to fit, not even with one change: more or bigger GPUs (`--gpu NAME:COUNT`)."]
+        return [_nothing_to_run(advice)]
     lines = []
     if run.change:
         lines += [f"No cell fits as it is; `{run.cell_id}` is predicted to fit with: {run.change}.", ""]
@@ -210,6 +252,7 @@ COLUMNS = (
     "load_bytes",
     "host_bytes",
     "host_need_bytes",
+    "host_unchecked",
     "usable_bytes",
     "margin_bytes",
     "fix_change",
@@ -248,6 +291,7 @@ def to_csv(advice: Advice) -> str:
                 f"{c.load_bytes:.0f}",
                 f"{c.host_bytes:.0f}",
                 f"{c.host_need_bytes:.0f}",
+                "host unchecked" if c.host_unchecked else "",
                 "" if c.usable_bytes is None else f"{c.usable_bytes:.0f}",
                 "" if c.margin_bytes is None else f"{c.margin_bytes:.0f}",
                 fix.change if fix else "",

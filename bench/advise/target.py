@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.matrix.profiles import (
+    ADVISED_TIMEOUT_S,
     TIMED_STEPS,
     HardwareProfile,
     Workload,
@@ -35,6 +36,8 @@ class TargetRequest:
     gpu: str | None = None
     """NAME:COUNT per node, from the GPU catalog (scenarios/gpus.yaml); instead of `hw`."""
     nodes: int = 1
+    gpu_memory: float | None = None
+    """GB per device of a card the catalog does not list (`--gpu MyCard:2 --gpu-memory 48`): a custom card."""
     workload: str | None = None
     model: str | None = None
     max_length: int | None = None
@@ -63,6 +66,8 @@ class TargetRequest:
                 flags += [_flag(name), str(value)]
         if self.nodes != 1:
             flags += ["--nodes", str(self.nodes)]
+        if self.gpu_memory is not None:
+            flags += ["--gpu-memory", f"{self.gpu_memory:g}"]
         for name in ("gradient_checkpointing", "precompute_ref"):
             if (value := getattr(self, name)) is not None:
                 flags += [_flag(name), "on" if value else "off"]
@@ -112,9 +117,11 @@ def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
     """The profile and the workload the request names, the settings applied."""
     scenarios = request.scenarios or scenarios_dir()
     settings = settings_of(request)
+    if request.gpu_memory is not None and request.gpu is None:
+        raise BenchError("--gpu-memory goes with --gpu NAME:COUNT (a card the GPU catalog does not list)")
     if request.gpu is not None:
         workload_name = request.workload or DEFAULT_SETTINGS_WORKLOAD
-        profile = gpu_profile(request.gpu, request.nodes, workload_name, settings.precision)
+        profile = _gpu_or_custom(request, workload_name, settings.precision)
     else:
         if request.nodes != 1:
             raise BenchError("--nodes goes with --gpu; a profile states its own nodes")
@@ -164,6 +171,62 @@ def _fitted_to_model(workload: Workload, targets_given: bool, config_file: Path)
     )
     lora = workload.lora.model_copy(update={"target_modules": attention})
     return workload.model_copy(update={"lora": lora})
+
+
+CUSTOM_PREFIX = "custom-"
+"""The profile name of a custom card (`--gpu-memory`): never a catalog entry's nor a shipped profile's."""
+
+
+def _gpu_or_custom(request: TargetRequest, workload: str, precision: str | None) -> HardwareProfile:
+    """The catalog's card, or with `--gpu-memory` a card it does not list; an unknown name says --gpu-memory."""
+    from bench.matrix.gpus import gpu, parse_gpu_argument
+
+    name, count = parse_gpu_argument(request.gpu or "")
+    if request.gpu_memory is None:
+        try:
+            return gpu_profile(request.gpu or "", request.nodes, workload, precision)
+        except BenchError as exc:
+            if not str(exc).startswith("unknown GPU"):
+                raise
+            raise BenchError(f"{exc}; or give an unlisted card's memory: --gpu-memory GB") from None
+    try:
+        listed = gpu(name)
+    except BenchError:
+        return custom_profile(name, count, request.nodes, request.gpu_memory, workload, precision)
+    raise BenchError(
+        f"--gpu-memory: {listed.name} is in the GPU catalog ({listed.memory_gb:g} GB); --gpu-memory is for a card it "
+        "does not list"
+    )
+
+
+def custom_profile(
+    name: str, count: int, nodes: int, memory_gb: float, workload: str, precision: str | None
+) -> HardwareProfile:
+    """A card the catalog does not list: its memory as given, no speed figure (tokens/s unknown), bf16 unless
+    `precision` says otherwise, CUDA."""
+    from pydantic import ValidationError
+
+    from bench.matrix.yaml_schema import describe_validation_error
+
+    where = f"{count} x {name}" + (f" on each of {nodes} nodes" if nodes > 1 else "")
+    try:
+        return HardwareProfile(
+            name=f"{CUSTOM_PREFIX}{name}x{count}" + (f"-{nodes}nodes" if nodes > 1 else ""),
+            description=f"{where}: a custom card, {memory_gb:g} GB from --gpu-memory, speed unknown",
+            device="cuda",
+            device_count=count,
+            processes=count * nodes,
+            nodes=nodes,
+            precision=precision or "bf16",
+            image_flavor="cuda",
+            workload=workload,
+            timeout_s=ADVISED_TIMEOUT_S,
+            threads_per_process=4,
+            memory_per_device_gb=memory_gb,
+            card=f"{name} (custom card)",
+        )
+    except ValidationError as exc:
+        raise BenchError(describe_validation_error(f"--gpu {name}:{count} --gpu-memory {memory_gb:g}", exc)) from None
 
 
 @functools.cache

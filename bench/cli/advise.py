@@ -22,7 +22,7 @@ def question_of(args: argparse.Namespace) -> Question:
 def cmd_advise(args: argparse.Namespace) -> int:
     from bench.advise.advice import advise
     from bench.advise.command import run_plan, to_run
-    from bench.advise.host import host_memory, require_host_memory
+    from bench.advise.host import host_memory
     from bench.advise.question import fixed_cell, predicted
     from bench.advise.render import to_csv, to_json, to_markdown
 
@@ -34,7 +34,6 @@ def cmd_advise(args: argparse.Namespace) -> int:
     question = question_of(args)
     profile, workload, by_id, predictions = predicted(question)
     host = host_memory(profile, args.host_ram)
-    require_host_memory(profile, host, predictions)
     advice = advise(profile, workload, predictions, by_id, args.prefer, host)
     chosen = to_run(advice)
     if chosen is not None:

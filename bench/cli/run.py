@@ -34,14 +34,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.cli.target_flags import target
+    from bench.cli.target_flags import runnable_target
     from bench.results.env import training_of
     from bench.run.memory_slots import check_asked
     from bench.run.start import taken_run
 
     started = time.monotonic()  # a --time-budget counts from here: preparing the assets is part of it
     checked_scenario_files(Path(args.scenarios))
-    profile, workload = target(args)
+    profile, workload = runnable_target(args)
     check_asked(profile, args.gpu_slots, args.exclusive)  # refused before the run folder is made
     if args.cell_timeout is not None:
         profile = profile.model_copy(update={"timeout_s": args.cell_timeout})

@@ -24,6 +24,13 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
     where.add_argument("--gpu", help="GPUs from the catalog (scenarios/gpus.yaml), NAME:COUNT per node, e.g. A10:2")
     parser.add_argument("--nodes", type=int, default=1, help="with --gpu: machines of COUNT GPUs (default: 1)")
     parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="with --gpu: the memory per device of a card the catalog does not list (a custom card: speed unknown)",
+    )
+    parser.add_argument(
         "--workload",
         default=None,
         help=f"workload (default: the profile's; with --gpu: {DEFAULT_SETTINGS_WORKLOAD}); with --model, where the "
@@ -63,3 +70,18 @@ def target_request(args: argparse.Namespace) -> TargetRequest:
 def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
     """The profile and the workload the flags name, the settings applied."""
     return resolve_target(target_request(args))
+
+
+def runnable_target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
+    """`target` for a command that runs on the hardware: a catalog card this suite cannot run on (`runnable: false`,
+    AMD's ROCm) is one line, not a run that fails later; advise and predict still estimate it."""
+    from bench.errors import BenchError
+    from bench.matrix.gpus import gpu
+
+    profile, workload = target(args)
+    if profile.gpu is not None and not gpu(profile.gpu).runnable:
+        raise BenchError(
+            f"--gpu {args.gpu}: this suite cannot run on {profile.gpu} (scenarios/gpus.yaml runnable: false: its "
+            "images and launchers are CUDA's); `advise` and `predict` estimate it"
+        )
+    return profile, workload

@@ -73,7 +73,7 @@ class GpuSpec(Strict):
     and is the host link too."""
     host_node: HostNode | None = None
     """A typical node that carries the GPU, for its host memory (`advise` holds offload cells against it); absent
-    where no figure was found: then `--host-ram` is asked for."""
+    where no figure was found: then the offload cells are marked host unchecked."""
     generation: str = Field(pattern=r"^[a-z][a-z0-9]*$")
     """The vendor's architecture name (hopper, ampere, cdna3, gaudi ...): the published MFU figures' kind."""
     sms: int | None = Field(default=None, ge=1)
@@ -82,6 +82,9 @@ class GpuSpec(Strict):
     """Compute capability major version (NVIDIA only; 9: Hopper)."""
     mamf: Mamf | None = None
     """The card's row of the achievable-matmul table `sources.mamf` links; None where it has none."""
+    runnable: bool = True
+    """False where this suite cannot run on the card (AMD's ROCm: the images and launchers are CUDA's): advise still
+    answers, its estimate labelled as not runnable here."""
     skypilot: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]+$")
     """SkyPilot's accelerator name for it (`sky show-gpus`); None: export-task cannot rent it."""
     sources: dict[str, str]
@@ -196,8 +199,10 @@ def identify(driver_name: str, catalog: Catalog | None = None) -> GpuSpec | None
 def parse_gpu_argument(text: str) -> tuple[str, int]:
     """`A10:2` -> ("A10", 2); `H100-SXM` -> ("H100-SXM", 1)."""
     match = GPU_ARGUMENT.match(text.strip())
-    if match is None or (match["count"] is not None and int(match["count"]) < 1):
+    if match is None:
         raise BenchError(f"--gpu {text!r}: expected NAME:COUNT, e.g. A10:2 or H100-SXM:8")
+    if match["count"] is not None and int(match["count"]) < 1:
+        raise BenchError(f"--gpu {text!r}: COUNT must be 1 or more (GPUs per node), e.g. {match['name']}:1")
     return match["name"], int(match["count"] or 1)
 
 

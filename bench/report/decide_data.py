@@ -3,7 +3,8 @@ page's script. `predict_grid` computes (the slow part); `encode` is pure.
 
 The encoding: names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run`
 command), and per point (the grid's order) `[flags, usable MB, sizes, marks, reasons]`, the last three indices into
-tables of distinct values: sizes, per predicted cell `total MB, total - low MB, high - total MB, host MB, breakdown,
+tables of distinct values, then the host memory of a node (MB; null: the offload cells are host unchecked): sizes,
+per predicted cell `total MB, total - low MB, high - total MB, host need per node MB, breakdown,
 P(fit) %` (breakdown an index into `breakdowns`, `[term, MB, ...]`); marks, one character per cell (a verdict's
 letter, VERDICT_CODES; `x` not applicable; `-` absent); reasons, per cell null or its not-applicable reason's index.
 MB = 10^6 bytes, rounded; the page computes the margin as usable − total."""
@@ -45,6 +46,10 @@ class PointResult:
     """PREDICTED tokens/s of the cells that fit (advise's ranking figure), by cell id."""
     picks: tuple[tuple[str, str, str], ...] = ()
     """advise's three picks among the fitting cells: (kind, cell id, reason); empty when none fits."""
+    host_need: dict[str, float] = field(default_factory=dict)
+    """Host bytes each offload cell needs on one node (advise's host_need_bytes), by cell id."""
+    host_memory_bytes: float | None = None
+    """The host memory of one node the offload cells are held against; None: host unchecked (advise's mark)."""
 
 
 PointPredictor = Callable[[Question, list[Cell]], tuple[HardwareProfile, PointResult]]
@@ -185,7 +190,8 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         low = None if p.range_low_bytes is None else total - (units(p.range_low_bytes) or 0)
         high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
         chance = None if p.fit_probability is None else round(100 * p.fit_probability)
-        size += [total, low, high, units(p.host_bytes), t.breakdowns(breakdown), chance]
+        host = point.host_need.get(cell_id, p.host_bytes)
+        size += [total, low, high, units(host), t.breakdowns(breakdown), chance]
         verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
         mark[at] = VERDICT_CODES[t.verdicts(verdict)]
         if verdict == "fits":
@@ -203,6 +209,7 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         t.sizes(tuple(size)),
         speeds,
         picked,
+        units(point.host_memory_bytes),
     ]
 
 
@@ -309,9 +316,9 @@ def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, b
 
 def read_point(data: dict, at: int) -> dict:
     """The encoding of point `at` read back, as the page's script reads it: {"cells": cell id -> {verdict, total,
-    low, high, margin, host, fit_percent, tokens_per_s, terms, command} (sizes in GB, rounded as shown) or {verdict:
-    not_applicable, reason}; "picks": [{kind, cell_id, reason}]}."""
-    flags, usable, marks, why, sizes, speeds, picked = data["points"][at]
+    low, high, margin, host (need per node), host_unchecked, fit_percent, tokens_per_s, terms, command} (sizes in
+    GB, rounded as shown) or {verdict: not_applicable, reason}; "picks": [{kind, cell_id, reason}]}."""
+    flags, usable, marks, why, sizes, speeds, picked, host_node = data["points"][at]
     unit = data["unit"] / 1e9
     values, fast = iter(data["sizes"][sizes]), iter(speeds)
     cells: dict[str, dict] = {}
@@ -332,6 +339,7 @@ def read_point(data: dict, at: int) -> dict:
             "high": None if high is None else round((total + high) * unit, 1),
             "margin": None if usable is None else round((usable - total) * unit, 1),
             "host": round(host * unit, 1),
+            "host_unchecked": bool(host) and host_node is None,
             "fit_percent": chance,
             "tokens_per_s": next(fast) if verdict == "fits" else None,
             "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},

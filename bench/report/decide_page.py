@@ -36,6 +36,15 @@ def data_script(data: dict) -> str:
     return "window.DECIDE=" + _json(pack(data)) + ";\n"
 
 
+def gpu_names(grid: DecisionGrid) -> dict[str, str]:
+    """Every name `--gpu` takes for the page's GPUs (aliases included), as `spelling` folds it -> the catalog name the
+    page lists: the URL takes what the CLI takes (`gpu=4090`)."""
+    from bench.matrix.gpus import gpu, spelling
+
+    entries = [gpu(name) for name in grid.gpus]
+    return {spelling(n): g.name for g in entries for n in (g.name, *g.aliases)}
+
+
 def render_page(grid: DecisionGrid, data: dict) -> str:
     known = [v for v in VERDICT_BADGES if v in data["verdicts"]]
     present = [*known, *(v for v in data["verdicts"] if v not in known), "not_applicable"]
@@ -46,6 +55,7 @@ def render_page(grid: DecisionGrid, data: dict) -> str:
         "flags": FLAGS,
         "tokens": TOKENS,
         "defaults": DEFAULTS,
+        "gpu_names": gpu_names(grid),
     }
     return render(
         PAGE,

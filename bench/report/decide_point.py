@@ -3,7 +3,7 @@
 import shlex
 
 from bench.advise.advice import advise
-from bench.advise.host import host_memory, verdict
+from bench.advise.host import host_memory, host_need, verdict
 from bench.advise.question import Question, predicted
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile
@@ -23,4 +23,6 @@ def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfil
     speeds = {i: c.tokens_per_s for c in advice.cells for i in (c.cell_id, *c.alternatives)}
     picks = tuple((p.kind, p.cell_id, p.reason) for p in advice.picks)
     flags = shlex.join(question.target.flags())
-    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks)
+    need = {p.cell_id: host_need(p, profile) for p in predicted_ if p.host_bytes}
+    memory = None if host is None else host.bytes_per_node
+    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks, need, memory)

@@ -392,6 +392,13 @@ def test_an_out_of_grid_value_in_the_url_is_named_with_the_nearest_choices(
     assert nearest[0] in selected, "the nearest choice is shown"
 
 
+def test_the_url_takes_the_gpu_names_the_cli_takes(decide, tmp_path):
+    """`--gpu nvidia-a10` names the A10: so does `#gpu=nvidia-a10` (spelling and aliases as the catalog folds them)."""
+    page = parse(browse(point_url(decide, POINT | {"gpu": "nvidia-a10"}), tmp_path, "--dump-dom").stdout)
+    assert "hidden" in page.find("div", id="out-of-grid")[0]
+    assert [a["value"] for a in page.find("option") if "selected" in a] == list(POINT.values())
+
+
 def test_an_in_grid_url_shows_no_warning(decide, tmp_path):
     page = parse(browse(point_url(decide, POINT), tmp_path, "--dump-dom").stdout)
     assert "hidden" in page.find("div", id="out-of-grid")[0]

@@ -1,7 +1,8 @@
 // The decision page's view over window.DECIDE (decide-data.js, written by `make publish`; its encoding:
 // bench/report/decide_data.py). Nothing is estimated here: verdicts, sizes, speeds and picks are the Python
 // estimator's and advise's. The selection lives in the URL fragment (#model=...&gpu=...&count=...&length=...&batch=...);
-// a query string (?gpu=...) is read too. A value the grid lacks is named on the page with the nearest valid choices.
+// a query string (?gpu=...) is read too, and the fragment again whenever it changes; a GPU alias --gpu takes
+// (gpu=4090) is taken. A value the grid lacks is named on the page with the nearest valid choices.
 (function(){
   var AXES = [['model', 'models'], ['gpu', 'gpus'], ['count', 'counts'], ['length', 'max_lengths'], ['batch', 'batch_sizes']];
   var KINDS = {'fastest': 'Fastest', 'fewest-gpus': 'Fewest GPUs', 'faithful': 'Most faithful'};
@@ -74,7 +75,7 @@
 
   function pointView(at){
     // Every cell at point `at`: null (absent), {verdict: not_applicable, reason}, or its PREDICTED figures.
-    var p = D.points[at], marks = D.marks[p[2]], values = D.sizes[p[4]], speeds = p[5];
+    var p = D.points[at], marks = D.marks[p[2]], values = D.sizes[p[4]], speeds = p[5], node = p[7];
     var cells = [], k = 0, f = 0;
     for (var i = 0; i < D.cells.length; i++) {
       var mark = marks.charAt(i);
@@ -89,7 +90,8 @@
       cells.push({verdict: verdict, css: 'v-' + verdict, label: CFG.labels[verdict] || verdict, total: total,
                   low: low === null ? null : total - low, high: high === null ? null : total + high,
                   margin: p[1] === null ? null : p[1] - total, host: values[k + 3], breakdown: D.breakdowns[values[k + 4]],
-                  chance: values[k + 5], tokens: verdict === 'fits' ? speeds[f++] : null});
+                  chance: values[k + 5], tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
+                  unchecked: !!values[k + 3] && (node === null || node === undefined)});
       k += 6;
     }
     var picks = [];
@@ -106,7 +108,8 @@
   function title(cell, v){
     if (v.verdict === 'not_applicable') return cell.id + ': N/A: ' + v.reason;
     return cell.id + ': PREDICTED ' + v.verdict + ' (P(fit) ' + chance(v) + '), total ' + gb(v.total) +
-      ' per device (80 % range ' + range(v) + '), margin ' + gb(v.margin);
+      ' per device (80 % range ' + range(v) + '), margin ' + gb(v.margin) +
+      (v.unchecked ? '; host need ' + gb(v.host) + ' per node, host unchecked' : '');
   }
 
   function command(cell, flags){ return cell.command.replace(CFG.flags, flags); }
@@ -117,7 +120,8 @@
       ['memory per device', gb(v.total) + ' of ' + gb(usable) + ' usable', 'total'],
       ['80 % range', range(v), 'range'],
       ['probability of fitting', chance(v), 'chance'],
-      ['host memory per rank', (v.host ? gb(v.host) + ' (not checked against the host)' : '0 GB (nothing offloaded)'), 'host'],
+      ['host memory per node', (!v.host ? '0 GB (nothing offloaded)' :
+        v.unchecked ? gb(v.host) + ', host unchecked (--host-ram GB checks it)' : gb(v.host) + ' of ' + gb(v.node)), 'host'],
       ['tokens/s', tokens(v.tokens), 'tokens']
     ];
   }
@@ -155,6 +159,10 @@
     var e = el('span', {'class': 'dcell ' + v.css, 'data-cell': cell.id, 'data-verdict': v.verdict, 'title': title(cell, v),
                         'tabindex': '0', 'role': 'button'});
     e.appendChild(el('span', {'class': 'badge ' + v.css}, v.label));
+    if (v.unchecked) {
+      e.setAttribute('data-host', 'unchecked');
+      e.appendChild(el('span', {'class': 'host-unchecked'}, 'host unchecked'));
+    }
     if (v.verdict !== 'not_applicable') {
       e.setAttribute('data-total', gb(v.total));
       e.appendChild(el('span', {'class': 'total'}, gb(v.total)));
@@ -280,14 +288,19 @@
     unpack(window.DECIDE).then(start);
   });
 
-  function start(data){
-    D = data;
-    CFG = JSON.parse(document.getElementById('decide-config').textContent);
-    UNIT = D.unit / 1e9;
+  function spelling(name){
+    // bench/matrix/gpus.py `spelling`: case, spaces, '-' and '_' do not matter; a leading NVIDIA is dropped.
+    var folded = name.toLowerCase().replace(/[\s_-]+/g, '');
+    return folded.indexOf('nvidia') === 0 ? folded.slice(6) : folded;
+  }
+
+  function choose(){
+    // Select what the URL asks (an alias the CLI takes included); a value the grid lacks is named with the nearest.
     var chosen = asked(), problems = [];
     AXES.forEach(function(a){
       var select = document.getElementById(a[0]), list = D[a[1]], want = chosen[a[0]];
       var keys = list.map(function(v){ return key(a[0], v); });
+      if (a[0] === 'gpu' && want !== undefined && CFG.gpu_names[spelling(want)]) want = CFG.gpu_names[spelling(want)];
       var folded = want === undefined ? -1 : keys.map(function(k){ return k.toLowerCase(); }).indexOf(want.toLowerCase());
       if (folded >= 0) want = keys[folded];
       if (want !== undefined && keys.indexOf(want) < 0) {
@@ -296,15 +309,25 @@
         want = near[0];
       }
       if (want === undefined) want = keys.indexOf(CFG.defaults[a[0]]) >= 0 ? CFG.defaults[a[0]] : keys[0];
-      list.forEach(function(value, i){
-        var option = el('option', {value: keys[i]}, label(a[0], value));
-        if (keys[i] === want) option.defaultSelected = option.selected = true;
-        select.appendChild(option);
-      });
-      select.addEventListener('change', function(){ warn([]); render(); });
+      var at = keys.indexOf(want);
+      for (var i = 0; i < select.options.length; i++) select.options[i].defaultSelected = i === at;
+      select.selectedIndex = at;
     });
     warn(problems);
     render();
+  }
+
+  function start(data){
+    D = data;
+    CFG = JSON.parse(document.getElementById('decide-config').textContent);
+    UNIT = D.unit / 1e9;
+    AXES.forEach(function(a){
+      var select = document.getElementById(a[0]), list = D[a[1]];
+      list.forEach(function(value){ select.appendChild(el('option', {value: key(a[0], value)}, label(a[0], value))); });
+      select.addEventListener('change', function(){ warn([]); render(); });
+    });
+    choose();
+    window.addEventListener('hashchange', choose);
     document.documentElement.setAttribute('data-ready', '1');
   }
 })();

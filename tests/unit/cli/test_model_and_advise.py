@@ -331,16 +331,18 @@ def test_the_default_host_memory_is_the_catalogs_node_and_is_shown(capsys):
     )
 
 
-def test_a_gpu_without_a_host_figure_asks_for_host_ram_in_one_line(capsys):
+def test_a_gpu_without_a_host_figure_answers_with_its_offload_cells_host_unchecked(capsys):
     argv = ["advise", "--model", "qwen2.5-7b", "--gpu", "L4:2", "--filter", "two_models-none-fsdp_offload"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("error: L4: the GPU catalog has no host memory figure")
-    assert "pass --host-ram GB" in err
+    advice = Advice.model_validate_json(_stdout(capsys, [*argv, "--format", "json"]))
+    assert advice.host_memory_bytes is None
+    cell = advice.cells[0]
+    assert cell.host_unchecked and cell.verdict != "host_oom" and cell.host_need_bytes > 0
+    md = _stdout(capsys, argv)
+    assert f"{cell.host_need_bytes / 1e9:,.1f} GB per node, host unchecked" in md
+    assert "host unchecked" in _stdout(capsys, [*argv, "--format", "csv"])
     assert main([*argv, "--host-ram", "384", "--format", "json"]) == 0
-    assert Advice.model_validate_json(capsys.readouterr().out).host_memory_bytes == 384e9
-    # without offload cells nothing is asked
-    assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "L4:2", "--filter", "one_adapter-none-ddp"]) == 0
+    checked = Advice.model_validate_json(capsys.readouterr().out)
+    assert checked.host_memory_bytes == 384e9 and not checked.cells[0].host_unchecked
 
 
 def test_host_need_is_per_rank_times_the_ranks_on_a_node_and_the_device_comes_first():
@@ -379,3 +381,34 @@ def test_a_fix_proposes_only_cells_the_matrix_has_and_a_full_fine_tune_an_adapte
     assert in_matrix(cell("kto", "one_adapter", "zero3", options=("precompute_ref",)))  # the option a fix adds
     (change,) = adapter(cell("sft", "full", "single"), load_workload("tiny"))
     assert change.cell.init == "one_adapter" and "instead of every weight" in change.what
+
+
+def test_an_unlisted_card_answers_with_its_memory_as_a_custom_card(capsys):
+    argv = ["advise", "--model", "qwen2.5-7b", "--gpu", "MyCard:2", "--gpu-memory", "48"]
+    advice = Advice.model_validate_json(_stdout(capsys, [*argv, "--format", "json"]))
+    assert advice.gpu is None and advice.hardware == "custom-MyCardx2" and advice.memory_per_device_bytes == 48e9
+    assert all(c.tokens_per_s is None for c in advice.cells)
+    assert "custom card (not in scenarios/gpus.yaml)" in _stdout(capsys, argv)
+    assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "MyCard:2"]) == 2
+    assert capsys.readouterr().err.strip().endswith("or give an unlisted card's memory: --gpu-memory GB")
+    assert main(["advise", "--model", "qwen2.5-7b", "--gpu", "A10:2", "--gpu-memory", "48"]) == 2
+    assert "A10 is in the GPU catalog (24 GB)" in capsys.readouterr().err
+
+
+def test_a_card_the_suite_cannot_run_on_is_answered_and_labelled(capsys):
+    md = _stdout(capsys, ["advise", "--model", "qwen2.5-7b", "--gpu", "MI300X:8", "--top", "1"])
+    assert "MI300X: this suite cannot run on it" in md
+
+
+def test_a_cpu_profile_without_memory_says_why_nothing_is_chosen(capsys):
+    md = _stdout(capsys, ["advise", "--hw", "cpu", "--top", "1"])
+    assert "No verdict: `cpu` states no memory per device" in md and "bigger GPUs" not in md
+
+
+def test_run_refuses_a_card_the_suite_cannot_run_on_in_one_line():
+    from bench.cli.advise import _parser
+    from bench.cli.target_flags import runnable_target
+
+    args = _parser().parse_args(["run", "--gpu", "MI300X:8", "--model", "qwen2.5-7b"])
+    with pytest.raises(BenchError, match=r"^--gpu MI300X:8: this suite cannot run on MI300X \(scenarios/gpus.yaml"):
+        runnable_target(args)

@@ -61,8 +61,8 @@ def test_profiles_are_thin_entries_with_the_same_numbers(name, expected):
 
 
 def test_unknown_gpu_is_one_line_listing_the_known():
-    with pytest.raises(BenchError, match=r"unknown GPU 'Z80'; known: T4, L4, A10") as info:
-        gpu("Z80")
+    with pytest.raises(BenchError, match=r"unknown GPU 'Quux'; known: T4, V100-16G, V100-32G, L4, A10") as info:
+        gpu("Quux")
     assert "\n" not in str(info.value)
 
 
@@ -76,6 +76,9 @@ def test_unknown_gpu_is_one_line_listing_the_known():
         ("h100_sxm", "H100-SXM"),
         ("NVIDIA A10", "A10"),
         ("a100-40gb", "A100-40G"),
+        ("A6000-Ada", "RTX-6000-Ada"),
+        ("RTX 6000 Ada Generation", "RTX-6000-Ada"),
+        ("V100", "V100-16G"),
     ],
 )
 def test_common_names_are_aliases(text, entry):
@@ -95,10 +98,15 @@ def test_an_alias_may_not_name_two_entries():
         Catalog.model_validate(twice)
 
 
-@pytest.mark.parametrize("text", ["A10:0", "A10:x", ":2", "A10:2:3"])
+@pytest.mark.parametrize("text", ["A10:x", ":2", "A10:2:3"])
 def test_malformed_gpu_argument(text):
     with pytest.raises(BenchError, match="expected NAME:COUNT"):
         parse_gpu_argument(text)
+
+
+def test_a_zero_count_says_the_count_must_be_at_least_one():
+    with pytest.raises(BenchError, match=r"^--gpu 'A100:0': COUNT must be 1 or more \(GPUs per node\), e.g. A100:1$"):
+        parse_gpu_argument("A100:0")
 
 
 def test_gpu_profile_counts_devices_and_nodes():
@@ -118,15 +126,17 @@ def test_profile_may_not_restate_a_catalog_figure(scenario_copy):
 
 
 def test_cli_unknown_gpu_exits_with_one_line(capsys):
-    assert main(["predict", "--gpu", "Z80:2", "--model", "qwen2.5-7b"]) == 2
+    assert main(["predict", "--gpu", "Quux:2", "--model", "qwen2.5-7b"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown GPU 'Z80'; known:") and "\n" not in err
+    assert err.startswith("error: unknown GPU 'Quux'; known:") and "\n" not in err
 
 
 # Names the drivers give these devices (nvidia-smi --query-gpu=name, torch.cuda.get_device_name, rocm-smi, hl-smi),
 # as printed on real machines; the H100 SXM and H200 rows were read on this project's lent GPU machines.
 DRIVER_NAMES = {
     "T4": ["Tesla T4"],
+    "V100-16G": ["Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"],
+    "V100-32G": ["Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB", "Tesla V100S-PCIE-32GB"],
     "L4": ["NVIDIA L4"],
     "A10": ["NVIDIA A10"],
     "A10G": ["NVIDIA A10G"],
@@ -134,11 +144,15 @@ DRIVER_NAMES = {
     "RTX-4090": ["NVIDIA GeForce RTX 4090"],
     "RTX-5090": ["NVIDIA GeForce RTX 5090"],
     "RTX-A6000": ["NVIDIA RTX A6000"],
+    "RTX-6000-Ada": ["NVIDIA RTX 6000 Ada Generation"],
     "L40S": ["NVIDIA L40S"],
     "A100-40G": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"],
     "A100-80G": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"],
+    "A800": ["NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"],
     "H100-PCIe": ["NVIDIA H100 PCIe"],
     "H100-SXM": ["NVIDIA H100 80GB HBM3"],
+    "H800": ["NVIDIA H800"],
+    "H20": ["NVIDIA H20"],
     "H200": ["NVIDIA H200"],
     "B200": ["NVIDIA B200"],
     "MI300X": ["AMD Instinct MI300X"],

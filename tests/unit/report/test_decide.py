@@ -27,7 +27,7 @@ from bench.report.decide_point import advise_point
 
 GRID = DecisionGrid(
     models=(ModelChoice("tiny", "--workload"), ModelChoice("qwen2.5-7b", "--model")),
-    gpus=("T4", "A10"),
+    gpus=("T4", "A10", "L4"),
     counts=(1, 2),
     max_lengths=(1024, 2048),
     batch_sizes=(1, 4),
@@ -36,7 +36,10 @@ POINTS = [
     (GRID.models[1], "A10", 2, 2048, 1),
     (GRID.models[1], "T4", 1, 1024, 4),
     (GRID.models[0], "A10", 1, 2048, 4),
+    (GRID.models[1], "L4", 2, 2048, 1),
 ]
+VERDICT_POINTS = [*POINTS, (GRID.models[1], "L4", 1, 1024, 4), (GRID.models[0], "T4", 2, 1024, 1)]
+"""Cards with (T4, A10) and without (L4) a catalog host figure, both models, offload cells included."""
 EMOJI = re.compile("[\u2600-\u27bf\U0001f000-\U0001faff\ufe0f]")
 
 
@@ -71,7 +74,8 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         assert on_page["low"] == shown_gb(cell["range_low_bytes"] / 1e9), cell_id
         assert on_page["high"] == shown_gb(cell["range_high_bytes"] / 1e9), cell_id
         assert on_page["margin"] == pytest.approx(cell["margin_bytes"] / 1e9, abs=0.101), cell_id
-        assert on_page["host"] == shown_gb(cell["host_bytes"] / 1e9), cell_id
+        assert on_page["host"] == shown_gb(cell["host_need_bytes"] / 1e9), cell_id
+        assert on_page["host_unchecked"] == cell["host_unchecked"], cell_id
         assert on_page["fit_percent"] == round(100 * cell["fit_probability"]), cell_id
         assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
         if cell["verdict"] == "fits":
@@ -178,3 +182,46 @@ def test_predicting_the_grid_says_how_far_it_is(capsys):
     assert "decision page, tiny: 1/16 points, " in err[1] and "left" in err[1], err
     assert [line.split(":")[0] for line in err[1:]] == ["decision page, tiny"] * 16 + ["decision page, qwen2.5-7b"] * 16
     assert err[16].startswith("decision page, tiny: 16 points in ") and len(points) == GRID.size()
+
+
+def _markdown_rows(text: str) -> dict[str, tuple[str, str]]:
+    """cell id -> (verdict, host column) of advise's Markdown table."""
+    rows = [line.split(" | ") for line in text.splitlines() if re.match(r"^\| \d+ \| ", line)]
+    return {r[1]: (r[4], r[7]) for r in rows}
+
+
+@pytest.mark.parametrize("point", VERDICT_POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
+def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_path):
+    """The same point asked three ways has one verdict per cell and one host marking: advise's JSON, its Markdown
+    (the verdict's label, `host unchecked` in the host column) and the page's data."""
+    from bench.advise.render import VERDICT_LABELS
+
+    flags = advise_question(*point).target.flags()
+    advised = {c["cell_id"]: c for c in _advise(capsys, tmp_path, flags)["cells"]}
+    assert main(["advise", *flags, "--top", "0"]) == 0
+    markdown = _markdown_rows(capsys.readouterr().out)
+    page = read_point(data, point_index(data, point[0].name, *point[1:]))["cells"]
+    for cell_id, cell in advised.items():
+        verdict, host = markdown[cell_id]
+        assert verdict.split(" (")[0] == VERDICT_LABELS[cell["verdict"]], cell_id
+        assert page[cell_id]["verdict"] == cell["verdict"], cell_id
+        assert ("host unchecked" in host) == cell["host_unchecked"] == page[cell_id]["host_unchecked"], cell_id
+    if point[1] == "L4" and any(c["host_bytes"] for c in advised.values()):
+        assert any(c["host_unchecked"] for c in advised.values())
+
+
+@pytest.mark.parametrize("method", ["sft", "kto", "orpo"])
+def test_an_unlisted_host_answers_for_each_method(method, capsys, tmp_path):
+    """RTX-4090 has no catalog node: every method answers, offload cells host unchecked and never host_oom."""
+    advice = _advise(capsys, tmp_path, ["--model", "qwen2.5-7b", "--gpu", "RTX-4090:2", "--method", method])
+    offload = [c for c in advice["cells"] if c["host_bytes"]]
+    assert all(c["host_unchecked"] and c["verdict"] != "host_oom" for c in offload)
+
+
+def test_the_page_takes_every_gpu_name_the_cli_takes():
+    import dataclasses
+
+    from bench.report.decide_page import gpu_names
+
+    names = gpu_names(dataclasses.replace(GRID, gpus=("RTX-4090", "RTX-6000-Ada")))
+    assert names["4090"] == names["rtx4090"] == "RTX-4090" and names["a6000ada"] == "RTX-6000-Ada"
