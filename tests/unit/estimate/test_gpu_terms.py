@@ -76,6 +76,8 @@ def test_the_gpus_of_the_data_sheets():
     # Blackwell 10 and 12); NVLink where the catalog's interconnect is NVLink
     assert {e.name: (g.sms, g.major, g.nvlink) for e in load_catalog().gpus if (g := gpu_terms.gpu_named(e.name))} == {
         "T4": (40, 7, False),
+        "V100-16G": (80, 7, True),  # SXM2: 80 SMs, NVLink 2.0
+        "V100-32G": (80, 7, True),
         "L4": (58, 8, False),
         "A10": (72, 8, False),
         "A10G": (80, 8, False),
@@ -83,11 +85,15 @@ def test_the_gpus_of_the_data_sheets():
         "RTX-4090": (128, 8, False),
         "RTX-5090": (170, 12, False),
         "RTX-A6000": (84, 8, True),
+        "RTX-6000-Ada": (142, 8, False),  # AD102 as the L40S: no NVLink
         "L40S": (142, 8, False),
         "A100-40G": (108, 8, True),
         "A100-80G": (108, 8, True),
+        "A800": (108, 8, True),  # the A100 with NVLink cut to 400 GB/s
         "H100-PCIe": (114, 9, False),
         "H100-SXM": (132, 9, True),
+        "H800": (132, 9, True),  # the H100 SXM with NVLink cut to 400 GB/s
+        "H20": (78, 9, True),  # SM count from a device listing, not a data sheet (scenarios/gpus.yaml says so)
         "H200": (132, 9, True),
         "B200": (148, 10, True),
     }
