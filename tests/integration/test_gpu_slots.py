@@ -84,9 +84,9 @@ def test_a_cell_out_of_memory_under_its_slots_cap_runs_again_alone_before_it_is_
     def underpredicting(profile, workload, cpu=None):
         predict = real(profile, workload, cpu)
 
-        def one_wrong(c):
-            prediction = predict(c)
-            return prediction.model_copy(update={"total_bytes": 20 * MiB}) if c.id == cell else prediction
+        def one_wrong(plan):
+            prediction = predict(plan)
+            return prediction.model_copy(update={"total_bytes": 20 * MiB}) if plan.cell.id == cell else prediction
 
         return one_wrong
 
