@@ -361,7 +361,7 @@ def _placements(spec: BackendSpec, knobs: Knobs) -> tuple[bool, tuple[Placement,
 def _setting(plan: Plan, backend: Backend, shapes: ModelShapes, knobs: Knobs) -> _Setting:
     cell, profile, workload = plan.cell, plan.profile, plan.workload
     spec = backend_spec(backend)
-    b = 4 if profile.precision == "fp32" else 2
+    b = precisions.DTYPE_BYTES[precisions.COMPUTE_DTYPE[profile.precision]]
     stage = spec.zero_stage
     offload = spec.deepspeed is not None and spec.deepspeed.offload_optimizer is not None
     offload_params, (params_at, optimizer_at, grads_at, reference_at) = _placements(spec, knobs)
@@ -420,7 +420,7 @@ def _weights(s: _Setting) -> _Weights:
     (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
     b, knobs, quantized, init, spec = s.b, s.knobs, s.quantized, s.init, s.spec
     linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
-    stored = terms.stored_weight_bytes(str(s.profile.precision), b, quantized, spec.deepspeed is not None)
+    stored = terms.stored_weight_bytes(str(s.profile.precision), quantized, spec.deepspeed is not None)
     keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else stored
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, stored, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights

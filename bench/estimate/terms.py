@@ -8,6 +8,7 @@ chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per
 from dataclasses import dataclass
 
 from bench.matrix.axes import Quant
+from bench.matrix.precision import COMPUTE_DTYPE, DTYPE_BYTES, load_dtype
 from bench.matrix.quants import quant_spec
 from bench.units import MiB
 
@@ -55,12 +56,12 @@ def weight_bytes(
     return stored + other * keep
 
 
-def stored_weight_bytes(precision: str, compute_bytes: int, quantized: bool, engine_casts: bool) -> int:
-    """Bytes of an unquantized weight as loaded (bench/matrix/precision.py `load_dtype`): fp32 under fp16-mixed, as
-    the GradScaler needs fp32 trained weights, except for a quantized model (fp32 adapters, fp16 rest) and where
-    DeepSpeed's fp16 engine casts the module to fp16 and keeps its fp32 master copy in the optimizer
-    (`engine_casts`); else the compute dtype's."""
-    return 4 if precision == "fp16" and not quantized and not engine_casts else compute_bytes
+def stored_weight_bytes(precision: str, quantized: bool, engine_casts: bool) -> int:
+    """Bytes of an unquantized weight as loaded: the dtype of bench/matrix/precision.py `load_dtype` (fp32 under
+    fp16-mixed, as the GradScaler needs fp32 trained weights, but for a quantized model), or the compute dtype's where
+    DeepSpeed's fp16 engine casts the module and keeps its fp32 master copy in the optimizer (`engine_casts`)."""
+    dtype = COMPUTE_DTYPE[precision] if engine_casts else load_dtype(precision, quantized)
+    return DTYPE_BYTES[dtype]
 
 
 def placed(total: float, placement: str, ranks: int, devices: int) -> float:

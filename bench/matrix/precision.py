@@ -14,6 +14,8 @@ Mode = Literal["mixed", "pure-bf16", "fp16-mixed", "fp32"]
 
 COMPUTE_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """torch's name of the dtype a profile's matmuls run in (autocast, bitsandbytes' compute dtype)."""
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes of one element of each dtype named above."""
 
 
 def load_dtype(precision: str, quantized: bool = False) -> str:
