@@ -92,24 +92,20 @@ def _of_method(fits: list[R], orders: dict[str, Callable[[R], tuple]]) -> list[P
     ]
 
 
+def _fitting_by_method(ranked: Sequence[R]) -> list[tuple[Method, list[R]]]:
+    """Each method (in Method's order) with fitting rows, and those rows."""
+    found = [(m, [r for r in ranked if r.verdict == "fits" and r.method == m]) for m in Method]
+    return [(m, fits) for m, fits in found if fits]
+
+
 def picks(ranked: Sequence[R], orders: dict[str, Callable[[R], tuple]]) -> list[Pick]:
     """Per method (in Method's order), the picks among its fitting rows; `orders`: each kind's sort key."""
-    found: list[Pick] = []
-    for method in Method:
-        fits = [r for r in ranked if r.verdict == "fits" and r.method == method]
-        if fits:
-            found += _of_method(fits, orders)
-    return found
+    return [pick for _, fits in _fitting_by_method(ranked) for pick in _of_method(fits, orders)]
 
 
 def no_fastest(ranked: Sequence[RankedRow]) -> list[str]:
     """The methods (titles) whose fitting rows all lack a PREDICTED speed: they have no `fastest` pick."""
-    return [
-        method_spec(m).title
-        for m in Method
-        if (fits := [r for r in ranked if r.verdict == "fits" and r.method == m])
-        and all(r.tokens_per_s is None for r in fits)
-    ]
+    return [method_spec(m).title for m, fits in _fitting_by_method(ranked) if all(r.tokens_per_s is None for r in fits)]
 
 
 FOLD_FIELDS = (
