@@ -272,7 +272,8 @@ def _totals(
     if gpu is not None:
         transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
         reserved = train + gpu_terms.allocator_overhead(_large_tensors(s), transient, s.knobs.expandable_segments)
-        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        nccl = gpu_terms.nccl_buffers(gpu, world) + gpu_terms.nccl_communicator(world, s.spec.deepspeed is not None)
+        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + nccl
         total = reserved + outside
         # managed memory yields: CUDA pages it out to the host before an allocation fails
         return _Totals("cuda_allocated", train, total, reserved, total + paged, host)
@@ -555,6 +556,8 @@ def _peak_phase(
     rows, seq, per_layer = _layer_activations(s)
     tokens = rows * seq
     saved = terms.saved_activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
+    lora_layer = _lora_copies(s, t, tokens)
+    lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
     head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
     if knobs.loss != "fused" and method.output == "fused_logprobs":
@@ -578,9 +581,15 @@ def _peak_phase(
         # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
         phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
     phases = {
-        "head": {"activations": saved / split, head_name: head, "zero_buckets": bucket_at_head},
+        "head": {
+            "activations": saved / split,
+            "lora_input_copies": lora_saved / split,
+            head_name: head,
+            "zero_buckets": bucket_at_head,
+        },
         "recompute": {
             "activations": saved / split,
+            "lora_input_copies": (lora_layer if checkpointing else lora_saved / split),
             "recomputed_layer": per_layer if checkpointing else 0.0,
             "gradients": grads,
             "zero_buckets": bucket_at_head,
@@ -619,6 +628,19 @@ def _layer_activations(s: _Setting) -> tuple[int, int, float]:
         liger=s.liger,
     )
     return rows, seq, per_layer
+
+
+def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
+    """One decoder layer's LoRA input copies saved for backward on a GPU (terms.lora_input_copies). Not on CPU, whose
+    figures are validated without it: fp32 adapters over fp32 activations make no copy there; the bf16 adapters of
+    quantized CPU cells would, a copy not measured on CPU."""
+    if not s.init.adapters or str(s.profile.device) != "cuda":
+        return 0.0
+    lora = s.workload.lora
+    adapted = s.shapes.lora_targets(lora.target_modules)
+    inputs = sum(lin.in_features for lin in adapted) // s.shapes.layers
+    ranks = lora.r * len(adapted) // s.shapes.layers
+    return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, lora.dropout > 0)
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

@@ -289,6 +289,24 @@ def layer_activations(
     return dense + scores
 
 
+def lora_input_copies(
+    tokens: int, adapted_inputs: int, rank_outputs: int, adapter_bytes: int, act_bytes: int, dropout: bool
+) -> float:
+    """What PEFT's LoRA branch saves for backward per decoder layer beyond the base layer's own input, on a GPU
+    (peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then
+    `lora_B(lora_A(dropout(x)))`), with `adapted_inputs` the in_features summed over the layer's adapted linears and
+    `rank_outputs` r times their count:
+    - lora_A's input: a tensor of its own wherever it is not x itself: fp32 adapters under bf16/fp16 autocast get x
+      cast up by PEFT, then autocast casts it back for the matmul and saves that copy (b); a dropout above 0 saves
+      its output (b); else lora_A saves x, already saved by the base layer (0);
+    - the dropout's bool mask (1 byte per element, aten `native_dropout`);
+    - lora_A's output, saved by lora_B: r * b per adapted linear.
+    Per token: adapted_inputs * ((b if cast or dropout) + (1 if dropout)) + rank_outputs * b."""
+    copy = act_bytes if (adapter_bytes != act_bytes or dropout) else 0
+    mask = 1 if dropout else 0
+    return tokens * (adapted_inputs * (copy + mask) + rank_outputs * act_bytes)
+
+
 def saved_activations(
     layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool
 ) -> float:
