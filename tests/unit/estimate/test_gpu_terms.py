@@ -153,3 +153,21 @@ def test_the_deepspeed_cell_of_the_first_gpu_runs_holds_its_communicator_beyond_
     kernels = gpu_terms.cuda_context(h200) + gpu_terms.training_kernels(h200)
     for outside in zero:
         assert abs(outside - kernels - gpu_terms.nccl_communicator(1, deepspeed=True)) < 64 * MiB
+
+
+def test_lora_input_copies_of_one_recomputed_layer_on_gpus_only():
+    """With checkpointing only the recomputed layer holds its copies; fp32 adapters under bf16 autocast save a bf16
+    copy of each adapted input (peft lora Linear.forward). CPU cells count none."""
+    workload = load_workload("llama-3.2-1b")
+    one = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
+    p = predict_cell(one, load_profile("1xH200"), workload)
+    from bench.estimate.shapes import shapes_for
+
+    shapes = shapes_for(workload)
+    adapted = shapes.lora_targets(workload.lora.target_modules)
+    tokens = p.terms["lora_input_copies"] / (
+        sum(lin.in_features for lin in adapted) // shapes.layers * 2
+        + workload.lora.r * len(adapted) // shapes.layers * 2
+    )
+    assert tokens == 2 * workload.train.per_device_train_batch_size * workload.train.max_length  # DPO: 2B rows
+    assert "lora_input_copies" not in predict_cell(one, load_profile("cpu"), load_workload("tiny")).terms
