@@ -50,8 +50,11 @@ def test_default_settings_leave_the_workload_as_it_was():
     )
 
 
-@pytest.mark.parametrize(("given", "precision", "master"), [("bf16", "bf16", None), ("mixed", "bf16", None),
-    ("pure-bf16", "bf16", False), ("fp16", "fp16", None), ("fp16-mixed", "fp16", None), ("fp32", "fp32", None)])  # fmt: skip
+MODES = [("bf16", "bf16", None), ("mixed", "bf16", None), ("pure-bf16", "bf16", False), ("fp16", "fp16", None),
+         ("fp16-mixed", "fp16", None), ("fp32", "fp32", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("given", "precision", "master"), MODES)
 def test_precision_modes_and_their_aliases(given, precision, master):
     profile, workload = resolve_target(_request(precision=given))
     assert (profile.precision, workload.train.master_weights) == (precision, master)
