@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
 from bench.estimate import generation_terms as generation
-from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
+from bench.estimate.knobs import Knobs, knobs_of
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
@@ -156,7 +156,7 @@ def predict(
     calibration = calibration or load_calibration()
     const = calibration.devices.get(str(profile.device), DeviceConstants())
     backend, notes = effective_backend(plan)
-    knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
+    knobs = knobs or knobs_of(workload)
     precision, master = precisions.in_effect(knobs.precision, profile.precision, knobs.master_weights)
     if (precision, master) != (profile.precision, knobs.master_weights):
         plan = replace(plan, profile=profile.model_copy(update={"precision": precision}))
@@ -561,8 +561,7 @@ def _peak_phase(
     split = devices if spec.splits_layers else 1
     head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
     if knobs.loss != "fused" and method.output == "fused_logprobs":
-        head = tokens * shapes.vocab * terms.logits_bytes_per_element(knobs.loss, b)
-        head += shapes.vocab * shapes.hidden * train_b * head_trainable  # the head's weight gradient
+        head_name, head = _materialised_head(s, tokens, train_b * head_trainable)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
     grads = terms.placed(grads_full, grads_at, world, devices) if stage is None else 0.0
@@ -599,6 +598,17 @@ def _peak_phase(
     }
     phases |= _no_grad_phases(s, per_layer, tokens, split)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _materialised_head(s: _Setting, tokens: int, head_gradient_bytes: int) -> tuple[str, float]:
+    """(term name, bytes) of a loss over the full vocabulary (`Knobs.loss` other than TRL's fused head): the logits
+    as the loss keeps them, or with Liger on a GPU its fused linear cross-entropy's chunk; + the head's weight
+    gradient (`head_gradient_bytes` per weight)."""
+    shapes, b = s.shapes, s.b
+    gradient = shapes.vocab * shapes.hidden * head_gradient_bytes
+    if s.liger and s.profile.device == "cuda":
+        return "liger_fused_linear_ce", terms.liger_fused_linear_ce(tokens, shapes.hidden, shapes.vocab, b) + gradient
+    return "lm_head_backward", tokens * shapes.vocab * terms.logits_bytes_per_element(s.knobs.loss, b) + gradient
 
 
 def _row_length(s: _Setting) -> int:

@@ -5,6 +5,7 @@ dtype (4 fp32, 2 bf16/fp16), B examples per step and rank, L = max_length, R = r
 chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per step and rank, V vocabulary.
 """
 
+import math
 from dataclasses import dataclass
 
 from bench.matrix.axes import Quant
@@ -254,6 +255,14 @@ def full_logits(rows: int, seq: int, vocab: int, compute_bytes: int, units: floa
     """Where the loss reads the model's full logits (the experimental ORPO and CPO/SimPO trainers call the model
     without TRL's fused head): `units` logits-sized [R, L, V] tensors of b bytes alive at the backward's peak."""
     return units * rows * seq * vocab * compute_bytes
+
+
+def liger_fused_linear_ce(tokens: int, hidden: int, vocab: int, compute_bytes: int) -> float:
+    """Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py): the logits of one chunk of
+    next_pow2(ceil(t / ceil(V / H))) tokens (at most t) at a time, the input's gradient (zeros_like, t * H) and the
+    fp32 per-token loss: about t * H * b twice, where materialised logits hold t * V."""
+    chunk = min(tokens, 1 << max(0, math.ceil(math.log2(-(-tokens // -(-vocab // hidden))))))
+    return chunk * vocab * compute_bytes + tokens * hidden * compute_bytes + 4 * tokens
 
 
 def scalar_head(rows: int, seq: int, compute_bytes: int) -> float:
