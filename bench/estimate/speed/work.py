@@ -143,8 +143,9 @@ def logprob_bytes(step: StepShape) -> float:
 
 
 def weight_passes(step: StepShape) -> int:
-    """Times a step reads every weight: forward, backward, recompute, the forwards without gradient."""
-    return 2 + int(step.checkpointing) + step.no_grad_forwards
+    """Times an optimizer step reads every weight: forward, backward, recompute, the forwards without gradient, in
+    each micro-step (gradient accumulation runs them once per micro-batch)."""
+    return (2 + int(step.checkpointing) + step.no_grad_forwards) * step.micro_steps
 
 
 def dequant_bytes(quantized_params: int, quant_bytes: float, compute_bytes: int, passes: int) -> float:
@@ -212,7 +213,6 @@ def activation_bytes(step: StepShape) -> float:
 
 
 def layer_passes(step: StepShape) -> int:
-    """Decoder-layer passes per optimizer step (weight_passes x layers x micro-steps): eager PyTorch launches each
-    layer's few dozen kernels once per pass, and on a fast GPU with few tokens the launches, not the math, set
-    the time."""
-    return weight_passes(step) * step.shape.layers * step.micro_steps
+    """Decoder-layer passes per optimizer step (weight_passes x layers): eager PyTorch launches each layer's few
+    dozen kernels once per pass, and on a fast GPU with few tokens the launches, not the math, set the time."""
+    return weight_passes(step) * step.shape.layers
