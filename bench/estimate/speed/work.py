@@ -149,9 +149,12 @@ def weight_passes(step: StepShape) -> int:
 
 
 def dequant_bytes(quantized_params: int, quant_bytes: float, compute_bytes: int, passes: int) -> float:
-    """bitsandbytes dequantizes each quantized weight to the compute dtype before its matmul, in every pass
-    (Linear4bit: dequantize_4bit then matmul; Linear8bitLt likewise where no int8 kernel runs, as on CPU): read the
-    quantized bytes, write the full-precision copy."""
+    """bitsandbytes dequantizes each quantized weight to the compute dtype before its matmul, in every pass: read
+    the quantized bytes, write the full-precision copy. Linear4bit's backward always does
+    (autograd/_functions.py, MatMul4Bit.backward: `F.dequantize_4bit(B, ctx.state)`), its forward too past 1536
+    tokens per call (backends/cuda/ops.py, gemm_4bit: the fused kernel only up to `_gemm_4bit_custom_max_m`, then
+    "the dequant+F.linear fallback"; bitsandbytes 0.50.2), which a training micro-batch exceeds; Linear8bitLt
+    likewise where no int8 kernel runs, as on CPU. `passes`: weight_passes, micro-steps included."""
     return passes * quantized_params * (quant_bytes + compute_bytes)
 
 
