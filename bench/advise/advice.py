@@ -11,7 +11,7 @@ from bench.advise.host import HostMemory, host_need, over_host, unchecked, verdi
 from bench.advise.picks import Pick, PickKind, collapse_variants, faithfulness, picks
 from bench.estimate import VERSION
 from bench.estimate.predict import Calibration, Prediction, load_calibration
-from bench.estimate.speed.cell_speeds import speeds_of_plans
+from bench.estimate.speed.cell_speeds import speeds_of_plans, with_mfu
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.axes import Method
 from bench.matrix.backends import backend_spec
@@ -57,6 +57,8 @@ class CellAdvice(CellAxes):
     tokens_per_s: float | None
     """PREDICTED training throughput over every rank (the speed model, docs/estimator.md "Speed"); null where the
     device's figures are not published."""
+    mfu: float | None = None
+    """The MFU that tokens_per_s implies (bench/estimate/speed/bounds.implied_mfu); null without a speed or a peak."""
     train_bytes: float
     load_bytes: float
     host_bytes: float
@@ -188,7 +190,7 @@ def advise(
         return prediction.verdict == "fits" and not over_host(prediction, profile, host)
 
     plans = {p.cell_id: plan_for(cells[p.cell_id], profile, workload) for p in predictions if p.status == "predicted"}
-    speeds = speeds_of_plans(list(plans.values()))
+    speeds = {i: with_mfu(s, plans[i]) for i, s in speeds_of_plans(list(plans.values())).items()}
     entries = []
     for p in predictions:
         if p.status != "predicted":
@@ -212,6 +214,7 @@ def advise(
                 range_pool=pool_label(p.error_kind, p.range_kind, p.range_rows),
                 wider_pool=p.range_kind is not None and p.range_kind != p.error_kind,
                 tokens_per_s=speeds[p.cell_id].tokens_per_s if p.cell_id in speeds else None,
+                mfu=speeds[p.cell_id].mfu if p.cell_id in speeds else None,
                 train_bytes=p.train_bytes or 0.0,
                 load_bytes=p.load_bytes or 0.0,
                 host_bytes=p.host_bytes,

@@ -29,8 +29,11 @@ def _range(entry: CellAdvice) -> str:
     return f" ({entry.range_low_bytes / GB:,.1f}–{entry.range_high_bytes / GB:,.1f})"
 
 
-def _speed(tokens_per_s: float | None) -> str:
-    return "—" if tokens_per_s is None else f"{tokens_per_s:,.0f}"
+def _speed(tokens_per_s: float | None, mfu: float | None = None) -> str:
+    """PREDICTED tokens/s with the MFU it implies beside it, so a figure no run reaches shows as one."""
+    if tokens_per_s is None:
+        return "—"
+    return f"{tokens_per_s:,.0f}" + ("" if mfu is None else f" · MFU {mfu:.0%}")
 
 
 def _fix(entry: CellAdvice) -> str:
@@ -167,7 +170,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         host = _host(a, c)
         lines.append(
             f"| {c.rank} | {cell} | {setup} | {c.devices} | {verdict} | {_gb(c.total_bytes)}{_range(c)} "
-            f"| {_gb(c.margin_bytes)} | {host} | {_speed(c.tokens_per_s)} | {_fix(c)} |"
+            f"| {_gb(c.margin_bytes)} | {host} | {_speed(c.tokens_per_s, c.mfu)} | {_fix(c)} |"
         )
     if limit is not None and len(a.cells) > limit:
         lines.append(f"| … | {len(a.cells) - limit} more (--top 0 shows every cell) | | | | | | | | |")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.estimate.speed import published_speeds, work
+from bench.estimate.speed import published_ratios, published_speeds, work
 from bench.estimate.speed.calibration import (
     ClassConstants,
     HostRate,
@@ -375,6 +375,26 @@ def _pct(value: float) -> str:
     return f"{value * 100:+.0f}%"
 
 
+def _ratio_lines(published_speed: list[PublishedSpeed]) -> list[str]:
+    """The goals over the published rows: the share within 25 %, and each published ratio (published_ratios)."""
+    near = published_ratios.within(published_speed)
+    lines = [
+        "",
+        f"{near} of {len(published_speed)} published rows within {published_ratios.SPEED_GOAL:.0%} "
+        f"(goal: {published_ratios.ROW_SHARE_GOAL:.0%}).",
+        "",
+        "| ratio | rows | measured | PREDICTED | error |",
+        "|---|---|---|---|---|",
+    ]
+    for pair in published_ratios.qlora_pairs(published_speed):
+        lines.append(
+            f"| LoRA / QLoRA tokens/s | {pair.fast} over {pair.slow} | {pair.measured:.2f} | {pair.predicted:.2f} "
+            f"| {_pct(pair.error)} |"
+        )
+    lines.append("| no offload / offload tokens/s | no published source ran both | — | — | — |")
+    return lines
+
+
 def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | None = None) -> str:
     """Per run: cells, median and max |error| of PREDICTED tokens/s, Spearman's rho; then every cell; then the
     published rows when asked."""
@@ -408,6 +428,7 @@ def to_markdown(rows: list[SpeedRow], published_speed: list[PublishedSpeed] | No
                 f"| {p.id} | {p.measured_tokens_per_s:,.0f} | {p.predicted_tokens_per_s:,.0f} | {_pct(p.error)} "
                 f"| {'yes' if p.fitted else 'held out'} | {p.assumed} |"
             )
+        lines += _ratio_lines(published_speed)
     lines += [
         "",
         "## Every cell",

@@ -143,14 +143,18 @@ def logprob_bytes(step: StepShape) -> float:
 
 
 def weight_passes(step: StepShape) -> int:
-    """Times a step reads every weight: forward, backward, recompute, the forwards without gradient."""
-    return 2 + int(step.checkpointing) + step.no_grad_forwards
+    """Times an optimizer step reads every weight: forward, backward, recompute, the forwards without gradient, in
+    each micro-step (gradient accumulation runs them once per micro-batch)."""
+    return (2 + int(step.checkpointing) + step.no_grad_forwards) * step.micro_steps
 
 
 def dequant_bytes(quantized_params: int, quant_bytes: float, compute_bytes: int, passes: int) -> float:
-    """bitsandbytes dequantizes each quantized weight to the compute dtype before its matmul, in every pass
-    (Linear4bit: dequantize_4bit then matmul; Linear8bitLt likewise where no int8 kernel runs, as on CPU): read the
-    quantized bytes, write the full-precision copy."""
+    """bitsandbytes dequantizes each quantized weight to the compute dtype before its matmul, in every pass: read
+    the quantized bytes, write the full-precision copy. Linear4bit's backward always does
+    (autograd/_functions.py, MatMul4Bit.backward: `F.dequantize_4bit(B, ctx.state)`), its forward too past 1536
+    tokens per call (backends/cuda/ops.py, gemm_4bit: the fused kernel only up to `_gemm_4bit_custom_max_m`, then
+    "the dequant+F.linear fallback"; bitsandbytes 0.50.2), which a training micro-batch exceeds; Linear8bitLt
+    likewise where no int8 kernel runs, as on CPU. `passes`: weight_passes, micro-steps included."""
     return passes * quantized_params * (quant_bytes + compute_bytes)
 
 
@@ -212,7 +216,6 @@ def activation_bytes(step: StepShape) -> float:
 
 
 def layer_passes(step: StepShape) -> int:
-    """Decoder-layer passes per optimizer step (weight_passes x layers x micro-steps): eager PyTorch launches each
-    layer's few dozen kernels once per pass, and on a fast GPU with few tokens the launches, not the math, set
-    the time."""
-    return weight_passes(step) * step.shape.layers * step.micro_steps
+    """Decoder-layer passes per optimizer step (weight_passes x layers): eager PyTorch launches each layer's few
+    dozen kernels once per pass, and on a fast GPU with few tokens the launches, not the math, set the time."""
+    return weight_passes(step) * step.shape.layers

@@ -122,6 +122,7 @@ def test_each_question_answers_with_picks_an_expert_would_sign(matrix, models, m
         plan = plan_for(by_id[pick.cell_id], profile, workload)
         speed = speeds_of_plans([plan])[pick.cell_id]
         assert speed.tokens_per_s == pytest.approx(row.tokens_per_s)
+        assert row.mfu == pytest.approx(implied_mfu(speed, plan)), "the MFU shown beside the tokens/s"
         bound = mfu_bound(plan)
         if bound is not None:
             assert implied_mfu(speed, plan) <= bound[0] * (1 + 1e-9), f"{pick.cell_id}: over {bound[1].id}"

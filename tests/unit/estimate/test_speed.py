@@ -234,3 +234,16 @@ def test_validate_speed_and_its_fit_leave_out_every_speed_measured_beside_someth
         append_result(run_dir, record)
     found = measured_cells(tmp_path, load_speed_calibration().host)
     assert [(m.run, m.cell_id) for m in found] == [("cpu/r", "one_adapter-none-single")]
+
+
+def test_dequantization_repeats_in_every_micro_step():
+    """Gradient accumulation runs the forward and backward once per micro-batch, and bitsandbytes dequantizes each
+    quantized weight in every one of them: the dequantization's calls and bytes scale with the micro-steps, as the
+    layer passes do."""
+    from bench.estimate.speed.model import StepSetup, quant_calls
+
+    one, eight = _step(), _step(micro_steps=8)
+    assert work.weight_passes(eight) == 8 * work.weight_passes(one)
+    setup = StepSetup(eight, backend_spec(Backend.SINGLE), 1, 2, 1000, 7, 0.5, 2500.0, True, 0, 0)
+    assert quant_calls(setup) == 7 * 8 * work.weight_passes(one)
+    assert work.layer_passes(eight) == work.weight_passes(eight) * SHAPE.layers

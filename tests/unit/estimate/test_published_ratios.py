@@ -1,0 +1,34 @@
+"""The published speed ratios (bench/estimate/speed/published_ratios.py): pairs found by id, ratios both ways."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from bench.estimate.speed import published_ratios
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    measured_tokens_per_s: float
+    predicted_tokens_per_s: float
+
+
+def test_each_qlora_row_pairs_with_its_lora_twin_and_nothing_else():
+    rows = [
+        _Row("qwen7b-lora-a100: seq 256", 1700.0, 1600.0),
+        _Row("qwen7b-qlora-a100: seq 256", 680.0, 800.0),
+        _Row("qwen7b-qlora-a100: seq 512", 1300.0, 1300.0),  # no LoRA twin: no pair
+        _Row("tt: LoRA, 1x RTX 4090", 3000.0, 2000.0),
+        _Row("tt: QLoRA, 1x RTX 4090", 2400.0, 1800.0),
+        _Row("tt: full, 1x RTX 4090", 1650.0, 1650.0),
+    ]
+    pairs = published_ratios.qlora_pairs(rows)
+    assert [(p.fast, p.slow) for p in pairs] == [
+        ("qwen7b-lora-a100: seq 256", "qwen7b-qlora-a100: seq 256"),
+        ("tt: LoRA, 1x RTX 4090", "tt: QLoRA, 1x RTX 4090"),
+    ]
+    assert pairs[0].measured == pytest.approx(2.5)
+    assert pairs[0].predicted == pytest.approx(2.0)
+    assert pairs[0].error == pytest.approx(-0.2)
+    assert published_ratios.within(rows) == 5  # all but 2000/3000 (-33 %); 1800/2400 is -25 %, on the line
