@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from bench.estimate import uncertainty
 from bench.estimate.knobs import Knobs
@@ -45,8 +45,16 @@ class RowSetup(BaseModel):
     knobs: dict[str, Any] = {}
     reason: str | None = None
     comparable: bool = True
-    """False where the source leaves the setup behind a figure unknown (its README's "report the row as not
-    comparable with the reason"): the row is shown, with its reason, and kept out of the ranges and the count."""
+    """False only where the source itself says its figure is no training step of the stated setup
+    (scenarios/published/ADMISSION.md): the row is shown with that quote and kept out of the ranges and the count."""
+    source_reason: str | None = None
+    """The source's own words that set the row aside; required when `comparable` is False."""
+
+    @model_validator(mode="after")
+    def _set_aside_by_the_source(self) -> "RowSetup":
+        if not self.comparable and not self.source_reason:
+            raise ValueError("a row set aside (comparable: false) needs source_reason: the source's own words")
+        return self
 
 
 class PublishedSetup(RowSetup):
@@ -78,6 +86,8 @@ class PublishedMemoryRow(BaseModel):
     figure: str
     reason: str | None = None
     comparable: bool = True
+    source_key: str = ""
+    """The publishing project (ADMISSION.md: rows of one project are one source)."""
     error_kind: str = ""
     """The pool its memory error joins (bench/estimate/uncertainty.cell_kind): a single CUDA device and the setup's
     kind; the rows are of other trainers (mostly SFT) and go into DPO's pools, as tests of the same mechanisms."""
@@ -93,8 +103,32 @@ def published_dir() -> Path:
     return scenarios_dir() / "published"
 
 
-def load_entries(folder: Path | None = None) -> list[dict[str, Any]]:
-    return yaml.safe_load(((folder or published_dir()) / "memory.yaml").read_text(encoding="utf-8"))
+class PublishedEntry(BaseModel):
+    """What scenarios/published/ADMISSION.md requires of an entry: its source (the publishing project as
+    `source_key`, the document and its address) and the source's own words for its settings and figures."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    source_key: str
+    source: str
+    url: str
+    quote: str | None = None
+    table: str | None = None
+    figures: list[dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _quoted(self) -> "PublishedEntry":
+        if not self.url.startswith("https://"):
+            raise ValueError(f"published entry {self.id!r}: url must be an https:// address, got {self.url!r}")
+        if not (self.quote or self.table):
+            raise ValueError(f"published entry {self.id!r}: needs quote or table (the source's own words)")
+        return self
+
+
+def load_entries(folder: Path | None = None, name: str = "memory.yaml") -> list[dict[str, Any]]:
+    """The entries of `name`, each checked against PublishedEntry."""
+    raw = yaml.safe_load(((folder or published_dir()) / name).read_text(encoding="utf-8"))
+    return [PublishedEntry.model_validate(entry).model_dump(exclude_unset=True) for entry in raw]
 
 
 def load_setups(folder: Path | None = None) -> dict[str, PublishedSetup]:
@@ -230,9 +264,12 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -
             figure=FIGURE_OF_KIND[kind].removesuffix("_bytes"),
         )
     row.comparable = setup.comparable
+    row.source_key = entry["source_key"]
     kind = uncertainty.setup_kind(setup.init != "full", (setup.quant or "none") != "none")
     row.error_kind = uncertainty.cell_kind("cuda", "cuda_allocated", "single", "dpo", kind)
-    if abs(row.error or 0.0) > LIMIT or not setup.comparable:
+    if not setup.comparable:
+        row.reason = setup.source_reason
+    elif abs(row.error or 0.0) > LIMIT:
         row.reason = setup.reason
     return row
 
@@ -258,7 +295,9 @@ def to_markdown(rows: list[PublishedMemoryRow]) -> str:
     lines += [
         "",
         f"{len(within)} of {len(comparable)} comparable published figures within {LIMIT:.0%}"
-        f" ({len(rows) - len(comparable)} not comparable).",
+        f" ({len(rows) - len(comparable)} not comparable), from {len({r.source_key for r in rows})} sources;"
+        f" {sum(1 for r in comparable if (r.memory_error or 0.0) < -LIMIT)} with memory predicted more than"
+        f" {LIMIT:.0%} low.",
     ]
     return "\n".join(lines) + "\n"
 

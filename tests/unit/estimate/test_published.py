@@ -35,12 +35,48 @@ def test_every_row_beyond_15_percent_has_its_reason(rows):
     assert "no reason recorded" not in published.to_markdown(rows)
 
 
-def test_a_row_that_is_not_comparable_is_shown_apart_and_left_out_of_the_ranges(rows):
+def _copy(tmp_path) -> list[dict]:
+    shutil.copy(published.PUBLISHED_DIR / "memory.yaml", tmp_path / "memory.yaml")
+    return yaml.safe_load((published.PUBLISHED_DIR / "setups.yaml").read_text())
+
+
+def test_a_row_set_aside_by_its_source_is_shown_apart_and_left_out_of_the_ranges(tmp_path):
+    setups = _copy(tmp_path)
+    qwen = next(s for s in setups if s["id"] == "qwen7b-lora-a100")
+    qwen["rows"] = [{"comparable": False, "source_reason": "the figure includes the evaluation"}]
+    (tmp_path / "setups.yaml").write_text(yaml.safe_dump(setups))
+    rows = published.published_rows(tmp_path)
     apart = [r for r in rows if not r.comparable]
-    assert apart and all(r.reason for r in apart)
+    assert [r.reason for r in apart] == ["the figure includes the evaluation"]
     table = published.to_markdown(rows)
-    assert table.count("not comparable:") == len(apart) and f"({len(apart)} not comparable)" in table
-    assert sum(map(len, published.errors_by_kind(rows).values())) == len(rows) - len(apart)
+    assert table.count("not comparable:") == 1 and "(1 not comparable)" in table
+    assert sum(map(len, published.errors_by_kind(rows).values())) == len(rows) - 1
+
+
+def test_a_row_set_aside_without_the_sources_words_is_refused():
+    with pytest.raises(ValueError, match="source_reason"):
+        published.RowSetup.model_validate({"comparable": False, "reason": "the error is large"})
+
+
+def test_no_committed_row_is_set_aside_without_a_quote_from_its_source(rows):
+    setups = published.load_setups()
+    aside = [(s.id, i) for s in setups.values() for i, r in enumerate(s.rows) if not r.comparable]
+    assert all(setups[sid].for_row(i).source_reason for sid, i in aside)
+    assert all(r.reason for r in rows if not r.comparable)
+
+
+@pytest.mark.parametrize("name", ["memory.yaml", "speeds.yaml"])
+def test_every_entry_states_its_source_url_quote_and_settings(name):
+    for entry in published.load_entries(name=name):
+        assert entry["url"].startswith("https://") and entry["source_key"]
+        assert entry.get("quote") or entry.get("table"), entry["id"]
+        assert entry.get("framework") and entry.get("hardware") and entry.get("method"), entry["id"]
+
+
+def test_an_entry_without_its_sources_words_is_refused():
+    entry = {"id": "x", "source_key": "k", "source": "s", "url": "https://example.org", "figures": []}
+    with pytest.raises(ValueError, match="quote or table"):
+        published.PublishedEntry.model_validate(entry)
 
 
 def test_each_row_joins_the_pool_of_its_setup():
@@ -51,13 +87,14 @@ def test_each_row_joins_the_pool_of_its_setup():
     assert full and full[0].error_kind == "cuda:cuda_allocated:full:single"
 
 
-def test_the_published_set_is_thirty_comparable_rows_from_seven_documents(rows):
-    comparable = [r for r in rows if r.comparable]
-    documents = {r.source.split(",")[0] for r in comparable}
-    assert len(comparable) >= 30 and len(documents) >= 7
-    # rows of transformers' Trainer or TRL runs: Qwen's finetune.py, Unsloth's "Hugging Face + FA2" baselines
-    trainer = [r for r in comparable if r.source_id.startswith(("qwen", "unsloth-"))]
-    assert len(trainer) >= 10
+def test_the_published_set_holds_sixty_rows_from_nine_sources(rows):
+    """The counts ADMISSION.md's rows reach today (the goal is ten sources; see docs/evidence/published-rows.md)."""
+    speed_only = sum(len(e["figures"]) for e in published.load_entries(name="speeds.yaml"))
+    assert len(rows) + speed_only >= 60
+    assert len({r.source_key for r in rows}) >= 9
+    # rows of transformers' Trainer or TRL runs: Qwen's finetune.py, swift, Unsloth's "Hugging Face + FA2" baselines
+    trainer = [r for r in rows if r.source_key in ("qwen", "ms-swift", "unsloth")]
+    assert len(trainer) >= 40
 
 
 def test_a_missing_reason_is_shown(tmp_path, rows):

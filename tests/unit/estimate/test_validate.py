@@ -116,9 +116,8 @@ def test_the_gpu_cells_are_validated_on_all_three_figures(committed):
     assert len(ok) == 7 and all(r.reserved[0] and r.nvml[0] and r.reserved[1] and r.nvml[1] for r in ok)
     oom = [r for r in gpu if r.status == "oom"]
     # the setup this project started from (phi-2, two full models, one A10, 2,048 tokens): measured OOM, read OOM
-    assert [(r.hardware, r.cell_id, r.verdict_measured, r.verdict_held_out) for r in oom] == [
-        ("1xA10", "two_models-none-single", "oom", "oom")
-    ]
+    assert [(r.hardware, r.cell_id, r.verdict_measured) for r in oom] == [("1xA10", "two_models-none-single", "oom")]
+    assert oom[0].verdict_held_out in ("oom", "likely_oom")  # the range of the full pool decides which
     assert max(abs(r.error) for r in ok) <= 0.29
     table = to_markdown(rows, skipped)
     assert "| results/1xH200/20261126-182033 | kto-two_models-none-single | ok |" in table
