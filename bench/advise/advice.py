@@ -4,7 +4,7 @@ cell. The typed schema here is what `--format json` writes (docs/advise.md lists
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, unchecked, verdict
@@ -17,7 +17,9 @@ from bench.matrix.axes import Method
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
 from bench.matrix.plan import Plan, plan_for
+from bench.matrix.precision import mode_of
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.settings import knobs_said
 from bench.units import GB
 
 
@@ -108,6 +110,8 @@ class Advice(BaseModel):
     gradient_checkpointing: bool
     optim: str | None
     precompute_ref: bool
+    settings: list[str] = Field(default=[], exclude_if=lambda v: not v)
+    """The attention, Liger and compile settings flags gave (bench/matrix/settings.py knobs_said)."""
     prefer: PickKind = "fastest"
     """The order of the fitting cells (ORDERS)."""
     picks: list[Pick] = []
@@ -259,7 +263,8 @@ def _advice(
         memory_per_device_bytes=None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB,
         host_memory_bytes=None if host is None else host.bytes_per_node,
         host_memory_origin=None if host is None else host.describe(profile.device_count),
-        precision=profile.precision,
+        precision=mode_of(profile.precision, False) if train.master_weights is False else profile.precision,
+        settings=knobs_said(workload),
         model=workload.name,
         max_length=train.max_length,
         batch_size=train.per_device_train_batch_size,

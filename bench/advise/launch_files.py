@@ -154,6 +154,8 @@ def model_arguments(spec: Any) -> dict[str, Any]:
 
     dtype = load_dtype(spec.profile.precision, quant_spec(spec.cell.quant).quantized)
     fields: dict[str, Any] = {"model_name_or_path": spec.assets.model, "dtype": dtype}
+    if spec.workload.train.attn_implementation is not None:
+        fields["attn_implementation"] = spec.workload.train.attn_implementation
     if init_spec(spec.cell.init).adapters:
         task = model_class(spec.cell.method)[2]
         fields |= {"use_peft": True, **_renamed(lora_kwargs(spec, task), LORA_KEYS, "LoraConfig's")}
@@ -171,9 +173,51 @@ def trl_config(spec: Any) -> dict[str, Any]:
     measuring settings replaced by TRAINING_NOT_MEASURING) and ModelConfig."""
     from bench.worker.trainers import trainer_module
 
-    arguments = trainer_module(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING
+    arguments = trainer_module(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING | setting_arguments(spec)
     trainer = {k: v for k, v in arguments.items() if v is not None}
     return {"dataset_name": dataset_placeholder(spec.cell.method), **model_arguments(spec), **trainer}
+
+
+def setting_arguments(spec: Any) -> dict[str, Any]:
+    """TrainingArguments' fields for the settings `--liger`, `--torch-compile` and `--precision pure-bf16` give
+    (bench/matrix/settings.py), over the worker's: what the prediction was made with. Pure bf16 trains the bf16
+    weights without autocast (`bf16: false`, accelerate's mixed precision `no`: `pure_bf16_native`)."""
+    train = spec.workload.train
+    given = {"use_liger_kernel": train.use_liger_kernel, "torch_compile": train.torch_compile}
+    return {k: v for k, v in given.items() if v is not None} | ({"bf16": False} if pure_bf16(spec) else {})
+
+
+def pure_bf16(spec: Any) -> bool:
+    return spec.profile.precision == "bf16" and spec.workload.train.master_weights is False
+
+
+def pure_bf16_native(spec: Any, native: dict[str, str]) -> dict[str, str]:
+    """The accelerate / DeepSpeed files for pure bf16: accelerate without mixed precision (its FSDP would upcast the
+    bf16 weights to an fp32 copy under `bf16`); DeepSpeed's bf16 engine always keeps an fp32 master copy, so no
+    DeepSpeed file trains pure bf16 (one line)."""
+    from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE
+
+    if not pure_bf16(spec):
+        return native
+    if DEEPSPEED_FILE in native:
+        raise BenchError(
+            f"--precision pure-bf16: {spec.cell.id} runs DeepSpeed, whose bf16 engine keeps an fp32 master copy; "
+            "export a setup without DeepSpeed, or --precision mixed"
+        )
+    out = dict(native)
+    if ACCELERATE_FILE in out:
+        out[ACCELERATE_FILE] = yaml.safe_dump(yaml.safe_load(out[ACCELERATE_FILE]) | {"mixed_precision": "no"})
+    return out
+
+
+def settings_note(spec: Any) -> str | None:
+    """README's line naming the settings flags gave (the prediction's and these files')."""
+    from bench.matrix.precision import NOTES
+    from bench.matrix.settings import knobs_said
+
+    pure = [f"precision pure-bf16 ({NOTES['pure-bf16']})"] if pure_bf16(spec) else []
+    said = pure + knobs_said(spec.workload)
+    return f"Settings as predicted: {', '.join(said)}." if said else None
 
 
 def trl_module(method: Method, script: bool) -> str:
@@ -285,6 +329,7 @@ def _readme(
         "steps), not training your model.",
         "",
         *([f"The setup did not fit as it was; these launch files apply: {change}.", ""] if change else []),
+        *([note, ""] if (note := settings_note(spec)) else []),
         f"1. In `{config}`, replace `dataset_name: {dataset_placeholder(method)}` with a Hub dataset or the absolute "
         f"path of a folder of {rows(method)} rows (e.g. `train.jsonl`)."
         + ("" if model_named else f" Its {MODEL_NOTE}."),
@@ -358,6 +403,7 @@ def export_files(
     if profile.nodes != 1:
         raise BenchError(f"--export writes one-node launch files; {profile.name} has {profile.nodes} nodes")
     spec = launch_spec(plan_for(cell, profile, workload), model, report_to)
+    native = pure_bf16_native(spec, native)
     reasons = script_reasons(spec)
     command = launch_command(spec, script=bool(reasons))
     model_named = not (model == workload.name and workload.model.weights == "random")

@@ -79,6 +79,7 @@ def load(model_args):
     return getattr(transformers, MODEL_CLASS).from_pretrained(
         model_args.model_name_or_path,
         dtype=getattr(torch, model_args.dtype),
+        attn_implementation=model_args.attn_implementation,
         quantization_config=get_quantization_config(model_args),
         device_map=device_map(model_args),
         **MODEL_KWARGS,

@@ -141,7 +141,9 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         f"**PREDICTED, not measured** (estimator {a.estimator_version}, docs/estimator.md). max length {a.max_length}, "
         f"batch {a.batch_size} per device, accumulation {a.grad_accum or 1}, LoRA r{a.lora_r} on "
         f"{', '.join(a.lora_targets)}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
-        f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}.",
+        f"optim {a.optim or 'library default'}, precompute ref {'on' if a.precompute_ref else 'off'}"
+        + "".join(f", {said}" for said in a.settings)
+        + ".",
         "",
         *_card_lines(a),
         *_host_line(a),

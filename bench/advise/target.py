@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.matrix.precision import precision_of
 from bench.matrix.profiles import (
     ADVISED_TIMEOUT_S,
     TIMED_STEPS,
@@ -50,7 +51,11 @@ class TargetRequest:
     gradient_checkpointing: bool | None = None
     optim: str | None = None
     precision: str | None = None
+    """A precision mode (mixed, pure-bf16, fp16-mixed, fp32) or a compute dtype (bf16, fp16)."""
     precompute_ref: bool | None = None
+    attention: str | None = None
+    liger: bool | None = None
+    torch_compile: bool | None = None
     scenarios: Path | None = None
     """The scenario folder profiles and workloads are read from (None: the one in use)."""
 
@@ -68,10 +73,10 @@ class TargetRequest:
             flags += ["--nodes", str(self.nodes)]
         if self.gpu_memory is not None:
             flags += ["--gpu-memory", f"{self.gpu_memory:g}"]
-        for name in ("gradient_checkpointing", "precompute_ref"):
+        for name in ("gradient_checkpointing", "precompute_ref", "liger", "torch_compile"):
             if (value := getattr(self, name)) is not None:
                 flags += [_flag(name), "on" if value else "off"]
-        for name in ("optim", "precision"):
+        for name in ("optim", "precision", "attention"):
             if (value := getattr(self, name)) is not None:
                 flags += [_flag(name), value]
         return flags
@@ -113,6 +118,22 @@ def checked_steps(settings: TrainingSettings, workload: Workload) -> None:
         )
 
 
+def checked_precision(settings: TrainingSettings, profile: HardwareProfile) -> None:
+    """A card without bf16 (the catalog's T4, V100) is never given a bf16 mode: it could not train (one line naming
+    the flag and what the card trains in)."""
+    from bench.matrix.gpus import gpu
+
+    mode = settings.mode()
+    if mode is None or precision_of(mode) != "bf16" or profile.gpu is None:
+        return
+    entry = gpu(profile.gpu)
+    if entry.bf16_tflops is None:
+        raise BenchError(
+            f"--precision {settings.precision}: {entry.name} has no bf16 (scenarios/gpus.yaml bf16_tflops: null); "
+            "it trains in fp16-mixed (its default) or fp32"
+        )
+
+
 def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
     """The profile and the workload the request names, the settings applied."""
     scenarios = request.scenarios or scenarios_dir()
@@ -121,11 +142,13 @@ def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
         raise BenchError("--gpu-memory goes with --gpu NAME:COUNT (a card the GPU catalog does not list)")
     if request.gpu is not None:
         workload_name = request.workload or DEFAULT_SETTINGS_WORKLOAD
-        profile = _gpu_or_custom(request, workload_name, settings.precision)
+        mode = settings.mode()
+        profile = _gpu_or_custom(request, workload_name, None if mode is None else precision_of(mode))
     else:
         if request.nodes != 1:
             raise BenchError("--nodes goes with --gpu; a profile states its own nodes")
         profile = apply_to_profile(load_profile(request.hw, scenarios), settings)
+    checked_precision(settings, profile)
     workload = load_workload(request.workload or profile.workload, scenarios)
     checked_steps(settings, workload)
     if request.model is None:

@@ -7,14 +7,19 @@ import dataclasses
 from pathlib import Path
 
 from bench.advise.target import DEFAULT_SETTINGS_WORKLOAD, TargetRequest, resolve_target
-from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload
-from bench.matrix.settings import ALL_LINEAR
+from bench.matrix.precision import MODES
+from bench.matrix.profiles import ATTENTIONS, OPTIMIZERS, HardwareProfile, Workload
+from bench.matrix.settings import ALL_LINEAR, PRECISION_ALIASES
 
 
 def on_off(text: str) -> bool:
     if text not in ("on", "off"):
         raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
     return text == "on"
+
+
+NOT_RUN = ("attention", "liger", "torch_compile")
+"""Settings `predict`, `advise` and the exported launch files take that the benchmark's worker does not apply."""
 
 
 def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None = None) -> None:
@@ -56,8 +61,22 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
     settings.add_argument("--lora-targets", default=None, help=f"comma-separated module names, or {ALL_LINEAR}")
     settings.add_argument("--gradient-checkpointing", type=on_off, default=None, metavar="on|off")
     settings.add_argument("--optim", choices=OPTIMIZERS, default=None)
-    settings.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None)
+    settings.add_argument(
+        "--precision",
+        choices=(*MODES, *PRECISION_ALIASES),
+        default=None,
+        help="mixed (bf16 compute, fp32 master where the backend keeps one), pure-bf16 (no fp32 copy), fp16-mixed "
+        "(fp32 weights, fp16 autocast: cards without bf16), fp32; bf16 and fp16 name mixed and fp16-mixed "
+        "(default: the card's)",
+    )
     settings.add_argument("--precompute-ref", type=on_off, default=None, metavar="on|off")
+    settings.add_argument(
+        "--attention", choices=ATTENTIONS, default=None, help="attn_implementation (default: transformers', sdpa)"
+    )
+    settings.add_argument(
+        "--liger", type=on_off, default=None, metavar="on|off", help="Liger kernels (use_liger_kernel)"
+    )
+    settings.add_argument("--torch-compile", type=on_off, default=None, metavar="on|off", help="torch_compile")
 
 
 def target_request(args: argparse.Namespace) -> TargetRequest:
@@ -78,6 +97,13 @@ def runnable_target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload
     from bench.errors import BenchError
     from bench.matrix.gpus import gpu
 
+    unapplied = [f"--{name.replace('_', '-')}" for name in NOT_RUN if getattr(args, name, None) is not None]
+    if unapplied or getattr(args, "precision", None) == "pure-bf16":
+        raise BenchError(
+            f"{(unapplied or ['--precision pure-bf16'])[0]}: `run` does not apply it yet (the worker trains with the "
+            "cell's attention, Liger option, no compilation and the backend's master weights); `predict`, `advise` "
+            "and `advise --export` do"
+        )
     profile, workload = target(args)
     if profile.gpu is not None and not gpu(profile.gpu).runnable:
         raise BenchError(

@@ -1,9 +1,9 @@
 """What a CUDA process holds beyond its step's tensors, term by term with its source, and the three figures a GPU
 prediction gives: `allocated` (torch.cuda.max_memory_allocated: the step's tensors + cuBLAS workspaces), `reserved`
 (max_memory_reserved: + the caching allocator's segment rounding and fragmentation) and `nvidia_smi` (the process's
-device memory: + the CUDA context, NCCL's buffers and bitsandbytes' paged optimizer state while resident). The
-verdict holds the nvidia-smi figure against the device's memory. No constant here is fitted to a measurement of this
-project or to a published row."""
+device memory: + the CUDA context, kernel images, NCCL's communicator and buffers and bitsandbytes' paged optimizer
+state while resident). The verdict holds the nvidia-smi figure against the device's memory. No constant here is
+fitted to a measurement of this project or to a published row."""
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,8 +58,8 @@ results/1xA10/20261126-182033 emulated on the same card: one NVIDIA H200, 132 SM
 workloads, five methods, bf16 and nf4); the CUDA context above accounts for 396 MiB of it (132 SMs), this for the
 rest. Taken as the same on other cards (their kernel images differ in SASS, not in count): a range's width, not a
 measured figure, there. tests/unit/estimate/test_gpu_terms.py recomputes it from those records. The DeepSpeed cell
-of those runs (two_adapters-nf4-zero2_offload, twice) held 1,716 MiB beyond reserved: its extra ~950 MiB is one
-cell's and is not modelled."""
+of those runs (two_adapters-nf4-zero2_offload, twice) held 1,716 MiB beyond reserved: its extra ~950 MiB is its
+one-rank NCCL communicator (NCCL_COMMUNICATOR_BYTES + NCCL_SINGLE_RANK_NET_BYTES, from NCCL's own reports, 996 MiB)."""
 MEASURED_ON = ("results/1xH200/20261126-182033", "results/1xH200/20261126-182856", "results/1xA10/20261126-182033")
 """The runs TRAINING_KERNELS_BYTES was read from."""
 
@@ -82,6 +82,17 @@ held 1.06 GB per GPU before any all-to-all)."""
 NCCL_CHANNELS = {True: 24, False: 2}
 """Ring channels NCCL opens: 24 coll channels on NVLink H100/A100 pairs (NVIDIA/nccl#1781's INIT log), 2 over PCIe
 (NVIDIA/nccl#1358: nChannels 1-2 on PCIe/SYS paths). Each channel connects a rank to 2 ring peers (send + receive)."""
+
+NCCL_COMMUNICATOR_BYTES = 484 * MiB
+"""What one NCCL communicator holds on its device before any connection buffer: NCCL's kernels (ncclCommInitRank
+loads every one of them, ncclInitKernelsForDevice, whatever CUDA_MODULE_LOADING says), its work FIFO and proxy
+state: 484 MiB per GPU measured for a one-GPU communicator (NVIDIA/nccl#2366, RTX 3090, CUDA 13.0, default runtime
+connect). With the connection buffers above this is 964 MiB on 8x H100 NVLink, where NVIDIA/nccl#1685 saw 1.06 GB
+held by NCCL before any all-to-all."""
+NCCL_SINGLE_RANK_NET_BYTES = 512 * MiB
+"""A one-rank communicator's NET shared P2P buffer: NCCL 2.28 allocates it although no peer can use it
+(NVIDIA/nccl#2363: `Failed to CUDA calloc 536870912 bytes` under PyTorch 2.11 + CUDA 13.0; NVIDIA/nccl#2366 measures
+996 MiB with it, 484 without)."""
 
 LARGE_SEGMENT_ROUND = 2 * MiB
 """c10/cuda/CUDACachingAllocator.cpp: a request above kMinLargeAlloc (10 MiB) gets its own segment rounded up to
@@ -113,6 +124,16 @@ def nccl_buffers(gpu: CudaFigures, world: int) -> float:
     if world < 2:
         return 0.0
     return NCCL_CHANNELS[gpu.nvlink] * 2 * NCCL_CONNECTION_BYTES
+
+
+def nccl_communicator(world: int, deepspeed: bool) -> float:
+    """Outside torch's allocator: the communicator of a multi-rank cell, and of a DeepSpeed cell at any world size
+    (deepspeed.init_distributed opens an NCCL process group and ZeRO's engine runs collectives on it even alone),
+    with the one-rank NET buffer when it is alone. torch creates the communicator at the first collective: a
+    single-process cell without DeepSpeed has none."""
+    if world < 2 and not deepspeed:
+        return 0.0
+    return NCCL_COMMUNICATOR_BYTES + (NCCL_SINGLE_RANK_NET_BYTES if world < 2 else 0.0)
 
 
 def allocator_overhead(large_tensors: int, largest_transient: float, expandable_segments: bool) -> float:

@@ -8,9 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bench.matrix.axes import Method
 from bench.matrix.precision import Mode
-from bench.matrix.profiles import Optimizer
+from bench.matrix.profiles import Attention, Optimizer, Workload
 
-Attention = Literal["eager", "sdpa", "flash_attention_2"]
 Loss = Literal["fused", "full_fp32", "full", "chunked_fp32", "chunked"]
 """How the loss meets the vocabulary (bench/estimate/terms.py `logits_bytes_per_element`): TRL 1.16's fused chunked
 head, or materialised logits: upcast to fp32 (transformers' causal-LM loss), in the compute dtype (a model's own
@@ -56,3 +55,19 @@ class Knobs(BaseModel):
     precision: Mode | None = None
     """None: the profile's precision with `master_weights`; else the mode (bench/matrix/precision.py): `pure-bf16`
     sets master_weights False, `fp16-mixed` loads fp32 weights and computes in fp16."""
+    torch_compile: bool = False
+    """TrainingArguments.torch_compile: no memory term (no source states what Inductor's fused kernels save or
+    keep); its speed: bench/estimate/speed/knob_factors.py."""
+
+
+def knobs_of(workload: Workload) -> Knobs:
+    """The knobs the workload's settings turn (bench/matrix/settings.py apply_to_workload: the optimizer and what
+    `--attention`, `--liger`, `--torch-compile` and `--precision pure-bf16` set); the others at their defaults."""
+    train = workload.train
+    return Knobs(
+        optimizer=train.optim or DEFAULT_OPTIMIZER,
+        attention=train.attn_implementation,
+        liger=train.use_liger_kernel,
+        torch_compile=bool(train.torch_compile),
+        master_weights=train.master_weights is not False,
+    )

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
 from bench.estimate import generation_terms as generation
-from bench.estimate.knobs import DEFAULT_OPTIMIZER, Knobs
+from bench.estimate.knobs import Knobs, knobs_of
 from bench.estimate.shapes import ModelShapes, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
@@ -156,7 +156,7 @@ def predict(
     calibration = calibration or load_calibration()
     const = calibration.devices.get(str(profile.device), DeviceConstants())
     backend, notes = effective_backend(plan)
-    knobs = knobs or Knobs(optimizer=workload.train.optim or DEFAULT_OPTIMIZER)  # the workload's own optimizer
+    knobs = knobs or knobs_of(workload)
     precision, master = precisions.in_effect(knobs.precision, profile.precision, knobs.master_weights)
     if (precision, master) != (profile.precision, knobs.master_weights):
         plan = replace(plan, profile=profile.model_copy(update={"precision": precision}))
@@ -272,7 +272,8 @@ def _totals(
     if gpu is not None:
         transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
         reserved = train + gpu_terms.allocator_overhead(_large_tensors(s), transient, s.knobs.expandable_segments)
-        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, world)
+        nccl = gpu_terms.nccl_buffers(gpu, world) + gpu_terms.nccl_communicator(world, s.spec.deepspeed is not None)
+        outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + nccl
         total = reserved + outside
         # managed memory yields: CUDA pages it out to the host before an allocation fails
         return _Totals("cuda_allocated", train, total, reserved, total + paged, host)
@@ -555,11 +556,12 @@ def _peak_phase(
     rows, seq, per_layer = _layer_activations(s)
     tokens = rows * seq
     saved = terms.saved_activations(shapes.layers, per_layer, tokens, shapes.hidden, b, checkpointing)
+    lora_layer = _lora_copies(s, t, tokens)
+    lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
     head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
     if knobs.loss != "fused" and method.output == "fused_logprobs":
-        head = tokens * shapes.vocab * terms.logits_bytes_per_element(knobs.loss, b)
-        head += shapes.vocab * shapes.hidden * train_b * head_trainable  # the head's weight gradient
+        head_name, head = _materialised_head(s, tokens, train_b * head_trainable)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
     grads = terms.placed(grads_full, grads_at, world, devices) if stage is None else 0.0
@@ -578,9 +580,15 @@ def _peak_phase(
         # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
         phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
     phases = {
-        "head": {"activations": saved / split, head_name: head, "zero_buckets": bucket_at_head},
+        "head": {
+            "activations": saved / split,
+            "lora_input_copies": lora_saved / split,
+            head_name: head,
+            "zero_buckets": bucket_at_head,
+        },
         "recompute": {
             "activations": saved / split,
+            "lora_input_copies": (lora_layer if checkpointing else lora_saved / split),
             "recomputed_layer": per_layer if checkpointing else 0.0,
             "gradients": grads,
             "zero_buckets": bucket_at_head,
@@ -590,6 +598,17 @@ def _peak_phase(
     }
     phases |= _no_grad_phases(s, per_layer, tokens, split)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _materialised_head(s: _Setting, tokens: int, head_gradient_bytes: int) -> tuple[str, float]:
+    """(term name, bytes) of a loss over the full vocabulary (`Knobs.loss` other than TRL's fused head): the logits
+    as the loss keeps them, or with Liger on a GPU its fused linear cross-entropy's chunk; + the head's weight
+    gradient (`head_gradient_bytes` per weight)."""
+    shapes, b = s.shapes, s.b
+    gradient = shapes.vocab * shapes.hidden * head_gradient_bytes
+    if s.liger and s.profile.device == "cuda":
+        return "liger_fused_linear_ce", terms.liger_fused_linear_ce(tokens, shapes.hidden, shapes.vocab, b) + gradient
+    return "lm_head_backward", tokens * shapes.vocab * terms.logits_bytes_per_element(s.knobs.loss, b) + gradient
 
 
 def _row_length(s: _Setting) -> int:
@@ -619,6 +638,19 @@ def _layer_activations(s: _Setting) -> tuple[int, int, float]:
         liger=s.liger,
     )
     return rows, seq, per_layer
+
+
+def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
+    """One decoder layer's LoRA input copies saved for backward on a GPU (terms.lora_input_copies). Not on CPU, whose
+    figures are validated without it: fp32 adapters over fp32 activations make no copy there; the bf16 adapters of
+    quantized CPU cells would, a copy not measured on CPU."""
+    if not s.init.adapters or str(s.profile.device) != "cuda":
+        return 0.0
+    lora = s.workload.lora
+    adapted = s.shapes.lora_targets(lora.target_modules)
+    inputs = sum(lin.in_features for lin in adapted) // s.shapes.layers
+    ranks = lora.r * len(adapted) // s.shapes.layers
+    return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, lora.dropout > 0)
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

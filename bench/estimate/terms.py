@@ -5,6 +5,7 @@ dtype (4 fp32, 2 bf16/fp16), B examples per step and rank, L = max_length, R = r
 chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per step and rank, V vocabulary.
 """
 
+import math
 from dataclasses import dataclass
 
 from bench.matrix.axes import Quant
@@ -256,6 +257,14 @@ def full_logits(rows: int, seq: int, vocab: int, compute_bytes: int, units: floa
     return units * rows * seq * vocab * compute_bytes
 
 
+def liger_fused_linear_ce(tokens: int, hidden: int, vocab: int, compute_bytes: int) -> float:
+    """Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py): the logits of one chunk of
+    next_pow2(ceil(t / ceil(V / H))) tokens (at most t) at a time, the input's gradient (zeros_like, t * H) and the
+    fp32 per-token loss: about t * H * b twice, where materialised logits hold t * V."""
+    chunk = min(tokens, 1 << max(0, math.ceil(math.log2(-(-tokens // -(-vocab // hidden))))))
+    return chunk * vocab * compute_bytes + tokens * hidden * compute_bytes + 4 * tokens
+
+
 def scalar_head(rows: int, seq: int, compute_bytes: int) -> float:
     """A one-output sequence-classification head scores every position before the last one is pooled: R * L * b."""
     return rows * seq * compute_bytes
@@ -287,6 +296,24 @@ def layer_activations(
     dense = tokens * act_bytes * (5 * hidden + 2 * kv_dim + (2 if liger else 3) * intermediate)
     scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
     return dense + scores
+
+
+def lora_input_copies(
+    tokens: int, adapted_inputs: int, rank_outputs: int, adapter_bytes: int, act_bytes: int, dropout: bool
+) -> float:
+    """What PEFT's LoRA branch saves for backward per decoder layer beyond the base layer's own input, on a GPU
+    (peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then
+    `lora_B(lora_A(dropout(x)))`), with `adapted_inputs` the in_features summed over the layer's adapted linears and
+    `rank_outputs` r times their count:
+    - lora_A's input: a tensor of its own wherever it is not x itself: fp32 adapters under bf16/fp16 autocast get x
+      cast up by PEFT, then autocast casts it back for the matmul and saves that copy (b); a dropout above 0 saves
+      its output (b); else lora_A saves x, already saved by the base layer (0);
+    - the dropout's bool mask (1 byte per element, aten `native_dropout`);
+    - lora_A's output, saved by lora_B: r * b per adapted linear.
+    Per token: adapted_inputs * ((b if cast or dropout) + (1 if dropout)) + rank_outputs * b."""
+    copy = act_bytes if (adapter_bytes != act_bytes or dropout) else 0
+    mask = 1 if dropout else 0
+    return tokens * (adapted_inputs * (copy + mask) + rank_outputs * act_bytes)
 
 
 def saved_activations(

@@ -10,7 +10,8 @@ the compute dtype (fp32, bf16, fp16); the mode adds whether an fp32 copy of the 
 from typing import Literal
 
 Precision = Literal["fp32", "bf16", "fp16"]
-Mode = Literal["mixed", "pure-bf16", "fp16-mixed", "fp32"]
+MODES = ("mixed", "pure-bf16", "fp16-mixed", "fp32")
+Mode = Literal[MODES]  # type: ignore[valid-type]
 
 COMPUTE_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """torch's name of the dtype a profile's matmuls run in (autocast, bitsandbytes' compute dtype)."""

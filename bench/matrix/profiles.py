@@ -27,6 +27,9 @@ ADVISED_TIMEOUT_S = 3600
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adafactor")
 """The transformers `optim` names a workload may set (TrainingArguments.optim)."""
 Optimizer = Literal[OPTIMIZERS]  # type: ignore[valid-type]
+ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
+"""The attention implementations from_pretrained's `attn_implementation` takes (transformers' default: sdpa)."""
+Attention = Literal[ATTENTIONS]  # type: ignore[valid-type]
 
 # The bounds of the numbers a profile or a workload may hold: far above what any machine or run of today needs, so
 # that only a slip (an exponent, a unit, a sign) is refused, in one line naming the file and the key, before anything
@@ -242,6 +245,20 @@ class TrainSpec(Strict):
     optim: Optimizer | None = Field(default=None, description="TrainingArguments.optim; None: the library's default")
     precompute_ref: bool = Field(
         default=False, description="precompute the reference log-probs in every cell that has a reference to drop"
+    )
+    # The settings below are given by `predict`/`advise` flags (bench/matrix/settings.py); None: the library's
+    # default, left out of the workload's dump: a workload that names none has the same hash (its assets' folder).
+    attn_implementation: Attention | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="from_pretrained's attn_implementation"
+    )
+    use_liger_kernel: bool | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="TrainingArguments.use_liger_kernel"
+    )
+    torch_compile: bool | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="TrainingArguments.torch_compile"
+    )
+    master_weights: bool | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="False: pure bf16, no fp32 copy of the weights"
     )
 
 

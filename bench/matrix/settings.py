@@ -8,11 +8,16 @@ from pydantic import Field
 
 from bench.matrix.axes import Option
 from bench.matrix.cell import Cell
-from bench.matrix.profiles import Count, HardwareProfile, LoraRank, MaxLength, Optimizer, Steps, Workload
+from bench.matrix.precision import Mode, mode_of, precision_of
+from bench.matrix.profiles import Attention, Count, HardwareProfile, LoraRank, MaxLength, Optimizer, Steps, Workload
 from bench.matrix.reference import can_be_precomputed
 from bench.matrix.yaml_schema import Strict
 
 ALL_LINEAR = "all-linear"
+PRECISION_ALIASES: dict[str, Mode] = {"bf16": "mixed", "fp16": "fp16-mixed"}
+"""The compute dtypes `--precision` also takes, as the mode each trains in (bench/matrix/precision.py)."""
+_SET = {"default": None, "exclude_if": lambda v: v is None}
+"""A setting that only a flag gives: left out of a dump where not given (env.json's `training` keeps its keys)."""
 
 
 class TrainingSettings(Strict):
@@ -27,8 +32,16 @@ class TrainingSettings(Strict):
     """Module names, or (`all-linear`,): every linear layer of the decoder."""
     gradient_checkpointing: bool | None = None
     optim: Optimizer | None = None
-    precision: Literal["bf16", "fp16", "fp32"] | None = None
+    precision: Literal["mixed", "pure-bf16", "fp16-mixed", "fp32", "bf16", "fp16"] | None = None
+    """A mode of bench/matrix/precision.py, or a compute dtype of PRECISION_ALIASES."""
+    attention: Attention | None = Field(**_SET)
+    liger: bool | None = Field(**_SET)
+    torch_compile: bool | None = Field(**_SET)
     precompute_ref: bool | None = None
+
+    def mode(self) -> Mode | None:
+        """The precision mode asked for (None: the profile's)."""
+        return None if self.precision is None else PRECISION_ALIASES.get(self.precision, self.precision)  # type: ignore[return-value]
 
 
 def apply_to_workload(
@@ -44,6 +57,10 @@ def apply_to_workload(
         "gradient_checkpointing": settings.gradient_checkpointing,
         "optim": settings.optim,
         "precompute_ref": settings.precompute_ref,
+        "attn_implementation": settings.attention,
+        "use_liger_kernel": settings.liger,
+        "torch_compile": settings.torch_compile,
+        "master_weights": False if settings.mode() == "pure-bf16" else None,
     }
     train |= {k: v for k, v in given.items() if v is not None}
     lora = workload.lora.model_dump()
@@ -72,15 +89,28 @@ def in_effect(profile: HardwareProfile, workload: Workload) -> TrainingSettings:
         lora_targets=tuple(lora.target_modules),
         gradient_checkpointing=train.gradient_checkpointing,
         optim=train.optim,
-        precision=profile.precision,
+        precision=profile.precision if train.master_weights is None else mode_of(profile.precision, False),
+        attention=train.attn_implementation,
+        liger=train.use_liger_kernel,
+        torch_compile=train.torch_compile,
         precompute_ref=train.precompute_ref,
     )
 
 
+def knobs_said(workload: Workload) -> list[str]:
+    """The attention, Liger and compile settings a flag gave, as a page says them (none: the defaults)."""
+    train = workload.train
+    said = {"attention": train.attn_implementation, "Liger": train.use_liger_kernel}
+    said["torch_compile"] = train.torch_compile
+    return [f"{k} {v if isinstance(v, str) else ('on' if v else 'off')}" for k, v in said.items() if v is not None]
+
+
 def apply_to_profile(profile: HardwareProfile, settings: TrainingSettings) -> HardwareProfile:
-    if settings.precision is None or settings.precision == profile.precision:
+    """The profile with the compute dtype of the precision mode asked for."""
+    mode = settings.mode()
+    if mode is None or precision_of(mode) == profile.precision:
         return profile
-    return profile.model_copy(update={"precision": settings.precision})
+    return profile.model_copy(update={"precision": precision_of(mode)})
 
 
 def with_precomputed_reference(cells: list[Cell], workload: Workload) -> list[Cell]:

@@ -15,6 +15,7 @@ from bench.estimate.shapes import config_path, shapes_for
 from bench.estimate.speed import comm, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
+from bench.estimate.speed.knob_factors import knob_seconds
 from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
@@ -240,7 +241,7 @@ def predict_speed(
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
     setup = setup_for(plan, seq_len)
-    terms = step_terms(setup, device, constants, host.memory_gbps * GB)
+    terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), plan)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens
     low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)

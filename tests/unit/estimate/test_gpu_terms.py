@@ -45,7 +45,10 @@ def test_allocated_reserved_nvidia_smi_in_order():
     assert p.train_bytes < p.reserved_bytes < p.nvidia_smi_bytes == p.total_bytes + p.paged_bytes
     gpu = gpu_terms.gpu_named("A10")
     assert p.nvidia_smi_bytes - p.reserved_bytes == pytest.approx(
-        gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + gpu_terms.nccl_buffers(gpu, 2)
+        gpu_terms.cuda_context(gpu)
+        + gpu_terms.training_kernels(gpu)
+        + gpu_terms.nccl_buffers(gpu, 2)
+        + gpu_terms.nccl_communicator(2, deepspeed=False)
     )
     assert p.terms["cublas_workspaces"] == gpu_terms.cublas_workspaces(gpu)
     expandable = predict_cell(
@@ -120,3 +123,51 @@ def test_the_training_kernels_term_is_what_the_first_gpu_runs_measured():
     h200 = gpu_terms.gpu_named("H200")
     measured = statistics.median(outside) - gpu_terms.cuda_context(h200)
     assert abs(measured - gpu_terms.training_kernels(h200)) < 1 * MiB
+
+
+def test_an_nccl_communicator_where_a_process_group_runs_collectives():
+    # NVIDIA/nccl#2366: 484 MiB for a one-GPU communicator, 996 MiB with NCCL 2.28's one-rank NET buffer
+    assert gpu_terms.nccl_communicator(1, deepspeed=False) == 0  # torch opens none without a collective
+    assert gpu_terms.nccl_communicator(1, deepspeed=True) == 996 * MiB
+    assert gpu_terms.nccl_communicator(8, deepspeed=False) == 484 * MiB
+    # with 8x H100's ring buffers: 964 MiB, against NVIDIA/nccl#1685's 1.06 GB (1011 MiB) held by NCCL
+    assert gpu_terms.nccl_communicator(8, False) + gpu_terms.nccl_buffers(gpu_terms.gpu_named("H100-SXM"), 8) == (
+        964 * MiB
+    )
+
+
+def test_the_deepspeed_cell_of_the_first_gpu_runs_holds_its_communicator_beyond_the_kernels():
+    """The one-rank ZeRO cell held ~950 MiB more outside the allocator than the cells without DeepSpeed: the
+    communicator term, taken from NCCL's reports, is within 64 MiB of it."""
+    from bench.paths import PROJECT_ROOT
+    from bench.results.store import load_results
+
+    zero = [
+        r.metrics.nvml_peak_bytes - r.metrics.cuda_reserved_peak_bytes
+        for run in gpu_terms.MEASURED_ON
+        for r in load_results(PROJECT_ROOT / run).records
+        if r.status == "ok" and r.world_size == 1 and "zero" in r.backend and r.metrics.nvml_peak_bytes
+    ]
+    assert zero
+    h200 = gpu_terms.gpu_named("H200")
+    kernels = gpu_terms.cuda_context(h200) + gpu_terms.training_kernels(h200)
+    for outside in zero:
+        assert abs(outside - kernels - gpu_terms.nccl_communicator(1, deepspeed=True)) < 64 * MiB
+
+
+def test_lora_input_copies_of_one_recomputed_layer_on_gpus_only():
+    """With checkpointing only the recomputed layer holds its copies; fp32 adapters under bf16 autocast save a bf16
+    copy of each adapted input (peft lora Linear.forward). CPU cells count none."""
+    workload = load_workload("llama-3.2-1b")
+    one = cell(Init.ONE_ADAPTER, Quant.NONE, Backend.SINGLE)
+    p = predict_cell(one, load_profile("1xH200"), workload)
+    from bench.estimate.shapes import shapes_for
+
+    shapes = shapes_for(workload)
+    adapted = shapes.lora_targets(workload.lora.target_modules)
+    tokens = p.terms["lora_input_copies"] / (
+        sum(lin.in_features for lin in adapted) // shapes.layers * 2
+        + workload.lora.r * len(adapted) // shapes.layers * 2
+    )
+    assert tokens == 2 * workload.train.per_device_train_batch_size * workload.train.max_length  # DPO: 2B rows
+    assert "lora_input_copies" not in predict_cell(one, load_profile("cpu"), load_workload("tiny")).terms

@@ -160,6 +160,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "expandable_segments": False,
         "master_weights": True,
         "precision": None,
+        "torch_compile": False,
     }
     with pytest.raises(ValueError):
         Knobs(max_length=7)  # the knob takes at least 8 tokens per row
@@ -204,3 +205,26 @@ def test_the_max_length_knob_bounds_an_online_methods_prompts():
         return predict_cell(grpo, load_profile("cpu"), load_workload("tiny"), knobs=Knobs(**knobs)).terms["activations"]
 
     assert activations(max_length=200) == pytest.approx(activations() * 208 / 22)  # activations scale with a row
+
+
+def test_eager_attention_grows_with_the_square_of_the_length():
+    """Eager attention keeps each head's L x L scores and probabilities; sdpa's flash kernel keeps none."""
+    short = {"max_length": 1024, "gradient_checkpointing": False}
+    long = {"max_length": 4096, "gradient_checkpointing": False}
+    extra_short = gpu(attention="eager", **short).train_bytes - gpu(attention="sdpa", **short).train_bytes
+    extra_long = gpu(attention="eager", **long).train_bytes - gpu(attention="sdpa", **long).train_bytes
+    assert extra_short > 0 and extra_long > 10 * extra_short  # 16x the scores; the rest of the step is linear
+
+
+def test_liger_replaces_materialised_logits_with_its_fused_linear_cross_entropy():
+    """A loss over the full vocabulary (transformers' causal-LM loss): Liger's fused linear cross-entropy holds one
+    chunk of logits, about t * H, where the loss holds t * V in fp32."""
+    long = {"loss": "full_fp32", "batch_size": 1, "max_length": 4096, "gradient_checkpointing": False}
+    plain, liger = gpu(**long), gpu(**long, liger=True)
+    assert "liger_fused_linear_ce" in liger.terms and "liger_fused_linear_ce" not in plain.terms
+    assert liger.terms["liger_fused_linear_ce"] < plain.terms["lm_head_backward"] / 4
+    assert liger.train_bytes < plain.train_bytes
+
+
+def test_torch_compile_has_no_memory_term():
+    assert gpu(torch_compile=True).terms == gpu().terms

@@ -149,3 +149,13 @@ def test_adafactor_factors_every_matrix_and_has_no_paged_state():
     # a 10 x 2 matrix is factored into 10 + 2 statistics; nothing trainable: no state, no step temporaries
     assert terms.optimizer_state("adafactor", [(10, 2)], 4) == terms.OptimizerState(12 * 4, 0.0, 2 * 20 * 4)
     assert terms.optimizer_state("adafactor", [], 4) == terms.OptimizerState(0, 0.0, 0)
+
+
+def test_lora_input_copies_by_adapter_dtype_and_dropout():
+    # fp32 adapters under bf16 autocast: PEFT casts x up, autocast casts it back and lora_A saves that bf16 copy
+    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=4, act_bytes=2, dropout=False) == 10 * (100 * 2 + 16 * 2)
+    # adapters in the activations' dtype, no dropout: lora_A saves x itself, already saved by the base layer
+    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=2, act_bytes=2, dropout=False) == 10 * 16 * 2
+    # a dropout above 0: its output (b) and its bool mask (1 byte)
+    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=2, act_bytes=2, dropout=True) == 10 * (100 * 3 + 32)
+    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=4, act_bytes=2, dropout=True) == 10 * (100 * 3 + 32)

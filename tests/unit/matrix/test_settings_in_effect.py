@@ -17,6 +17,9 @@ CHANGED = {
     "optim": "adafactor",
     "precision": "bf16",
     "precompute_ref": True,
+    "attention": "eager",
+    "liger": True,
+    "torch_compile": True,
 }
 
 
@@ -32,3 +35,9 @@ def test_a_setting_given_is_the_setting_in_effect(name):
     after = in_effect(apply_to_profile(profile, given), apply_to_workload(workload, given))
     assert getattr(after, name) == CHANGED[name] != getattr(before, name)
     assert after.model_dump(exclude={name}) == before.model_dump(exclude={name})
+
+
+def test_pure_bf16_is_read_back_as_its_mode():
+    profile, workload = load_profile("1xH100"), load_workload("tiny")
+    given = TrainingSettings(precision="pure-bf16")
+    assert in_effect(apply_to_profile(profile, given), apply_to_workload(workload, given)).precision == "pure-bf16"

@@ -1,0 +1,54 @@
+"""What the settings users turn (`--attention`, `--liger`, `--torch-compile`) do to a GPU step's time: each a named
+factor on the step with the published benchmark it comes from, or no term where none states one. The step model
+(model.py) prices sdpa attention, no Liger and no compilation; `knob_seconds` is the one term these add."""
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.matrix.plan import Plan
+
+EAGER_ATTENTION_SLOWDOWN = 180 / 130
+"""Step time with eager attention over sdpa's (a flash kernel on a GPU): a 1.3B GPT trained on one A100-80GB ran at
+180 TFLOP/s with FlashAttention and 130 without (EleutherAI/gpt-neox pull 725, the side-by-side runs in its thread;
+their sequence length is not stated there, gpt-neox's 1.3B config trains at 2,048)."""
+
+FLASH_ATTENTION_2_OVER_SDPA = 1.0
+"""No speed term: PyTorch's sdpa runs the FlashAttention-2 kernels on a CUDA card since 2.2 ("scaled_dot_product_
+attention (SDPA) now supports FlashAttention-2", PyTorch 2.2 release notes), the kernels `flash_attention_2` loads."""
+
+LIGER_SPEEDUP = 1.20
+"""Throughput with Liger's kernels over without: "increase multi-GPU training throughput by 20%" (linkedin/Liger-Kernel
+README; LLaMA 3-8B, batch 8, bf16, AdamW, gradient checkpointing, FSDP1 on 8 A100s)."""
+
+TORCH_COMPILE_SPEEDUP = 1.0
+"""No speed term: no source states it for an LLM's training step. PyTorch 2.0's figures are geometric means over
+model suites (most far smaller than an LLM, whose step is matmul-bound); the torchtune x Liger blog shows torch.compile
+ahead of eager on Llama-3.2-1B in plots, without a ratio to take. A compiled step is predicted at eager's speed."""
+
+
+def step_factor(plan: "Plan") -> float:
+    """The step time's factor from the plan's attention, Liger and compile settings (1.0 off a GPU: each source
+    measured CUDA kernels; and where none is set)."""
+    from bench.matrix.axes import Option
+
+    train = plan.workload.train
+    if plan.profile.device != "cuda":
+        return 1.0
+    factor = {"eager": EAGER_ATTENTION_SLOWDOWN, "flash_attention_2": FLASH_ATTENTION_2_OVER_SDPA}.get(
+        train.attn_implementation or "sdpa", 1.0
+    )
+    liger = Option.LIGER in plan.cell.options if train.use_liger_kernel is None else train.use_liger_kernel
+    if liger:
+        factor /= LIGER_SPEEDUP
+    if train.torch_compile:
+        factor /= TORCH_COMPILE_SPEEDUP
+    return factor
+
+
+def knob_seconds(terms: dict[str, float], plan: "Plan") -> dict[str, float]:
+    """`terms` with a `settings` term where the factor is not 1: the seconds it adds (negative: removes) from the
+    step those terms sum to."""
+    factor = step_factor(plan)
+    if factor == 1.0:
+        return terms
+    return terms | {"settings": sum(terms.values()) * (factor - 1.0)}
