@@ -128,12 +128,10 @@ def launch_spec(plan: Plan, model: str, report_to: tuple[str, ...] = ("none",)) 
     cell = plan.cell
     # as plan_launch: a launcher that reads no accelerate.yaml gets the DeepSpeed file through DPOConfig(deepspeed=)
     through_trainer = plan.backend.deepspeed is not None and not launcher_spec(cell.launcher).reads_accelerate_config
-    return WorkerSpec(
-        cell=cell,
-        profile=plan.profile,
-        workload=plan.workload,
-        assets=PreparedAssets(model=model, tokenizer=model, dataset=dataset_placeholder(cell.method)),
-        out_dir="",
+    return WorkerSpec.from_plan(
+        plan,
+        PreparedAssets(model=model, tokenizer=model, dataset=dataset_placeholder(cell.method)),
+        "",
         deepspeed_config=DEEPSPEED_FILE if through_trainer else None,
         report_to=report_to,
     )

@@ -95,6 +95,15 @@ class RunContext:
     zero-head one built from the workload's checkpoint."""
     report_to: tuple[str, ...] = ("none",)
     """The experiment trackers every cell's trainer reports to (`--report-to`)."""
+    plans: dict[str, Plan] = field(default_factory=dict, repr=False)
+    """Each cell resolved on the run's profile with its workload (`plan`): the session builds the run's once."""
+
+    def plan(self, cell: Cell) -> Plan:
+        """`cell` resolved on the run's profile with its workload, once per cell: later calls hand the same Plan."""
+        found = self.plans.get(cell.id)
+        if found is None or found.cell != cell:
+            found = self.plans[cell.id] = plan_for(cell, self.profile, self.workload)
+        return found
 
     @property
     def facts(self) -> RunFacts:
@@ -112,28 +121,25 @@ class CellPlan:
 
 
 def plan_cells(
-    cells: list[Cell],
-    profile: HardwareProfile,
-    workload: Workload,
+    plans: list[Plan],
     untested: str | None = None,
     predict: "Predictor | None" = None,
     run_predicted_oom: bool = False,
 ) -> list[CellPlan]:
-    """Each cell with its world size and prediction, and for the ones that will not run, the status and reason to
-    record: not applicable first, then untested, then predicted to run out of memory by a clear margin."""
+    """Each planned cell with its world size and prediction, and for the ones that will not run, the status and
+    reason to record: not applicable first, then untested, then predicted to run out of memory by a clear margin."""
     from bench.estimate.gate import clearly_out_of_memory
     from bench.estimate.gate import reason as oom_reason
 
-    plans = []
-    for cell in cells:
-        plan = plan_for(cell, profile, workload)
+    found = []
+    for plan in plans:
         reason = plan.not_applicable
         prediction = predict(plan) if predict is not None and reason is None else None
         not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
         if not_run is None and not run_predicted_oom and clearly_out_of_memory(prediction):
             not_run = (Status.PREDICTED_OOM, oom_reason(prediction))
-        plans.append(CellPlan(cell, plan.world, not_run, prediction))
-    return plans
+        found.append(CellPlan(plan.cell, plan.world, not_run, prediction))
+    return found
 
 
 def run_cell(
@@ -188,17 +194,15 @@ def _trial(
     own_folder(folder.logs, ctx.run_dir)
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)
     assets = ctx.assets.model_copy(update={"dataset": cell_dataset(rows, dataset)})
-    spec = WorkerSpec(
-        cell=cell,
-        profile=ctx.profile,
-        workload=ctx.workload,
-        assets=assets,
-        out_dir=str(out_dir),
+    plan = ctx.plan(cell)
+    spec = WorkerSpec.from_plan(
+        plan,
+        assets,
+        str(out_dir),
         save_dir=None if ctx.save_dir is None else str(ctx.save_dir),
         reward_model=None if ctx.reward_model is None else str(ctx.reward_model),
         report_to=ctx.report_to,
     )
-    plan = plan_for(cell, ctx.profile, ctx.workload)
     launch = _written_plan(ctx, spec, plan, config_dir, placement)
     labels = {"dpo-bench.run": ctx.run_id, "dpo-bench.cell": cell.id, "dpo-bench.profile": ctx.profile.name}
     labels[RUN_DIR_LABEL] = str(ctx.run_dir.resolve())  # a dead runner's containers are found by it (run/leftovers)

@@ -16,11 +16,9 @@ from bench.executors.choice import Where
 from bench.executors.docker_images import image_cuda_build
 from bench.isolation.shm_segments import SHM_DIR, buffer_needed
 from bench.matrix.axes import Device
-from bench.matrix.cell import Cell
 from bench.matrix.gpus import GpuSpec, identify
-from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.plan import Plan
 from bench.matrix.profiles import HardwareProfile, needed_devices
-from bench.matrix.scenario import not_applicable_reason
 from bench.results.env import cuda_gpus
 from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
@@ -317,11 +315,11 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
-def shm_check(cells: Iterable[Cell], profile: HardwareProfile, folder: Path = SHM_DIR) -> BenchError | None:
-    """None when no cell that runs here makes DeepSpeed's CPU allreduce buffer in /dev/shm, or a file can be made
-    there; else the one-line refusal: such a cell's ranks would wait for their buffer until the time limit."""
-    runnable = [c for c in cells if not_applicable_reason(CellOnProfile(c, profile)) is None]
-    needing = [c.id for c in runnable if buffer_needed(profile.device, c.launcher, CellOnProfile(c, profile).world)]
+def shm_check(plans: Iterable[Plan], folder: Path = SHM_DIR) -> BenchError | None:
+    """None when no planned cell that runs here makes DeepSpeed's CPU allreduce buffer in /dev/shm, or a file can be
+    made there; else the one-line refusal: such a cell's ranks would wait for their buffer until the time limit."""
+    runnable = [p for p in plans if p.not_applicable is None]
+    needing = [p.cell.id for p in runnable if buffer_needed(p.profile.device, p.cell.launcher, p.world)]
     if not needing or (why := unwritable(folder)) is None:
         return None
     shown = ", ".join(needing[:3]) + (f" and {len(needing) - 3} more" if len(needing) > 3 else "")

@@ -79,7 +79,7 @@ def execute(
     existing = load_results(ctx.run_dir, quiet=True)
     report_problems(existing.problems, out)
     done = existing.latest_by_cell()
-    plans = plan_cells(cells, ctx.profile, ctx.workload, ctx.untested, ctx.predict, ctx.run_predicted_oom)
+    plans = plan_cells([ctx.plan(c) for c in cells], ctx.untested, ctx.predict, ctx.run_predicted_oom)
     predictions = {p.cell.id: p.prediction for p in plans}
     runnable = [p.cell for p in plans if p.not_run is None]
     skipped = [p for p in plans if p.not_run is not None]

@@ -5,7 +5,7 @@ the CLI's (bench/cli/run.py)."""
 
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +19,9 @@ from bench.executors.local import LocalExecutor, extensions_dir
 from bench.files import own_folder, without_link
 from bench.matrix.cell import Cell
 from bench.matrix.known_issues import known_issues
-from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.packages import PACKAGES
+from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.scenario import not_applicable_reason
 from bench.paths import BUILD_DIR
 from bench.results.env import environment_fingerprint, training_of, write_env
 from bench.results.env_schema import EnvFingerprint
@@ -82,12 +81,10 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         log = without_link(own_folder(request.run_dir / "logs", request.run_dir) / "fork-server.log")
         with fork_server(choice, ctx.executor, ctx.profile, machine.launch_env, log) as serve:
             if isinstance(ctx.executor, LocalExecutor) and not machine.untested_reason:
-                host_ops_ready(ctx.executor.python, request)
+                host_ops_ready(ctx.executor.python, ctx, request)
             budget = None
             if request.time_budget_min is not None:
-                budget = time_budget(
-                    request.time_budget_min * 60, ctx.profile, request.workload, request.cells, request.started
-                )
+                budget = time_budget(request.time_budget_min * 60, ctx, request.cells, request.started)
             if line := serve():
                 print(line, flush=True)
             preparing = False
@@ -127,7 +124,8 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
     else:
         print(f"preparing workload {request.workload.name} (model, tokenizer, dataset) ...", flush=True)
         assets = present_assets(request.workload, prepare(request.workload))
-    executor, machine = chosen_executor(request, machine, where, assets)
+    plans = {c.id: plan_for(c, profile, request.workload) for c in request.cells}
+    executor, machine = chosen_executor(request, machine, where, assets, plans.values())
     env = recorded_environment(request, executor)
     ctx = RunContext(
         request.run_id,
@@ -144,6 +142,7 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
         report_to=request.report_to,
+        plans=plans,
     )
     return ctx, machine
 
@@ -210,11 +209,11 @@ def checked_machine(request: RunRequest, where: str | None) -> Preflight:
 
 
 def chosen_executor(
-    request: RunRequest, machine: Preflight, where: str | None, assets: PreparedAssets
+    request: RunRequest, machine: Preflight, where: str | None, assets: PreparedAssets, plans: Iterable[Plan]
 ) -> tuple[Executor, Preflight]:
     """The run's executor, and the machine as the cells will see it: where `auto` fell back from an image to this
     venv, its own torch must see the devices (checked again), and where cells run on this machine, /dev/shm must take
-    the DeepSpeed buffers of those that make one."""
+    the DeepSpeed buffers of those of the `plans` that make one."""
     if request.executor == "slurm" and not machine.untested_reason:
         if request.slurm is None:
             raise ValueError("a Slurm run needs the executor's options")
@@ -224,7 +223,7 @@ def chosen_executor(
     if executor.name == "local" and not machine.untested_reason:
         if where == "image":
             machine = preflight(request.profile, request.emulate, where="local")
-        if (refusal := shm_check(request.cells, request.profile)) is not None:
+        if (refusal := shm_check(plans)) is not None:
             raise refusal
     return executor, machine
 
@@ -247,25 +246,23 @@ def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerpr
     return env
 
 
-def host_ops_ready(python: str, request: RunRequest) -> None:
+def host_ops_ready(python: str, ctx: RunContext, request: RunRequest) -> None:
     """DeepSpeed's CPU ops built (for the cells' interpreter `python`) before the first cell that needs them, not
     inside its timed run."""
     from bench.run.host_ops import ensure_built, needs_host_ops
 
-    if needs_host_ops(c for c in request.cells if not_applicable_reason(CellOnProfile(c, request.profile)) is None):
+    if needs_host_ops(c for c in request.cells if ctx.plan(c).not_applicable is None):
         print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
 
 
-def time_budget(
-    seconds: float, profile: HardwareProfile, workload: Workload, cells: list, started: float
-) -> TimeBudget:
-    """The run's TimeBudget: the speed model's slow end per step for each cell (bench/estimate/speed)."""
-    from bench.estimate.speed.cell_speeds import speeds_of
+def time_budget(seconds: float, ctx: RunContext, cells: list[Cell], started: float) -> TimeBudget:
+    """The run's TimeBudget: the speed model's slow end per step for each cell's plan (bench/estimate/speed)."""
+    from bench.estimate.speed.cell_speeds import speeds_of_plans
 
-    speeds = speeds_of(profile, workload, cells)
+    speeds = speeds_of_plans([ctx.plan(c) for c in cells])
 
     def step_seconds(cell: Cell) -> float | None:
         speed = speeds.get(cell.id)
         return speed.s_per_step_high if speed is not None else None
 
-    return TimeBudget(seconds, workload.train.steps, step_seconds, profile.start_up_s, started=started)
+    return TimeBudget(seconds, ctx.workload.train.steps, step_seconds, ctx.profile.start_up_s, started=started)

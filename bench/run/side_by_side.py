@@ -55,8 +55,8 @@ class Running:
 
 def cell_needs(ctx: RunContext, cell: Cell, total: int) -> int:
     """How many of the machine's `total` devices the cell takes."""
-    spec = WorkerSpec(cell=cell, profile=ctx.profile, workload=ctx.workload, assets=ctx.assets, out_dir="")
-    return need(CellOnProfile(cell, ctx.profile), cell_devices(spec), total)
+    plan = ctx.plan(cell)
+    return need(plan.on_profile, cell_devices(WorkerSpec.from_plan(plan, ctx.assets, "")), total)
 
 
 def speed_pass(cells: list[Cell], done: dict[str, ResultRecord], count: int, repeats: int) -> list[Trial]:

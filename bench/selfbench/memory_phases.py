@@ -336,6 +336,7 @@ def _spec(args: argparse.Namespace) -> Any:
     from bench.assets.prepare import cell_dataset, prepare
     from bench.matrix.backends import backend_spec
     from bench.matrix.methods import method_spec
+    from bench.matrix.plan import plan_for
     from bench.matrix.profiles import load_profile, load_workload
     from bench.run.launch import deepspeed_config
     from bench.selfbench.plain_dpo import matrix_cell
@@ -353,9 +354,7 @@ def _spec(args: argparse.Namespace) -> Any:
     if backend_spec(cell.backend).deepspeed is not None:  # one rank of the cell's DeepSpeed config
         deepspeed = str(Path(args.out_dir) / "deepspeed.json")
         Path(deepspeed).write_text(json.dumps(deepspeed_config(backend_spec(cell.backend))), encoding="utf-8")
-    return WorkerSpec(
-        cell=cell, profile=profile, workload=workload, assets=assets, out_dir=args.out_dir, deepspeed_config=deepspeed
-    )
+    return WorkerSpec.from_plan(plan_for(cell, profile, workload), assets, args.out_dir, deepspeed_config=deepspeed)
 
 
 def parent(args: argparse.Namespace, argv: list[str]) -> int:

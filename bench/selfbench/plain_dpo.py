@@ -28,6 +28,7 @@ from bench.isolation.fork_server_client import FRESH_ENV
 from bench.matrix.axes import Backend
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix
 from bench.worker.build import import_libraries, trl_trainer
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(profile.threads_per_process)
     with tempfile.TemporaryDirectory(prefix="plain_dpo-") as out_dir:
         assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, Path(out_dir) / "dataset")})
-        spec = WorkerSpec(cell=cell, profile=profile, workload=workload, assets=assets, out_dir=out_dir)
+        spec = WorkerSpec.from_plan(plan_for(cell, profile, workload), assets, out_dir)
         print(json.dumps(steady_speed(spec)))
     return 0
 

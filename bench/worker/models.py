@@ -12,7 +12,6 @@ from bench.matrix.inits import init_spec
 from bench.matrix.precision import load_dtype
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import Settings, verify_installed
-from bench.matrix.reference import reference_plan
 from bench.worker import phases
 from bench.worker.placement import device_map_setting
 from bench.worker.spec import WorkerSpec
@@ -190,7 +189,7 @@ def _build(spec: WorkerSpec, load: Callable[[WorkerSpec], Any], task: str) -> Bu
     if reference == "separate_model":
         # The recipe's precomputed reference: TRL computes the log-probs with the initial policy and keeps no
         # reference model (bench/matrix/reference.py).
-        separate = reference_plan(spec.cell, spec.recipe.settings, spec.workload).separate_model
+        separate = spec.reference.separate_model
         return Built(model=model, ref_model=load(spec) if separate else None, peft_config=None)
     if reference == "adapter_disabled":
         return Built(model=model, ref_model=None, peft_config=lora_config(spec, task))

@@ -1,13 +1,17 @@
-"""What the runner hands a worker: everything one cell needs, as one JSON file."""
+"""What the runner hands a worker: everything one cell needs, as one JSON file. Built from the cell's Plan
+(`WorkerSpec.from_plan`), so the worker reads the recipe and reference the Plan resolved rather than resolving them."""
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel
 
 from bench.assets.prepare import PreparedAssets
 from bench.matrix.cell import Cell
+from bench.matrix.plan import Plan
 from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.recipes import AppliedRecipe, resolve
+from bench.matrix.recipes import AppliedRecipe
+from bench.matrix.reference import ReferencePlan
 from bench.worker.trackers import Tracker
 
 
@@ -29,12 +33,25 @@ class WorkerSpec(BaseModel):
     report_to: tuple[Tracker, ...] = ("none",)
     """The experiment trackers the trainer reports to (`--report-to`; bench/worker/trackers.py)."""
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def recipe(self) -> AppliedRecipe:
-        """The cell's documented settings on this profile (scenarios/recipes.yaml), written into spec.json for the
-        reader; always resolved again from the cell, never read back."""
-        return resolve(self.cell, self.profile.device)
+    recipe: AppliedRecipe
+    """The cell's documented settings on this profile (scenarios/recipes.yaml), as its Plan resolved them."""
+    reference: ReferencePlan
+    """How the cell's reference model is held (bench/matrix/reference.py), as its Plan resolved it."""
+
+    @classmethod
+    def from_plan(cls, plan: Plan, assets: PreparedAssets, out_dir: str, **options: Any) -> "WorkerSpec":
+        """The spec of `plan`'s cell: `options` are the fields a Plan does not hold (deepspeed_config, save_dir,
+        reward_model, report_to)."""
+        return cls(
+            cell=plan.cell,
+            profile=plan.profile,
+            workload=plan.workload,
+            recipe=plan.recipe,
+            reference=plan.reference,
+            assets=assets,
+            out_dir=out_dir,
+            **options,
+        )
 
     def rank_file(self, rank: int) -> Path:
         return Path(self.out_dir) / f"rank{rank}.json"

@@ -7,7 +7,6 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
-from bench.matrix.reference import reference_plan
 from bench.worker.spec import WorkerSpec
 from bench.worker.trackers import trainer_value
 
@@ -18,7 +17,7 @@ def gradient_checkpointing(spec: WorkerSpec) -> bool:
 
 def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
     """Asked by the option, the recipe or the workload (bench/matrix/reference.py)."""
-    return reference_plan(spec.cell, spec.recipe.settings, spec.workload).precomputed
+    return spec.reference.precomputed
 
 
 def learning_rate(spec: WorkerSpec) -> float:

@@ -24,6 +24,7 @@ from bench.executors.base import Outcome
 from bench.isolation import step_marks
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix
 from bench.paths import RESULTS_DIR, SCENARIOS_DIR
@@ -45,12 +46,14 @@ def test_harness_plan_and_write_files(benchmark, tmp_path):
     """Plan a DeepSpeed cell through accelerate (the most files: accelerate + DeepSpeed config + worker spec) and
     write its files."""
     profile = load_profile("cpu")
-    spec = WorkerSpec(
-        cell=Cell(init="one_adapter", quant="none", backend="zero2", launcher="accelerate"),
-        profile=profile,
-        workload=load_workload(profile.workload),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir=str(tmp_path / "out"),
+    spec = WorkerSpec.from_plan(
+        plan_for(
+            Cell(init="one_adapter", quant="none", backend="zero2", launcher="accelerate"),
+            profile,
+            load_workload(profile.workload),
+        ),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        str(tmp_path / "out"),
     )
 
     def plan_and_write():

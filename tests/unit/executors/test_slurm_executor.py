@@ -27,6 +27,7 @@ from bench.judge.slurm_states import with_job_state
 from bench.launchers import job_launch
 from bench.launchers.job import NodeLayout
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import PROJECT_ROOT
 from bench.results.schema import ResultRecord
@@ -47,12 +48,10 @@ JOBCOMP = (
 def launch_for(tmp_path: Path, backend: str, launcher: str, hw: str = "cpu"):
     profile = load_profile(hw)
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
-    spec = WorkerSpec(
-        cell=cell,
-        profile=profile,
-        workload=load_workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir=str(tmp_path / "out"),
+    spec = WorkerSpec.from_plan(
+        plan_for(cell, profile, load_workload("tiny")),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        str(tmp_path / "out"),
     )
     return profile, plan_launch(spec, tmp_path, port=29555, python="/venv/bin/python")
 

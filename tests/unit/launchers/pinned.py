@@ -9,6 +9,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.launchers import job_launch, rank_from_env, torch_rank_env
 from bench.launchers.job import NodeLayout
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import plan_launch
 from bench.worker.spec import WorkerSpec
@@ -37,12 +38,10 @@ def one_launcher(launcher: str, backend: str, gpu_profile: str) -> dict:
     seen: dict = {}
     for name, profile_name, as_root in (("cpu", "cpu", False), ("gpu", gpu_profile, True)):
         profile = load_profile(profile_name)
-        spec = WorkerSpec(
-            cell=cell,
-            profile=profile,
-            workload=load_workload("tiny"),
-            assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-            out_dir="/cells/out",
+        spec = WorkerSpec.from_plan(
+            plan_for(cell, profile, load_workload("tiny")),
+            PreparedAssets(model="m", tokenizer="t", dataset="d"),
+            "/cells/out",
         )
         run_env = {"CUDA_VISIBLE_DEVICES": "3,1,2"} if profile.device == "cuda" else None
         launch = plan_launch(spec, DIR, port=29555, python=PY, as_root=as_root, run_env=run_env)
@@ -52,12 +51,10 @@ def one_launcher(launcher: str, backend: str, gpu_profile: str) -> dict:
             "files": {str(path): text for path, text in sorted(launch.files.items())},
         }
     nodes = load_profile("2x8xA100-80G")
-    spec = WorkerSpec(
-        cell=cell,
-        profile=nodes,
-        workload=load_workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir="/cells/out",
+    spec = WorkerSpec.from_plan(
+        plan_for(cell, nodes, load_workload("tiny")),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        "/cells/out",
     )
     launch = plan_launch(spec, DIR, port=29555, python=PY)
     layout = NodeLayout(1, 1, 4) if launcher == "python" else NodeLayout(2, 8, 4)

@@ -12,6 +12,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.launchers import LAUNCHERS, job_launch, launcher_spec, rank_from_env, torch_rank_env
 from bench.launchers.job import NodeLayout
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import plan_launch
 from bench.worker.spec import WorkerSpec
@@ -73,12 +74,10 @@ def test_the_launch_plan_takes_the_new_launchers_argv_and_environment(tmp_path, 
     cell = Cell(init="one_adapter", quant="none", backend="ddp", launcher="torchrun").model_copy(
         update={"launcher": "srun"}
     )
-    spec = WorkerSpec(
-        cell=cell,
-        profile=profile,
-        workload=load_workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir=str(tmp_path / "out"),
+    spec = WorkerSpec.from_plan(
+        plan_for(cell, profile, load_workload("tiny")),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        str(tmp_path / "out"),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic: "srun" is not yet a Launcher when the spec is written

@@ -96,18 +96,21 @@ def test_model_loading_never_trusts_remote_code(monkeypatch):
 
     from bench.assets.prepare import PreparedAssets
     from bench.matrix.cell import Cell
+    from bench.matrix.plan import plan_for
     from bench.matrix.profiles import load_workload as workload
     from bench.worker.models import load_causal_lm
     from bench.worker.spec import WorkerSpec
 
     seen = {}
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **kw: seen.update(kw))
-    spec = WorkerSpec(
-        cell=Cell(init="one_adapter", quant="none", backend="single", launcher="python"),
-        profile=load_profile("cpu"),
-        workload=workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir="/tmp/x",
+    spec = WorkerSpec.from_plan(
+        plan_for(
+            Cell(init="one_adapter", quant="none", backend="single", launcher="python"),
+            load_profile("cpu"),
+            workload("tiny"),
+        ),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        "/tmp/x",
     )
     load_causal_lm(spec)
     assert seen["trust_remote_code"] is False

@@ -15,6 +15,7 @@ from bench.matrix.axes import Backend, Option, Quant, Setup
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import HardwareProfile, load_profile, load_workload
 from bench.matrix.recipes import (
     AppliedRecipe,
@@ -60,7 +61,7 @@ NEWCOMER_IDS = {
 
 
 def spec_of(cell: Cell, profile: HardwareProfile) -> WorkerSpec:
-    return WorkerSpec(cell=cell, profile=profile, workload=load_workload("tiny"), assets=ASSETS, out_dir="/tmp/cell")
+    return WorkerSpec.from_plan(plan_for(cell, profile, load_workload("tiny")), ASSETS, "/tmp/cell")
 
 
 def cell(init: str, quant: str, backend: str, setup: Setup = Setup.RECIPE, launcher: str | None = None) -> Cell:

@@ -25,9 +25,16 @@ from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import precompute_ref_log_probs
 
 BENCH = PROJECT_ROOT / "bench"
-CALLERS = ("worker/trainer_args.py", "worker/models.py", "matrix/plan.py")
-PLAN_READERS = ("estimate/predict.py", "estimate/speed/model.py", "judge/mfu.py")
-"""The estimator, the speed model and the judge read the reference from the resolved Plan (bench/matrix/plan.py)."""
+CALLERS = ("matrix/plan.py",)
+PLAN_READERS = (
+    "estimate/predict.py",
+    "estimate/speed/model.py",
+    "judge/mfu.py",
+    "worker/trainer_args.py",
+    "worker/models.py",
+)
+"""The estimator, the speed model, the judge and the worker (through its spec, built from the Plan) read the
+reference the Plan (bench/matrix/plan.py) resolved."""
 PRECOMPUTED = Settings(reference="precomputed")
 
 
@@ -101,7 +108,7 @@ def test_the_worker_and_the_estimator_agree_on_every_cell(monkeypatch, hw, workl
     assert any(resolve(c, profile.device).settings.reference == "precomputed" for c in cells) or hw == "cpu"
     for c in cells:
         plan = reference_plan(c, resolve(c, profile.device).settings, workload)
-        spec = WorkerSpec(cell=c, profile=profile, workload=workload, assets=ASSETS, out_dir="/tmp/cell")
+        spec = WorkerSpec.from_plan(plan_for(c, profile, workload), ASSETS, "/tmp/cell")
         assert precompute_ref_log_probs(spec) == plan.precomputed, c.id
         if c.init == Init.TWO_MODELS:
             built = models.build_models(spec, load=lambda spec: object())
@@ -125,7 +132,7 @@ def _reads(path) -> list[str]:
     return found
 
 
-def test_the_four_callers_read_the_rule_and_derive_nothing_themselves():
+def test_the_plan_reads_the_rule_and_its_readers_derive_nothing_themselves():
     for name in CALLERS:
         path = BENCH / name
         assert "reference_plan" in {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}

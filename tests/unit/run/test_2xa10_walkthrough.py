@@ -27,6 +27,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import expand, load_matrix, not_applicable_reason
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, plan_launch
@@ -72,12 +73,10 @@ def planned(run_env: dict[str, str], folder: Path) -> list[Row]:
     for cell in expand(load_matrix()):
         if not_applicable_reason(CellOnProfile(cell, PROFILE)) is not None:
             continue
-        spec = WorkerSpec(
-            cell=cell,
-            profile=PROFILE,
-            workload=WORKLOAD,
-            assets=PreparedAssets(model="/assets/phi-2", tokenizer="/assets/tok", dataset="/assets/data"),
-            out_dir=str(folder / "cells" / cell.id),
+        spec = WorkerSpec.from_plan(
+            plan_for(cell, PROFILE, WORKLOAD),
+            PreparedAssets(model="/assets/phi-2", tokenizer="/assets/tok", dataset="/assets/data"),
+            str(folder / "cells" / cell.id),
         )
         launch = plan_launch(spec, folder / cell.id, port=29500, python=PYTHON, run_env=run_env)
         container = container_spec("dpo-bench/cuda:x", PROFILE, ROOT, writable=[folder], readonly=[])

@@ -145,8 +145,13 @@ def test_an_unwritable_shm_refuses_the_deepspeed_cells_in_one_line_before_any_st
     until its 120 s limit (`timeout`, the log alone saying `shared_create ... failed`)."""
     import subprocess
 
+    from bench.matrix.plan import plan_for
+    from bench.matrix.profiles import load_workload
     from bench.matrix.scenario import expand, load_matrix
     from bench.run.preflight import shm_check, unwritable
+
+    def planned(cells):
+        return [plan_for(c, cpu_profile, load_workload("tiny")) for c in cells]
 
     cells = [c for c in expand(load_matrix()) if c.id.startswith("one_adapter-none-")]
     zero = [c for c in cells if c.launcher == "deepspeed"]
@@ -158,8 +163,8 @@ def test_an_unwritable_shm_refuses_the_deepspeed_cells_in_one_line_before_any_st
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(shm)], check=True)
     try:
         assert unwritable(shm) == "Read-only file system"
-        refusal = shm_check(cells, cpu_profile, shm)
-        assert shm_check(others, cpu_profile, shm) is None  # nothing here needs it
+        refusal = shm_check(planned(cells), shm)
+        assert shm_check(planned(others), shm) is None  # nothing here needs it
     finally:
         subprocess.run(["umount", "--lazy", str(shm)], check=False)
     assert str(refusal) == (
@@ -168,6 +173,6 @@ def test_an_unwritable_shm_refuses_the_deepspeed_cells_in_one_line_before_any_st
         f"wait for them until their time limit; make {shm} writable (mount -o remount,rw {shm}) or leave those cells "
         "out with --filter"
     )
-    assert unwritable(shm) is None and shm_check(cells, cpu_profile, shm) is None and list(shm.iterdir()) == []
-    one = shm_check(zero[:1], cpu_profile, tmp_path / "no-such-folder")
+    assert unwritable(shm) is None and shm_check(planned(cells), shm) is None and list(shm.iterdir()) == []
+    one = shm_check(planned(zero[:1]), tmp_path / "no-such-folder")
     assert f"1 cell(s) ({zero[0].id}) would wait" in str(one) and "(No such file or directory)" in str(one)

@@ -8,6 +8,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.launchers import LAUNCHERS, rank_from_env
 from bench.matrix.backends import BACKENDS
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import ACCELERATE_FILE, DEEPSPEED_FILE, SPEC_FILE, plan_launch, write_files
 from bench.worker.spec import WorkerSpec
@@ -15,12 +16,10 @@ from bench.worker.spec import WorkerSpec
 
 def plan(tmp_path, cpu_profile, backend, launcher, as_root=False, write=True, ranks=None):
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher, ranks=ranks)
-    spec = WorkerSpec(
-        cell=cell,
-        profile=cpu_profile,
-        workload=load_workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir=str(tmp_path / "out"),
+    spec = WorkerSpec.from_plan(
+        plan_for(cell, cpu_profile, load_workload("tiny")),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        str(tmp_path / "out"),
     )
     launch = plan_launch(spec, tmp_path, port=29555, as_root=as_root)
     if write:

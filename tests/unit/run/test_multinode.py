@@ -13,6 +13,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.launchers import job_launch, node_argv
 from bench.launchers.job import NodeLayout, quote
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.run.launch import plan_launch
 from bench.worker.spec import WorkerSpec
@@ -23,12 +24,10 @@ PY = "/venv/bin/python"
 def launch_for(tmp_path: Path, backend: str, launcher: str):
     profile = load_profile("2x8xA100-80G")
     cell = Cell(init="one_adapter", quant="none", backend=backend, launcher=launcher)
-    spec = WorkerSpec(
-        cell=cell,
-        profile=profile,
-        workload=load_workload("tiny"),
-        assets=PreparedAssets(model="m", tokenizer="t", dataset="d"),
-        out_dir=str(tmp_path / "out"),
+    spec = WorkerSpec.from_plan(
+        plan_for(cell, profile, load_workload("tiny")),
+        PreparedAssets(model="m", tokenizer="t", dataset="d"),
+        str(tmp_path / "out"),
     )
     return profile, plan_launch(spec, tmp_path, port=29555, python=PY)
 

@@ -14,6 +14,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.errors import BenchError
 from bench.executors.base import LaunchPlan, Outcome
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_workload
 from bench.results.schema import Engagement, ResultRecord, Status
 from bench.results.store import load_results
@@ -230,9 +231,10 @@ def test_a_config_file_replaced_by_a_folder_is_named_as_such(tmp_path, cpu_profi
 
 def test_untested_is_decided_once_and_not_applicable_wins(cpu_profile):
     device_map = Cell(init="one_adapter", quant="none", backend="device_map", launcher="python")
-    plans = plan_cells([DDP, device_map], cpu_profile, load_workload("tiny"), untested="no stack")
+    planned = [plan_for(c, cpu_profile, load_workload("tiny")) for c in (DDP, device_map)]
+    plans = plan_cells(planned, untested="no stack")
     assert [p.not_run[0] for p in plans] == [Status.UNTESTED, Status.NOT_APPLICABLE]
-    assert [p.not_run for p in plan_cells([DDP], cpu_profile, load_workload("tiny"))] == [None]
+    assert [p.not_run for p in plan_cells(planned[:1])] == [None]
 
 
 def test_a_cell_that_ran_as_asked_but_did_not_learn_is_not_ok(tmp_path, cpu_profile):

@@ -14,6 +14,7 @@ from bench.assets.prepare import PreparedAssets
 from bench.launchers import torch_rank_env
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.paths import PROJECT_ROOT, SCENARIOS_DIR
 from bench.run.launch import free_port
@@ -27,12 +28,10 @@ OMPI_RANK_1 = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "
 
 def spec(init: str, quant: str, backend: str, hw: str = "2xA10", setup: str = "recipe", model: str = "m") -> WorkerSpec:
     cell = Cell(init=init, quant=quant, backend=backend, launcher=backend_spec(backend).default_launcher, setup=setup)
-    return WorkerSpec(
-        cell=cell,
-        profile=load_profile(hw),
-        workload=load_workload("phi-2"),
-        assets=PreparedAssets(model=model, tokenizer="t", dataset="d"),
-        out_dir="/tmp/cell",
+    return WorkerSpec.from_plan(
+        plan_for(cell, load_profile(hw), load_workload("phi-2")),
+        PreparedAssets(model=model, tokenizer="t", dataset="d"),
+        "/tmp/cell",
     )
 
 

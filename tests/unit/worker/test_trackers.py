@@ -8,8 +8,10 @@ from bench.advise.command import native_files
 from bench.advise.launch_files import config_file, export_files
 from bench.cli import main
 from bench.matrix.axes import Method
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.worker import trackers
+from bench.worker.spec import WorkerSpec
 from bench.worker.trainer_args import trainer_arguments
 from bench.worker.trainers import trainer_module
 from tests.unit.worker.test_worker_build import spec_for
@@ -24,7 +26,10 @@ def test_the_default_is_none_and_a_choice_reaches_every_methods_trainer_argument
     spec = with_trackers("tensorboard")
     for method in (Method.DPO, Method.SFT, Method.KTO, Method.ORPO, Method.SIMPO):
         cell = spec.cell.model_copy(update={"method": method})
-        assert trainer_module(method).arguments(spec.model_copy(update={"cell": cell}))["report_to"] == "tensorboard"
+        other = WorkerSpec.from_plan(
+            plan_for(cell, spec.profile, spec.workload), spec.assets, spec.out_dir, report_to=spec.report_to
+        )
+        assert trainer_module(method).arguments(other)["report_to"] == "tensorboard"
     assert trainer_arguments(with_trackers("wandb", "mlflow"))["report_to"] == ["wandb", "mlflow"]
 
 

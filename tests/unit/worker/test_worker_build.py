@@ -15,6 +15,7 @@ from bench.errors import BenchError
 from bench.matrix.axes import Backend, Init, Option, Quant
 from bench.matrix.backends import BACKENDS, backend_spec
 from bench.matrix.cell import Cell
+from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 from bench.matrix.scenario import Axes, MatrixSpec, Variant
 from bench.paths import PROJECT_ROOT
@@ -42,9 +43,7 @@ def spec_for(
         launcher=backend_spec(backend).default_launcher,
         options=options,
     )
-    return WorkerSpec(
-        cell=cell, profile=load_profile(hw), workload=load_workload("tiny"), assets=ASSETS, out_dir=out_dir
-    )
+    return WorkerSpec.from_plan(plan_for(cell, load_profile(hw), load_workload("tiny")), ASSETS, out_dir)
 
 
 class Stop(Exception):
@@ -205,7 +204,8 @@ def test_hpu_and_build_import_in_either_order(order):
 )
 def test_each_init_mode_builds_what_it_trains_and_its_reference(method, init, ref_model, peft):
     cell = Cell(method=method, init=init, quant=Quant.NONE, backend=Backend.SINGLE, launcher="python")
-    spec = spec_for().model_copy(update={"cell": cell})
+    base = spec_for()
+    spec = WorkerSpec.from_plan(plan_for(cell, base.profile, base.workload), base.assets, base.out_dir)
     loaded: list[object] = []
 
     def load(spec: WorkerSpec) -> object:
