@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from bench.advise.target import DEFAULT_SETTINGS_WORKLOAD, TargetRequest, resolve_target
+from bench.cli.generation_flags import add_generation_arguments
 from bench.matrix.profiles import OPTIMIZERS, HardwareProfile, Workload
 from bench.matrix.settings import ALL_LINEAR
 
@@ -58,6 +59,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
     settings.add_argument("--optim", choices=OPTIMIZERS, default=None)
     settings.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None)
     settings.add_argument("--precompute-ref", type=on_off, default=None, metavar="on|off")
+    add_generation_arguments(parser)
 
 
 def target_request(args: argparse.Namespace) -> TargetRequest:
