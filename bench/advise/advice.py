@@ -10,12 +10,14 @@ from bench.advise.fixes import smallest_fix
 from bench.advise.host import HostMemory, host_need, over_host, unchecked, verdict
 from bench.advise.picks import Pick, PickKind, collapse_variants, faithfulness, picks
 from bench.estimate import VERSION
+from bench.estimate.generation_terms import GenerationHeader, generation_header
 from bench.estimate.predict import Calibration, Prediction, load_calibration
 from bench.estimate.speed.cell_speeds import speeds_of_plans, with_mfu
 from bench.estimate.uncertainty import pool_label
 from bench.matrix.axes import Method
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell, CellAxes
+from bench.matrix.methods import method_spec
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.precision import mode_of
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -126,6 +128,8 @@ class Advice(BaseModel):
     """The cell id to run: the first ranked that fits; null when nothing fits as it is."""
     run: RunPlan | None = None
     """How to run the chosen cell (or, when none fits, the best-ranked cell's fix); null when nothing fits at all."""
+    generation: GenerationHeader | None = None
+    """The online methods' generation settings, where an online method is advised (null otherwise)."""
 
 
 def devices_used(prediction: Prediction, profile: HardwareProfile) -> int:
@@ -282,4 +286,5 @@ def _advice(
         cells=ranked,
         not_applicable=not_applicable,
         chosen=chosen,
+        generation=generation_header(workload) if any(method_spec(e.method).generates for e in ranked) else None,
     )

@@ -82,6 +82,25 @@ def _card_lines(advice: Advice) -> list[str]:
     return [line, ""]
 
 
+def _generation_line(advice: Advice) -> list[str]:
+    """The online methods' generation settings (G, P, C, who generates), where one is advised."""
+    g = advice.generation
+    if g is None:
+        return []
+    if g.vllm is None:
+        who = "transformers' generate, vLLM colocated on the `+vllm` rows (--vllm to choose)"
+    elif g.vllm == "none":
+        who = "transformers' generate (--vllm none)"
+    else:
+        share = g.vllm_gpu_memory_utilization or 0
+        who = f"vLLM {g.vllm} at {share:g} of each vLLM card (--vllm-gpu-memory-utilization)"
+    return [
+        f"generation (grpo, rloo): G {g.num_generations} completions per prompt, prompt P {g.prompt_length} tokens, "
+        f"completion C {g.completion_length} tokens; {who}.",
+        "",
+    ]
+
+
 def _host_line(advice: Advice) -> list[str]:
     if advice.host_memory_bytes is None:
         if not any(c.host_unchecked for c in advice.cells):
@@ -148,6 +167,7 @@ def to_markdown(advice: Advice, limit: int | None = None) -> str:
         + "".join(f", {said}" for said in a.settings)
         + ".",
         "",
+        *_generation_line(a),
         *_card_lines(a),
         *_host_line(a),
         f"{fitting} of {len(a.cells)} applicable cells fit ({a.not_applicable} not applicable on this "

@@ -58,6 +58,12 @@ class TargetRequest:
     torch_compile: bool | None = None
     scenarios: Path | None = None
     """The scenario folder profiles and workloads are read from (None: the one in use)."""
+    num_generations: int | None = None
+    """The online methods' generation settings (bench/cli/generation_flags.py), over the workload's `generation`."""
+    completion_length: int | None = None
+    prompt_length: int | None = None
+    vllm: str | None = None
+    vllm_gpu_memory_utilization: float | None = None
 
     def without_settings(self) -> "TargetRequest":
         """The same hardware and workload with none of the training settings given: their defaults."""
@@ -79,11 +85,17 @@ class TargetRequest:
         for name in ("optim", "precision", "attention"):
             if (value := getattr(self, name)) is not None:
                 flags += [_flag(name), value]
+        for name in _GENERATION:
+            if (value := getattr(self, name)) is not None:
+                flags += [_flag(name), f"{value:g}" if isinstance(value, float) else str(value)]
         return flags
 
 
 _VALUED = ("max_length", "batch_size", "grad_accum", "lora_r", "lora_targets")
 """The settings `flags` repeats by value, in this order."""
+
+_GENERATION = ("num_generations", "completion_length", "prompt_length", "vllm", "vllm_gpu_memory_utilization")
+"""The generation flags `flags` repeats, in this order; `with_generation` applies them."""
 
 
 def _flag(name: str) -> str:
@@ -149,7 +161,7 @@ def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
             raise BenchError("--nodes goes with --gpu; a profile states its own nodes")
         profile = apply_to_profile(load_profile(request.hw, scenarios), settings)
     checked_precision(settings, profile)
-    workload = load_workload(request.workload or profile.workload, scenarios)
+    workload = with_generation(load_workload(request.workload or profile.workload, scenarios), request)
     checked_steps(settings, workload)
     if request.model is None:
         return profile, apply_to_workload(workload, _expanded(settings, workload.model.config_file))
@@ -158,6 +170,22 @@ def resolve_target(request: TargetRequest) -> tuple[HardwareProfile, Workload]:
     model = resolve_model(request.model)
     chosen = apply_to_workload(workload, _expanded(settings, model.config_file), model.config_file, model.name)
     return profile, _fitted_to_model(chosen, settings.lora_targets is not None, model.config_file)
+
+
+def with_generation(workload: Workload, request: TargetRequest) -> Workload:
+    """The workload with the generation flags given over its `generation` settings."""
+    given = {
+        "num_generations": request.num_generations,
+        "max_completion_length": request.completion_length,
+        "prompt_length": request.prompt_length,
+        "vllm": request.vllm,
+        "vllm_gpu_memory_utilization": request.vllm_gpu_memory_utilization,
+    }
+    update = {k: v for k, v in given.items() if v is not None}
+    if not update:
+        return workload
+    generation = workload.generation.model_validate(workload.generation.model_dump() | update)
+    return workload.model_copy(update={"generation": generation})
 
 
 def _fitted_to_model(workload: Workload, targets_given: bool, config_file: Path) -> Workload:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from bench.advise.question import AXES, PREFERENCES, Question
 from bench.cli.common import add_method_argument, add_report_to_argument, write_or_print
+from bench.cli.generation_flags import check_online
 from bench.cli.target_flags import add_target_arguments, target_request
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         from bench.matrix.scenario import parse_methods
 
         check_method(parse_methods(args.method))
+    check_online(args)
     question = question_of(args)
     profile, workload, by_id, predictions = predicted(question)
     host = host_memory(profile, args.host_ram)

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from bench.cli.common import add_method_argument, checked_scenario_files, write_or_print
+from bench.cli.generation_flags import check_online
 from bench.cli.target_flags import add_target_arguments, target
 from bench.errors import BenchError
 
@@ -23,6 +24,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from bench.estimate.speed.cell_speeds import speeds_for
     from bench.matrix.scenario import parse_methods
 
+    check_online(args)
     profile, workload = target(args)
     cpu = None
     if profile.device == "cpu" and args.cpu_features == "this-machine":

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from bench.advise.target import DEFAULT_SETTINGS_WORKLOAD, TargetRequest, resolve_target
+from bench.cli.generation_flags import add_generation_arguments
 from bench.matrix.precision import MODES
 from bench.matrix.profiles import ATTENTIONS, OPTIMIZERS, HardwareProfile, Workload
 from bench.matrix.settings import ALL_LINEAR, PRECISION_ALIASES
@@ -77,6 +78,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
         "--liger", type=on_off, default=None, metavar="on|off", help="Liger kernels (use_liger_kernel)"
     )
     settings.add_argument("--torch-compile", type=on_off, default=None, metavar="on|off", help="torch_compile")
+    add_generation_arguments(parser)
 
 
 def target_request(args: argparse.Namespace) -> TargetRequest:

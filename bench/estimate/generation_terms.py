@@ -7,6 +7,8 @@ steps_per_generation, bench/matrix/online_rules.py), n_kv key/value heads of d_h
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from bench.estimate import terms
 from bench.matrix.online_rules import steps_per_generation
 from bench.matrix.profiles import Workload
@@ -72,3 +74,29 @@ def scoring_forward(per_layer: float, tokens: int, vocab: int, b: int) -> float:
     without gradient: TRL runs them in chunks of per_device_train_batch_size (`_get_per_token_logps_and_entropies`,
     batch_size=...), each one layer's working set and one fused-head tile at a time."""
     return terms.no_grad_forward(per_layer, tokens, vocab, b)
+
+
+class GenerationHeader(BaseModel):
+    """The generation settings an online answer was predicted under (advise's header)."""
+
+    num_generations: int
+    prompt_length: int
+    completion_length: int
+    vllm: str | None
+    """none, colocate, server; None: each cell's own (its `+vllm` option, colocated)."""
+    vllm_gpu_memory_utilization: float | None
+    """The share given, else TRL's default for the mode (bench/estimate/vllm_terms.py); None without vLLM."""
+
+
+def generation_header(workload: Workload) -> GenerationHeader:
+    from bench.estimate.vllm_terms import default_utilization
+
+    gen = workload.generation
+    share = gen.vllm_gpu_memory_utilization or default_utilization(gen.vllm)
+    return GenerationHeader(
+        num_generations=gen.num_generations,
+        prompt_length=gen.prompt_length or workload.train.max_length,
+        completion_length=gen.max_completion_length,
+        vllm=gen.vllm,
+        vllm_gpu_memory_utilization=share,
+    )

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bench.assets.prepare import LARGE_MODEL_PARAMS
-from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty
+from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
 from bench.estimate.shapes import ModelShapes, shapes_for
@@ -151,8 +151,8 @@ def predict(
     the CPU the CPU figures were validated on (AMD EPYC)."""
     profile, workload = plan.profile, plan.workload
     base = CellAxes.of(plan.cell) | {"hardware": profile.name, "workload": workload.name}
-    if plan.not_applicable is not None:
-        return Prediction(**base, status="not_applicable", reason=plan.not_applicable)
+    if (reason := plan.not_applicable_on_target) is not None:
+        return Prediction(**base, status="not_applicable", reason=reason)
     calibration = calibration or load_calibration()
     const = calibration.devices.get(str(profile.device), DeviceConstants())
     backend, notes = effective_backend(plan)
@@ -163,6 +163,7 @@ def predict(
         knobs = knobs.model_copy(update={"master_weights": master})
     s = _setting(plan, backend, shapes_for(workload), knobs)
     terms_, load, host_terms = train_terms(s, cpu)
+    notes += _vllm(s, terms_)
     note = precisions.note(knobs.precision, precision, master)
     notes += [note] if note else []
     if profile.device == "cpu" and _cpu_bf16_matmuls(s):
@@ -664,9 +665,30 @@ def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> d
     if method.generates:
         gen = generation.generation_of(s.workload, s.world, s.knobs.batch_size, s.knobs.max_length)
         kv = (shapes.layers, shapes.kv_heads, shapes.head_dim, shapes.vocab, b)
-        phases["generation"] = {k: v / split for k, v in generation.generation_phase(gen, *kv).items()}
+        if _vllm_use(s) is None:  # vLLM's KV cache lives in its own share (vllm_reserved)
+            phases["generation"] = {k: v / split for k, v in generation.generation_phase(gen, *kv).items()}
         phases["scoring"] = {"scoring_forward": generation.scoring_forward(per_layer, tokens, shapes.vocab, b) / split}
     return phases
+
+
+def _vllm_use(s: _Setting) -> vllm_terms.VllmUse | None:
+    """vLLM where it generates for an online cell on a CUDA profile (vLLM's GPUs); None: transformers' generate."""
+    if not s.method.generates or s.profile.device != "cuda":
+        return None
+    return vllm_terms.vllm_use(s.cell, s.workload)
+
+
+def _vllm(s: _Setting, terms_: dict[str, float]) -> list[str]:
+    """vLLM's share of each training card (colocate) added to `terms_`; the notes saying it, or the server's GPUs."""
+    use, card = _vllm_use(s), usable_bytes(s.profile)
+    if use is None or card is None:
+        return []
+    shapes = s.shapes
+    sequence = generation.generation_of(s.workload, s.world, s.knobs.batch_size, s.knobs.max_length).sequence
+    kv_per_token = generation.kv_cache(1, 1, shapes.layers, shapes.kv_heads, shapes.head_dim, s.b)
+    found = vllm_terms.vllm_terms(use, card, shapes.total * s.b, kv_per_token, sequence)
+    terms_.update(found.device)
+    return found.notes
 
 
 def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dict[str, float]:

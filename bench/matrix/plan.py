@@ -11,11 +11,12 @@ from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
 from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.on_profile import CellOnProfile
+from bench.matrix.online_rules import vllm_left_out
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import QuantSpec, quant_spec
 from bench.matrix.recipes import AppliedRecipe, Settings, resolve
 from bench.matrix.reference import ReferencePlan, reference_plan
-from bench.matrix.scenario import not_applicable_reason
+from bench.matrix.scenario import not_applicable_reason, target_reason
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,15 @@ class Plan:
     @property
     def on_profile(self) -> CellOnProfile:
         return CellOnProfile(self.cell, self.profile)
+
+    @property
+    def not_applicable_on_target(self) -> str | None:
+        """`not_applicable` as a prediction for the target hardware judges it (bench/matrix/scenario.py
+        `target_reason`: a `+vllm` row needs a CUDA target, not vLLM importable on this machine), and a `+vllm` row
+        left out by `--vllm none`."""
+        if self.not_applicable is not None and (reason := target_reason(self.on_profile)) is not None:
+            return reason
+        return vllm_left_out(self.cell, self.workload)
 
     @property
     def settings(self) -> Settings:

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from bench.errors import BenchError
 from bench.matrix.axes import Device
@@ -301,6 +301,28 @@ class GenerationSpec(Strict):
         description="the reward model's weight beside the rule's 1 (TRL's reward_weights): it matters where the "
         "reward model is trained (the rlhf pipeline); a matrix cell's scores 0",
     )
+    vllm: Literal["none", "colocate", "server"] | None = Field(
+        default=None,
+        description="who generates for every online cell: none (transformers' generate), colocate or server "
+        "(vLLM, TRL's vllm_mode); None: the cell says (its `+vllm` option, colocate)",
+    )
+    vllm_gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the share of each vLLM card vLLM reserves; None: TRL's default for the mode "
+        "(bench/estimate/vllm_terms.py)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_vllm(self, handler):
+        """The vLLM settings only where given: a workload that names none serializes as it always has (the spec a
+        cell's worker reads, the pinned launches)."""
+        data = handler(self)
+        for key in ("vllm", "vllm_gpu_memory_utilization"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 class Workload(Strict):

@@ -20,6 +20,7 @@ from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import RULES as ONLINE_RULES
+from bench.matrix.online_rules import TARGET_RULES
 from bench.matrix.quants import quant_spec
 from bench.matrix.recipes import newcomer_differs
 from bench.matrix.yaml_schema import Strict, load_yaml_model
@@ -382,6 +383,16 @@ def not_applicable_reason(on: CellOnProfile) -> str | None:
     """The first rule that holds for the cell on its profile, named; None: the cell applies."""
     for rule in RULES:
         reason = rule(on)
+        if reason is not None:
+            return f"{rule.__name__}: {reason}"
+    return None
+
+
+def target_reason(on: CellOnProfile) -> str | None:
+    """`not_applicable_reason` judged for the target hardware (predict, advise) rather than for running here: the
+    online rules' `TARGET_RULES` replace what asks this machine (vLLM importable here)."""
+    for rule in RULES:
+        reason = TARGET_RULES.get(rule, rule)(on)
         if reason is not None:
             return f"{rule.__name__}: {reason}"
     return None

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from bench.estimate.predict import effective_backend
 from bench.estimate.shapes import config_path, shapes_for
-from bench.estimate.speed import comm, offload, work
+from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
 from bench.estimate.speed.knob_factors import knob_seconds
@@ -156,6 +156,15 @@ def step_terms(
     return terms
 
 
+def online_terms(plan: Plan, setup: StepSetup, device: DeviceFigures, constants: ClassConstants) -> dict[str, float]:
+    """An online cell's share of its generation per step (decode.py): the policy as stored, and each quantized
+    weight's dequantized copy written and read, per decoding step, on this device's rates."""
+    dequant = 2 * setup.quantized_params * setup.compute_bytes
+    read = (setup.policy_bytes, dequant, setup.step.shape.matmul_params)
+    rates = (device.memory_bytes_s, device.peak_flops * device.matmul_fraction * constants.efficiency)
+    return decode.online_terms(plan, read, (*rates, constants.layer_pass_s))
+
+
 def first_fetch_seconds(setup: StepSetup, device: DeviceFigures) -> float:
     """What prefetching cannot hide under ZeRO-3 and FSDP: the first unit's gather of every gathering pass, which
     nothing computes beside (DeepSpeed's and FSDP's prefetch fetch the next unit while the current one computes)."""
@@ -230,18 +239,18 @@ def predict_speed(
 ) -> SpeedPrediction:
     """`cpu`: (matmul GFLOP/s per thread, copy GB/s, where from) for a CPU profile; default: calibration's host."""
     cell, profile = plan.cell, plan.profile
-    if plan.not_applicable is not None:
+    if plan.not_applicable_on_target is not None:
         return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_applicable")
-    if plan.method.generates:
-        return SpeedPrediction(cell_id=cell.id, hardware=profile.name, status="not_modelled")
     calibration = calibration or load_speed_calibration()
     host = calibration.host
     if cpu is None:
         cpu = (host.matmul_gflops, host.memory_gbps, f"this machine's microbenchmark, {host.measured_at}")
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
-    setup = setup_for(plan, seq_len)
+    setup = setup_for(plan, seq_len or decode.training_row(plan))
     terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), plan)
+    if plan.method.generates:
+        terms |= online_terms(plan, setup, device, constants)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens
     low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)

@@ -99,9 +99,40 @@ def _id(question) -> str:
     return question.id if hasattr(question, "id") else "-".join(question)
 
 
+GENERATION_QUESTIONS = [
+    ("grpo", "qwen2.5-7b", "H100:8", ("--vllm", "colocate")),
+    ("grpo", "qwen2.5-7b", "L40S:1", ("--vllm", "colocate", "--vllm-gpu-memory-utilization", "0.5")),
+    (
+        "rloo",
+        "llama-3.1-8b",
+        "A100-80G:8",
+        ("--vllm", "server", "--num-generations", "16", "--completion-length", "512"),
+    ),
+    ("grpo", "qwen2.5-0.5b", "H100:8", ("--num-generations", "4", "--prompt-length", "512", "--vllm", "none")),
+]
+"""GRPO and RLOO as people run them: vLLM colocated or served, their own G, P and C."""
+
+
 @pytest.mark.parametrize(("method", "model", "gpu"), QUESTIONS, ids=[_id(q) for q in QUESTIONS])
 def test_each_question_answers_with_picks_an_expert_would_sign(matrix, models, method, model, gpu):
-    question = question_of(_parser().parse_args(_flags(method, model, gpu, models)))
+    _answers_with_signed_picks(matrix, _flags(method, model, gpu, models))
+
+
+@pytest.mark.parametrize(
+    ("method", "model", "gpu", "extra"),
+    GENERATION_QUESTIONS,
+    ids=[" ".join(q[:3] + q[3]) for q in GENERATION_QUESTIONS],
+)
+def test_each_online_question_answers_under_its_generation_settings(matrix, models, method, model, gpu, extra):
+    advice = _answers_with_signed_picks(matrix, [*_flags(method, model, gpu, models), *extra])
+    given = dict(zip(extra[::2], extra[1::2], strict=True))
+    assert advice.generation is not None
+    assert advice.generation.vllm == given.get("--vllm")
+    assert str(advice.generation.num_generations) == given.get("--num-generations", "8")
+
+
+def _answers_with_signed_picks(matrix, flags: list[str]) -> Advice:
+    question = question_of(_parser().parse_args(flags))
     profile, workload, by_id, predictions = predicted(question, matrix)
     host = host_memory(profile, question.host_ram)
     advice = Advice.model_validate_json(to_json(advise(profile, workload, predictions, by_id, question.prefer, host)))
@@ -126,6 +157,7 @@ def test_each_question_answers_with_picks_an_expert_would_sign(matrix, models, m
         bound = mfu_bound(plan)
         if bound is not None:
             assert implied_mfu(speed, plan) <= bound[0] * (1 + 1e-9), f"{pick.cell_id}: over {bound[1].id}"
+    return advice
 
 
 @pytest.mark.parametrize(("method", "model", "gpu"), [QUESTIONS[1], QUESTIONS[6]])
@@ -169,9 +201,10 @@ def test_launcher_variants_that_predict_alike_are_one_row_in_every_format(matrix
 
 
 def test_no_pick_is_fastest_without_a_speed(tmp_path: Path, capsys):
-    assert main(["advise", "--model", "llama-3.1-8b", "--gpu", "H100:8", "--method", "grpo", "--format", "json"]) == 0
+    custom = ["advise", "--model", "llama-3.1-8b", "--gpu", "MyCard:8", "--gpu-memory", "80", "--method", "grpo"]
+    assert main([*custom, "--format", "json"]) == 0  # a custom card: its speed unknown
     advice = Advice.model_validate_json(capsys.readouterr().out)
     assert advice.picks and all(c.tokens_per_s is None for c in advice.cells if c.verdict == "fits")
     assert "fastest" not in {p.kind for p in advice.picks}
-    assert main(["advise", "--model", "llama-3.1-8b", "--gpu", "H100:8", "--method", "grpo"]) == 0
+    assert main(custom) == 0
     assert "no **fastest** pick for GRPO" in capsys.readouterr().out

@@ -377,7 +377,8 @@ def test_a_fix_proposes_only_cells_the_matrix_has_and_a_full_fine_tune_an_adapte
         return Cell(method=method, init=init, quant="none", backend=backend, launcher=launcher, **extra)
 
     assert in_matrix(cell("sft", "full", "zero3_offload"))
-    assert not in_matrix(cell("grpo", "one_adapter", "zero3_offload"))  # GRPO's rows have no offload backend
+    assert in_matrix(cell("grpo", "one_adapter", "zero3_offload"))  # GRPO runs on the offload backends too
+    assert not in_matrix(cell("grpo", "full", "single"))  # GRPO holds a reference: no `full` row
     assert in_matrix(cell("kto", "one_adapter", "zero3", options=("precompute_ref",)))  # the option a fix adds
     (change,) = adapter(cell("sft", "full", "single"), load_workload("tiny"))
     assert change.cell.init == "one_adapter" and "instead of every weight" in change.what
