@@ -60,7 +60,7 @@ class PointResult:
     speeds: dict[str, float | None] = field(default_factory=dict)
     """PREDICTED tokens/s of the cells that fit (advise's ranking figure), by cell id."""
     picks: tuple[tuple[str, str, str], ...] = ()
-    """advise's three picks among the fitting cells: (kind, cell id, reason); empty when none fits."""
+    """advise's picks among the fitting cells, up to one per kind: (kind, cell id, reason); empty when none fits."""
     host_need: dict[str, float] = field(default_factory=dict)
     """Host bytes each offload cell needs on one node (advise's host_need_bytes), by cell id."""
     host_memory_bytes: float | None = None

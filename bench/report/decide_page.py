@@ -12,6 +12,9 @@ from bench.report.templating import render
 
 PAGE = "decide.html"
 DATA_FILE = "decide-data.js"
+DATA_FILE_CEILING = 3_000_000
+"""The most bytes the data file may have (a page people open on a phone): each method's part of the grid in
+scenarios/decide.yaml is sized to keep under it; tests/unit/report/test_decide.py holds the published file to it."""
 MEANINGS = {
     "fits": "PREDICTED to fit: 90 % or more of comparable measurements' errors keep it inside the device's memory",
     "likely_fits": "PREDICTED to fit more likely than not (50-90 % of comparable errors keep it inside)",

@@ -303,3 +303,29 @@ def test_the_grid_file_names_an_unknown_method(tmp_path):
     )
     with pytest.raises((BenchError, ValueError), match="ppo"):
         load_grid(tmp_path / "decide.yaml")
+
+
+SITE = SCENARIOS_DIR.parent / "results" / "site"
+SIZES = re.compile(r"`([\w.-]+\.(?:js|html))` ([\d,.]+) (bytes|kB|MB)")
+
+
+def test_the_published_data_file_is_under_its_ceiling():
+    from bench.report.decide_page import DATA_FILE_CEILING
+
+    size = (SITE / DATA_FILE).stat().st_size
+    assert size <= DATA_FILE_CEILING, (
+        f"{DATA_FILE} is {size:,} bytes, over {DATA_FILE_CEILING:,}: give a method a coarser part of "
+        "scenarios/decide.yaml (its own counts, max_lengths, batch_sizes)"
+    )
+
+
+def test_the_docs_state_the_sizes_the_build_wrote():
+    """docs/advise.md's sentence of sizes names each file with its size as results/site has it."""
+    docs = (SCENARIOS_DIR.parent / "docs" / "advise.md").read_text(encoding="utf-8")
+    paragraph = docs[docs.index("The sizes the build writes") :].split("\n\n")[0]
+    stated = SIZES.findall(paragraph)
+    assert {name for name, _, _ in stated} >= {DATA_FILE, "decide.html", "index.html"}, paragraph
+    for name, value, unit in stated:
+        size = (SITE / name).stat().st_size
+        built = {"bytes": f"{size:,}", "kB": f"{size / 1e3:.0f}", "MB": f"{size / 1e6:.1f}"}[unit]
+        assert value == built, f"docs/advise.md says `{name}` {value} {unit}; results/site has {built} {unit}"
