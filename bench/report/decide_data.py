@@ -1,16 +1,13 @@
 """The decision page's data: every point of the grid predicted by `advise`'s own path, encoded compactly for the
 page's script. `predict_grid` computes (the slow part); `encode` is pure.
 
-The encoding: names tables (methods with their counts, lengths, batch sizes, offset and grid layout; models, GPUs,
-verdicts, term names, not-applicable reasons, cells with their method and `run` command), and per point (the grid's
-order: method by method) `[usable, marks, reasons, sizes, speeds, picks, host of a node, generation]`. marks, reasons,
-sizes and generation are indices into tables of distinct values: sizes, per predicted cell `total, total - low,
-high - total, host need per node, breakdown, P(fit) %` (breakdown an index into `breakdowns`, `[term, size, ...]`);
-marks, one character per cell (a verdict's letter, VERDICT_CODES; `x` not applicable; `-` absent); reasons, per cell
-null or its not-applicable reason's index; generation, null or `[completions per prompt, completion length, prompt
-length or null (the max length)]`. speeds: the fitting cells' tokens/s; picks: `[cell, reason, kind]` per pick. The
-host memory of a node is null where the offload cells are host unchecked. Sizes are in UNIT; the page computes the
-margin as usable − total and a point's flags from its axes (`point_flags`)."""
+The encoding: names tables (methods with their axes, offset and layout; models, GPUs, verdicts, terms, reasons, cells
+with their method and command), and per point (method by method, the grid's order) `[usable, marks, reasons, sizes,
+speeds, picks, host of a node, generation]`; marks, reasons, sizes and generation index tables of distinct values.
+sizes: per predicted cell `total, total - low, high - total, host need, breakdown, P(fit) %`; marks: a character per
+cell (VERDICT_CODES; `x` not applicable; `-` absent); picks: `[cell, reason, kind]` each; generation: null or
+`[completions per prompt, completion length, prompt length or null]`; host of a node null: host unchecked. Sizes in
+UNIT; the page computes margins (usable - total) and a point's flags from its axes (`point_flags`)."""
 
 import base64
 import gzip
@@ -39,7 +36,7 @@ FLAGS = "@FLAGS@"
 
 
 @dataclass(frozen=True)
-class Generation:
+class PageGeneration:
     """What an online method samples per step (the workload's `generation`): shown with its picks."""
 
     num_generations: int
@@ -65,7 +62,7 @@ class PointResult:
     """Host bytes each offload cell needs on one node (advise's host_need_bytes), by cell id."""
     host_memory_bytes: float | None = None
     """The host memory of one node the offload cells are held against; None: host unchecked (advise's mark)."""
-    generation: Generation | None = None
+    generation: PageGeneration | None = None
     """The workload's sampling settings, for the methods that generate."""
 
 
@@ -315,7 +312,7 @@ def _methods(grid: DecisionGrid, cells: list[Prediction], position: dict[str, in
     return parts
 
 
-PACKED = ("reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
+PACKED = ("cells", "reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
 """The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
 DecompressionStream."""
 SIZE_FIELDS = 6

@@ -9,7 +9,7 @@ from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import parse_methods
-from bench.report.decide_data import Generation, PointResult
+from bench.report.decide_data import PageGeneration, PointResult
 
 
 def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfile, PointResult]:
@@ -31,9 +31,9 @@ def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfil
     return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks, need, memory, generation)
 
 
-def generation_of(question: Question, workload: Workload) -> Generation | None:
+def generation_of(question: Question, workload: Workload) -> PageGeneration | None:
     """The workload's sampling settings where the question's method generates (GRPO, RLOO); None elsewhere."""
     if not any(method_spec(m).generates for m in parse_methods(question.method)):
         return None
     g = workload.generation
-    return Generation(g.num_generations, g.max_completion_length, g.prompt_length)
+    return PageGeneration(g.num_generations, g.max_completion_length, g.prompt_length)

@@ -132,6 +132,7 @@ def test_shipped_grid_covers_every_workload_model_and_catalog_gpu():
     assert {m.name for m in grid.models if m.flag == "--model"} == models
     assert set(grid.gpus) == {g.name for g in load_catalog().gpus}
     assert grid.counts == (1, 2, 4, 8)
+    assert [m.method for m in grid.parts()] == ["dpo", "grpo"], "GRPO is on the page"
 
 
 def test_page_names_its_data_and_uses_no_emoji(data):
