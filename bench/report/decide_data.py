@@ -4,10 +4,10 @@ page's script. `predict_grid` computes (the slow part); `encode` is pure.
 The encoding: names tables (methods with their axes, offset and layout; models, GPUs, verdicts, terms, reasons, cells
 with their method and command), and per point (method by method, the grid's order) `[usable, marks, reasons, sizes,
 speeds, picks, host of a node, generation]`; marks, reasons, sizes and generation index tables of distinct values.
-sizes: per predicted cell `total, total - low, high - total, host need, breakdown, P(fit) %`; marks: a character per
-cell (VERDICT_CODES; `x` not applicable; `-` absent); picks: `[cell, reason, kind]` each; generation: null or
-`[completions per prompt, completion length, prompt length or null]`; host of a node null: host unchecked. Sizes in
-UNIT; the page computes margins (usable - total) and a point's flags from its axes (`point_flags`)."""
+sizes: per predicted cell SIZE_FIELDS numbers; marks: a character per cell (VERDICT_CODES; `x` not applicable; `-`
+absent); picks: `[cell, reason, kind]` each; generation: null or `[completions per prompt, completion length, prompt
+length or null]`; host of a node null: host unchecked. Sizes in UNIT; the page computes margins (usable - total) and
+a point's flags from its axes (`point_flags`)."""
 
 import base64
 import gzip
@@ -210,7 +210,7 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
         chance = None if p.fit_probability is None else round(100 * p.fit_probability)
         host = point.host_need.get(cell_id, p.host_bytes)
-        size += [total, low, high, units(host), t.breakdowns(breakdown), chance]
+        size += [total, low, high, units(host), units(p.host_bytes or None), t.breakdowns(breakdown), chance]
         verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
         mark[at] = VERDICT_CODES[t.verdicts(verdict)]
         if verdict == "fits":
@@ -315,9 +315,10 @@ def _methods(grid: DecisionGrid, cells: list[Prediction], position: dict[str, in
 PACKED = ("cells", "reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
 """The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
 DecompressionStream."""
-SIZE_FIELDS = 6
-"""A size row is [total, low, high, host, breakdown, P(fit)] per predicted cell: packed a field at a time (all the rows'
-totals, then all their lows, ...), which gzip compresses to about 60 % of the rows as they are."""
+SIZE_FIELDS = 7
+"""A size row is [total, total - low, high - total, host need per node, host per rank, breakdown, P(fit) %] per
+predicted cell: packed a field at a time (all the rows' totals, then all their lows, ...), which gzip compresses to
+about 60 % of the rows as they are."""
 
 
 def pack(data: dict) -> dict:
@@ -400,7 +401,7 @@ def read_point(data: dict, at: int) -> dict:
         if mark == VERDICT_NOT_APPLICABLE:
             cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
             continue
-        total, low, high, host, breakdown, chance = (next(values) for _ in range(SIZE_FIELDS))
+        total, low, high, host, per_rank, breakdown, chance = (next(values) for _ in range(SIZE_FIELDS))
         pairs = data["breakdowns"][breakdown]
         verdict = data["verdicts"][VERDICT_CODES.index(mark)]
         cells[cell_id] = {
@@ -411,12 +412,26 @@ def read_point(data: dict, at: int) -> dict:
             "margin": None if usable is None else round((usable - total) * unit, 1),
             "host": round(host * unit, 1),
             "host_unchecked": bool(host) and host_node is None,
+            "host_column": host_column(per_rank, host, host_node, unit),
             "fit_percent": chance,
             "tokens_per_s": next(fast) if verdict == "fits" else None,
             "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},
             "command": command_of(data["cells"][i]["command"], flags),
         }
     return {"cells": cells, "picks": _picks(data, picked, cells), "generation": _generation(data, generation)}
+
+
+def host_column(per_rank: int | None, need: int | None, node: int | None, unit: float) -> str:
+    """advise's host column (bench/advise/render.py `_host`, its bold left out), as the page's script writes it."""
+    if per_rank is None:  # nothing offloaded
+        return "—"
+
+    def gb(units: int | None) -> str:
+        return f"{(units or 0) * unit:,.1f} GB"
+
+    if node is None:
+        return f"{gb(per_rank)}/rank, {gb(need)} per node, host unchecked"
+    return f"{gb(per_rank)}/rank, {gb(need)} of {gb(node)} per node"
 
 
 def _picks(data: dict, picked: list[int], cells: dict[str, dict]) -> list[dict]:

@@ -109,10 +109,11 @@
       var low = values[k + 1], high = values[k + 2];
       cells.push({verdict: verdict, css: 'v-' + verdict, label: CFG.labels[verdict] || verdict, total: total,
                   low: low === null ? null : total - low, high: high === null ? null : total + high,
-                  margin: p[0] === null ? null : p[0] - total, host: values[k + 3], breakdown: D.breakdowns[values[k + 4]],
-                  chance: values[k + 5], tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
+                  margin: p[0] === null ? null : p[0] - total, host: values[k + 3], perRank: values[k + 4],
+                  breakdown: D.breakdowns[values[k + 5]], chance: values[k + 6],
+                  tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
                   unchecked: !!values[k + 3] && (node === null || node === undefined)});
-      k += 6;
+      k += 7;
     }
     var picks = [];
     for (var j = 0; j < p[5].length; j += 3) {
@@ -131,10 +132,22 @@
     if (v.verdict === 'not_applicable') return cell.id + ': N/A: ' + v.reason;
     return cell.id + ': PREDICTED ' + v.verdict + ' (P(fit) ' + chance(v) + '), total ' + gb(v.total) +
       ' per device (80 % range ' + range(v) + '), margin ' + gb(v.margin) +
-      (v.unchecked ? '; host need ' + gb(v.host) + ' per node, host unchecked' : '');
+      (v.perRank === null ? '' : '; host ' + hostColumn(v));
   }
 
   function command(cell, flags){ return cell.command.replace(CFG.flags, flags); }
+
+  function hostGb(units){
+    return (units * UNIT).toLocaleString('en-US', {minimumFractionDigits: 1, maximumFractionDigits: 1}) + ' GB';
+  }
+
+  function hostColumn(v){
+    // advise's host column (bench/report/decide_data.py `host_column`): per rank, and per node against the node's
+    // host memory, or marked host unchecked where the catalog has no figure (--host-ram GB checks it).
+    if (v.perRank === null || v.perRank === undefined) return '—';  // nothing offloaded
+    var head = hostGb(v.perRank) + '/rank, ' + hostGb(v.host);
+    return v.unchecked ? head + ' per node, host unchecked' : head + ' of ' + hostGb(v.node) + ' per node';
+  }
 
   function figures(v, usable){
     // The PREDICTED figures of a cell as (label, value, attribute) rows.
@@ -142,8 +155,7 @@
       ['memory per device', gb(v.total) + ' of ' + gb(usable) + ' usable', 'total'],
       ['80 % range', range(v), 'range'],
       ['probability of fitting', chance(v), 'chance'],
-      ['host memory per node', (!v.host ? '0 GB (nothing offloaded)' :
-        v.unchecked ? gb(v.host) + ', host unchecked (--host-ram GB checks it)' : gb(v.host) + ' of ' + gb(v.node)), 'host'],
+      ['host memory', hostColumn(v), 'host'],
       ['tokens/s', tokens(v.tokens), 'tokens']
     ];
   }

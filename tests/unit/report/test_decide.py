@@ -211,8 +211,8 @@ def _markdown_rows(text: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("point", VERDICT_POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_path):
-    """The same point asked three ways has one verdict per cell and one host marking: advise's JSON, its Markdown
-    (the verdict's label, `host unchecked` in the host column) and the page's data."""
+    """The same point asked three ways has one verdict per cell and one host column: advise's JSON, its Markdown
+    (the verdict's label, the host column with its `host unchecked` mark) and the page's data."""
     from bench.advise.render import VERDICT_LABELS
 
     flags = _argv(point)
@@ -225,6 +225,7 @@ def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_pa
         assert verdict.split(" (")[0] == VERDICT_LABELS[cell["verdict"]], cell_id
         assert page[cell_id]["verdict"] == cell["verdict"], cell_id
         assert ("host unchecked" in host) == cell["host_unchecked"] == page[cell_id]["host_unchecked"], cell_id
+        assert page[cell_id]["host_column"] == host.replace("**", ""), cell_id  # the CLI's column, as the page has it
     if point[1] == "L4" and any(c["host_bytes"] for c in advised.values()):
         assert any(c["host_unchecked"] for c in advised.values())
 
