@@ -288,8 +288,8 @@
     // An empty chart in the holder `id`: <svg class="chart" data-series="count">.
     var holder = document.getElementById(id);
     holder.textContent = '';
-    return holder.appendChild(svgEl('svg', {'class': 'chart', 'id': id + '-svg', width: 560, height: height,
-                                            viewBox: '0 0 560 ' + height, role: 'img', 'data-series': String(count)}));
+    return holder.appendChild(svgEl('svg', {'class': 'chart', 'id': id + '-svg', width: 600, height: height,
+                                            viewBox: '0 0 600 ' + height, role: 'img', 'data-series': String(count)}));
   }
 
   function memoryChart(view, picked){
@@ -307,7 +307,7 @@
     });
     document.getElementById('memory-caption').textContent = 'Memory per device against max length, the picked setups ' +
       '(PREDICTED; dashed: ' + gb(view.usable) + ' usable)' + (cells.length ? '' : ': no pick at this point');
-    var svg = chart('memory-chart', 260, series.length), L = 56, R = 380, T = 12, B = 220;
+    var svg = chart('memory-chart', 260, series.length), L = 56, R = 340, T = 12, B = 220;
     var top = Math.max.apply(null, [view.usable || 0].concat(series.map(function(s){
       return Math.max.apply(null, s.line.map(function(p){ return p[1]; }).concat([0])); }))) * 1.1 || 1;
     var lo = lengths[0], hi = lengths[lengths.length - 1];
@@ -341,7 +341,7 @@
     var bars = method().backends.filter(function(b){ return best[b] !== undefined; });
     document.getElementById('speed-caption').textContent = 'PREDICTED tokens/s by backend, the fastest fitting setup of ' +
       'each' + (bars.length ? '' : ': no fitting setup has a PREDICTED speed at this point');
-    var svg = chart('speed-chart', 24 + 22 * Math.max(bars.length, 1), bars.length), L = 110, R = 470;
+    var svg = chart('speed-chart', 24 + 22 * Math.max(bars.length, 1), bars.length), L = 140, R = 530;
     var top = Math.max.apply(null, bars.map(function(b){ return best[b]; }).concat([1]));
     bars.forEach(function(b, n){
       var g = svg.appendChild(svgEl('g', {'class': 'series', 'data-series': b, 'data-tokens': String(best[b])}));
