@@ -1,13 +1,13 @@
 """The decision page's data: every point of the grid predicted by `advise`'s own path, encoded compactly for the
 page's script. `predict_grid` computes (the slow part); `encode` is pure.
 
-The encoding: names tables (models, GPUs, verdicts, term names, not-applicable reasons, cells with their `run`
-command), and per point (the grid's order) `[flags, usable MB, sizes, marks, reasons]`, the last three indices into
-tables of distinct values, then the host memory of a node (MB; null: the offload cells are host unchecked): sizes,
-per predicted cell `total MB, total - low MB, high - total MB, host need per node MB, breakdown,
-P(fit) %` (breakdown an index into `breakdowns`, `[term, MB, ...]`); marks, one character per cell (a verdict's
-letter, VERDICT_CODES; `x` not applicable; `-` absent); reasons, per cell null or its not-applicable reason's index.
-MB = 10^6 bytes, rounded; the page computes the margin as usable − total."""
+The encoding: names tables (methods with their axes, offset and layout; models, GPUs, verdicts, terms, reasons, cells
+with their method and command), and per point (method by method, the grid's order) `[usable, marks, reasons, sizes,
+speeds, picks, host of a node, generation]`; marks, reasons, sizes and generation index tables of distinct values.
+sizes: per predicted cell SIZE_FIELDS numbers; marks: a character per cell (VERDICT_CODES; `x` not applicable; `-`
+absent); picks: `[cell, reason, kind]` each; generation: null or `[completions per prompt, completion length, prompt
+length or null]`; host of a node null: host unchecked. Sizes in UNIT; the page computes margins (usable - total) and
+a point's flags from its axes (`point_flags`)."""
 
 import base64
 import gzip
@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from bench.advise.question import Question
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction
+from bench.matrix.axes import Method
 from bench.matrix.cell import Cell
+from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_question
 from bench.report.grid import build_grid, row_label
@@ -34,6 +36,16 @@ FLAGS = "@FLAGS@"
 
 
 @dataclass(frozen=True)
+class PageGeneration:
+    """What an online method samples per step (the workload's `generation`): shown with its picks."""
+
+    num_generations: int
+    completion_length: int
+    prompt_length: int | None
+    """None: a prompt may take the whole max length."""
+
+
+@dataclass(frozen=True)
 class PointResult:
     flags: str
     """The point's hardware, model and settings flags, shell-quoted: what `advise` puts in the commands it prints."""
@@ -45,11 +57,13 @@ class PointResult:
     speeds: dict[str, float | None] = field(default_factory=dict)
     """PREDICTED tokens/s of the cells that fit (advise's ranking figure), by cell id."""
     picks: tuple[tuple[str, str, str], ...] = ()
-    """advise's three picks among the fitting cells: (kind, cell id, reason); empty when none fits."""
+    """advise's picks among the fitting cells, up to one per kind: (kind, cell id, reason); empty when none fits."""
     host_need: dict[str, float] = field(default_factory=dict)
     """Host bytes each offload cell needs on one node (advise's host_need_bytes), by cell id."""
     host_memory_bytes: float | None = None
     """The host memory of one node the offload cells are held against; None: host unchecked (advise's mark)."""
+    generation: PageGeneration | None = None
+    """The workload's sampling settings, for the methods that generate."""
 
 
 PointPredictor = Callable[[Question, list[Cell]], tuple[HardwareProfile, PointResult]]
@@ -68,36 +82,40 @@ class DecisionPageJob:
 
 
 def predict_grid(decision: DecisionPageJob) -> tuple[list[PointResult], dict[str, str]]:
-    """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one model at a
-    time each (the points are independent; the order is kept)."""
-    grid, models = decision.grid, range(len(decision.grid.models))
-    processes = max(1, min(decision.jobs, len(grid.models)))
+    """Every point, in `grid.points()` order, and each cell's command template; `jobs` processes, one method's
+    model at a time each (the points are independent; the order is kept)."""
+    grid = decision.grid
+    parts = [(method, model) for method in range(len(grid.parts())) for model in range(len(grid.models))]
+    processes = max(1, min(decision.jobs, len(parts)))
     print(
         f"decision page: predicting {grid.size():,} points ({len(grid.models)} models, {processes} "
         f"process{'es' if processes > 1 else ''})",
         file=sys.stderr,
         flush=True,
     )
-    if decision.jobs <= 1 or len(grid.models) == 1:
-        parts = [_predict_model(decision, i) for i in models]
+    if processes == 1:
+        done = [_predict_part(decision, part) for part in parts]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(decision.jobs, len(grid.models))) as pool:
-            parts = list(pool.map(_predict_model, [decision] * len(grid.models), models))
+        with ProcessPoolExecutor(max_workers=processes) as pool:
+            done = list(pool.map(_predict_part, [decision] * len(parts), parts))
     points, commands = [], {}
-    for part_points, part_commands in parts:
+    for part_points, part_commands in done:
         points += part_points
         commands.update({k: v for k, v in part_commands.items() if k not in commands})
     return points, commands
 
 
-def _predict_model(decision: DecisionPageJob, model: int) -> tuple[list[PointResult], dict[str, str]]:
+def _predict_part(decision: DecisionPageJob, part: tuple[int, int]) -> tuple[list[PointResult], dict[str, str]]:
+    """The points of one method (index in `grid.parts()`) and one model (index in `grid.models`)."""
     from bench.matrix.scenario import expand, load_matrix
 
     grid, matrix = decision.grid, expand(load_matrix())
-    mine = [point for point in grid.points() if point[0] == grid.models[model]]
-    progress = ProgressLine(f"decision page, {grid.models[model].name}", len(mine), every_s=decision.progress_every_s)
+    method, model = grid.parts()[part[0]], grid.models[part[1]]
+    mine = [point for point in grid.points(method) if point[0] == model]
+    named = model.name if method.method == "dpo" else f"{method.method} {model.name}"
+    progress = ProgressLine(f"decision page, {named}", len(mine), every_s=decision.progress_every_s)
     points, commands = [], {}
     for done, point in enumerate(mine, 1):
         _, result = decision.predict(advise_question(*point), matrix)
@@ -123,7 +141,6 @@ UNIT = 1e8
 """Sizes are integers of 0.1 GB (10^8 bytes): the page shows GB with one decimal."""
 TOKENS = "@T@"
 """Stands for a pick's PREDICTED tokens/s in its reason (the number is the cell's, in the point's speeds)."""
-PICKS = ("fastest", "fewest-gpus", "faithful")
 
 
 def units(value: float | None) -> int | None:
@@ -167,11 +184,13 @@ class _Tables:
     not_applicable: _Table = field(default_factory=_Table)
     cell_ids: _Table = field(default_factory=_Table)
     why_picked: _Table = field(default_factory=_Table)
+    pick_kinds: _Table = field(default_factory=_Table)
+    generations: _Table = field(default_factory=_Table)
 
 
 def _point_row(point: PointResult, t: _Tables) -> list:
-    """One point: its flags, usable memory, each cell's verdict mark, N/A reason and sizes, the fitting cells'
-    speeds and the picks."""
+    """One point: its usable memory, each cell's verdict mark, N/A reason and sizes, the fitting cells' speeds, the
+    picks (kind by name: a point may have fewer than every kind), the host of a node and the sampling settings."""
     by_cell = {p.cell_id: p for p in point.predictions}
     size: list[int | None] = []
     mark = [VERDICT_ABSENT] * len(t.cell_ids.index)
@@ -191,7 +210,7 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         high = None if p.range_high_bytes is None else (units(p.range_high_bytes) or 0) - total
         chance = None if p.fit_probability is None else round(100 * p.fit_probability)
         host = point.host_need.get(cell_id, p.host_bytes)
-        size += [total, low, high, units(host), t.breakdowns(breakdown), chance]
+        size += [total, low, high, units(host), units(p.host_bytes or None), t.breakdowns(breakdown), chance]
         verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
         mark[at] = VERDICT_CODES[t.verdicts(verdict)]
         if verdict == "fits":
@@ -199,10 +218,14 @@ def _point_row(point: PointResult, t: _Tables) -> list:
     picked = [
         x
         for kind, cell_id, reason in point.picks
-        for x in (t.cell_ids(cell_id), t.why_picked(reason_template(reason, point.speeds.get(cell_id))))
+        for x in (
+            t.cell_ids(cell_id),
+            t.why_picked(reason_template(reason, point.speeds.get(cell_id))),
+            t.pick_kinds(kind),
+        )
     ]
+    g = point.generation
     return [
-        point.flags,
         units(point.usable_bytes),
         t.marks("".join(mark)),
         t.not_applicable(tuple(why)),
@@ -210,6 +233,7 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         speeds,
         picked,
         units(point.host_memory_bytes),
+        None if g is None else t.generations((g.num_generations, g.completion_length, g.prompt_length)),
     ]
 
 
@@ -224,54 +248,77 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
             cells.setdefault(p.cell_id, p)
     setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
     encoded = [_point_row(point, t) for point in points]
-    cell_ids = t.cell_ids
-    layout = build_grid(cells[c] for c in cell_ids.values())
-    position = {c: i for i, c in enumerate(cell_ids.values())}
-    return {
+    position = {c: i for i, c in enumerate(t.cell_ids.values())}
+    data = {
         "predicted": "PREDICTED",
         "estimator_version": VERSION,
         "unit": UNIT,
+        "methods": _methods(grid, [cells[c] for c in t.cell_ids.values()], position),
         "models": [{"name": m.name, "flag": m.flag} for m in grid.models],
         "gpus": list(grid.gpus),
-        "counts": list(grid.counts),
-        "max_lengths": list(grid.max_lengths),
-        "batch_sizes": list(grid.batch_sizes),
         "verdicts": t.verdicts.values(),
         "terms": t.terms.values(),
         "reasons": t.reasons.values(),
-        "picks": list(PICKS),
+        "picks": t.pick_kinds.values(),
         "pick_reasons": t.why_picked.values(),
+        "generations": [list(g) for g in t.generations.values()],
         "cells": [
             {
                 "id": c,
+                "method": str(cells[c].method),
                 "init": cells[c].init,
                 "quant": cells[c].quant,
                 "backend": cells[c].backend,
                 "setup": setups.get(c, ""),
                 "command": commands[c],
             }
-            for c in cell_ids.values()
+            for c in t.cell_ids.values()
         ],
-        "backends": layout.backends,
-        "rows": [
-            [row_label(init, quant), [_at(position, layout.cell(init, quant, b)) for b in layout.backends]]
-            for init, quant in layout.rows
-        ],
-        "variants": [position[c] for c in layout.variants],
         "breakdowns": [list(b) for b in t.breakdowns.values()],
         "sizes": [list(s) for s in t.sizes.values()],
         "marks": t.marks.values(),
         "not_applicable": [list(row) for row in t.not_applicable.values()],
         "points": encoded,
     }
+    for at, point in enumerate(points):
+        if point_flags(data, at) != point.flags:  # the page derives a point's flags from its axes
+            raise ValueError(f"point {at}: the page would show {point_flags(data, at)!r}, advise has {point.flags!r}")
+    return data
 
 
-PACKED = ("reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
+def _methods(grid: DecisionGrid, cells: list[Prediction], position: dict[str, int]) -> list[dict]:
+    """Each method's part of the grid: its axes, where its points start and its cells laid out (rows init · quant,
+    columns backend, then the variants)."""
+    parts, offset = [], 0
+    for part in grid.parts():
+        layout = build_grid(c for c in cells if str(c.method) == part.method)
+        parts.append(
+            {
+                "name": part.method,
+                "title": method_spec(Method(part.method)).title,
+                "counts": list(part.counts),
+                "max_lengths": list(part.max_lengths),
+                "batch_sizes": list(part.batch_sizes),
+                "offset": offset,
+                "backends": layout.backends,
+                "rows": [
+                    [row_label(init, quant), [_at(position, layout.cell(init, quant, b)) for b in layout.backends]]
+                    for init, quant in layout.rows
+                ],
+                "variants": [position[c] for c in layout.variants],
+            }
+        )
+        offset += sum(1 for _ in grid.points(part))
+    return parts
+
+
+PACKED = ("cells", "reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
 """The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
 DecompressionStream."""
-SIZE_FIELDS = 6
-"""A size row is [total, low, high, host, breakdown, P(fit)] per predicted cell: packed a field at a time (all the rows'
-totals, then all their lows, ...), which gzip compresses to about 60 % of the rows as they are."""
+SIZE_FIELDS = 7
+"""A size row is [total, total - low, high - total, host need per node, host per rank, breakdown, P(fit) %] per
+predicted cell: packed a field at a time (all the rows' totals, then all their lows, ...), which gzip compresses to
+about 60 % of the rows as they are."""
 
 
 def pack(data: dict) -> dict:
@@ -300,25 +347,50 @@ def _at(position: dict[str, int], cell_id: str | None) -> int | None:
     return None if cell_id is None else position[cell_id]
 
 
-def point_index(data: dict, model: str, gpu: str, count: int, max_length: int, batch_size: int) -> int:
+def _method(data: dict, name: str) -> dict:
+    return next(m for m in data["methods"] if m["name"] == name)
+
+
+def _axes(data: dict, method: dict) -> list[list]:
+    return [data["models"], data["gpus"], method["counts"], method["max_lengths"], method["batch_sizes"]]
+
+
+def point_index(
+    data: dict, model: str, gpu: str, count: int, max_length: int, batch_size: int, method: str = "dpo"
+) -> int:
     """Where a point is in `data["points"]` (what the page's script computes from its selection)."""
+    part = _method(data, method)
     at = 0
-    for values, chosen in (
-        ([m["name"] for m in data["models"]], model),
-        (data["gpus"], gpu),
-        (data["counts"], count),
-        (data["max_lengths"], max_length),
-        (data["batch_sizes"], batch_size),
-    ):
-        at = at * len(values) + values.index(chosen)
-    return at
+    for values, chosen in zip(_axes(data, part), (model, gpu, count, max_length, batch_size), strict=True):
+        keys = [v["name"] if isinstance(v, dict) else v for v in values]
+        at = at * len(keys) + keys.index(chosen)
+    return part["offset"] + at
+
+
+def point_of(data: dict, at: int) -> tuple[dict, dict, str, int, int, int]:
+    """point_index's inverse: (method, model, gpu, count, max length, batch size) of point `at`."""
+    part = [m for m in data["methods"] if m["offset"] <= at][-1]
+    axes, chosen, left = _axes(data, part), [], at - part["offset"]
+    for values in reversed(axes):
+        left, i = divmod(left, len(values))
+        chosen.insert(0, values[i])
+    model, gpu, count, length, batch = chosen
+    return part, model, gpu, count, length, batch
+
+
+def point_flags(data: dict, at: int) -> str:
+    """The flags of point `at` as advise repeats them (TargetRequest.flags), from its axes: the page's script builds
+    the same (decide.js `flagsOf`)."""
+    _, model, gpu, count, length, batch = point_of(data, at)
+    return f"--gpu {gpu}:{count} {model['flag']} {model['name']} --max-length {length} --batch-size {batch}"
 
 
 def read_point(data: dict, at: int) -> dict:
     """The encoding of point `at` read back, as the page's script reads it: {"cells": cell id -> {verdict, total,
     low, high, margin, host (need per node), host_unchecked, fit_percent, tokens_per_s, terms, command} (sizes in
-    GB, rounded as shown) or {verdict: not_applicable, reason}; "picks": [{kind, cell_id, reason}]}."""
-    flags, usable, marks, why, sizes, speeds, picked, host_node = data["points"][at]
+    GB, rounded as shown) or {verdict: not_applicable, reason}; "picks": [{kind, cell_id, reason}]; "generation"}."""
+    usable, marks, why, sizes, speeds, picked, host_node, generation = data["points"][at]
+    flags = point_flags(data, at)
     unit = data["unit"] / 1e9
     values, fast = iter(data["sizes"][sizes]), iter(speeds)
     cells: dict[str, dict] = {}
@@ -329,7 +401,7 @@ def read_point(data: dict, at: int) -> dict:
         if mark == VERDICT_NOT_APPLICABLE:
             cells[cell_id] = {"verdict": "not_applicable", "reason": data["reasons"][data["not_applicable"][why][i]]}
             continue
-        total, low, high, host, breakdown, chance = (next(values) for _ in range(SIZE_FIELDS))
+        total, low, high, host, per_rank, breakdown, chance = (next(values) for _ in range(SIZE_FIELDS))
         pairs = data["breakdowns"][breakdown]
         verdict = data["verdicts"][VERDICT_CODES.index(mark)]
         cells[cell_id] = {
@@ -340,17 +412,43 @@ def read_point(data: dict, at: int) -> dict:
             "margin": None if usable is None else round((usable - total) * unit, 1),
             "host": round(host * unit, 1),
             "host_unchecked": bool(host) and host_node is None,
+            "host_column": host_column(per_rank, host, host_node, unit),
             "fit_percent": chance,
             "tokens_per_s": next(fast) if verdict == "fits" else None,
             "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},
             "command": command_of(data["cells"][i]["command"], flags),
         }
+    return {"cells": cells, "picks": _picks(data, picked, cells), "generation": _generation(data, generation)}
+
+
+def host_column(per_rank: int | None, need: int | None, node: int | None, unit: float) -> str:
+    """advise's host column (bench/advise/render.py `_host`, its bold left out), as the page's script writes it."""
+    if per_rank is None:  # nothing offloaded
+        return "—"
+
+    def gb(units: int | None) -> str:
+        return f"{(units or 0) * unit:,.1f} GB"
+
+    if node is None:
+        return f"{gb(per_rank)}/rank, {gb(need)} per node, host unchecked"
+    return f"{gb(per_rank)}/rank, {gb(need)} of {gb(node)} per node"
+
+
+def _picks(data: dict, picked: list[int], cells: dict[str, dict]) -> list[dict]:
+    """The point's picks, each with its kind as the data names it (a point may lack a kind)."""
     picks = []
-    for k in range(0, len(picked), 2):
+    for k in range(0, len(picked), 3):
         cell_id = data["cells"][picked[k]]["id"]
         speed = cells[cell_id]["tokens_per_s"]
         reason = data["pick_reasons"][picked[k + 1]]
         if speed is not None:
             reason = reason.replace(TOKENS, f"{speed:,}")
-        picks.append({"kind": data["picks"][k // 2], "cell_id": cell_id, "reason": reason})
-    return {"cells": cells, "picks": picks}
+        picks.append({"kind": data["picks"][picked[k + 2]], "cell_id": cell_id, "reason": reason})
+    return picks
+
+
+def _generation(data: dict, at: int | None) -> dict | None:
+    if at is None:
+        return None
+    completions, completion_length, prompt_length = data["generations"][at]
+    return {"num_generations": completions, "completion_length": completion_length, "prompt_length": prompt_length}

@@ -12,6 +12,9 @@ from bench.report.templating import render
 
 PAGE = "decide.html"
 DATA_FILE = "decide-data.js"
+DATA_FILE_CEILING = 3_000_000
+"""The most bytes the data file may have (a page people open on a phone): each method's part of the grid in
+scenarios/decide.yaml is sized to keep under it; tests/unit/report/test_decide.py holds the published file to it."""
 MEANINGS = {
     "fits": "PREDICTED to fit: 90 % or more of comparable measurements' errors keep it inside the device's memory",
     "likely_fits": "PREDICTED to fit more likely than not (50-90 % of comparable errors keep it inside)",
@@ -21,7 +24,7 @@ MEANINGS = {
     "unknown": "no memory figure",
     "not_applicable": "cannot run on this hardware",
 }
-DEFAULTS = {"model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
+DEFAULTS = {"method": "dpo", "model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
 """What the page shows first (the question it was made for: Qwen2.5-7B on two A10s, 2,048 tokens), where the grid
 has it."""
 
@@ -64,9 +67,15 @@ def render_page(grid: DecisionGrid, data: dict) -> str:
         estimator_version=data["estimator_version"],
         models=len(grid.models),
         gpus=len(grid.gpus),
-        counts=", ".join(map(str, grid.counts)),
-        lengths=", ".join(map(str, grid.max_lengths)),
-        batches=", ".join(map(str, grid.batch_sizes)),
+        parts=[
+            (
+                m["title"],
+                ", ".join(map(str, m["counts"])),
+                ", ".join(map(str, m["max_lengths"])),
+                ", ".join(map(str, m["batch_sizes"])),
+            )
+            for m in data["methods"]
+        ],
         points=grid.size(),
         legend=legend,
     )

@@ -6,8 +6,10 @@ from bench.advise.advice import advise
 from bench.advise.host import host_memory, host_need, verdict
 from bench.advise.question import Question, predicted
 from bench.matrix.cell import Cell
-from bench.matrix.profiles import HardwareProfile
-from bench.report.decide_data import PointResult
+from bench.matrix.methods import method_spec
+from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.scenario import parse_methods
+from bench.report.decide_data import PageGeneration, PointResult
 
 
 def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfile, PointResult]:
@@ -25,4 +27,13 @@ def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfil
     flags = shlex.join(question.target.flags())
     need = {p.cell_id: host_need(p, profile) for p in predicted_ if p.host_bytes}
     memory = None if host is None else host.bytes_per_node
-    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks, need, memory)
+    generation = generation_of(question, workload)
+    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks, need, memory, generation)
+
+
+def generation_of(question: Question, workload: Workload) -> PageGeneration | None:
+    """The workload's sampling settings where the question's method generates (GRPO, RLOO); None elsewhere."""
+    if not any(method_spec(m).generates for m in parse_methods(question.method)):
+        return None
+    g = workload.generation
+    return PageGeneration(g.num_generations, g.max_completion_length, g.prompt_length)

@@ -137,14 +137,15 @@ def test_screenshot_renders(site, tmp_path):
 
 
 # The decision page: a small grid published for real, read in Chromium, held to `advise`'s own output.
-DECIDE_YAML = """workloads: [tiny]
+DECIDE_YAML = """methods: {dpo: {}, grpo: {counts: [2], batch_sizes: [1]}}
+workloads: [tiny]
 models: [qwen2.5-7b]
 gpus: [T4, A10]
 counts: [1, 2]
 max_lengths: [1024, 2048]
 batch_sizes: [1, 4]
 """
-POINT = {"model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
+POINT = {"method": "dpo", "model": "qwen2.5-7b", "gpu": "A10", "count": "2", "length": "2048", "batch": "1"}
 ADVISE = ["advise", "--gpu", "A10:2", "--model", "qwen2.5-7b", "--max-length", "2048", "--batch-size", "1"]
 
 
@@ -427,3 +428,91 @@ def html_text(dom: str) -> str:
     text = Text()
     text.feed(dom)
     return re.sub(r"\s+", " ", "".join(text.parts))
+
+
+# After the page is ready: run an action (pick a method in its select, edit the fragment), let the page follow, then
+# report what it shows in <body data-after> (which --dump-dom returns).
+ACT = """<script>
+window.addEventListener('load', function wait(){
+  if (!document.documentElement.getAttribute('data-ready')) { setTimeout(wait, 20); return; }
+  (function(){ %s })();
+  setTimeout(function(){
+    var selected = Array.prototype.map.call(document.querySelectorAll('select'), function(s){ return s.value; });
+    var gen = document.getElementById('generation');
+    var series = function(id){ return Array.prototype.map.call(
+      document.querySelectorAll('#' + id + ' g.series'), function(g){ return g.getAttribute('data-series'); }); };
+    document.body.setAttribute('data-after', JSON.stringify({
+      hash: location.hash, selected: selected,
+      picks: Array.prototype.map.call(document.querySelectorAll('.pick'),
+                                      function(p){ return p.getAttribute('data-cell'); }),
+      kinds: Array.prototype.map.call(document.querySelectorAll('.pick'),
+                                      function(p){ return p.getAttribute('data-kind'); }),
+      point: document.querySelector('table.decide').getAttribute('data-point'),
+      answer: document.getElementById('answer-for').textContent,
+      generation: gen.hidden ? null : gen.textContent,
+      memory: series('memory-chart'), speed: series('speed-chart')}));
+  }, 300);
+});
+</script>"""
+
+
+def after(page: Path, fragment_: str, action: str, tmp_path: Path) -> dict:
+    """What the page shows at `page#fragment_` once `action` (JavaScript) ran and the page followed it."""
+    copy = page.with_name(f"act-{tmp_path.name}-{page.stem}.html")
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", ACT % action + "</body>"), encoding="utf-8")
+    dom = browse(copy.as_uri() + fragment_, tmp_path, "--dump-dom").stdout
+    found = [a["data-after"] for a in parse(dom).find("body") if a.get("data-after")]
+    assert found, "the action's report did not run"
+    return json.loads(found[0])
+
+
+def advised(decide: Path, argv: list[str], tmp_path: Path, capsys) -> dict:
+    out = tmp_path / "advice.json"
+    assert main(["--scenarios", str(scenarios_of(decide)), *argv, "--format", "json", "--output", str(out)]) == 0
+    capsys.readouterr()
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def chart_series(advice: dict) -> tuple[list[str], set[str]]:
+    """What the two charts draw for `advice`: a line per picked setup, a bar per backend with a fitting speed."""
+    picked = list(dict.fromkeys(p["cell_id"] for p in advice["picks"]))
+    fast = {c["backend"] for c in advice["cells"] if c["verdict"] == "fits" and c["tokens_per_s"] is not None}
+    return picked, fast
+
+
+def test_choosing_a_method_shows_its_picks_generation_and_charts(decide, tmp_path, capsys):
+    select = "var s = document.getElementById('method'); s.value = 'grpo'; s.dispatchEvent(new Event('change'));"
+    shown = after(decide, fragment(POINT), select, tmp_path)
+    assert shown["hash"] == "#" + "&".join(f"{k}={v}" for k, v in (POINT | {"method": "grpo"}).items())
+    advice = advised(decide, [*ADVISE, "--method", "grpo"], tmp_path, capsys)
+    assert shown["picks"] == [p["cell_id"] for p in advice["picks"]] and shown["picks"]
+    assert shown["kinds"] == [p["kind"] for p in advice["picks"]], "each pick's kind by its name, not its place"
+    count = "one pick" if len(advice["picks"]) == 1 else f"{len(advice['picks'])} picks"
+    assert shown["answer"].startswith(f"advise's {count} for dpo-bench {' '.join(ADVISE)} --method grpo")
+    if "fastest" not in shown["kinds"]:
+        assert "(no Fastest pick here)" in shown["answer"], "fewer picks are worded as such"
+    assert shown["generation"] and "8 completions per prompt" in shown["generation"]
+    assert "1,024 tokens" in shown["generation"], "the workload's completion length"
+    picked, fast = chart_series(advice)
+    assert shown["memory"] == picked and set(shown["speed"]) == fast
+
+
+def test_editing_the_fragment_is_followed_without_a_reload(decide, tmp_path, capsys):
+    """A new fragment (with the CLI's alias `nvidia-t4`) changes the selection, the answer and the charts."""
+    moved = POINT | {"gpu": "nvidia-t4", "count": "1"}
+    edit = f"location.hash = {json.dumps(fragment(moved))};"
+    shown = after(decide, fragment(POINT), edit, tmp_path)
+    assert shown["selected"] == list((POINT | {"gpu": "T4", "count": "1"}).values())
+    argv = ["advise", "--gpu", "T4:1", *ADVISE[3:]]
+    assert shown["point"] == " ".join(argv[1:])
+    advice = advised(decide, argv, tmp_path, capsys)
+    assert shown["picks"] == [p["cell_id"] for p in advice["picks"]]
+    picked, fast = chart_series(advice)
+    assert shown["memory"] == picked and set(shown["speed"]) == fast
+
+
+def test_both_charts_draw_a_series_per_picked_setup_and_per_fast_backend(decide, tmp_path, capsys):
+    shown = after(decide, fragment(POINT), "", tmp_path)
+    picked, fast = chart_series(advised(decide, ADVISE, tmp_path, capsys))
+    assert len(picked) >= 2 and len(fast) >= 2, "a point where the charts have something to show"
+    assert shown["memory"] == picked and set(shown["speed"]) == fast

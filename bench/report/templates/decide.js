@@ -1,15 +1,27 @@
 // The decision page's view over window.DECIDE (decide-data.js, written by `make publish`; its encoding:
 // bench/report/decide_data.py). Nothing is estimated here: verdicts, sizes, speeds and picks are the Python
-// estimator's and advise's. The selection lives in the URL fragment (#model=...&gpu=...&count=...&length=...&batch=...);
-// a query string (?gpu=...) is read too, and the fragment again whenever it changes; a GPU alias --gpu takes
-// (gpu=4090) is taken. A value the grid lacks is named on the page with the nearest valid choices.
+// estimator's and advise's. The selection lives in the URL fragment
+// (#method=...&model=...&gpu=...&count=...&length=...&batch=...); a query string (?gpu=...) is read too, and the
+// fragment again whenever it changes; a GPU alias --gpu takes (gpu=4090) is taken. A value the grid lacks is named on
+// the page with the nearest valid choices. Counts, lengths and batch sizes are the chosen method's (its part of the
+// grid may be coarser). The charts are inline SVG drawn here from the same data.
 (function(){
-  var AXES = [['model', 'models'], ['gpu', 'gpus'], ['count', 'counts'], ['length', 'max_lengths'], ['batch', 'batch_sizes']];
+  // [URL key, the list's name]: methods, models and GPUs are the data's; the others the chosen method's.
+  var AXES = [['method', 'methods'], ['model', 'models'], ['gpu', 'gpus'], ['count', 'counts'], ['length', 'max_lengths'],
+              ['batch', 'batch_sizes']];
+  var PER_METHOD = {'count': 1, 'length': 1, 'batch': 1};
   var KINDS = {'fastest': 'Fastest', 'fewest-gpus': 'Fewest GPUs', 'faithful': 'Most faithful'};
+  var SVG = 'http://www.w3.org/2000/svg';
+  var COLOURS = ['#1b6ca8', '#d1495b', '#2e8540', '#8e5ea2', '#e07b00', '#555'];
   var D, CFG, UNIT;
 
-  function label(axis, value){ return axis === 'model' ? value.name + (value.flag === '--workload' ? ' (workload)' : '') : String(value); }
-  function key(axis, value){ return axis === 'model' ? value.name : String(value); }
+  function label(axis, value){
+    if (axis === 'method') return value.title;
+    return axis === 'model' ? value.name + (value.flag === '--workload' ? ' (workload)' : '') : String(value);
+  }
+  function key(axis, value){ return axis === 'model' || axis === 'method' ? value.name : String(value); }
+  function method(){ return D.methods[document.getElementById('method').selectedIndex]; }
+  function values(a){ return PER_METHOD[a[0]] ? method()[a[1]] : D[a[1]]; }
   function gb(units){ return units === null || units === undefined ? '—' : (units * UNIT).toFixed(1) + ' GB'; }
   function tokens(n){ return n === null || n === undefined ? '—' : n.toLocaleString('en-US'); }
   function el(tag, attrs, text){
@@ -62,44 +74,55 @@
     return order.slice(0, numeric ? 2 : 3).map(function(x){ return x[2]; });
   }
 
-  function index(){
-    // The point's position in the grid's order (batch size fastest), and each axis's chosen value.
+  function index(change){
+    // The point's position in the grid's order (method by method, batch size fastest) and each axis's value;
+    // `change`: {axis: index} in place of the selected one (the chart's other lengths).
     var at = 0, picked = {};
-    AXES.forEach(function(a){
-      var list = D[a[1]], i = document.getElementById(a[0]).selectedIndex;
+    AXES.slice(1).forEach(function(a){
+      var list = values(a), i = change && change[a[0]] !== undefined ? change[a[0]] : document.getElementById(a[0]).selectedIndex;
       picked[a[0]] = list[i];
       at = at * list.length + i;
     });
-    return {at: at, picked: picked};
+    picked.method = method();
+    return {at: method().offset + at, picked: picked};
   }
 
-  function pointView(at){
+  function flagsOf(picked){
+    // bench/report/decide_data.py `point_flags`: advise's flags for the point.
+    return '--gpu ' + picked.gpu + ':' + picked.count + ' ' + picked.model.flag + ' ' + picked.model.name +
+      ' --max-length ' + picked.length + ' --batch-size ' + picked.batch;
+  }
+
+  function pointView(at, picked){
     // Every cell at point `at`: null (absent), {verdict: not_applicable, reason}, or its PREDICTED figures.
-    var p = D.points[at], marks = D.marks[p[2]], values = D.sizes[p[4]], speeds = p[5], node = p[7];
+    var p = D.points[at], marks = D.marks[p[1]], values = D.sizes[p[3]], speeds = p[4], node = p[6];
     var cells = [], k = 0, f = 0;
     for (var i = 0; i < D.cells.length; i++) {
       var mark = marks.charAt(i);
       if (mark === '-') { cells.push(null); continue; }
       if (mark === 'x') {
         cells.push({verdict: 'not_applicable', css: 'v-not_applicable', label: CFG.labels.not_applicable,
-                    reason: D.reasons[D.not_applicable[p[3]][i]]});
+                    reason: D.reasons[D.not_applicable[p[2]][i]]});
         continue;
       }
       var verdict = D.verdicts[CFG.codes.indexOf(mark)], total = values[k];
       var low = values[k + 1], high = values[k + 2];
       cells.push({verdict: verdict, css: 'v-' + verdict, label: CFG.labels[verdict] || verdict, total: total,
                   low: low === null ? null : total - low, high: high === null ? null : total + high,
-                  margin: p[1] === null ? null : p[1] - total, host: values[k + 3], breakdown: D.breakdowns[values[k + 4]],
-                  chance: values[k + 5], tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
+                  margin: p[0] === null ? null : p[0] - total, host: values[k + 3], perRank: values[k + 4],
+                  breakdown: D.breakdowns[values[k + 5]], chance: values[k + 6],
+                  tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
                   unchecked: !!values[k + 3] && (node === null || node === undefined)});
-      k += 6;
+      k += 7;
     }
     var picks = [];
-    for (var j = 0; j < p[6].length; j += 2) {
-      var cell = p[6][j], v = cells[cell];
-      picks.push({kind: D.picks[j / 2], cell: cell, reason: D.pick_reasons[p[6][j + 1]].replace(CFG.tokens, tokens(v.tokens))});
+    for (var j = 0; j < p[5].length; j += 3) {
+      // A pick's kind by its name in the data: a point may lack a kind (no speed, nothing on fewer GPUs).
+      var cell = p[5][j], v = cells[cell];
+      picks.push({kind: D.picks[p[5][j + 2]], cell: cell, reason: D.pick_reasons[p[5][j + 1]].replace(CFG.tokens, tokens(v.tokens))});
     }
-    return {flags: p[0], usable: p[1], cells: cells, picks: picks};
+    var generation = p[7] === null || p[7] === undefined ? null : D.generations[p[7]];
+    return {flags: flagsOf(picked), usable: p[0], cells: cells, picks: picks, generation: generation};
   }
 
   function range(v){ return v.low === null ? '—' : gb(v.low) + ' – ' + gb(v.high); }
@@ -109,10 +132,22 @@
     if (v.verdict === 'not_applicable') return cell.id + ': N/A: ' + v.reason;
     return cell.id + ': PREDICTED ' + v.verdict + ' (P(fit) ' + chance(v) + '), total ' + gb(v.total) +
       ' per device (80 % range ' + range(v) + '), margin ' + gb(v.margin) +
-      (v.unchecked ? '; host need ' + gb(v.host) + ' per node, host unchecked' : '');
+      (v.perRank === null ? '' : '; host ' + hostColumn(v));
   }
 
   function command(cell, flags){ return cell.command.replace(CFG.flags, flags); }
+
+  function hostGb(units){
+    return (units * UNIT).toLocaleString('en-US', {minimumFractionDigits: 1, maximumFractionDigits: 1}) + ' GB';
+  }
+
+  function hostColumn(v){
+    // advise's host column (bench/report/decide_data.py `host_column`): per rank, and per node against the node's
+    // host memory, or marked host unchecked where the catalog has no figure (--host-ram GB checks it).
+    if (v.perRank === null || v.perRank === undefined) return '—';  // nothing offloaded
+    var head = hostGb(v.perRank) + '/rank, ' + hostGb(v.host);
+    return v.unchecked ? head + ' per node, host unchecked' : head + ' of ' + hostGb(v.node) + ' per node';
+  }
 
   function figures(v, usable){
     // The PREDICTED figures of a cell as (label, value, attribute) rows.
@@ -120,19 +155,45 @@
       ['memory per device', gb(v.total) + ' of ' + gb(usable) + ' usable', 'total'],
       ['80 % range', range(v), 'range'],
       ['probability of fitting', chance(v), 'chance'],
-      ['host memory per node', (!v.host ? '0 GB (nothing offloaded)' :
-        v.unchecked ? gb(v.host) + ', host unchecked (--host-ram GB checks it)' : gb(v.host) + ' of ' + gb(v.node)), 'host'],
+      ['host memory', hostColumn(v), 'host'],
       ['tokens/s', tokens(v.tokens), 'tokens']
     ];
+  }
+
+  function asCommand(view){
+    var m = method().name;
+    return 'dpo-bench advise ' + view.flags + (m === 'dpo' ? '' : ' --method ' + m);
+  }
+
+  function picksLine(view){
+    // How many picks this point has, worded from the data: a kind advise could not fill is named as missing.
+    var n = view.picks.length, had = view.picks.map(function(p){ return p.kind; });
+    var missing = D.picks.filter(function(k){ return had.indexOf(k) < 0; }).map(function(k){ return KINDS[k] || k; });
+    var count = n === 1 ? 'one pick' : n + ' picks';
+    return 'advise\'s ' + count + ' for ' + asCommand(view) + (n && missing.length ? ' (no ' + missing.join(', no ') + ' pick here)' : '');
+  }
+
+  function renderGeneration(view){
+    // The online methods' sampling settings: the workload's (the page asks advise with them as they are).
+    var box = document.getElementById('generation'), g = view.generation;
+    box.hidden = !g;
+    if (!g) { box.textContent = ''; return; }
+    box.textContent = method().title + ' samples ' + g[0] + ' completions per prompt (num_generations), each of at most ' +
+      tokens(g[1]) + ' tokens (max_completion_length), prompts of at most ' +
+      (g[2] === null ? tokens(index().picked.length) + ' tokens (the max length)' : tokens(g[2]) + ' tokens') +
+      ': the workload\'s generation settings.';
+    box.setAttribute('data-generations', String(g[0]));
+    box.setAttribute('data-completion', String(g[1]));
   }
 
   function renderPicks(view){
     var box = document.getElementById('picks');
     box.textContent = '';
-    document.getElementById('answer-for').textContent = 'dpo-bench advise ' + view.flags;
+    document.getElementById('answer-for').textContent = view.picks.length ? picksLine(view) : asCommand(view);
+    renderGeneration(view);
     if (!view.picks.length) {
       var none = box.appendChild(el('p', {'class': 'no-fit', 'id': 'no-fit'}));
-      none.textContent = 'Nothing fits as it is (PREDICTED). Run dpo-bench advise ' + view.flags +
+      none.textContent = 'Nothing fits as it is (PREDICTED). Run ' + asCommand(view) +
         ' for the smallest fix of each setup; the grid below shows how far each is.';
       return;
     }
@@ -216,17 +277,94 @@
     }
   }
 
+  function svgEl(tag, attrs, text){
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function chart(id, height, count){
+    // An empty chart in the holder `id`: <svg class="chart" data-series="count">.
+    var holder = document.getElementById(id);
+    holder.textContent = '';
+    return holder.appendChild(svgEl('svg', {'class': 'chart', 'id': id + '-svg', width: 600, height: height,
+                                            viewBox: '0 0 600 ' + height, role: 'img', 'data-series': String(count)}));
+  }
+
+  function memoryChart(view, picked){
+    // PREDICTED memory per device against the max length: a line per picked setup (its cell at each length of the
+    // method's grid, the other choices kept), the usable memory dashed.
+    var lengths = method().max_lengths, cells = [];
+    view.picks.forEach(function(p){ if (cells.indexOf(p.cell) < 0) cells.push(p.cell); });
+    var series = cells.map(function(i){
+      var line = [];
+      lengths.forEach(function(length, k){
+        var v = pointView(index({length: k}).at, picked).cells[i];
+        if (v && v.total !== undefined) line.push([length, v.total]);
+      });
+      return {cell: i, line: line};
+    });
+    document.getElementById('memory-caption').textContent = 'Memory per device against max length, the picked setups ' +
+      '(PREDICTED; dashed: ' + gb(view.usable) + ' usable)' + (cells.length ? '' : ': no pick at this point');
+    var svg = chart('memory-chart', 260, series.length), L = 56, R = 340, T = 12, B = 220;
+    var top = Math.max.apply(null, [view.usable || 0].concat(series.map(function(s){
+      return Math.max.apply(null, s.line.map(function(p){ return p[1]; }).concat([0])); }))) * 1.1 || 1;
+    var lo = lengths[0], hi = lengths[lengths.length - 1];
+    var x = function(v){ return hi === lo ? (L + R) / 2 : L + (R - L) * (v - lo) / (hi - lo); };
+    var y = function(v){ return B - (B - T) * v / top; };
+    svg.appendChild(svgEl('line', {'class': 'axis', x1: L, y1: B, x2: R, y2: B}));
+    svg.appendChild(svgEl('line', {'class': 'axis', x1: L, y1: T, x2: L, y2: B}));
+    lengths.forEach(function(v){ svg.appendChild(svgEl('text', {x: x(v), y: B + 16, 'text-anchor': 'middle'}, String(v))); });
+    svg.appendChild(svgEl('text', {x: (L + R) / 2, y: B + 32, 'text-anchor': 'middle'}, 'max length (tokens)'));
+    [0, 0.5, 1].forEach(function(f){
+      svg.appendChild(svgEl('text', {x: L - 4, y: y(top * f / 1.1) + 4, 'text-anchor': 'end'}, gb(top * f / 1.1)));
+    });
+    if (view.usable !== null) svg.appendChild(svgEl('line', {'class': 'limit', x1: L, x2: R, y1: y(view.usable), y2: y(view.usable)}));
+    series.forEach(function(s, n){
+      var colour = COLOURS[n % COLOURS.length], id = D.cells[s.cell].id;
+      var g = svg.appendChild(svgEl('g', {'class': 'series', 'data-series': id, stroke: colour, fill: colour}));
+      g.appendChild(svgEl('path', {d: s.line.map(function(p, k){ return (k ? 'L' : 'M') + x(p[0]) + ' ' + y(p[1]); }).join(' ')}));
+      s.line.forEach(function(p){ g.appendChild(svgEl('circle', {cx: x(p[0]), cy: y(p[1]), r: 3}, undefined)); });
+      g.appendChild(svgEl('text', {x: R + 10, y: T + 12 + 16 * n, stroke: 'none'}, id));
+    });
+  }
+
+  function speedChart(view){
+    // PREDICTED tokens/s by backend: a bar per backend of the method's grid with a fitting setup that has a speed
+    // (the fastest of its setups, variants included).
+    var best = {};
+    view.cells.forEach(function(v, i){
+      var b = D.cells[i].backend;
+      if (v && v.tokens !== null && v.tokens !== undefined && (best[b] === undefined || v.tokens > best[b])) best[b] = v.tokens;
+    });
+    var bars = method().backends.filter(function(b){ return best[b] !== undefined; });
+    document.getElementById('speed-caption').textContent = 'PREDICTED tokens/s by backend, the fastest fitting setup of ' +
+      'each' + (bars.length ? '' : ': no fitting setup has a PREDICTED speed at this point');
+    var svg = chart('speed-chart', 24 + 22 * Math.max(bars.length, 1), bars.length), L = 140, R = 530;
+    var top = Math.max.apply(null, bars.map(function(b){ return best[b]; }).concat([1]));
+    bars.forEach(function(b, n){
+      var g = svg.appendChild(svgEl('g', {'class': 'series', 'data-series': b, 'data-tokens': String(best[b])}));
+      var y = 12 + 22 * n;
+      g.appendChild(svgEl('text', {x: L - 6, y: y + 13, 'text-anchor': 'end'}, b));
+      g.appendChild(svgEl('rect', {'class': 'bar', x: L, y: y, height: 16, width: Math.max(1, (R - L) * best[b] / top)}));
+      g.appendChild(svgEl('text', {x: L + Math.max(1, (R - L) * best[b] / top) + 4, y: y + 13}, tokens(best[b])));
+    });
+  }
+
   function render(){
-    var where = index(), view = pointView(where.at);
+    var where = index(), view = pointView(where.at, where.picked), M = method();
     var hash = AXES.map(function(a){ return a[0] + '=' + encodeURIComponent(key(a[0], where.picked[a[0]])); }).join('&');
     if (location.search || location.hash.slice(1) !== hash) history.replaceState(null, '', location.pathname + '#' + hash);
     renderPicks(view);
+    memoryChart(view, where.picked);
+    speedChart(view);
     var table = el('table', {'class': 'matrix decide', 'data-point': view.flags});
     var head = table.appendChild(el('thead')).appendChild(el('tr'));
     head.appendChild(el('th', {}, 'init · quant'));
-    D.backends.forEach(function(b){ head.appendChild(el('th', {'data-backend': b}, b.replace(/_/g, '_\u200b'))); });
+    M.backends.forEach(function(b){ head.appendChild(el('th', {'data-backend': b}, b.replace(/_/g, '_\u200b'))); });
     var body = table.appendChild(el('tbody'));
-    D.rows.forEach(function(row){
+    M.rows.forEach(function(row){
       var tr = body.appendChild(el('tr'));
       tr.appendChild(el('th', {}, row[0]));
       row[1].forEach(function(i){ tr.appendChild(el('td')).appendChild(i === null ? el('span', {'class': 'not-run'}, 'not run') : cellElement(i, view)); });
@@ -236,14 +374,14 @@
     holder.appendChild(table);
     var variants = document.getElementById('variants');
     variants.textContent = '';
-    D.variants.forEach(function(i){
+    M.variants.forEach(function(i){
       var li = variants.appendChild(el('li'));
       li.appendChild(el('code', {}, D.cells[i].id));
       li.appendChild(cellElement(i, view));
     });
     var counts = {};
     view.cells.forEach(function(v){ if (v) counts[v.verdict] = (counts[v.verdict] || 0) + 1; });
-    document.getElementById('summary').textContent = 'PREDICTED for dpo-bench advise ' + view.flags + ': ' +
+    document.getElementById('summary').textContent = 'PREDICTED for ' + asCommand(view) + ': ' +
       Object.keys(counts).sort().map(function(k){ return counts[k] + ' ' + k; }).join(', ') + '.';
   }
 
@@ -294,11 +432,30 @@
     return folded.indexOf('nvidia') === 0 ? folded.slice(6) : folded;
   }
 
+  function options(a){
+    // The choices of an axis: the data's, or the chosen method's counts, lengths and batch sizes.
+    var select = document.getElementById(a[0]);
+    select.textContent = '';
+    values(a).forEach(function(value){ select.appendChild(el('option', {value: key(a[0], value)}, label(a[0], value))); });
+  }
+
+  function methodChanged(){
+    // Another method's counts, lengths and batch sizes: the chosen ones kept where it has them, else the nearest.
+    AXES.forEach(function(a){
+      if (!PER_METHOD[a[0]]) return;
+      var select = document.getElementById(a[0]), was = select.value;
+      options(a);
+      var keys = values(a).map(String), at = keys.indexOf(was);
+      select.selectedIndex = at >= 0 ? at : keys.indexOf(nearest(a[0], values(a), was)[0]);
+    });
+  }
+
   function choose(){
     // Select what the URL asks (an alias the CLI takes included); a value the grid lacks is named with the nearest.
     var chosen = asked(), problems = [];
     AXES.forEach(function(a){
-      var select = document.getElementById(a[0]), list = D[a[1]], want = chosen[a[0]];
+      if (PER_METHOD[a[0]]) options(a);
+      var select = document.getElementById(a[0]), list = values(a), want = chosen[a[0]];
       var keys = list.map(function(v){ return key(a[0], v); });
       if (a[0] === 'gpu' && want !== undefined && CFG.gpu_names[spelling(want)]) want = CFG.gpu_names[spelling(want)];
       var folded = want === undefined ? -1 : keys.map(function(k){ return k.toLowerCase(); }).indexOf(want.toLowerCase());
@@ -322,9 +479,12 @@
     CFG = JSON.parse(document.getElementById('decide-config').textContent);
     UNIT = D.unit / 1e9;
     AXES.forEach(function(a){
-      var select = document.getElementById(a[0]), list = D[a[1]];
-      list.forEach(function(value){ select.appendChild(el('option', {value: key(a[0], value)}, label(a[0], value))); });
-      select.addEventListener('change', function(){ warn([]); render(); });
+      if (!PER_METHOD[a[0]]) options(a);
+      document.getElementById(a[0]).addEventListener('change', function(){
+        if (a[0] === 'method') methodChanged();
+        warn([]);
+        render();
+      });
     });
     choose();
     window.addEventListener('hashchange', choose);

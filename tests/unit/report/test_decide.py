@@ -3,6 +3,7 @@ commands read back equal what `python -m bench advise --format json` prints."""
 
 import base64
 import copy
+import dataclasses
 import functools
 import json
 import re
@@ -16,12 +17,13 @@ from bench.report.decide_data import (
     PACKED,
     DecisionPageJob,
     encode,
+    point_flags,
     point_index,
     predict_grid,
     read_point,
     unpack,
 )
-from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, ModelChoice, advise_question, load_grid
+from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, MethodAxes, ModelChoice, advise_question, load_grid
 from bench.report.decide_page import DATA_FILE, data_script, render_page
 from bench.report.decide_point import advise_point
 
@@ -31,12 +33,16 @@ GRID = DecisionGrid(
     counts=(1, 2),
     max_lengths=(1024, 2048),
     batch_sizes=(1, 4),
+    methods=(MethodAxes("dpo", (1, 2), (1024, 2048), (1, 4)), MethodAxes("grpo", (2,), (1024, 2048), (1,))),
 )
+"""DPO over the whole small grid, GRPO over a coarser part of it (as scenarios/decide.yaml does)."""
 POINTS = [
     (GRID.models[1], "A10", 2, 2048, 1),
     (GRID.models[1], "T4", 1, 1024, 4),
     (GRID.models[0], "A10", 1, 2048, 4),
     (GRID.models[1], "L4", 2, 2048, 1),
+    (GRID.models[1], "A10", 2, 2048, 1, "grpo"),
+    (GRID.models[0], "L4", 2, 1024, 1, "grpo"),
 ]
 VERDICT_POINTS = [*POINTS, (GRID.models[1], "L4", 1, 1024, 4), (GRID.models[0], "T4", 2, 1024, 1)]
 """Cards with (T4, A10) and without (L4) a catalog host figure, both models, offload cells included."""
@@ -49,6 +55,12 @@ def data() -> dict:
     return encode(GRID, points, commands)
 
 
+def _argv(point: tuple) -> list[str]:
+    """advise's flags for a grid point (`--method` where it is not DPO)."""
+    question = advise_question(*point)
+    return [*question.target.flags(), *([] if question.method == "dpo" else ["--method", question.method])]
+
+
 def _advise(capsys, tmp_path, argv: list[str]) -> dict:
     out = tmp_path / "advice.json"
     assert main(["advise", *argv, "--format", "json", "--output", str(out)]) == 0
@@ -59,9 +71,9 @@ def _advise(capsys, tmp_path, argv: list[str]) -> dict:
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_page_data_equals_advise(data, point, capsys, tmp_path):
     """Sizes as the page shows them (GB, one decimal), tokens/s, the picks and their reasons: advise's."""
-    model, gpu, count, length, batch = point
-    advice = _advise(capsys, tmp_path, advise_question(*point).target.flags())
-    page = read_point(data, point_index(data, model.name, gpu, count, length, batch))
+    model, gpu, count, length, batch, *method = point
+    advice = _advise(capsys, tmp_path, _argv(point))
+    page = read_point(data, point_index(data, model.name, gpu, count, length, batch, *method))
     advised = {i: c for c in advice["cells"] for i in (c["cell_id"], *c["alternatives"])}  # a row and its variants
     shown = {cid: c for cid, c in page["cells"].items() if c["verdict"] != "not_applicable"}
     assert set(shown) == set(advised)
@@ -79,7 +91,8 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         assert on_page["fit_percent"] == round(100 * cell["fit_probability"]), cell_id
         assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
         if cell["verdict"] == "fits":
-            assert on_page["tokens_per_s"] == round(cell["tokens_per_s"]), cell_id
+            speed = cell["tokens_per_s"]  # none where the speed model has no figure (GRPO's sampling)
+            assert on_page["tokens_per_s"] == (None if speed is None else round(speed)), cell_id
     picks = [{"kind": p["kind"], "cell_id": p["cell_id"], "reason": p["reason"]} for p in advice["picks"]]
     assert page["picks"] == picks
     run = advice["run"]
@@ -94,10 +107,12 @@ def test_a_point_where_something_fits_has_the_three_picks(data, capsys, tmp_path
 
 
 def test_every_point_is_where_the_page_looks_for_it(data):
-    for at, point in enumerate(GRID.points()):
-        model, gpu, count, length, batch = point
-        assert point_index(data, model.name, gpu, count, length, batch) == at
-        assert data["points"][at][0] == " ".join(advise_question(*point).target.flags())
+    points = list(GRID.points())
+    assert len(points) == len(data["points"]) == GRID.size() == 2 * 3 * (2 * 2 * 2 + 1 * 2 * 1)
+    for at, point in enumerate(points):
+        model, gpu, count, length, batch, method = point
+        assert point_index(data, model.name, gpu, count, length, batch, method) == at
+        assert point_flags(data, at) == " ".join(advise_question(*point).target.flags())
 
 
 def test_a_point_that_runs_out_of_memory_is_shown_so(data):
@@ -117,6 +132,7 @@ def test_shipped_grid_covers_every_workload_model_and_catalog_gpu():
     assert {m.name for m in grid.models if m.flag == "--model"} == models
     assert set(grid.gpus) == {g.name for g in load_catalog().gpus}
     assert grid.counts == (1, 2, 4, 8)
+    assert [m.method for m in grid.parts()] == ["dpo", "grpo"], "GRPO is on the page"
 
 
 def test_page_names_its_data_and_uses_no_emoji(data):
@@ -140,7 +156,7 @@ def test_offload_over_the_nodes_host_memory_is_shown_host_oom(data, capsys, tmp_
     page = read_point(data, point_index(data, "qwen2.5-7b", "T4", 1, 1024, 4))["cells"]
     over = {cid for cid, c in page.items() if c["verdict"] == "host_oom"}
     assert over and all(page[cid]["host"] > 48 for cid in over)
-    advice = _advise(capsys, tmp_path, advise_question(*point).target.flags())
+    advice = _advise(capsys, tmp_path, _argv(point))
     assert over == {c["cell_id"] for c in advice["cells"] if c["verdict"] == "host_oom"}
     assert ">HOST OOM</span>" in render_page(GRID, data)
 
@@ -176,14 +192,15 @@ def test_progress_lines_count_the_points_and_say_what_is_left():
 
 def test_predicting_the_grid_says_how_far_it_is(capsys):
     """publish predicted 7,344 points (over 10 min) without a line: each model's points now report their progress."""
-    points, _ = predict_grid(DecisionPageJob(GRID, advise_point, progress_every_s=0))
+    dpo = dataclasses.replace(GRID, methods=())
+    points, _ = predict_grid(DecisionPageJob(dpo, advise_point, progress_every_s=0))
     err = capsys.readouterr().err.splitlines()
-    per_model = GRID.size() // 2
-    assert err[0] == f"decision page: predicting {GRID.size()} points (2 models, 1 process)", err
+    per_model = dpo.size() // 2
+    assert err[0] == f"decision page: predicting {dpo.size()} points (2 models, 1 process)", err
     assert f"decision page, tiny: 1/{per_model} points, " in err[1] and "left" in err[1], err
     models = [line.split(":")[0] for line in err[1:]]
     assert models == ["decision page, tiny"] * per_model + ["decision page, qwen2.5-7b"] * per_model
-    assert err[per_model].startswith(f"decision page, tiny: {per_model} points in ") and len(points) == GRID.size()
+    assert err[per_model].startswith(f"decision page, tiny: {per_model} points in ") and len(points) == dpo.size()
 
 
 def _markdown_rows(text: str) -> dict[str, tuple[str, str]]:
@@ -194,11 +211,11 @@ def _markdown_rows(text: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("point", VERDICT_POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_path):
-    """The same point asked three ways has one verdict per cell and one host marking: advise's JSON, its Markdown
-    (the verdict's label, `host unchecked` in the host column) and the page's data."""
+    """The same point asked three ways has one verdict per cell and one host column: advise's JSON, its Markdown
+    (the verdict's label, the host column with its `host unchecked` mark) and the page's data."""
     from bench.advise.render import VERDICT_LABELS
 
-    flags = advise_question(*point).target.flags()
+    flags = _argv(point)
     advised = {c["cell_id"]: c for c in _advise(capsys, tmp_path, flags)["cells"]}
     assert main(["advise", *flags, "--top", "0"]) == 0
     markdown = _markdown_rows(capsys.readouterr().out)
@@ -208,6 +225,7 @@ def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_pa
         assert verdict.split(" (")[0] == VERDICT_LABELS[cell["verdict"]], cell_id
         assert page[cell_id]["verdict"] == cell["verdict"], cell_id
         assert ("host unchecked" in host) == cell["host_unchecked"] == page[cell_id]["host_unchecked"], cell_id
+        assert page[cell_id]["host_column"] == host.replace("**", ""), cell_id  # the CLI's column, as the page has it
     if point[1] == "L4" and any(c["host_bytes"] for c in advised.values()):
         assert any(c["host_unchecked"] for c in advised.values())
 
@@ -221,9 +239,95 @@ def test_an_unlisted_host_answers_for_each_method(method, capsys, tmp_path):
 
 
 def test_the_page_takes_every_gpu_name_the_cli_takes():
-    import dataclasses
-
     from bench.report.decide_page import gpu_names
 
     names = gpu_names(dataclasses.replace(GRID, gpus=("RTX-4090", "RTX-6000-Ada")))
     assert names["4090"] == names["rtx4090"] == "RTX-4090" and names["a6000ada"] == "RTX-6000-Ada"
+
+
+def test_a_pick_is_read_by_its_kind_not_its_place(data):
+    """A point with fewer picks (no fastest: on B200 one kind may be missing) keeps each pick's own kind."""
+    points, commands = predict_grid(DecisionPageJob(dataclasses.replace(GRID, gpus=("A10",), methods=()), advise_point))
+    at = next(i for i, p in enumerate(points) if len(p.picks) == 3)
+    points[at] = dataclasses.replace(points[at], picks=points[at].picks[1:])
+    short = encode(dataclasses.replace(GRID, gpus=("A10",), methods=()), points, commands)
+    assert [p["kind"] for p in read_point(short, at)["picks"]] == [k for k, _, _ in points[at].picks]
+    assert [p["kind"] for p in read_point(short, at)["picks"]] == ["fewest-gpus", "faithful"]
+
+
+def test_an_online_method_shows_the_workloads_generation_settings(data):
+    from bench.advise.target import resolve_target
+
+    for model in GRID.models:
+        point = (model, "A10", 2, 2048, 1, "grpo")
+        _, workload = resolve_target(advise_question(*point).target)
+        g = workload.generation
+        shown = read_point(data, point_index(data, model.name, "A10", 2, 2048, 1, "grpo"))["generation"]
+        assert shown == {
+            "num_generations": g.num_generations,
+            "completion_length": g.max_completion_length,
+            "prompt_length": g.prompt_length,
+        }
+    assert read_point(data, point_index(data, "tiny", "A10", 2, 2048, 1))["generation"] is None
+
+
+def test_each_method_lays_out_its_own_cells(data):
+    by_name = {m["name"]: m for m in data["methods"]}
+    assert list(by_name) == ["dpo", "grpo"] and by_name["grpo"]["title"] == "GRPO"
+    for name, part in by_name.items():
+        laid = [i for _, row in part["rows"] for i in row if i is not None] + part["variants"]
+        assert laid and {data["cells"][i]["method"] for i in laid} == {name}
+    assert by_name["grpo"]["offset"] == sum(1 for _ in GRID.points(GRID.methods[0]))
+
+
+def test_the_grid_file_takes_each_methods_own_axes(tmp_path):
+    (tmp_path / "decide.yaml").write_text(
+        "methods: {dpo: {}, grpo: {batch_sizes: [1], max_lengths: [2048]}}\n"
+        "workloads: [tiny]\nmodels: []\ngpus: [A10]\ncounts: [1, 2]\nmax_lengths: [1024, 2048]\nbatch_sizes: [1, 4]\n",
+        encoding="utf-8",
+    )
+    grid = load_grid(tmp_path / "decide.yaml")
+    assert grid is not None
+    assert [(m.method, m.counts, m.max_lengths, m.batch_sizes) for m in grid.parts()] == [
+        ("dpo", (1, 2), (1024, 2048), (1, 4)),
+        ("grpo", (1, 2), (2048,), (1,)),
+    ]
+    assert grid.size() == 8 + 2
+
+
+def test_the_grid_file_names_an_unknown_method(tmp_path):
+    from bench.errors import BenchError
+
+    (tmp_path / "decide.yaml").write_text(
+        "methods: {ppo: {}}\nworkloads: [tiny]\nmodels: []\ngpus: [A10]\ncounts: [1]\nmax_lengths: [1024]\n"
+        "batch_sizes: [1]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises((BenchError, ValueError), match="ppo"):
+        load_grid(tmp_path / "decide.yaml")
+
+
+SITE = SCENARIOS_DIR.parent / "results" / "site"
+SIZES = re.compile(r"`([\w.-]+\.(?:js|html))` ([\d,.]+) (bytes|kB|MB)")
+
+
+def test_the_published_data_file_is_under_its_ceiling():
+    from bench.report.decide_page import DATA_FILE_CEILING
+
+    size = (SITE / DATA_FILE).stat().st_size
+    assert size <= DATA_FILE_CEILING, (
+        f"{DATA_FILE} is {size:,} bytes, over {DATA_FILE_CEILING:,}: give a method a coarser part of "
+        "scenarios/decide.yaml (its own counts, max_lengths, batch_sizes)"
+    )
+
+
+def test_the_docs_state_the_sizes_the_build_wrote():
+    """docs/advise.md's sentence of sizes names each file with its size as results/site has it."""
+    docs = (SCENARIOS_DIR.parent / "docs" / "advise.md").read_text(encoding="utf-8")
+    paragraph = docs[docs.index("The sizes the build writes") :].split("\n\n")[0]
+    stated = SIZES.findall(paragraph)
+    assert {name for name, _, _ in stated} >= {DATA_FILE, "decide.html", "index.html"}, paragraph
+    for name, value, unit in stated:
+        size = (SITE / name).stat().st_size
+        built = {"bytes": f"{size:,}", "kB": f"{size / 1e3:.0f}", "MB": f"{size / 1e6:.1f}"}[unit]
+        assert value == built, f"docs/advise.md says `{name}` {value} {unit}; results/site has {built} {unit}"
