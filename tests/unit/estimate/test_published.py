@@ -88,7 +88,7 @@ def test_each_row_joins_the_pool_of_its_setup():
 
 
 def test_the_published_set_holds_sixty_rows_from_ten_sources(rows):
-    """The counts the goal asks of ADMISSION.md's rows: sixty rows from ten sources (docs/evidence/published-rows.md)."""
+    """The counts the goal asks of the admitted rows: sixty rows from ten sources (docs/evidence/published-rows.md)."""
     speed_only = sum(len(e["figures"]) for e in published.load_entries(name="speeds.yaml"))
     assert len(rows) + speed_only >= 60
     assert len({r.source_key for r in rows}) >= 10
