@@ -30,6 +30,9 @@ class LoraSetup(BaseModel):
     model_config = ConfigDict(extra="forbid")
     r: int
     targets: list[str]
+    dropout: float = 0.0
+    """The adapters' lora_dropout as the source's config sets it: above 0 PEFT saves a dropped copy of each adapted
+    input and its mask (terms.lora_input_copies)."""
 
 
 class RowSetup(BaseModel):
@@ -151,7 +154,7 @@ def _workload(setup: PublishedSetup, seq_len: int) -> Workload:
                 "warmup_steps": 0,
                 "gradient_checkpointing": bool(setup.knobs.get("gradient_checkpointing", True)),
             },
-            "lora": {"r": lora.r, "alpha": 2 * lora.r, "target_modules": lora.targets},
+            "lora": {"r": lora.r, "alpha": 2 * lora.r, "target_modules": lora.targets, "dropout": lora.dropout},
         }
     )
 
