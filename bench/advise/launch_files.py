@@ -24,7 +24,9 @@ from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
 from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.plan import Plan, plan_for
+from bench.matrix.precision import PURE_BF16_DEEPSPEED
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.worker.trainer_args import pure_bf16
 
 EXPORT_METHODS = (Method.DPO, Method.SFT, Method.REWARD, Method.KTO, Method.ORPO, Method.SIMPO)
 """Methods --export writes launch files for: the offline ones (a dataset of rows, no generation)."""
@@ -173,22 +175,9 @@ def trl_config(spec: Any) -> dict[str, Any]:
     measuring settings replaced by TRAINING_NOT_MEASURING) and ModelConfig."""
     from bench.worker.trainers import trainer_module
 
-    arguments = trainer_module(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING | setting_arguments(spec)
+    arguments = trainer_module(spec.cell.method).arguments(spec) | TRAINING_NOT_MEASURING
     trainer = {k: v for k, v in arguments.items() if v is not None}
     return {"dataset_name": dataset_placeholder(spec.cell.method), **model_arguments(spec), **trainer}
-
-
-def setting_arguments(spec: Any) -> dict[str, Any]:
-    """TrainingArguments' fields for the settings `--liger`, `--torch-compile` and `--precision pure-bf16` give
-    (bench/matrix/settings.py), over the worker's: what the prediction was made with. Pure bf16 trains the bf16
-    weights without autocast (`bf16: false`, accelerate's mixed precision `no`: `pure_bf16_native`)."""
-    train = spec.workload.train
-    given = {"use_liger_kernel": train.use_liger_kernel, "torch_compile": train.torch_compile}
-    return {k: v for k, v in given.items() if v is not None} | ({"bf16": False} if pure_bf16(spec) else {})
-
-
-def pure_bf16(spec: Any) -> bool:
-    return spec.profile.precision == "bf16" and spec.workload.train.master_weights is False
 
 
 def pure_bf16_native(spec: Any, native: dict[str, str]) -> dict[str, str]:
@@ -201,8 +190,8 @@ def pure_bf16_native(spec: Any, native: dict[str, str]) -> dict[str, str]:
         return native
     if DEEPSPEED_FILE in native:
         raise BenchError(
-            f"--precision pure-bf16: {spec.cell.id} runs DeepSpeed, whose bf16 engine keeps an fp32 master copy; "
-            "export a setup without DeepSpeed, or --precision mixed"
+            f"--precision pure-bf16: {spec.cell.id} runs DeepSpeed ({PURE_BF16_DEEPSPEED}); export a setup without "
+            "DeepSpeed, or --precision mixed"
         )
     out = dict(native)
     if ACCELERATE_FILE in out:

@@ -19,10 +19,6 @@ def on_off(text: str) -> bool:
     return text == "on"
 
 
-NOT_RUN = ("attention", "liger", "torch_compile")
-"""Settings `predict`, `advise` and the exported launch files take that the benchmark's worker does not apply."""
-
-
 def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None = None) -> None:
     """`hw_default`: the profile when neither --hw nor --gpu is given (None: one of them is required)."""
     where = parser.add_mutually_exclusive_group(required=hw_default is None)
@@ -95,18 +91,15 @@ def target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
 
 def runnable_target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload]:
     """`target` for a command that runs on the hardware: a catalog card this suite cannot run on (`runnable: false`,
-    AMD's ROCm) is one line, not a run that fails later; advise and predict still estimate it."""
+    AMD's ROCm), or a kernel flag the profile cannot load (bench/cli/run_settings.py), is one line, not a run that
+    fails later; advise and predict still estimate it."""
+    from bench.cli.run_settings import kernel_refusal
     from bench.errors import BenchError
     from bench.matrix.gpus import gpu
 
-    unapplied = [f"--{name.replace('_', '-')}" for name in NOT_RUN if getattr(args, name, None) is not None]
-    if unapplied or getattr(args, "precision", None) == "pure-bf16":
-        raise BenchError(
-            f"{(unapplied or ['--precision pure-bf16'])[0]}: `run` does not apply it yet (the worker trains with the "
-            "cell's attention, Liger option, no compilation and the backend's master weights); `predict`, `advise` "
-            "and `advise --export` do"
-        )
     profile, workload = target(args)
+    if why := kernel_refusal(profile, workload):
+        raise BenchError(why)
     if profile.gpu is not None and not gpu(profile.gpu).runnable:
         raise BenchError(
             f"--gpu {args.gpu}: this suite cannot run on {profile.gpu} (scenarios/gpus.yaml runnable: false: its "

@@ -1,18 +1,39 @@
 """What really ran, and whether it is what the cell asked for. A mismatch makes the cell `silent_fallback`."""
 
+from dataclasses import dataclass
+
 from bench.matrix.axes import Backend, Init, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.precision import trains_pure_bf16
+from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
 from bench.results.schema import Engagement
 from bench.units import MiB
 
 
-def mismatches(cell: Cell, expected_world_size: int, seen: Engagement) -> list[str]:
-    """Every way `seen` differs from what `cell` asked for; empty when the cell ran as requested."""
-    found: list[str] = []
+@dataclass(frozen=True)
+class AskedSettings:
+    """The training settings a flag gave the run that the worker applies and the engagement reads back (None: not
+    given, nothing to hold)."""
+
+    attention: str | None = None
+    torch_compile: bool | None = None
+    pure_bf16: bool = False
+
+    @classmethod
+    def of(cls, profile: HardwareProfile, workload: Workload) -> "AskedSettings":
+        train = workload.train
+        pure = trains_pure_bf16(profile.precision, train.master_weights)
+        return cls(attention=train.attn_implementation, torch_compile=train.torch_compile, pure_bf16=pure)
+
+
+def mismatches(cell: Cell, expected_world_size: int, seen: Engagement, asked: AskedSettings | None = None) -> list[str]:
+    """Every way `seen` differs from what `cell` (and the settings `asked`) asked for; empty when the cell ran as
+    requested."""
+    found: list[str] = settings_mismatches(asked, cell, seen) if asked is not None else []
     if seen.world_size != expected_world_size:
         found.append(f"world size {seen.world_size}, expected {expected_world_size}")
     found += _backend_mismatches(cell.backend, seen)
@@ -113,3 +134,35 @@ def _init_mismatches(init: Init, seen: Engagement) -> list[str]:
         names = " and ".join(f"'{name}'" for name in sorted(expected))
         return [f"{init} expects adapters {names} and no ref model; {saw}"]
     return []
+
+
+def settings_mismatches(asked: AskedSettings, cell: Cell, seen: Engagement) -> list[str]:
+    """The attention the models run, torch.compile's wrapper and pure bf16's dtypes and autocast, against the flags
+    that asked for them: a library that falls back (an attention it cannot load, a compile it skips) is caught."""
+    found = []
+    for who, ran in (("policy", seen.attn_implementation), ("reference", seen.ref_attn_implementation)):
+        if asked.attention is not None and ran is not None and ran != asked.attention:
+            found.append(f"--attention {asked.attention} requested, the {who} runs {ran}")
+    if asked.attention is not None and seen.attn_implementation is None:
+        found.append(f"--attention {asked.attention} requested, the policy's attention was not read")
+    if asked.torch_compile is not None and bool(seen.torch_compiled) != asked.torch_compile:
+        state = "is" if seen.torch_compiled else "is not"
+        found.append(f"--torch-compile {'on' if asked.torch_compile else 'off'} requested, the model {state} compiled")
+    if asked.pure_bf16 and not _pure_bf16_engaged(cell, seen):
+        weights = seen.frozen_dtypes if init_spec(cell.init).adapters else seen.trainable_dtypes
+        found.append(
+            f"--precision pure-bf16 requested, the {'base' if init_spec(cell.init).adapters else 'trained'} weights "
+            f"are {', '.join(weights) or 'unknown'} under autocast {seen.mixed_precision}; expected torch.bfloat16 "
+            "without autocast"
+        )
+    return found
+
+
+def _pure_bf16_engaged(cell: Cell, seen: Engagement) -> bool:
+    """No autocast, and: a full fine-tune trains bf16 weights only (no fp32 copy); an adapter cell's base was loaded
+    bf16 (PEFT keeps the adapters fp32, quantized layers hold integers, and k-bit preparation upcasts the norms)."""
+    if seen.mixed_precision != "no":
+        return False
+    if init_spec(cell.init).adapters:
+        return "torch.bfloat16" in seen.frozen_dtypes
+    return seen.trainable_dtypes == ["torch.bfloat16"]

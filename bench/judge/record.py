@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from bench.executors.base import Outcome
 from bench.judge.classify import classify, signal_name, signal_of
-from bench.judge.engagement import mismatches
+from bench.judge.engagement import AskedSettings, mismatches
 from bench.judge.learning import check as learning_check
 from bench.judge.metrics import aggregate, rank_memory
 from bench.judge.mfu import MfuInputs, with_mfu
@@ -64,6 +64,8 @@ class Expectation:
     prediction: PredictionSummary | None = None
     timeout_s: float | None = None
     """The time limit the cell ran under: a timeout's message names it."""
+    settings: AskedSettings | None = None
+    """The training settings the flags gave, held against what engaged (bench/judge/engagement.py)."""
 
 
 def _identity(run: RunFacts, cell: Cell, world: int, status: Status) -> ResultRecord:
@@ -184,7 +186,7 @@ def _trained(
         return record.model_copy(
             update={"error_class": ErrorClass.OTHER, "message": "worker exited 0 without reporting a training step"}
         )
-    found = mismatches(cell, expect.world_size, lead.engagement)
+    found = mismatches(cell, expect.world_size, lead.engagement, expect.settings)
     if len(reports) != expect.world_size:
         found.append(f"{len(reports)} rank(s) reported, expected {expect.world_size}")
     try:

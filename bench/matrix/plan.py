@@ -12,6 +12,7 @@ from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import vllm_left_out
+from bench.matrix.precision import trains_pure_bf16
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import QuantSpec, quant_spec
 from bench.matrix.recipes import AppliedRecipe, Settings, resolve
@@ -62,6 +63,11 @@ class Plan:
     @property
     def device(self) -> str:
         return str(self.profile.device)
+
+    @property
+    def pure_bf16(self) -> bool:
+        """Trained `--precision pure-bf16`: bf16 weights, no autocast, no fp32 copy (bench/matrix/precision.py)."""
+        return trains_pure_bf16(self.profile.precision, self.workload.train.master_weights)
 
     def reference_for(self, method: str) -> ReferencePlan:
         """The reference were the cell trained by `method` (the estimator's method knob may change it)."""

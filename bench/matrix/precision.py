@@ -38,6 +38,16 @@ def mode_of(precision: str, master_weights: bool = True) -> Mode:
     return "mixed" if master_weights else "pure-bf16"
 
 
+PURE_BF16_DEEPSPEED = "DeepSpeed's bf16 engine keeps an fp32 master copy"
+"""Why no DeepSpeed setup trains pure bf16 (a run records such cells not applicable; an export refuses them)."""
+
+
+def trains_pure_bf16(precision: str, master_weights: bool | None) -> bool:
+    """Whether a profile's compute precision with a workload's `master_weights` (None: as the backend keeps them) is
+    pure bf16: bf16 weights trained without autocast or an fp32 copy."""
+    return precision == "bf16" and master_weights is False
+
+
 def precision_of(mode: Mode) -> Precision:
     """The compute dtype a mode trains in."""
     return {"fp32": "fp32", "fp16-mixed": "fp16"}.get(mode, "bf16")  # type: ignore[return-value]

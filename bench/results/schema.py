@@ -42,6 +42,18 @@ class Engagement(BaseModel):
     frozen_parameters: int | None = None
     """Policy parameter tensors that do not require a gradient (a full fine-tune has none; None in records from
     before it was seen)."""
+    attn_implementation: str | None = None
+    """The attention the policy runs (its config's `_attn_implementation` after loading; None: not read)."""
+    ref_attn_implementation: str | None = None
+    """The same of a separate reference model (None: there is none)."""
+    torch_compiled: bool | None = None
+    """Whether the model the trainer steps is torch.compile's (None: not read)."""
+    mixed_precision: str | None = None
+    """accelerate's autocast as it runs: `no`, `bf16`, `fp16` (None: not read)."""
+    trainable_dtypes: list[str] = []
+    """The dtypes of the parameters that train, at the first step."""
+    frozen_dtypes: list[str] = []
+    """The dtypes of the frozen ones (an adapter's base weights), at the first step."""
 
 
 class ProcessStart(StrEnum):

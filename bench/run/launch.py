@@ -100,7 +100,7 @@ def plan_launch(
     accelerate_file = None
     if launcher.reads_accelerate_config:
         accelerate_file = config_dir / ACCELERATE_FILE
-        files[accelerate_file] = yaml.safe_dump(accelerate_config(plan.on_profile, port, ds_file, plan.settings))
+        files[accelerate_file] = _accelerate_file(plan, port, ds_file)
     files[spec_path] = spec.model_dump_json(indent=2)
 
     devices = cell_devices(spec)
@@ -113,7 +113,7 @@ def plan_launch(
         gpus=devices > 0,
     )
     threads = host_threads(backend, profile, plan.world, os.cpu_count() or 1)
-    env = _base_env(profile, port, threads) | launcher.environment(as_root) | dict(run_env or {})
+    env = _base_env(profile, port, threads) | launcher.environment(as_root) | _compile_env(spec) | dict(run_env or {})
     if devices and env.get(VISIBLE_ENV):
         env[VISIBLE_ENV] = cell_visible_devices(env[VISIBLE_ENV], devices)
     return LaunchPlan(
@@ -125,9 +125,27 @@ def plan_launch(
         inputs=inputs,
         devices=devices,
         progress_dir=Path(spec.out_dir),
-        stall_s=profile.stall_s,
+        stall_s=None if spec.workload.train.torch_compile else profile.stall_s,  # compiling is inside the steps
         cores=cores,
         slot=slot,
+    )
+
+
+def _accelerate_file(plan: Plan, port: int, ds_file: Path | None) -> str:
+    """The cell's accelerate.yaml; under pure bf16 without its autocast (`mixed_precision: no`: the launcher's
+    setting reaches the ranks' environment, which TrainingArguments' `bf16: false` does not undo)."""
+    config = accelerate_config(plan.on_profile, port, ds_file, plan.settings)
+    if plan.pure_bf16 and config.get("mixed_precision") is not None:
+        config["mixed_precision"] = "no"
+    return yaml.safe_dump(config)
+
+
+def _compile_env(spec: WorkerSpec) -> dict[str, str]:
+    """Under `--torch-compile on`, the cell's own inductor cache (in its folder): compiled from cold like any cell's
+    start, and a cell killed while it compiled leaves no truncated kernel library for the next cell to load (the
+    shared default, /tmp/torchinductor_<user>, did: "file too short")."""
+    return (
+        {"TORCHINDUCTOR_CACHE_DIR": str(Path(spec.out_dir) / "inductor")} if spec.workload.train.torch_compile else {}
     )
 
 

@@ -15,11 +15,13 @@ from bench.assets.prepare import PreparedAssets, cell_dataset
 from bench.errors import BenchError
 from bench.executors.base import RUN_DIR_LABEL, Executor, LaunchPlan, Outcome
 from bench.files import own_folder, without_link
+from bench.judge.engagement import AskedSettings
 from bench.judge.mfu import inputs_for
 from bench.judge.record import Execution, Expectation, RunFacts, finished_record, retried
 from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.plan import Plan, plan_for
+from bench.matrix.precision import PURE_BF16_DEEPSPEED
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.results.layout import RunFolder
 from bench.results.schema import PredictionSummary, ResultRecord, Status
@@ -133,13 +135,19 @@ def plan_cells(
 
     found = []
     for plan in plans:
-        reason = plan.not_applicable
+        reason = plan.not_applicable or pure_bf16_reason(plan)
         prediction = predict(plan) if predict is not None and reason is None else None
         not_run = (Status.NOT_APPLICABLE, reason) if reason else (Status.UNTESTED, untested) if untested else None
         if not_run is None and not run_predicted_oom and clearly_out_of_memory(prediction):
             not_run = (Status.PREDICTED_OOM, oom_reason(prediction))
         found.append(CellPlan(plan.cell, plan.world, not_run, prediction))
     return found
+
+
+def pure_bf16_reason(plan: Plan) -> str | None:
+    """Why the cell cannot train `--precision pure-bf16` (None: it can, or it was not asked)."""
+    refused = plan.pure_bf16 and plan.backend.deepspeed is not None
+    return f"--precision pure-bf16: {PURE_BF16_DEEPSPEED}" if refused else None
 
 
 def run_cell(
@@ -265,4 +273,5 @@ def _expectation(
         memory_budget_bytes=budget if budget is not None else ctx.executor.memory_budget_bytes,
         prediction=prediction,
         timeout_s=limit,
+        settings=AskedSettings.of(plan.profile, plan.workload),
     )

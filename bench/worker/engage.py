@@ -1,6 +1,7 @@
 """Observe what the trainer really runs: launcher world, accelerate's distributed type, wrappers,
 ZeRO stage and partitioning, quantized layer classes, adapters, reference model, and where offloaded state really
-lives (the optimizer's state and the parameters' own storage), the trainer's class."""
+lives (the optimizer's state and the parameters' own storage), the trainer's class, and the training settings
+as they run (attention, compilation, autocast, parameter dtypes)."""
 
 from collections import Counter
 from typing import Any
@@ -97,9 +98,38 @@ def _param_storage_bytes(model: Any) -> dict[str, int]:
     return found
 
 
+def _attention(model: Any) -> str | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None)
+
+
+def _dtypes(model: Any, trainable: bool) -> list[str]:
+    return sorted({str(p.dtype) for p in model.parameters() if p.requires_grad == trainable})
+
+
+def _compiled(wrapped: Any) -> bool:
+    """torch.compile's wrapper around the stepped model (accelerate's `is_compiled_module`), or DeepSpeed's engine
+    compiled in place (`engine.compile()`, what accelerate calls under DeepSpeed)."""
+    return hasattr(wrapped, "_orig_mod") or bool(getattr(wrapped, "is_compiled", False))
+
+
+def settings_seen(trainer: Any, model: Any) -> dict[str, Any]:
+    """The training settings as they run: the policy's (and a separate reference's) attention after loading,
+    torch.compile's wrapper, accelerate's autocast, the parameters' dtypes."""
+    ref = getattr(trainer, "ref_model", None)
+    return {
+        "attn_implementation": _attention(model),
+        "ref_attn_implementation": _attention(_unwrap(ref)) if ref is not None else None,
+        "torch_compiled": _compiled(trainer.model_wrapped),
+        "mixed_precision": str(trainer.accelerator.mixed_precision),
+        "trainable_dtypes": _dtypes(model, True),
+        "frozen_dtypes": _dtypes(model, False),
+    }
+
+
 def observe(trainer: Any) -> Engagement:
     accelerator = trainer.accelerator
-    wrapped = trainer.model_wrapped
+    wrapped = getattr(trainer.model_wrapped, "_orig_mod", trainer.model_wrapped)  # torch.compile's wrapper seen past
     model = _unwrap(trainer.model)
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     zero_stage = plugin.zero_stage if plugin is not None else None
@@ -129,4 +159,5 @@ def observe(trainer: Any) -> Engagement:
         param_storage_bytes=_param_storage_bytes(model),
         trainer=type(trainer).__name__,
         frozen_parameters=sum(1 for p in model.parameters() if not p.requires_grad),
+        **settings_seen(trainer, model),
     )

@@ -132,6 +132,13 @@ def dtype_keyword(transformers_version: str) -> str:
     return "dtype" if Version(transformers_version) >= Version(DTYPE_KEYWORD_SINCE) else "torch_dtype"
 
 
+def load_kwargs(spec: WorkerSpec) -> dict[str, Any]:
+    """from_pretrained's keywords for the settings a flag gave: `attn_implementation` (none: transformers' default,
+    sdpa). Every model of the cell loads with them; TRL builds a reference it loads itself with the policy's. Pure."""
+    attention = spec.workload.train.attn_implementation
+    return {} if attention is None else {"attn_implementation": attention}
+
+
 def load_pretrained(
     spec: WorkerSpec, auto_class: str = "AutoModelForCausalLM", path: str | None = None, **kwargs: Any
 ) -> Any:
@@ -146,7 +153,7 @@ def load_pretrained(
         device_map=device_map(spec),
         trust_remote_code=False,
         **{dtype_keyword(transformers.__version__): dtype},
-        **kwargs,
+        **(load_kwargs(spec) | kwargs),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from bench.matrix.axes import Option
 from bench.matrix.inits import init_spec
 from bench.matrix.methods import method_spec
+from bench.matrix.precision import trains_pure_bf16
 from bench.worker.spec import WorkerSpec
 from bench.worker.trackers import trainer_value
 
@@ -20,6 +21,17 @@ def precompute_ref_log_probs(spec: WorkerSpec) -> bool:
     return spec.reference.precomputed
 
 
+def pure_bf16(spec: WorkerSpec) -> bool:
+    """`--precision pure-bf16`: the weights loaded in bf16 and trained without autocast or an fp32 master copy."""
+    return trains_pure_bf16(spec.profile.precision, spec.workload.train.master_weights)
+
+
+def liger(spec: WorkerSpec) -> bool:
+    """`--liger on|off` where given, else the cell's `liger` option."""
+    given = spec.workload.train.use_liger_kernel
+    return Option.LIGER in spec.cell.options if given is None else given
+
+
 def learning_rate(spec: WorkerSpec) -> float:
     """Adapters train with their own (usually ~10x larger) rate when the workload gives one; the method's table
     entry may scale it (bench/matrix/methods.py)."""
@@ -31,9 +43,11 @@ def learning_rate(spec: WorkerSpec) -> float:
 
 def common_arguments(spec: WorkerSpec) -> dict[str, Any]:
     """Keyword arguments every method's TRL config takes (TrainingArguments' fields and max_length); the optimizer
-    and gradient accumulation only where the workload sets them (else the library's defaults)."""
+    and gradient accumulation only where the workload sets them (else the library's defaults), `torch_compile` only
+    where `--torch-compile` gave it; bf16 autocast unless pure bf16."""
     train = spec.workload.train
     chosen = {"optim": train.optim, "gradient_accumulation_steps": train.gradient_accumulation_steps}
+    chosen["torch_compile"] = train.torch_compile
     return {k: v for k, v in chosen.items() if v is not None} | {
         "output_dir": str(spec.out_dir) + "/trainer",
         "max_steps": train.steps,
@@ -42,8 +56,8 @@ def common_arguments(spec: WorkerSpec) -> dict[str, Any]:
         "max_length": train.max_length,
         "seed": train.seed,
         "gradient_checkpointing": gradient_checkpointing(spec),
-        "use_liger_kernel": Option.LIGER in spec.cell.options,
-        "bf16": spec.profile.precision == "bf16",
+        "use_liger_kernel": liger(spec),
+        "bf16": spec.profile.precision == "bf16" and not pure_bf16(spec),
         "fp16": spec.profile.precision == "fp16",
         "use_cpu": spec.profile.device == "cpu",
         "deepspeed": spec.deepspeed_config,

@@ -1,6 +1,9 @@
 """The settings flags of `predict` and `advise` (`--precision MODE`, `--attention`, `--liger`, `--torch-compile`):
 each reaches the prediction (the workload's keys, then `Knobs`) and the exported launch files; a bad value or a card
-that cannot train the mode is one line naming the flag; `run`, whose worker does not apply them, refuses them."""
+that cannot train the mode is one line naming the flag; `run` applies them (bench/worker/), and refuses in one line
+a kernel flag (Liger, FlashAttention-2) where its package cannot load."""
+
+import shlex
 
 import pytest
 import yaml
@@ -115,12 +118,41 @@ def test_a_bad_value_names_the_flag(flag, value, capsys):
     assert f"argument {flag}" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("flags", [["--attention", "eager"], ["--liger", "on"], ["--torch-compile", "off"],
-                                   ["--precision", "pure-bf16"]])  # fmt: skip
-def test_run_refuses_the_settings_its_worker_does_not_apply(flags, capsys):
-    assert main(["run", "--gpu", "A10:1", "--workload", "llama-3.2-1b", *flags, "--filter", "x"]) == 2
+@pytest.mark.parametrize(
+    ("where", "flags", "why"),
+    [
+        (["--hw", "cpu"], ["--liger", "on"], "liger-kernel runs CUDA kernels; profile cpu trains on cpu"),
+        (["--hw", "cpu"], ["--attention", "flash_attention_2"], "flash-attn runs CUDA kernels"),
+        (["--gpu", "A10:1"], ["--liger", "on"], "liger-kernel is not installed (pip install liger-kernel)"),
+        (["--gpu", "A10:1"], ["--attention", "flash_attention_2"], "flash-attn is not installed"),
+    ],
+)
+def test_run_refuses_a_kernel_flag_where_its_package_cannot_load(where, flags, why, capsys):
+    assert main(["run", *where, "--workload", "llama-3.2-1b", *flags, "--filter", "x"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: {flags[0]}") and "`run` does not apply it" in err and "\n" not in err
+    assert err.startswith(f"error: {' '.join(flags)}: ") and why in err and "\n" not in err
+
+
+@pytest.mark.parametrize("flags", [["--attention", "eager"], ["--liger", "off"], ["--torch-compile", "on"],
+                                   ["--precision", "pure-bf16"]])  # fmt: skip
+def test_run_takes_the_settings_its_worker_applies(flags, capsys):
+    """Past the settings, the run stops at the next check: the filter that matches no cell."""
+    assert main(["run", "--hw", "cpu", *flags, "--filter", "no-such-cell"]) == 2
+    assert "no-such-cell" in capsys.readouterr().err
+
+
+def test_advises_run_line_with_the_settings_passes_runs_checks():
+    """The `dpo-bench run` line advise prints repeats the settings; `run` takes them (no refusal)."""
+    from bench.advise.command import run_command
+    from bench.cli import parser
+    from bench.cli.target_flags import runnable_target
+
+    request = _request(attention="eager", torch_compile=True, precision="pure-bf16")
+    argv = shlex.split(run_command(_cell(), request.flags(), []))
+    assert argv[:2] == ["dpo-bench", "run"] and "--attention" in argv
+    _, workload = runnable_target(parser().parse_args(argv[1:]))
+    train = workload.train
+    assert (train.attn_implementation, train.torch_compile, train.master_weights) == ("eager", True, False)
 
 
 def test_the_flags_repeat_the_settings():
