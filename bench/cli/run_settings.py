@@ -32,3 +32,16 @@ def kernel_refusal(profile: HardwareProfile, workload: Workload) -> str | None:
         if package not in profile.provides and importlib.util.find_spec(module) is None:
             return f"{flag}: {package} is not installed (pip install {package}) nor provided by {profile.name}'s image"
     return None
+
+
+def generation_refusal(workload: Workload) -> str | None:
+    """Why `run` cannot apply the asked vLLM mode (None: it can): its worker generates with vLLM colocated on the
+    `+vllm` cells (TRL's `vllm_mode="colocate"`) and starts no `trl vllm-serve`, so `server`, and `none` (which in
+    `advise`/`predict` leaves the `+vllm` rows out), are estimates only; `--filter` chooses the cells a run takes."""
+    mode = workload.generation.vllm
+    if mode in ("server", "none"):
+        return (
+            f"--vllm {mode}: run generates with vLLM colocated on the +vllm cells and starts no vLLM server; "
+            "advise and predict estimate it (choose cells with --filter)"
+        )
+    return None

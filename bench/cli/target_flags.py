@@ -93,12 +93,12 @@ def runnable_target(args: argparse.Namespace) -> tuple[HardwareProfile, Workload
     """`target` for a command that runs on the hardware: a catalog card this suite cannot run on (`runnable: false`,
     AMD's ROCm), or a kernel flag the profile cannot load (bench/cli/run_settings.py), is one line, not a run that
     fails later; advise and predict still estimate it."""
-    from bench.cli.run_settings import kernel_refusal
+    from bench.cli.run_settings import generation_refusal, kernel_refusal
     from bench.errors import BenchError
     from bench.matrix.gpus import gpu
 
     profile, workload = target(args)
-    if why := kernel_refusal(profile, workload):
+    if why := kernel_refusal(profile, workload) or generation_refusal(workload):
         raise BenchError(why)
     if profile.gpu is not None and not gpu(profile.gpu).runnable:
         raise BenchError(

@@ -30,22 +30,31 @@ def online_arguments(spec: WorkerSpec) -> dict[str, Any]:
     their own (no `max_length`)."""
     generation = spec.workload.generation
     common = {k: v for k, v in common_arguments(spec).items() if k != "max_length"}
-    return common | {
-        "learning_rate": common["learning_rate"] * generation.learning_rate_scale,
-        "temperature": generation.temperature,
-        "beta": spec.workload.train.beta,
-        "num_generations": generation.num_generations,
-        "max_completion_length": generation.max_completion_length,
-        "steps_per_generation": steps_per_generation(
-            spec.workload.train.per_device_train_batch_size,
-            CellOnProfile(spec.cell, spec.profile).world,
-            generation.num_generations,
-            spec.workload.train.gradient_accumulation_steps or 1,
-        ),
-        "use_vllm": Option.VLLM in spec.cell.options,
-        "reward_weights": [1.0, generation.reward_model_weight][: 1 + (Option.REWARD_MODEL in spec.cell.options)],
-        "vllm_mode": "colocate",
-    }
+    return (
+        common
+        | {
+            "learning_rate": common["learning_rate"] * generation.learning_rate_scale,
+            "temperature": generation.temperature,
+            "beta": spec.workload.train.beta,
+            "num_generations": generation.num_generations,
+            "max_completion_length": generation.max_completion_length,
+            "steps_per_generation": steps_per_generation(
+                spec.workload.train.per_device_train_batch_size,
+                CellOnProfile(spec.cell, spec.profile).world,
+                generation.num_generations,
+                spec.workload.train.gradient_accumulation_steps or 1,
+            ),
+            "use_vllm": Option.VLLM in spec.cell.options,
+            "reward_weights": [1.0, generation.reward_model_weight][: 1 + (Option.REWARD_MODEL in spec.cell.options)],
+            "vllm_mode": "colocate",
+        }
+        | _vllm_share(generation.vllm_gpu_memory_utilization)
+    )
+
+
+def _vllm_share(share: float | None) -> dict[str, float]:
+    """`--vllm-gpu-memory-utilization` where given; else TRL's default share."""
+    return {} if share is None else {"vllm_gpu_memory_utilization": share}
 
 
 def policy(spec: WorkerSpec) -> tuple[Any, Any]:

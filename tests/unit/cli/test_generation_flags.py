@@ -69,3 +69,39 @@ def test_the_advise_header_shows_the_generation_settings(capsys):
     assert "vLLM server at 0.8 of each vLLM card" in capsys.readouterr().out
     assert main([*flags[:-1], "dpo"]) == 0
     assert "generation (grpo, rloo)" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["server", "none"])
+def test_run_refuses_a_vllm_mode_its_worker_does_not_run(mode, capsys):
+    assert main(["run", "--hw", "cpu", "--method", "grpo", "--vllm", mode, "--filter", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --vllm {mode}: run generates with vLLM colocated") and "\n" not in err
+
+
+def test_the_worker_gives_trl_the_asked_vllm_share():
+    from bench.assets.prepare import PreparedAssets
+    from bench.matrix.axes import Backend, Init, Method, Option, Quant
+    from bench.matrix.backends import backend_spec
+    from bench.matrix.cell import Cell
+    from bench.matrix.plan import plan_for
+    from bench.matrix.profiles import load_profile, load_workload
+    from bench.worker.spec import WorkerSpec
+    from bench.worker.trainers.online import online_arguments
+
+    launcher = backend_spec(Backend.SINGLE).default_launcher
+    cell = Cell(
+        method=Method.GRPO,
+        init=Init.ONE_ADAPTER,
+        quant=Quant.NONE,
+        backend=Backend.SINGLE,
+        launcher=launcher,
+        options=(Option.VLLM,),
+    )
+    workload = load_workload("tiny")
+    shared = workload.model_copy(
+        update={"generation": workload.generation.model_copy(update={"vllm_gpu_memory_utilization": 0.55})}
+    )
+    assets = PreparedAssets(model="m", tokenizer="t", dataset="d")
+    for given, expected in ((workload, None), (shared, 0.55)):
+        args = online_arguments(WorkerSpec.from_plan(plan_for(cell, load_profile("cpu"), given), assets, "/tmp/c"))
+        assert args["vllm_mode"] == "colocate" and args.get("vllm_gpu_memory_utilization") == expected
