@@ -58,7 +58,10 @@ def traceable(plan: Plan) -> str | None:
     if plan.cell.backend != Backend.SINGLE:
         return "only single-device cells are traced (one process; FSDP2's FSDPMemTracker needs a process group)"
     if plan.quant.quantized:
-        return "bitsandbytes' quantized parameters (Params4bit, Int8Params) are built on a CUDA device only"
+        return (
+            "quantized cells are not traced: bitsandbytes' CPU kernels are not the CUDA path a GPU cell runs, and "
+            "Params4bit cannot wrap a fake tensor"
+        )
     if plan.method.generates:
         return "an online method's step samples completions first; its generation is not one training step"
     return None
