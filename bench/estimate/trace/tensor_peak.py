@@ -44,8 +44,10 @@ def _tracker_class() -> type:
 
 
 def tracked_peak(step: Step) -> dict[str, int]:
-    """The step's peak by category, in bytes, and `total` (their sum): one optimizer step under the tracker. Frozen
-    parameters get no gradient hook (the stock tracker would try one and fail on a LoRA model's base weights)."""
+    """The step's peak by category, in bytes, and `total` (their sum): the second optimizer step under the tracker,
+    the optimizer's state already made. Frozen parameters get no gradient hook (the stock tracker would try one and
+    fail on a LoRA model's base weights)."""
+    run_step(step)  # AdamW makes its state in the first update: the tracked step is a steady one
     tracker = _tracker_class()()
     model, optimizer = step.trainer.model, step.trainer.optimizer
     for param in model.parameters():
