@@ -16,6 +16,7 @@ from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
 from bench.estimate.speed.knob_factors import knob_seconds
+from bench.estimate.trace.cache import traced_for
 from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
@@ -43,6 +44,9 @@ class StepSetup:
     gather_units: int
     trl: bool = True
     """A TRL trainer runs the step (every cell of this project; the published rows ran other stacks)."""
+    flops_scale: float = 1.0
+    """Traced over analytic FLOPs of the cell's real step (scenarios/derived/traced_flops.json, `dpo-bench trace`);
+    1 where the cell has no trace."""
 
 
 def method_shape(shape: ModelShape, output: str) -> ModelShape:
@@ -98,6 +102,7 @@ def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
         reference_gathered=not separate or spec.sharding.reference == Placement.SHARDED,
         param_modules=len(shapes.linears) + 2 * shapes.layers + 3,
         gather_units=shapes.layers + 1,
+        flops_scale=traced.ratio if (traced := traced_for(plan)) is not None else 1.0,
     )
 
 
@@ -111,11 +116,11 @@ def step_terms(
     optimizer_sharded = sharding.optimizer in (Placement.SHARDED, Placement.OFFLOADED) and world > 1
     updated = step.trainable_params / (world if optimizer_sharded else 1)
     optimizer_on_host = sharding.optimizer == Placement.OFFLOADED
-    flops = work.step_flops(step)
+    flops = work.step_flops(step) * setup.flops_scale
     attention_s = 0.0
     if device.attention_fraction < 1.0:
-        flops = work.matmul_flops(step)
-        attention_s = work.attention_flops(step) / (device.peak_flops * device.attention_fraction)
+        flops = work.matmul_flops(step) * setup.flops_scale
+        attention_s = work.attention_flops(step) * setup.flops_scale / (device.peak_flops * device.attention_fraction)
     compute_s = flops / (device.peak_flops * device.matmul_fraction * constants.efficiency)
     passes = work.weight_passes(step)
     dequant = work.dequant_bytes(setup.quantized_params, setup.quant_bytes, setup.compute_bytes, passes)

@@ -1,0 +1,67 @@
+"""The cell's real training step, ready to trace: its method's TRL trainer built by the worker (bench/worker/) from
+the workload's assets, and the first batch its own data loader yields (the workload's real lengths, padded as the
+collator pads them, not max_length).
+
+The step runs on the CPU whatever the profile's device: the trace counts operations and tensor bytes, which do not
+depend on where they run; the profile's precision is kept (bf16 autocast on the CPU as on a GPU)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.assets.prepare import cell_dataset, prepare
+from bench.matrix.plan import Plan
+from bench.worker.build import trl_trainer
+from bench.worker.spec import WorkerSpec
+
+
+@dataclass
+class Step:
+    trainer: Any
+    batch: dict[str, Any]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(sequences, padded length) of the batch's input ids."""
+        rows, length = self.batch["input_ids"].shape
+        return int(rows), int(length)
+
+
+def build_step(plan: Plan, out_dir: Path) -> Step:
+    """The trainer of `plan`'s cell and its first batch, everything on the CPU; `out_dir` holds the trainer's
+    files and the cell's own view of the dataset."""
+    import torch
+
+    cpu = plan.profile.model_copy(update={"device": "cpu", "device_count": 1})
+    torch.manual_seed(plan.workload.train.seed)
+    assets = prepare(plan.workload)
+    assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, out_dir / "dataset")})
+    spec = WorkerSpec(cell=plan.cell, profile=cpu, workload=plan.workload, assets=assets, out_dir=str(out_dir))
+    trainer = trl_trainer(spec, [])
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.create_optimizer_and_scheduler(num_training_steps=plan.workload.train.steps)
+    # Trainer.train sets this before its first step; training_step divides the loss by it
+    trainer.current_gradient_accumulation_steps = 1
+    enable_checkpointing(trainer)
+    trainer.model.train()
+    return Step(trainer=trainer, batch=batch)
+
+
+def enable_checkpointing(trainer: Any) -> None:
+    """What Trainer.train does before its first step for `activation_checkpointing` (transformers' trainer.py):
+    the trainer's constructor leaves the model without it, and a step traced without it misses the recompute."""
+    args = trainer.args
+    if not getattr(args, "activation_checkpointing", args.gradient_checkpointing):
+        return
+    kwargs = dict(getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs or {})
+    every, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+    trainer.model.activation_checkpointing_enable(
+        activation_checkpointing_kwargs=kwargs or None, every_n_layers=every, offload=offload
+    )
+
+
+def run_step(step: Step) -> None:
+    """One optimizer step: the trainer's training_step (forward, loss, backward), then the optimizer's update."""
+    step.trainer.training_step(step.trainer.model, step.batch)
+    step.trainer.optimizer.step()
+    step.trainer.optimizer.zero_grad(set_to_none=True)
