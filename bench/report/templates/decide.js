@@ -112,7 +112,8 @@
                   margin: p[0] === null ? null : p[0] - total, host: values[k + 3], perRank: values[k + 4],
                   breakdown: D.breakdowns[values[k + 5]], chance: values[k + 6],
                   tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
-                  unchecked: !!values[k + 3] && (node === null || node === undefined)});
+                  unchecked: values[k + 4] !== null && values[k + 4] !== undefined &&
+                    (node === null || node === undefined)});
       k += 7;
     }
     var picks = [];
@@ -401,11 +402,26 @@
     });
   }
 
+  var B85 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~';
+
+  function base85(text){
+    // Python's base64.b85decode: each 5 characters are 4 bytes, big-endian; a last group of k characters, padded
+    // with the highest digit, gives k - 1 bytes.
+    var digit = {}, n = text.length, groups = Math.ceil(n / 5), out = new Uint8Array(groups * 4);
+    for (var i = 0; i < 85; i++) digit[B85.charCodeAt(i)] = i;
+    for (var g = 0; g < groups; g++) {
+      var v = 0;
+      for (var j = g * 5; j < g * 5 + 5; j++) v = v * 85 + (j < n ? digit[text.charCodeAt(j)] : 84);
+      out[g * 4] = (v >>> 24) & 255; out[g * 4 + 1] = (v >>> 16) & 255;
+      out[g * 4 + 2] = (v >>> 8) & 255; out[g * 4 + 3] = v & 255;
+    }
+    return out.subarray(0, Math.floor(n / 5) * 4 + (n % 5 ? n % 5 - 1 : 0));
+  }
+
   function unpack(data){
-    // The per-point arrays come gzipped in base64 (bench/report/decide_data.py `pack`): the browser inflates them.
+    // The per-point arrays come gzipped in base85 (bench/report/decide_data.py `pack`): the browser inflates them.
     if (!data.packed) return Promise.resolve(data);
-    var text = atob(data.packed), bytes = new Uint8Array(text.length);
-    for (var i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    var bytes = base85(data.packed);
     var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
     return new Response(stream).json().then(function(big){
       // Sizes come a field at a time (all totals, all lows, ...): back to a row per point, a cell's fields together.
