@@ -5,6 +5,8 @@ generates is one line too (they would change nothing)."""
 
 import argparse
 
+from bench.cli.arg_types import whole_number
+
 VLLM_MODES = ("none", "colocate", "server")
 """`--vllm`: transformers' generate, or TRL's `vllm_mode` (trl/trainer/grpo_config.py, vllm_mode)."""
 
@@ -16,19 +18,6 @@ GENERATION_FLAGS = {
     "vllm_gpu_memory_utilization": "--vllm-gpu-memory-utilization",
 }
 """The TargetRequest field of each flag."""
-
-
-def _at_least(flag: str, least: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a whole number >= {least}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{flag} {value}: must be at least {least}")
-        return value
-
-    return parse
 
 
 def utilization(text: str) -> float:
@@ -55,21 +44,21 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("online RL generation (grpo, rloo; default: the workload's)")
     group.add_argument(
         "--num-generations",
-        type=_at_least("--num-generations", 2),
+        type=whole_number("--num-generations", "a whole number", 2),
         default=None,
         metavar="G",
         help="completions sampled per prompt (TRL's num_generations, at least 2: the group is the baseline)",
     )
     group.add_argument(
         "--completion-length",
-        type=_at_least("--completion-length", 1),
+        type=whole_number("--completion-length", "a whole number", 1),
         default=None,
         metavar="C",
         help="a completion's most tokens (TRL's max_completion_length)",
     )
     group.add_argument(
         "--prompt-length",
-        type=_at_least("--prompt-length", 1),
+        type=whole_number("--prompt-length", "a whole number", 1),
         default=None,
         metavar="P",
         help="a prompt's most tokens (default: the workload's, else --max-length)",

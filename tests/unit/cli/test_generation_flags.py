@@ -28,10 +28,10 @@ def test_the_flags_become_the_workloads_generation_settings():
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (("--num-generations", "0"), "--num-generations 0: must be at least 2"),
-        (("--num-generations", "many"), "--num-generations 'many': expected a whole number >= 2"),
-        (("--completion-length", "-5"), "--completion-length -5: must be at least 1"),
-        (("--prompt-length", "0"), "--prompt-length 0: must be at least 1"),
+        (("--num-generations", "0"), "--num-generations must be >= 2, got '0'"),
+        (("--num-generations", "many"), "argument --num-generations: not a whole number: 'many'"),
+        (("--completion-length", "-5"), "--completion-length must be >= 1, got '-5'"),
+        (("--prompt-length", "0"), "--prompt-length must be >= 1, got '0'"),
         (("--vllm", "foo"), "--vllm 'foo': choose from none, colocate, server"),
         (
             ("--vllm-gpu-memory-utilization", "1.5"),
