@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.assets.prepare import cell_dataset, prepare
-from bench.matrix.plan import Plan
+from bench.matrix.plan import Plan, plan_for
 from bench.worker.build import trl_trainer
 from bench.worker.spec import WorkerSpec
 
@@ -36,7 +36,7 @@ def build_step(plan: Plan, out_dir: Path) -> Step:
     torch.manual_seed(plan.workload.train.seed)
     assets = prepare(plan.workload)
     assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, out_dir / "dataset")})
-    spec = WorkerSpec(cell=plan.cell, profile=cpu, workload=plan.workload, assets=assets, out_dir=str(out_dir))
+    spec = WorkerSpec.from_plan(plan_for(plan.cell, cpu, plan.workload), assets, str(out_dir))
     trainer = trl_trainer(spec, [])
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.create_optimizer_and_scheduler(num_training_steps=plan.workload.train.steps)
