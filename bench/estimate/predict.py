@@ -800,7 +800,7 @@ def _charge_mapped_weights(out: dict[str, float], s: _Setting, mapped_bytes: flo
     a ZeRO-1/2 engine overwrites the policy with rank 0's on the other ranks (`_broadcast_model`), and the stage-0
     engine TRL makes of a reference too. ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
     cell, backend, profile, world = s.cell, s.backend, s.profile, s.world
-    if checkpoint_bytes(s.workload, s.shapes) != (4 if profile.precision == "fp32" else 2):
+    if checkpoint_bytes(s.workload, s.shapes) != s.b:
         return
     spec = s.spec
     kind = cpu_terms.memory_kind(profile.memory_budget_bytes)

@@ -21,6 +21,7 @@ COLOCATE_UTILIZATION = 0.3
 SERVER_UTILIZATION = 0.9
 """`trl vllm-serve`'s default share of each server GPU (trl/scripts/vllm_serve.py, `gpu_memory_utilization`
 "defaults to `0.9`", vLLM's own default)."""
+DEFAULT_UTILIZATION = {"colocate": COLOCATE_UTILIZATION, "server": SERVER_UTILIZATION}
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ def vllm_use(cell: Cell, workload: Workload) -> VllmUse | None:
     mode = gen.vllm or ("colocate" if Option.VLLM in cell.options else "none")
     if mode == "none":
         return None
-    return VllmUse(mode, gen.vllm_gpu_memory_utilization or default_utilization(mode) or COLOCATE_UTILIZATION)
+    return VllmUse(mode, gen.vllm_gpu_memory_utilization or DEFAULT_UTILIZATION[mode])
 
 
 def default_utilization(mode: str | None) -> float | None:
     """TRL's default share for `mode` (colocate, server); None for none or a cell's own choice."""
-    return {"colocate": COLOCATE_UTILIZATION, "server": SERVER_UTILIZATION}.get(mode or "")
+    return DEFAULT_UTILIZATION.get(mode or "")
 
 
 def engine_need(weights: float, kv_per_token: float, sequence: int) -> float:

@@ -65,20 +65,21 @@ def training_row(plan: "Plan") -> float | None:
     return float(generation_of(plan.workload, plan.world).sequence)
 
 
-def online_terms(plan: "Plan", read: tuple[float, float, float], rates: tuple[float, float, float]) -> dict[str, float]:
+def online_terms(
+    plan: "Plan", read: tuple[float, float, float, int], rates: tuple[float, float, float]
+) -> dict[str, float]:
     """One training step's share of its generation, for an online cell (`plan`): who generates (transformers'
     generate, or vLLM colocated or served: bench/estimate/vllm_terms.py), on this card's figures. `read`: (the
     policy as stored, what dequantizing its quantized layers writes and reads per forward (a batched decode step of
-    bitsandbytes' layers runs the dequantize-then-matmul path), the model's matmul parameters); `rates`: (memory
-    bytes/s, achievable matmul FLOP/s, the calibration's `layer_pass_s`)."""
-    policy_bytes, dequant_bytes, matmul_params = read
+    bitsandbytes' layers runs the dequantize-then-matmul path), the model's matmul parameters, bytes per element of
+    its compute dtype); `rates`: (memory bytes/s, achievable matmul FLOP/s, the calibration's `layer_pass_s`)."""
+    policy_bytes, dequant_bytes, matmul_params, b = read
     memory_bytes_s, matmul_flops_s, layer_s = rates
     from bench.estimate import generation_terms, vllm_terms
     from bench.estimate.shapes import shapes_for
     from bench.matrix.online_rules import steps_per_generation
 
     workload, shapes = plan.workload, shapes_for(plan.workload)
-    b = 4 if plan.profile.precision == "fp32" else 2
     gen = generation_terms.generation_of(workload, plan.world)
     kv = generation_terms.kv_cache(1, 1, shapes.layers, shapes.kv_heads, shapes.head_dim, b)
     flops = 2 * matmul_params

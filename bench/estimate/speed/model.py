@@ -165,7 +165,7 @@ def online_terms(plan: Plan, setup: StepSetup, device: DeviceFigures, constants:
     """An online cell's share of its generation per step (decode.py): the policy as stored, and each quantized
     weight's dequantized copy written and read, per decoding step, on this device's rates."""
     dequant = 2 * setup.quantized_params * setup.compute_bytes
-    read = (setup.policy_bytes, dequant, setup.step.shape.matmul_params)
+    read = (setup.policy_bytes, dequant, setup.step.shape.matmul_params, setup.compute_bytes)
     rates = (device.memory_bytes_s, device.peak_flops * device.matmul_fraction * constants.efficiency)
     return decode.online_terms(plan, read, (*rates, constants.layer_pass_s))
 
