@@ -29,7 +29,7 @@ class Interconnect(Strict):
 
 
 class Mamf(Strict):
-    """Maximum Achievable Matmul FLOPS (BF16, no sparsity) beside the theoretical figure of the same table row."""
+    """A measured achievable matmul rate (no sparsity, at the entry's precision) and the peak it is a share of."""
 
     tflops: float = Field(gt=0)
     of_tflops: float = Field(gt=0)

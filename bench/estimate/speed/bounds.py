@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bench.estimate.speed import published_speeds
-from bench.estimate.speed.devices import generation_of, max_matmul_fraction
+from bench.estimate.speed.devices import generation_of, matmul_fraction
 from bench.estimate.speed.mfu_sources import FigureRow, LlamaLayout, mfu_file
 from bench.estimate.speed.work import hardware_ratio
 from bench.judge.mfu import ModelShape, flops_per_token
@@ -56,7 +56,8 @@ class PublishedMfu:
     """`full`, `lora` or `qlora` (a LoRA over quantized weights)."""
     backend: str
     """`single`, `data_parallel` or `sharded`."""
-    generation: str
+    gpu: str
+    """The catalog entry of the card it ran on (scenarios/gpus.yaml)."""
     size: str
     """`small` or `large` (size_class of the model's matmul parameters)."""
     mfu: float
@@ -71,13 +72,16 @@ class PublishedMfu:
         return self.mfu * self.hardware_ratio
 
     @property
+    def generation(self) -> str:
+        return generation_of(self.gpu)
+
+    @property
     def comparable(self) -> bool:
-        """False where the hardware utilisation it implies is above the best measured achievable matmul fraction
-        of any card (devices.max_matmul_fraction: A100 SXM, 86.9 %): no run reaches that on a whole step, so the
-        source's tokens or setup are not what this convention assumes (torchtune's LoRA rows, 91 % on the RTX 4090
-        and 148 % on the A6000, and its full A6000 row, 107 % with the recompute counted). Kept as data, never a
-        bound."""
-        return self.hfu <= max_matmul_fraction()
+        """False where the hardware utilisation it implies is above its own card's achievable matmul fraction
+        (devices.matmul_fraction): no run reaches that on a whole step, so the source's tokens or setup are not what
+        this convention assumes (torchtune's A6000 rows, 148 % for LoRA and 107 % for full with the recompute
+        counted, against the 64.5 % that unmeasured card is granted). Kept as data, never a bound."""
+        return self.hfu <= matmul_fraction(self.gpu)[0]
 
 
 def llama_shape(config: LlamaLayout) -> ModelShape:
@@ -108,7 +112,7 @@ COMPUTED = "computed: tokens/s per GPU x flops/token (bench/judge/mfu.py, T = th
 def from_row(row: FigureRow) -> PublishedMfu:
     """A figure of scenarios/published/mfu.yaml in this project's convention."""
     kind = row.kind
-    head = (row.id, row.url, row.figure, row.stack, kind.method, kind.adapter, kind.backend, kind.generation, kind.size)
+    head = (row.id, row.url, row.figure, row.stack, kind.method, kind.adapter, kind.backend, kind.gpu, kind.size)
     if row.stated is not None:
         stated = row.stated
         hfu_ratio = stated.hfu_percent / stated.mfu_percent if stated.hfu_percent is not None else 1.0
@@ -140,7 +144,7 @@ def _qwen() -> list[PublishedMfu]:
                     "sft",
                     kind,
                     "single",
-                    "ampere",
+                    "A100-80G",
                     "small",
                     computed(8 * seq / s_per_it, shape, seq, 312, ref=False),
                     COMPUTED,
@@ -204,10 +208,9 @@ def _matches(figure: PublishedMfu, kind: Kind, level: tuple[str, ...]) -> bool:
 
 
 def bound(kind: Kind) -> tuple[float, list[PublishedMfu], tuple[str, ...]] | None:
-    """The best published hardware utilisation (PublishedMfu.hfu) for `kind`: (the figure, the figures of the
-    level it came from, that level); None where no comparable figure of its size and adapter was found (no bound:
-    docs/estimator.md lists them). A prediction's MFU bound is this over its own hardware ratio (mfu_bound): at
-    equal method, adapter and checkpointing the two ratios are equal and the bound is the published MFU itself."""
+    """The best published utilisation of the achievable matmul rate (PublishedMfu.utilisation) for `kind`: (the
+    figure, the figures of the level it came from, that level); None where no comparable figure of its size and
+    adapter was found (no bound: docs/estimator.md lists them). mfu_bound turns it into the prediction's own MFU."""
     for level in KIND_LEVELS:
         mine = [f for f in figures() if f.comparable and _matches(f, kind, level)]
         if mine:
@@ -243,8 +246,10 @@ def prediction_ratio(plan: "Plan") -> float:
 
 
 def mfu_bound(plan: "Plan") -> tuple[float, PublishedMfu] | None:
-    """The most MFU the planned cell may imply: the best published hardware utilisation of its kind expressed in its
-    own step's MFU, and the figure it comes from; None where its kind has no published figure."""
+    """The most MFU the planned cell may imply, and the figure it comes from; None where its kind has no published
+    figure. The best published share of the achievable matmul rate, on the plan's card (times its matmul_fraction: a
+    figure of the same card carries its own hardware utilisation over unchanged), over the plan's own hardware ratio
+    (at equal method, adapter and checkpointing that is the published MFU itself)."""
     found = bound(kind_for(plan))
     if found is None:
         return None

@@ -13,27 +13,27 @@ from bench.matrix.profiles import HardwareProfile
 from bench.units import GB
 
 
-def _mamf_prior() -> float:
-    """For a card the MAMF table does not measure (A10, L4, T4, the GeForce and RTX cards, H100 PCIe, L40S): the
-    lowest NVIDIA fraction in it (B200, 77.6 %). A prior, not a measurement of that card."""
-    return min(g.mamf.fraction for g in load_catalog().gpus if g.mamf is not None and g.name[0] in "ABH")
+def _measured_nvidia() -> list[GpuSpec]:
+    """The NVIDIA entries (those with a compute capability) whose achievable matmul rate was measured."""
+    return [g for g in load_catalog().gpus if g.mamf is not None and g.compute_capability is not None]
+
+
+def _mamf_prior() -> GpuSpec:
+    """For a card no table measures (A10, L4, V100, RTX A6000, L40S, H100 PCIe, H800 ...): the entry with the lowest
+    measured NVIDIA fraction (T4, 64.5 %). A conservative prior, not a measurement of that card."""
+    return min(_measured_nvidia(), key=lambda g: g.mamf.fraction)
 
 
 def matmul_fraction(name: str) -> tuple[float, str]:
-    """The achievable fraction of the dense peak on large bf16 matmuls for a catalog entry (its `mamf` row of the
-    Maximum Achievable Matmul FLOPS table), and where it is from."""
+    """The achievable fraction of the dense peak on large matmuls at the entry's precision (its `mamf` row), and
+    where it is from."""
     entry = gpu(name)
     if entry.mamf is not None:
         m, t = entry.mamf.tflops, entry.mamf.of_tflops
-        return m / t, f"MAMF {m} of {t} TFLOP/s ({entry.source('mamf')})"
+        return m / t, f"measured {m} of {t} TFLOP/s ({entry.source('mamf')})"
     prior = _mamf_prior()
-    source = next(g.source("mamf") for g in load_catalog().gpus if g.mamf is not None)
-    return prior, f"no MAMF row: the lowest NVIDIA one, {prior:.3f} ({source})"
-
-
-def max_matmul_fraction() -> float:
-    """The best NVIDIA or AMD achievable matmul fraction measured (A100 SXM, 271.2 of 312): Gaudi's are left out."""
-    return max(g.mamf.fraction for g in load_catalog().gpus if g.mamf is not None and g.device != "hpu")
+    fraction = prior.mamf.fraction
+    return fraction, f"not measured: the lowest measured NVIDIA one, {prior.name}'s {fraction:.3f}"
 
 
 def generation_of(name: str) -> str:

@@ -31,7 +31,8 @@ class FigureKind(Strict):
     """`sft` (pretraining counts: the same step) or `dpo`."""
     adapter: Literal["full", "lora", "qlora"]
     backend: Family
-    generation: str
+    gpu: str
+    """The catalog entry (scenarios/gpus.yaml) of the card it ran on: its generation and achievable matmul rate."""
     size: Literal["small", "large"]
 
 

@@ -9,7 +9,7 @@ ROW = """
     url: https://example.org
     figure: "1000 tokens/s"
     stack: a stack
-    kind: {method: sft, adapter: full, backend: single, generation: ampere, size: small}
+    kind: {method: sft, adapter: full, backend: single, gpu: A100-80G, size: small}
 """
 MODELS = """models:
   tiny: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4,
@@ -27,13 +27,14 @@ def write(tmp_path, body: str):
 def test_every_committed_figure_reads_and_names_its_source():
     assert len(figures()) == len(mfu_file().figures) + 12  # Qwen-7B's two tables of six lengths
     assert all(f.url.startswith("https://") and f.mfu > 0 for f in figures())
-    # a figure above any card's achievable matmul fraction is kept as data, never as a bound (torchtune's LoRA rows)
-    assert all(f.hfu < 1 for f in figures() if f.comparable)
+    # a figure above its own card's achievable matmul fraction is kept as data, never as a bound (torchtune's A6000
+    # rows); its RTX 4090 LoRA row (91 %) stays under that card's measured 105 %
+    assert all(f.hfu < 1.1 for f in figures() if f.comparable)
     assert {f.id for f in figures() if not f.comparable} == {
-        "torchtune: LoRA, 1x RTX 4090",
         "torchtune: full, 1x A6000",
         "torchtune: LoRA, 1x A6000",
     }
+    assert next(f for f in figures() if f.id == "torchtune: LoRA, 1x RTX 4090").generation == "ada"
 
 
 def test_a_row_gives_exactly_one_of_throughput_and_stated(tmp_path):

@@ -18,7 +18,7 @@ from bench.estimate.speed.bounds import (
     prediction_ratio,
 )
 from bench.estimate.speed.calibration import load_speed_calibration
-from bench.estimate.speed.devices import max_matmul_fraction
+from bench.estimate.speed.devices import matmul_fraction
 from bench.estimate.speed.model import predict_speed
 from bench.matrix.plan import plan_for
 from bench.matrix.scenario import expand, load_matrix
@@ -54,10 +54,11 @@ def test_every_published_figure_names_its_source_and_kind():
         assert f.adapter in ("full", "lora", "qlora") and f.method in ("sft", "dpo"), f.id
         assert f.backend in ("single", "data_parallel", "sharded"), f.id
         assert f.mfu > 0 and f.hardware_ratio > 0, f.id
-    # torchtune's LoRA rows and its A6000 full row imply more than any card's matmul rate: data, never a bound
+    # torchtune's A6000 rows imply more than that card's matmul rate: data, never a bound; its RTX 4090 LoRA row
+    # (91 %) stays under the 4090's measured rate (105 % of its datasheet peak)
     left_out = {f.id for f in figures() if not f.comparable}
-    assert left_out == {"torchtune: LoRA, 1x RTX 4090", "torchtune: LoRA, 1x A6000", "torchtune: full, 1x A6000"}
-    assert all(f.hfu <= max_matmul_fraction() for f in figures() if f.comparable)
+    assert left_out == {"torchtune: LoRA, 1x A6000", "torchtune: full, 1x A6000"}
+    assert all(f.hfu <= matmul_fraction(f.gpu)[0] for f in figures() if f.comparable)
 
 
 def test_the_issue_examples_are_bounded_by_their_own_kind():
