@@ -184,6 +184,17 @@ def gpu_by_card(card: str, catalog: Catalog | None = None) -> GpuSpec:
     return found
 
 
+def entry_of(name: str | None, card: str | None) -> GpuSpec | None:
+    """The entry named `name` (a profile's `gpu:`), else the one of `card`; None where the catalog holds neither
+    (a loaded profile's `gpu:` is checked against the catalog when it is read: bench/matrix/profiles.py)."""
+    try:
+        if name is not None:
+            return gpu(name)
+        return None if card is None else gpu_by_card(card)
+    except BenchError:
+        return None
+
+
 def identify(driver_name: str, catalog: Catalog | None = None) -> GpuSpec | None:
     """The entry whose `driver_names` match the name the driver gives a device ("NVIDIA H100 80GB HBM3" is the
     H100-SXM, "NVIDIA H100 PCIe" the H100-PCIe); None for a device the catalog does not hold. A name two entries

@@ -17,7 +17,7 @@ from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, c
 from bench.estimate.speed.devices import DeviceFigures, device_figures
 from bench.estimate.speed.knob_factors import knob_seconds, step_factor
 from bench.estimate.trace.cache import traced_for
-from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
+from bench.judge.mfu import ModelShape, model_shape
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.plan import Plan
@@ -87,7 +87,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         trainable_params=trainable,
         adapters=init.adapters,
         checkpointing=checkpointing,
-        no_grad_forwards=no_grad_forwards(cell.method, precomputed),
+        no_grad_forwards=plan.no_grad_forwards,
         vocab=shapes.vocab,
         output=method.output,
         layer_bytes=work.layer_elementwise_bytes(
