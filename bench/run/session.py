@@ -265,4 +265,7 @@ def time_budget(seconds: float, ctx: RunContext, cells: list[Cell], started: flo
         speed = speeds.get(cell.id)
         return speed.s_per_step_high if speed is not None else None
 
-    return TimeBudget(seconds, ctx.workload.train.steps, step_seconds, ctx.profile.start_up_s, started=started)
+    profile = ctx.profile
+    return TimeBudget(
+        seconds, ctx.workload.train.steps, step_seconds, profile.start_up_s, started, cell_timeout_s=profile.timeout_s
+    )

@@ -89,7 +89,7 @@ class _Follower:
         while True:
             before = sum(map(len, holders.values()))
             for key, target, passed in calls:
-                holders[key] |= {a.id for p, a in passed if p in holders[target] and isinstance(a, ast.Name)}
+                holders[key] |= {r for p, a in passed if p in holders[target] and (r := _root(a)) is not None}
             if sum(map(len, holders.values())) == before:
                 return holders
 
@@ -201,6 +201,13 @@ def _derived(node: ast.FunctionDef, tainted: set[str]) -> set[str]:
                 found |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
         if len(found) == before:
             return found
+
+
+def _root(expr: ast.expr) -> str | None:
+    """The name an argument is read off (`ctx` of `ctx`, `self` of `self.ctx`): handing it on hands that name's."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _reads_profile_of(node: ast.FunctionDef) -> set[str]:
