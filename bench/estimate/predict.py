@@ -23,7 +23,7 @@ from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
-from bench.matrix.reference import ReferencePlan
+from bench.matrix.reference import ReferencePlan, reference_plan
 from bench.paths import DERIVED_DIR
 from bench.results.cpu_features import CpuFeatures
 from bench.units import GB, MiB
@@ -396,13 +396,20 @@ def _setting(plan: Plan, backend: Backend, shapes: ModelShapes, knobs: Knobs) ->
         checkpointing=checkpointing,
         liger=liger,
         method=method,
-        reference=plan.reference_for(method.name),
+        reference=_reference(plan, method.name),
         init=plan.init,
         quantized=plan.quant.quantized,
         linear=linear,
         total=total,
         other=other,
     )
+
+
+def _reference(plan: Plan, method: str) -> ReferencePlan:
+    """The planned cell's reference were it trained by `method` (the method knob may change it)."""
+    if method == plan.cell.method:
+        return plan.reference
+    return reference_plan(plan.cell.model_copy(update={"method": method}), plan.settings, plan.workload)
 
 
 @dataclass(frozen=True)

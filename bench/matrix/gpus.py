@@ -122,6 +122,7 @@ class GpuSpec(Strict):
     def source(self, figure: str) -> str:
         return self.sources.get(figure, self.sources["default"])
 
+    @property
     def host_link_gb_s(self) -> float | None:
         """The host <-> device link's GB/s as the vendor states it (total bidirectional), None where unpublished."""
         if self.host_link is not None:

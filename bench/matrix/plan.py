@@ -73,12 +73,6 @@ class Plan:
         """Forward passes per step without gradient of the cell's method, its reference as planned."""
         return self.method.no_grad_forwards(self.reference.precomputed)
 
-    def reference_for(self, method: str) -> ReferencePlan:
-        """The reference were the cell trained by `method` (the estimator's method knob may change it)."""
-        if method == self.cell.method:
-            return self.reference
-        return reference_plan(self.cell.model_copy(update={"method": method}), self.settings, self.workload)
-
 
 def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
     """`cell` on `profile` with `workload`, resolved: where a cell, a profile and a workload arrive from outside (the

@@ -22,8 +22,9 @@ from bench.matrix.known_issues import known_issues
 from bench.matrix.packages import PACKAGES
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.settings import training_of
 from bench.paths import BUILD_DIR
-from bench.results.env import environment_fingerprint, training_of, write_env
+from bench.results.env import environment_fingerprint, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
