@@ -76,7 +76,8 @@ class _Follower:
 
     def _holders(self) -> dict[tuple[str, str], set[str]]:
         """Each function's parameters that hold the profile: it reads their `.profile` (or `.plan`), or hands them
-        whole to a parameter of another function that holds it; to a fixed point."""
+        (or an attribute of them, as `self.ctx`) whole to a parameter of another function that holds it; to a fixed
+        point."""
         holders = {
             (m, q): _reads_profile_of(f) for m, module in self.modules.items() for q, f in module.functions.items()
         }
