@@ -2,10 +2,11 @@
 factor on the step with the published benchmark it comes from, or no term where none states one. The step model
 (model.py) prices sdpa attention, no Liger and no compilation; `knob_seconds` is the one term these add."""
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bench.matrix.plan import Plan
+    from bench.matrix.profiles import TrainSpec
 
 EAGER_ATTENTION_SLOWDOWN = 180 / 130
 """Step time with eager attention over sdpa's (a flash kernel on a GPU): a 1.3B GPT trained on one A100-80GB ran at
@@ -26,18 +27,17 @@ model suites (most far smaller than an LLM, whose step is matmul-bound); the tor
 ahead of eager on Llama-3.2-1B in plots, without a ratio to take. A compiled step is predicted at eager's speed."""
 
 
-def step_factor(plan: "Plan") -> float:
-    """The step time's factor from the plan's attention, Liger and compile settings (1.0 off a GPU: each source
-    measured CUDA kernels; and where none is set)."""
+def step_factor(device: str, train: "TrainSpec", options: Collection[str]) -> float:
+    """The step time's factor from a cell's attention, Liger and compile settings (`train`, and the cell's
+    `options`) on a `device` kind (1.0 off a GPU: each source measured CUDA kernels; and where none is set)."""
     from bench.matrix.axes import Option
 
-    train = plan.workload.train
-    if plan.profile.device != "cuda":
+    if device != "cuda":
         return 1.0
     factor = {"eager": EAGER_ATTENTION_SLOWDOWN, "flash_attention_2": FLASH_ATTENTION_2_OVER_SDPA}.get(
         train.attn_implementation or "sdpa", 1.0
     )
-    liger = Option.LIGER in plan.cell.options if train.use_liger_kernel is None else train.use_liger_kernel
+    liger = Option.LIGER in options if train.use_liger_kernel is None else train.use_liger_kernel
     if liger:
         factor /= LIGER_SPEEDUP
     if train.torch_compile:
@@ -45,10 +45,9 @@ def step_factor(plan: "Plan") -> float:
     return factor
 
 
-def knob_seconds(terms: dict[str, float], plan: "Plan") -> dict[str, float]:
-    """`terms` with a `settings` term where the factor is not 1: the seconds it adds (negative: removes) from the
-    step those terms sum to."""
-    factor = step_factor(plan)
+def knob_seconds(terms: dict[str, float], factor: float) -> dict[str, float]:
+    """`terms` with a `settings` term where the `step_factor` is not 1: the seconds it adds (negative: removes) from
+    the step those terms sum to."""
     if factor == 1.0:
         return terms
     return terms | {"settings": sum(terms.values()) * (factor - 1.0)}

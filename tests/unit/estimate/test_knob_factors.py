@@ -47,7 +47,8 @@ def test_each_factor_names_its_source():
 
 def test_no_factor_off_a_gpu():
     profile, workload = resolve_target(TargetRequest(hw="cpu", workload="tiny", attention="eager", liger=True))
-    assert knob_factors.step_factor(plan_for(CELL, profile, workload)) == 1.0
+    plan = plan_for(CELL, profile, workload)
+    assert knob_factors.step_factor(plan.device, workload.train, CELL.options) == 1.0
 
 
 def test_fp16_mixed_is_priced_at_the_cards_fp16_peak():
