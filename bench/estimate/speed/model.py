@@ -15,7 +15,7 @@ from bench.estimate.shapes import config_path, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
-from bench.estimate.speed.knob_factors import knob_seconds, step_factor
+from bench.estimate.speed.knob_factors import knob_seconds, liger_on, step_factor
 from bench.estimate.trace.cache import traced_for
 from bench.judge.mfu import ModelShape, model_shape
 from bench.matrix.axes import Option
@@ -281,8 +281,9 @@ def predict_speed(
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
     setup = setup_for(plan, seq_len, online_row=True)
-    factor = step_factor(setup.device, plan.workload.train, cell.options)
-    terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), factor)
+    factor = step_factor(setup.device, plan.workload.train)
+    liger = liger_on(setup.device, plan.workload.train, cell.options)
+    terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), factor, liger)
     if setup.online is not None:
         terms |= online_terms(setup.online, setup, device, constants)
     seconds = sum(terms.values())
