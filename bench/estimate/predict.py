@@ -621,7 +621,7 @@ def _loss_head(s: _Setting, rows: int, seq: int, head_trainable: bool, train_b: 
 def _length_history(s: _Setting) -> float:
     """What earlier, shorter record steps leave reserved (gpu_terms.earlier_records): the output head's transient
     (without the head's weight gradient) at each class of lengths, its largest tensor taken as one [rows, length,
-    vocabulary] logits tensor in the compute dtype. None where the rows are of one length, where expandable segments
+    vocabulary] logits tensor in the compute dtype. 0 where the rows are of one length, where expandable segments
     reuse any freed range, or where the lengths are generated."""
     spread = s.knobs.length_spread
     if spread is None or s.knobs.expandable_segments or s.method.generates:
