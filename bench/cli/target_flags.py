@@ -52,7 +52,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, hw_default: str | None
         "--steps",
         type=int,
         default=None,
-        help="optimizer steps (on a CPU with AVX-512 BF16 or AMX, more batch lengths)",
+        help="optimizer steps (more batch lengths: more oneDNN kernels with AVX-512 BF16 or AMX, more GPU segments)",
     )
     settings.add_argument("--lora-r", type=int, default=None, help="LoRA rank (alpha keeps the workload's alpha/r)")
     settings.add_argument("--lora-targets", default=None, help=f"comma-separated module names, or {ALL_LINEAR}")

@@ -5,10 +5,14 @@ device memory: + the CUDA context, kernel images, NCCL's communicator and buffer
 state while resident). The verdict holds the nvidia-smi figure against the device's memory. No constant here is
 fitted to a measurement of this project or to a published row."""
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
-from bench.units import MiB
+from bench.estimate.length_spread import LengthSpread
+from bench.units import GB, MiB
 
 if TYPE_CHECKING:
     from bench.matrix.profiles import HardwareProfile
@@ -25,6 +29,8 @@ class CudaFigures:
     """Compute capability major version: the catalog's `compute_capability`."""
     nvlink: bool
     """GPUs of a node talk over NVLink (NCCL opens many channels) rather than PCIe: the catalog's interconnect."""
+    memory_bytes: float
+    """The card's memory: the catalog's memory_gb."""
 
 
 def gpu_named(name: str) -> CudaFigures | None:
@@ -34,7 +40,8 @@ def gpu_named(name: str) -> CudaFigures | None:
     entry = gpu(name)
     if entry.sms is None or entry.compute_capability is None:
         return None
-    return CudaFigures(entry.name, entry.sms, entry.compute_capability, entry.interconnect.kind == "nvlink")
+    nvlink = entry.interconnect.kind == "nvlink"
+    return CudaFigures(entry.name, entry.sms, entry.compute_capability, nvlink, entry.memory_gb * GB)
 
 
 REFERENCE_GPU = "H100-SXM"
@@ -143,3 +150,72 @@ def allocator_overhead(large_tensors: int, largest_transient: float, expandable_
     segment per stream, so a freed range serves any later request: no such block."""
     rounding = large_tensors * LARGE_SEGMENT_ROUND / 2
     return rounding + (0.0 if expandable_segments else largest_transient)
+
+
+# The caching allocator over steps of varying padded length. c10/cuda/CUDACachingAllocator.cpp
+# (`DeviceCachingAllocator::malloc`): a request is served by `get_free_block`, the smallest cached block of at least
+# its size (best fit); one above kMinLargeAlloc (10 MiB) that none fits gets its own segment (`alloc_block`,
+# `get_allocation_size`: rounded up to kRoundLarge, 2 MiB), which no neighbour's free space can merge with. A freed
+# block stays in its segment; segments go back to CUDA only on `empty_cache` or when `cudaMalloc` fails
+# (`release_cached_blocks`, then one retry). So a step that pads to a new longest length maps new segments for its
+# largest transients (the loss's logits-sized tensors), and those an earlier, shorter such step left stay reserved:
+# they serve smaller requests, never the larger ones. `expandable_segments` grows one segment in 2 MiB pages, where
+# a freed range serves any later request: none is kept.
+
+SEGMENT_ROUND = 2 * 1024 * 1024
+"""kRoundLarge: a request above 10 MiB gets a segment rounded up to a multiple of 2 MiB (`get_allocation_size`), so a
+longer step's tensor reuses a cached one while its bytes stay within the same 2 MiB multiple."""
+GRID_POINTS = 16384
+"""At most this many length buckets are summed over (lengths within one bucket count as one)."""
+
+
+def _row_cdf(spread: LengthSpread) -> Callable[[float], float]:
+    """P(row tokens <= x) of the log-normal with the spread's mean and standard deviation."""
+    s2 = math.log(1 + (spread.sd / spread.mean) ** 2)
+    normal = NormalDist(math.log(spread.mean) - s2 / 2, math.sqrt(s2) or 1e-9)
+    return lambda x: normal.cdf(math.log(x)) if x > 0 else 0.0
+
+
+def length_buckets(tensor_bytes_per_token: float, max_tokens: int) -> list[int]:
+    """The longest length of each class of step lengths whose largest tensor rounds up to the same 2 MiB multiple,
+    so that one cached segment serves the whole class: SEGMENT_ROUND / its bytes per token tokens wide (at least
+    one token, at most GRID_POINTS classes), the last ending at max_tokens."""
+    physical = round(SEGMENT_ROUND / tensor_bytes_per_token) if tensor_bytes_per_token > 0 else max_tokens
+    width = max(1, physical, math.ceil(max_tokens / GRID_POINTS))
+    return [min(top, max_tokens) for top in range(width, max_tokens + width, width)]
+
+
+def earlier_records(spread: LengthSpread, rows_per_step: int, transients: list[tuple[int, float]]) -> float:
+    """Expected sum of the transient over the steps that padded to a new longest length class, the last (the run's
+    longest, counted in the step's own peak) left out. `transients`: (a class's longest length, the step's transient
+    bytes there), ascending, the last at max_length. A step pads its `rows_per_step` rows to the longest, so its
+    length's distribution is the rows' to that power, over (rows kept) / rows_per_step steps in random order unless
+    the spread states its steps. Step t sets a record at x with P(X = x) * P(X < x)^(t-1); summed over t:
+    p (1 - G^n) / (1 - G), G = P(X < x)."""
+    cdf, max_tokens = _row_cdf(spread), transients[-1][0]
+    kept = cdf(max_tokens) if spread.over_max == "delete" else 1.0
+    steps = spread.steps or max(1, round(spread.rows * kept / rows_per_step))
+    total, below = 0.0, 0.0
+    for value, upto in _size_classes(cdf, kept, rows_per_step, transients):
+        p = upto - below
+        if p > 0:
+            record = p * (1 - below**steps) / (1 - below) if below < 1 else 0.0
+            total += value * (record - (upto**steps - below**steps))
+        below = upto
+    return total
+
+
+def _size_classes(
+    cdf: Callable[[float], float], kept: float, rows_per_step: int, transients: list[tuple[int, float]]
+) -> list[tuple[float, float]]:
+    """(transient bytes, P(step length <= the class's longest)) of each class, classes merged where the transient
+    does not grow (a head capped at a tile size reuses its block)."""
+    max_tokens = transients[-1][0]
+    classes: list[tuple[float, float]] = []
+    for length, value in transients:
+        upto = 1.0 if length == max_tokens or kept <= 0 else (cdf(length) / kept) ** rows_per_step
+        if classes and classes[-1][0] >= value:
+            classes[-1] = (classes[-1][0], upto)
+        else:
+            classes.append((value, upto))
+    return classes

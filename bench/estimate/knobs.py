@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.estimate.length_spread import LengthSpread, synthetic_spread
 from bench.matrix.axes import Method
 from bench.matrix.precision import Mode
 from bench.matrix.profiles import Attention, Optimizer, Workload
@@ -49,6 +50,9 @@ class Knobs(BaseModel):
     never more than the largest parameter's gradient at once."""
     expandable_segments: bool = False
     """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (bench/estimate/gpu_terms.allocator_overhead)."""
+    length_spread: LengthSpread | None = None
+    """The lengths of the rows a run pads batch by batch (bench/estimate/length_spread.py, read by
+    gpu_terms.earlier_records); None: every step at max_length."""
     master_weights: bool = True
     """False: pure 16-bit training (no fp32 copy anywhere, adapters and optimizer states in the compute dtype, as
     torchtune does)."""
@@ -62,12 +66,18 @@ class Knobs(BaseModel):
 
 def knobs_of(workload: Workload) -> Knobs:
     """The knobs the workload's settings turn (bench/matrix/settings.py apply_to_workload: the optimizer and what
-    `--attention`, `--liger`, `--torch-compile` and `--precision pure-bf16` set); the others at their defaults."""
-    train = workload.train
+    `--attention`, `--liger`, `--torch-compile` and `--precision pure-bf16` set) and its synthetic rows' lengths;
+    the others at their defaults."""
+    train, synthetic = workload.train, workload.dataset.synthetic
     return Knobs(
         optimizer=train.optim or DEFAULT_OPTIMIZER,
         attention=train.attn_implementation,
         liger=train.use_liger_kernel,
         torch_compile=bool(train.torch_compile),
         master_weights=train.master_weights is not False,
+        length_spread=None
+        if synthetic is None
+        else synthetic_spread(
+            synthetic.prompt_median_tokens, synthetic.answer_median_tokens, synthetic.sigma, synthetic.rows, train.steps
+        ),
     )

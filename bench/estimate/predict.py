@@ -274,11 +274,23 @@ def _totals(
         reserved = train + gpu_terms.allocator_overhead(_large_tensors(s), transient, s.knobs.expandable_segments)
         nccl = gpu_terms.nccl_buffers(gpu, world) + gpu_terms.nccl_communicator(world, s.spec.deepspeed is not None)
         outside = gpu_terms.cuda_context(gpu) + gpu_terms.training_kernels(gpu) + nccl
+        reserved = _card_bounded(reserved, _length_history(s), s.usable, gpu, outside)
         total = reserved + outside
         # managed memory yields: CUDA pages it out to the host before an allocation fails
         return _Totals("cuda_allocated", train, total, reserved, total + paged, host)
     total = train + const.context_bytes + const.allocator_slack * train
     return _Totals("device", train, total, None, None, host)
+
+
+def _card_bounded(
+    reserved: float, history: float, usable: float | None, gpu: gpu_terms.CudaFigures, outside: float
+) -> float:
+    """reserved with what earlier steps left cached added, no higher than what the card (the profile's usable
+    memory, else its GPU's in the catalog) leaves beside what is held outside the allocator: where cudaMalloc fails,
+    the caching allocator releases every unused cached segment and retries (CUDACachingAllocator.cpp
+    `release_cached_blocks`)."""
+    card = gpu.memory_bytes if usable is None else usable
+    return max(reserved, min(reserved + history, card - outside))
 
 
 def _large_tensors(s: "_Setting") -> int:
@@ -558,7 +570,7 @@ def _peak_phase(
     the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
     (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the peak phase's terms and
     the bytes of every gradient."""
-    method, knobs, shapes, b = s.method, s.knobs, s.shapes, s.b
+    knobs, shapes, b = s.knobs, s.shapes, s.b
     checkpointing, spec, stage, world, offload = s.checkpointing, s.spec, s.stage, s.world, s.offload
     grads_at, devices = s.grads_at, s.device_count
     trainable, train_b, tensors, optimizer, head_trainable = t.params, t.bytes, t.tensors, t.optimizer, t.head
@@ -568,9 +580,7 @@ def _peak_phase(
     lora_layer = _lora_copies(s, t, tokens)
     lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
-    head_name, head = output_head(method, rows, seq, shapes, b, s.device, head_trainable)
-    if knobs.loss != "fused" and method.output == "fused_logprobs":
-        head_name, head = _materialised_head(s, tokens, train_b * head_trainable)
+    head_name, head = _loss_head(s, rows, seq, head_trainable, train_b)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
     grads = terms.placed(grads_full, grads_at, world, devices) if stage is None else 0.0
@@ -607,6 +617,26 @@ def _peak_phase(
     }
     phases |= _no_grad_phases(s, per_layer, tokens, split)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _loss_head(s: _Setting, rows: int, seq: int, head_trainable: bool, train_b: int) -> tuple[str, float]:
+    """(term name, bytes) of the step's output head: `output_head`, or a loss over materialised logits."""
+    if s.knobs.loss != "fused" and s.method.output == "fused_logprobs":
+        return _materialised_head(s, rows * seq, train_b * head_trainable)
+    return output_head(s.method, rows, seq, s.shapes, s.b, s.device, head_trainable)
+
+
+def _length_history(s: _Setting) -> float:
+    """What earlier, shorter record steps leave reserved (gpu_terms.earlier_records): the output head's transient
+    (without the head's weight gradient) at each class of lengths, its largest tensor taken as one [rows, length,
+    vocabulary] logits tensor in the compute dtype. 0 where the rows are of one length, where expandable segments
+    reuse any freed range, or where the lengths are generated."""
+    spread = s.knobs.length_spread
+    if spread is None or s.knobs.expandable_segments or s.method.generates:
+        return 0.0
+    rows, seq, _ = _layer_activations(s)
+    lengths = gpu_terms.length_buckets(rows * s.shapes.vocab * s.b, seq)
+    return gpu_terms.earlier_records(spread, rows, [(n, _loss_head(s, rows, n, False, 0)[1]) for n in lengths])
 
 
 def _materialised_head(s: _Setting, tokens: int, head_gradient_bytes: int) -> tuple[str, float]:

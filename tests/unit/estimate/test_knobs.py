@@ -158,6 +158,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "loss": "fused",
         "optimizer_in_backward": False,
         "expandable_segments": False,
+        "length_spread": None,
         "master_weights": True,
         "precision": None,
         "torch_compile": False,
