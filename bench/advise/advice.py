@@ -105,6 +105,8 @@ class Advice(BaseModel):
     """Where host_memory_bytes comes from: `--host-ram`, or the GPU catalog's node (`catalog default: NVIDIA DGX
     H100, 2,048 GB for 8 GPUs ...`)."""
     precision: str
+    """The compute dtype (`bf16`, `fp32`), or the mode where it says more: `pure-bf16`, `fp16-mixed` (fp32 weights
+    under fp16 autocast, bench/matrix/precision.py)."""
     model: str
     max_length: int
     batch_size: int
@@ -270,7 +272,7 @@ def _advice(
         memory_per_device_bytes=None if profile.memory_per_device_gb is None else profile.memory_per_device_gb * GB,
         host_memory_bytes=None if host is None else host.bytes_per_node,
         host_memory_origin=None if host is None else host.describe(profile.device_count),
-        precision=mode_of(profile.precision, False) if train.master_weights is False else profile.precision,
+        precision=_precision_said(mode_of(profile.precision, train.master_weights is not False), profile.precision),
         settings=knobs_said(workload),
         model=workload.name,
         max_length=train.max_length,
@@ -288,3 +290,8 @@ def _advice(
         chosen=chosen,
         generation=generation_header(workload) if any(method_spec(e.method).generates for e in ranked) else None,
     )
+
+
+def _precision_said(mode: str, precision: str) -> str:
+    """`mixed` reads as its compute dtype (bf16); every other mode by its name."""
+    return precision if mode == "mixed" else mode

@@ -35,7 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.cli.target_flags import runnable_target
-    from bench.results.env import training_of
+    from bench.matrix.settings import training_of
     from bench.run.memory_slots import check_asked
     from bench.run.start import taken_run
 
@@ -60,7 +60,7 @@ def _defaults(args: argparse.Namespace) -> "Training":
     """What this command's profile and workload train with when no training-setting flag is given."""
     from bench.advise.target import resolve_target
     from bench.cli.target_flags import target_request
-    from bench.results.env import training_of
+    from bench.matrix.settings import training_of
 
     return training_of(*resolve_target(target_request(args).without_settings()))
 

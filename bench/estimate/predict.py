@@ -23,7 +23,7 @@ from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import quant_spec
-from bench.matrix.reference import ReferencePlan
+from bench.matrix.reference import ReferencePlan, reference_plan
 from bench.paths import DERIVED_DIR
 from bench.results.cpu_features import CpuFeatures
 from bench.units import GB, MiB
@@ -211,14 +211,13 @@ def _cuda_figures(profile: HardwareProfile, notes: list[str]) -> gpu_terms.CudaF
 def _judged(s: "_Setting", t: "_Totals", spreads: uncertainty.Spreads | None) -> dict[str, object]:
     """The prediction's range, probability of fitting, verdict and margin, from the errors of comparable cells
     (bench/estimate/uncertainty.py)."""
-    profile = s.profile
-    usable = usable_bytes(profile)
+    usable = s.usable
     setup = uncertainty.setup_kind(s.init.adapters, s.quantized)
-    error_kind = uncertainty.cell_kind(str(profile.device), t.kind, str(s.backend), s.method.name, setup)
+    error_kind = uncertainty.cell_kind(s.device, t.kind, str(s.backend), s.method.name, setup)
     pool = uncertainty.spread_for(error_kind, spreads if spreads is not None else uncertainty.load_spreads())
     spread = None if pool is None else pool[1]
     # a CPU cell's errors are of its model memory (train), the library baseline added after
-    figure, baseline = (t.train, t.total - t.train) if profile.device == "cpu" else (t.total, 0.0)
+    figure, baseline = (t.train, t.total - t.train) if s.device == "cpu" else (t.total, 0.0)
     bounds = uncertainty.measured_range(figure, spread, baseline)
     probability = (
         None if spread is None or usable is None else uncertainty.fit_probability(figure, usable, spread, baseline)
@@ -261,15 +260,15 @@ def _totals(
     """The device's figures from the terms: on CPU the process above its library baseline (the offloaded state
     included), on CUDA allocated, reserved and the nvidia-smi figure, elsewhere allocated plus the device's slack.
     On CPU `terms_` gains the offloaded state as a term."""
-    profile, world = s.profile, s.world
+    world = s.world
     train = sum(terms_.values())
-    if profile.device == "cpu":
+    if s.device == "cpu":
         deepspeed = s.spec.deepspeed is not None
         context = const.deepspeed_context_bytes if deepspeed and const.deepspeed_context_bytes is not None else None
         train += host  # offloaded state is in the same (host) memory
         terms_["offloaded_to_host"] = host
         total = train + (const.context_bytes if context is None else context)
-        return _Totals(cpu_terms.memory_kind(profile.memory_budget_bytes), train, total, None, None, 0.0)
+        return _Totals(cpu_terms.memory_kind(s.memory_budget_bytes), train, total, None, None, 0.0)
     if gpu is not None:
         transient = max(terms_.get(k, 0.0) for k in (*OUTPUT_TERMS, "recomputed_layer", "dequant_buffer"))
         reserved = train + gpu_terms.allocator_overhead(_large_tensors(s), transient, s.knobs.expandable_segments)
@@ -300,10 +299,21 @@ def method_of(cell: Cell, knobs: Knobs) -> MethodSpec:
 
 @dataclass(frozen=True)
 class _Setting:
-    """What every section of train_terms reads: the planned cell, where its backend places each kind of state, its
-    precision, method and model."""
+    """What every section of train_terms reads, taken off the Plan once (`_setting`): the cell, the profile's figures
+    the terms need, where its backend places each kind of state, its precision, method and model."""
 
-    plan: Plan
+    cell: Cell
+    workload: Workload
+    world: int
+    device: str
+    """The profile's device kind (cuda, rocm, hpu, cpu)."""
+    precision: str
+    """The profile's precision in effect (fp32, bf16, fp16)."""
+    device_count: int
+    memory_budget_bytes: int | None
+    """A CPU rank's memory budget (the profile's), None: none."""
+    usable: float | None
+    """A device's usable bytes (`usable_bytes`)."""
     backend: Backend
     """The backend that really runs (effective_backend)."""
     shapes: ModelShapes
@@ -330,22 +340,6 @@ class _Setting:
     total: int
     """Parameters of the model the method trains (a reward model's score head in place of the LM head)."""
     other: int
-
-    @property
-    def cell(self) -> Cell:
-        return self.plan.cell
-
-    @property
-    def profile(self) -> HardwareProfile:
-        return self.plan.profile
-
-    @property
-    def workload(self) -> Workload:
-        return self.plan.workload
-
-    @property
-    def world(self) -> int:
-        return self.plan.world
 
 
 def _placements(spec: BackendSpec, knobs: Knobs) -> tuple[bool, tuple[Placement, Placement, Placement, Placement]]:
@@ -379,7 +373,14 @@ def _setting(plan: Plan, backend: Backend, shapes: ModelShapes, knobs: Knobs) ->
     total = shapes.total - shapes.lm_head + shapes.hidden if method.output == "scalar" else shapes.total
     other = total - linear
     return _Setting(
-        plan=plan,
+        cell=cell,
+        workload=workload,
+        world=plan.world,
+        device=str(profile.device),
+        precision=profile.precision,
+        device_count=profile.device_count,
+        memory_budget_bytes=profile.memory_budget_bytes,
+        usable=usable_bytes(profile),
         backend=backend,
         shapes=shapes,
         knobs=knobs,
@@ -395,13 +396,20 @@ def _setting(plan: Plan, backend: Backend, shapes: ModelShapes, knobs: Knobs) ->
         checkpointing=checkpointing,
         liger=liger,
         method=method,
-        reference=plan.reference_for(method.name),
+        reference=_reference(plan, method.name),
         init=plan.init,
         quantized=plan.quant.quantized,
         linear=linear,
         total=total,
         other=other,
     )
+
+
+def _reference(plan: Plan, method: str) -> ReferencePlan:
+    """The planned cell's reference were it trained by `method` (the method knob may change it)."""
+    if method == plan.cell.method:
+        return plan.reference
+    return reference_plan(plan.cell.model_copy(update={"method": method}), plan.settings, plan.workload)
 
 
 @dataclass(frozen=True)
@@ -422,7 +430,7 @@ def _weights(s: _Setting) -> _Weights:
     (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
     b, knobs, quantized, init, spec = s.b, s.knobs, s.quantized, s.init, s.spec
     linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
-    stored = terms.stored_weight_bytes(str(s.profile.precision), quantized, spec.deepspeed is not None)
+    stored = terms.stored_weight_bytes(s.precision, quantized, spec.deepspeed is not None)
     keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else stored
     full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, stored, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
@@ -466,14 +474,14 @@ def _trainable(s: _Setting, weights: _Weights) -> _Trainable:
         if not knobs.master_weights:
             train_b = b  # pure 16-bit training: adapters in the compute dtype
         elif quantized:
-            train_b = 2 if _bf16_adapters(method, s.cell, s.profile.precision) else 4
+            train_b = 2 if _bf16_adapters(method, s.cell, s.precision) else 4
         elif stage == 3:
             train_b = b  # TRL passes autocast_adapter_dtype=False under ZeRO-3
         else:
             train_b = 4  # PEFT's autocast_adapter_dtype=True: adapters in fp32
     reference = method.reference
     adapters = trainable * train_b * (init.adapter_copies if reference else min(init.adapter_copies, 1))
-    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, str(s.profile.device))
+    optimizer = terms.optimizer_state(knobs.optimizer, tensors, train_b, s.device)
     return _Trainable(tensors, trainable, train_b, head_trainable, adapters, optimizer)
 
 
@@ -509,7 +517,7 @@ def _zero_state(s: _Setting, weights: _Weights, t: _Trainable, out: dict[str, fl
 
 def _placed_state(s: _Setting, weights: _Weights, t: _Trainable, out: dict[str, float], host: dict[str, float]) -> None:
     """Any other backend: weights, adapters and optimizer state where its sharding places them."""
-    params_at, optimizer_at, world, devices = s.params_at, s.optimizer_at, s.world, s.profile.device_count
+    params_at, optimizer_at, world, devices = s.params_at, s.optimizer_at, s.world, s.device_count
     full, adapters, optimizer = weights.full, t.adapters, t.optimizer
     out["weights"] = terms.placed(full, params_at, world, devices)
     out["adapters"] = terms.placed(adapters, params_at, world, devices)
@@ -523,7 +531,7 @@ def _reference_model(s: _Setting, weights: _Weights, out: dict[str, float], host
     passed ref_model also with precompute_ref; the recipe may replace it by precomputed log-probs
     (bench/matrix/reference.py)."""
     full, fsdp_upcast, total, stored = weights.full, weights.fsdp_upcast, s.total, weights.stored
-    reference_at, world, devices = s.reference_at, s.world, s.profile.device_count
+    reference_at, world, devices = s.reference_at, s.world, s.device_count
     if s.method.reference and s.reference.separate_model:
         reference_bytes = full if not fsdp_upcast else total * stored
         out["reference_model"] = terms.placed(reference_bytes, reference_at, world, devices)
@@ -532,12 +540,12 @@ def _reference_model(s: _Setting, weights: _Weights, out: dict[str, float], host
 
 def _buckets(s: _Setting, t: _Trainable) -> dict[str, float]:
     """Communication buffers."""
-    backend, stage, spec, shapes, b, profile = s.backend, s.stage, s.spec, s.shapes, s.b, s.profile
+    backend, stage, spec, shapes, b = s.backend, s.stage, s.spec, s.shapes, s.b
     trainable, train_b = t.params, t.bytes
     if backend == Backend.DDP:
         return {"ddp_buckets": terms.ddp_buckets(trainable, train_b)}
     elif stage == 3:
-        return {"zero_buckets": terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")}
+        return {"zero_buckets": terms.zero_buckets(trainable, train_b, stage, touched_only=s.device == "cpu")}
     elif spec.fsdp_version:
         return {"fsdp_gather": terms.fsdp_gather(shapes.largest_block, b)}
     return {}
@@ -550,9 +558,9 @@ def _peak_phase(
     the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
     (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the peak phase's terms and
     the bytes of every gradient."""
-    method, knobs, shapes, b, profile = s.method, s.knobs, s.shapes, s.b, s.profile
+    method, knobs, shapes, b = s.method, s.knobs, s.shapes, s.b
     checkpointing, spec, stage, world, offload = s.checkpointing, s.spec, s.stage, s.world, s.offload
-    grads_at, devices = s.grads_at, profile.device_count
+    grads_at, devices = s.grads_at, s.device_count
     trainable, train_b, tensors, optimizer, head_trainable = t.params, t.bytes, t.tensors, t.optimizer, t.head
     rows, seq, per_layer = _layer_activations(s)
     tokens = rows * seq
@@ -560,7 +568,7 @@ def _peak_phase(
     lora_layer = _lora_copies(s, t, tokens)
     lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
-    head_name, head = output_head(method, rows, seq, shapes, b, str(profile.device), head_trainable)
+    head_name, head = output_head(method, rows, seq, shapes, b, s.device, head_trainable)
     if knobs.loss != "fused" and method.output == "fused_logprobs":
         head_name, head = _materialised_head(s, tokens, train_b * head_trainable)
     grads_full = trainable * train_b
@@ -576,8 +584,8 @@ def _peak_phase(
         # The reduce bucket is allocated at each backward's start (setup_buckets) and released at its end, before
         # the step; the gradient partitions live from the end of backward through the step. On the CPU only the
         # bucket's touched pages count, and none are touched yet while the LM head's backward runs.
-        bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=profile.device == "cpu")
-        bucket_at_head = 0.0 if profile.device == "cpu" else bucket
+        bucket = terms.zero_buckets(trainable, train_b, stage, touched_only=s.device == "cpu")
+        bucket_at_head = 0.0 if s.device == "cpu" else bucket
         # With the optimizer offloaded the reduced partition goes straight from the bucket to the host.
         phase_end = bucket if offload else max(bucket + trainable * train_b / world, zero2_grads)
     phases = {
@@ -607,7 +615,7 @@ def _materialised_head(s: _Setting, tokens: int, head_gradient_bytes: int) -> tu
     gradient (`head_gradient_bytes` per weight)."""
     shapes, b = s.shapes, s.b
     gradient = shapes.vocab * shapes.hidden * head_gradient_bytes
-    if s.liger and s.profile.device == "cuda":
+    if s.liger and s.device == "cuda":
         return "liger_fused_linear_ce", terms.liger_fused_linear_ce(tokens, shapes.hidden, shapes.vocab, b) + gradient
     return "lm_head_backward", tokens * shapes.vocab * terms.logits_bytes_per_element(s.knobs.loss, b) + gradient
 
@@ -622,7 +630,7 @@ def _row_length(s: _Setting) -> int:
 
 def _layer_activations(s: _Setting) -> tuple[int, int, float]:
     """(rows, sequence length, one decoder layer's activations) of a step's micro-batch."""
-    method, knobs, workload, shapes, profile = s.method, s.knobs, s.workload, s.shapes, s.profile
+    method, knobs, workload, shapes = s.method, s.knobs, s.workload, s.shapes
     rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
     seq = _row_length(s)
     attention = knobs.attention or "sdpa"
@@ -635,7 +643,7 @@ def _layer_activations(s: _Setting) -> tuple[int, int, float]:
         shapes.intermediate,
         shapes.heads,
         s.b,
-        materialised_scores=attention == "eager" or (attention == "sdpa" and profile.device == "cpu"),
+        materialised_scores=attention == "eager" or (attention == "sdpa" and s.device == "cpu"),
         liger=s.liger,
     )
     return rows, seq, per_layer
@@ -645,7 +653,7 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
     """One decoder layer's LoRA input copies saved for backward on a GPU (terms.lora_input_copies). Not on CPU, whose
     figures are validated without it: fp32 adapters over fp32 activations make no copy there; the bf16 adapters of
     quantized CPU cells would, a copy not measured on CPU."""
-    if not s.init.adapters or str(s.profile.device) != "cuda":
+    if not s.init.adapters or s.device != "cuda":
         return 0.0
     lora = s.workload.lora
     adapted = s.shapes.lora_targets(lora.target_modules)
@@ -673,14 +681,14 @@ def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> d
 
 def _vllm_use(s: _Setting) -> vllm_terms.VllmUse | None:
     """vLLM where it generates for an online cell on a CUDA profile (vLLM's GPUs); None: transformers' generate."""
-    if not s.method.generates or s.profile.device != "cuda":
+    if not s.method.generates or s.device != "cuda":
         return None
     return vllm_terms.vllm_use(s.cell, s.workload)
 
 
 def _vllm(s: _Setting, terms_: dict[str, float]) -> list[str]:
     """vLLM's share of each training card (colocate) added to `terms_`; the notes saying it, or the server's GPUs."""
-    use, card = _vllm_use(s), usable_bytes(s.profile)
+    use, card = _vllm_use(s), s.usable
     if use is None or card is None:
         return []
     shapes = s.shapes
@@ -694,11 +702,11 @@ def _vllm(s: _Setting, terms_: dict[str, float]) -> list[str]:
 def _cpu_process(s: _Setting, grads_full: float, cpu: CpuFeatures | None) -> dict[str, float]:
     """CPU: what the process holds besides the model's tensors (bench/estimate/cpu_terms.py), DeepSpeed's shared
     memory all-reduce, and the oneDNN kernels of bf16 adapter matmuls."""
-    cell, profile, workload, shapes = s.cell, s.profile, s.workload, s.shapes
+    cell, workload, shapes = s.cell, s.workload, s.shapes
     spec, stage, world = s.spec, s.stage, s.world
     out: dict[str, float] = {}
     seq = _row_length(s)
-    kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+    kind = cpu_terms.memory_kind(s.memory_budget_bytes)
     out.update(cpu_terms.process_terms(kind, spec.deepspeed is not None, stage, s.method.generates))
     shm = terms.deepspeed_cpu_shm("cpu", str(cell.launcher), world, kind == "cgroup", grads_full)
     if shm:
@@ -716,7 +724,7 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
     """(training breakdown, load bytes) per device, and what an offload backend keeps in host memory per rank: the
     weights, the trained state where the backend places it (ZeRO or the others), the reference model, the
     communication buffers, the step's peak phase and, on CPU, the process's own terms."""
-    cell, profile, shapes, world = s.cell, s.profile, s.shapes, s.world
+    cell, shapes, world = s.cell, s.shapes, s.world
     weights = _weights(s)
     trainable = _trainable(s, weights)
     out: dict[str, float] = {}
@@ -730,7 +738,7 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
     if Option.REWARD_MODEL in cell.options:
         reward = weights.full - (shapes.lm_head - shapes.hidden) * weights.keep
         out["reward_model"] = reward / world if s.stage == 3 else reward
-    if profile.device == "cpu":
+    if s.device == "cpu":
         mapped = s.linear * s.b * (not s.quantized) + s.other * weights.keep
         _charge_mapped_weights(out, s, mapped)
     loaded = ("weights", "adapters", "reference_model", "reward_model", "zero3_gathered_layer")
@@ -741,7 +749,7 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
         out[name] = out.get(name, 0.0) + value
     if s.quantized:
         out["dequant_buffer"] = shapes.largest_linear * s.b
-    if profile.device == "cpu":
+    if s.device == "cpu":
         out.update(_cpu_process(s, grads_full, cpu))
     if trainable.optimizer.paged:
         out[PAGED] = trainable.optimizer.paged
@@ -752,7 +760,7 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
 
 def _cpu_bf16_matmuls(s: _Setting) -> bool:
     """An fp32 cell with fp32 master weights whose only bf16 matmuls are its bf16 adapters'."""
-    precision = s.profile.precision
+    precision = s.precision
     return s.knobs.master_weights and precision == "fp32" and _bf16_adapters(s.method, s.cell, precision)
 
 
@@ -799,11 +807,11 @@ def _charge_mapped_weights(out: dict[str, float], s: _Setting, mapped_bytes: flo
     writes its weights at every step. Under DDP every rank copies every model it places (`cpu_copies_placed_models`);
     a ZeRO-1/2 engine overwrites the policy with rank 0's on the other ranks (`_broadcast_model`), and the stage-0
     engine TRL makes of a reference too. ZeRO-3 copies parameters into its own partitions (nothing mapped)."""
-    cell, backend, profile, world = s.cell, s.backend, s.profile, s.world
+    cell, backend, world = s.cell, s.backend, s.world
     if checkpoint_bytes(s.workload, s.shapes) != s.b:
         return
     spec = s.spec
-    kind = cpu_terms.memory_kind(profile.memory_budget_bytes)
+    kind = cpu_terms.memory_kind(s.memory_budget_bytes)
     copied = cpu_copies_placed_models(backend, world)
     broadcast = world > 1 and spec.zero_stage in (1, 2)
     if spec.zero_stage != 3:

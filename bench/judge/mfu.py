@@ -52,8 +52,7 @@ class MfuInputs:
 
 
 def no_grad_forwards(method: str, precomputed_ref: bool) -> int:
-    spec = method_spec(method)
-    return spec.extra_forwards + (0 if precomputed_ref else spec.reference_forwards)
+    return method_spec(method).no_grad_forwards(precomputed_ref)
 
 
 def flops_per_token(shape: ModelShape, seq_len: int, precomputed_ref: bool, no_grad: int | None = None) -> float:
@@ -143,6 +142,6 @@ def inputs_for(plan: Plan, model_ref: str, peak_tflops: float | None = None) -> 
         plan.workload.train.max_length,
         plan.devices,
         precomputed,
-        no_grad_forwards(plan.cell.method, precomputed),
+        plan.no_grad_forwards,
         shape.lm_head_params - shape.hidden if plan.method.output == "scalar" else 0,
     )

@@ -122,6 +122,7 @@ class GpuSpec(Strict):
     def source(self, figure: str) -> str:
         return self.sources.get(figure, self.sources["default"])
 
+    @property
     def host_link_gb_s(self) -> float | None:
         """The host <-> device link's GB/s as the vendor states it (total bidirectional), None where unpublished."""
         if self.host_link is not None:
@@ -182,6 +183,17 @@ def gpu_by_card(card: str, catalog: Catalog | None = None) -> GpuSpec:
     if found is None:
         raise BenchError(f"no GPU catalog entry for card {card!r}; known: {', '.join(g.card for g in entries)}")
     return found
+
+
+def entry_of(name: str | None, card: str | None) -> GpuSpec | None:
+    """The entry named `name` (a profile's `gpu:`), else the one of `card`; None where the catalog holds neither
+    (a loaded profile's `gpu:` is checked against the catalog when it is read: bench/matrix/profiles.py)."""
+    try:
+        if name is not None:
+            return gpu(name)
+        return None if card is None else gpu_by_card(card)
+    except BenchError:
+        return None
 
 
 def identify(driver_name: str, catalog: Catalog | None = None) -> GpuSpec | None:

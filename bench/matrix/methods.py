@@ -99,6 +99,10 @@ class MethodSpec:
         if (self.output == "full_logits") != (self.logits_units > 0):
             raise ValueError(f"{self.name}: a full_logits output, and only it, states its logits_units")
 
+    def no_grad_forwards(self, precomputed_ref: bool) -> int:
+        """Forward passes per step without gradient: the extra ones and the reference's unless precomputed."""
+        return self.extra_forwards + (0 if precomputed_ref else self.reference_forwards)
+
     def bf16_adapters(self, quantized: bool, quant: str, precision: str) -> bool:
         """A quantized model's adapters are trained in bf16 (else fp32, PEFT's default). Pure."""
         return quantized and (self.qlora_cast == "always" or (quant == "nf4" and precision == "bf16"))

@@ -4,10 +4,9 @@ estimator, the speed model and advise read these here rather than derive them ag
 
 from dataclasses import dataclass
 
-from bench.errors import BenchError
 from bench.matrix.backends import BackendSpec, backend_spec
 from bench.matrix.cell import Cell
-from bench.matrix.gpus import GpuSpec, gpu, gpu_by_card
+from bench.matrix.gpus import GpuSpec, entry_of
 from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.on_profile import CellOnProfile
@@ -69,22 +68,10 @@ class Plan:
         """Trained `--precision pure-bf16`: bf16 weights, no autocast, no fp32 copy (bench/matrix/precision.py)."""
         return trains_pure_bf16(self.profile.precision, self.workload.train.master_weights)
 
-    def reference_for(self, method: str) -> ReferencePlan:
-        """The reference were the cell trained by `method` (the estimator's method knob may change it)."""
-        if method == self.cell.method:
-            return self.reference
-        return reference_plan(self.cell.model_copy(update={"method": method}), self.settings, self.workload)
-
-
-def _gpu_entry(profile: HardwareProfile) -> GpuSpec | None:
-    """The catalog entry the profile names (`gpu:`), else the one of its card; None where the catalog holds neither
-    (a loaded profile's `gpu:` is checked against the catalog when it is read: bench/matrix/profiles.py)."""
-    try:
-        if profile.gpu is not None:
-            return gpu(profile.gpu)
-        return None if profile.card is None else gpu_by_card(profile.card)
-    except BenchError:
-        return None
+    @property
+    def no_grad_forwards(self) -> int:
+        """Forward passes per step without gradient of the cell's method, its reference as planned."""
+        return self.method.no_grad_forwards(self.reference.precomputed)
 
 
 def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
@@ -107,5 +94,5 @@ def plan_for(cell: Cell, profile: HardwareProfile, workload: Workload) -> Plan:
         world=world,
         devices=spec.devices_per_cell(world, profile.device_count),
         not_applicable=not_applicable_reason(on),
-        gpu=_gpu_entry(profile),
+        gpu=entry_of(profile.gpu, profile.card),
     )

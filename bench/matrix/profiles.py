@@ -158,6 +158,11 @@ class HardwareProfile(Strict):
     def processes_per_node(self) -> int:
         return self.processes // self.nodes
 
+    @property
+    def needed_devices(self) -> int:
+        """Devices each node must have: the most its processes or one process's device map take."""
+        return max(self.device_count, self.processes_per_node)
+
     @model_validator(mode="after")
     def _processes_fill_the_nodes(self) -> "HardwareProfile":
         if self.processes % self.nodes:
@@ -402,10 +407,6 @@ def load_workload(name: str, scenarios: Path | None = None) -> Workload:
     if workload.name != name:
         raise BenchError(f"{path.name}: key 'name': {workload.name!r} does not match the file name {name!r}")
     return workload
-
-
-def needed_devices(profile: HardwareProfile) -> int:
-    return max(profile.device_count, profile.processes_per_node)  # on each node of a multi-node profile
 
 
 def gpu_profile(text: str, nodes: int, workload: str, precision: str | None = None) -> HardwareProfile:

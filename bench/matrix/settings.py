@@ -2,7 +2,7 @@
 applied over a workload: what is not given keeps the workload's value. Pure."""
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -74,6 +74,12 @@ def apply_to_workload(
         model = workload.model.model_validate({"weights": "random", "config": str(config_file), "seed": 0})
         update |= {"model": model, "name": name or config_file.parent.name}
     return workload.model_copy(update=update)
+
+
+def training_of(profile: HardwareProfile, workload: Workload) -> dict[str, Any]:
+    """What a run's cells train with (env.json `training`): the workload's name and every training setting in effect,
+    in the flags' vocabulary."""
+    return {"workload": workload.name} | in_effect(profile, workload).model_dump(mode="json")
 
 
 def in_effect(profile: HardwareProfile, workload: Workload) -> TrainingSettings:

@@ -15,8 +15,6 @@ from bench.errors import BenchError
 from bench.files import write_whole
 from bench.install import stamped_commit
 from bench.matrix.packages import installed_versions
-from bench.matrix.profiles import HardwareProfile, Workload
-from bench.matrix.settings import in_effect
 from bench.paths import BUILD_DIR, IN_CHECKOUT, PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
 from bench.results.env_schema import DetectedGpu, EnvFingerprint, HostHardware, Training
@@ -147,7 +145,7 @@ def environment_fingerprint(
     training: Training | None = None,
 ) -> EnvFingerprint:
     """`lock`: the image flavour's lock file, None for a flavour without one (hpu) or an installed wheel (none
-    shipped); `training`: `training_of` the run's profile and workload."""
+    shipped); `training`: the run's profile and workload's (bench/matrix/settings.py `training_of`)."""
     installed_from, differences = installation()
     lock = lock if lock is not None and lock.is_file() else None
     return EnvFingerprint(
@@ -192,12 +190,6 @@ def read_env(run_dir: Path) -> EnvFingerprint | None:
             "--force or start a new run"
         )
     return env
-
-
-def training_of(profile: HardwareProfile, workload: Workload) -> Training:
-    """What a run's cells train with (env.json `training`): the workload's name and every training setting in effect,
-    in the flags' vocabulary (bench/matrix/settings.py TrainingSettings)."""
-    return {"workload": workload.name} | in_effect(profile, workload).model_dump(mode="json")
 
 
 def _as_flag(name: str, value: object) -> str:

@@ -68,6 +68,8 @@ class TimeBudget:
     start_up_guess_s: float = 60.0
     """A cell's start-up until one of the run has shown its own (the profile's start_up_s)."""
     started: float = field(default_factory=time.monotonic)
+    cell_timeout_s: float | None = None
+    """A cell's own time limit (the profile's timeout_s, or --cell-timeout); None: only the budget's."""
     start_ups: list[float] = field(default_factory=list)
     slowdowns: list[float] = field(default_factory=list)
     """Measured over predicted training time of each cell that trained alone."""
@@ -119,7 +121,8 @@ class TimeBudget:
         if metrics is not None and per_step and not record.speed_shared:
             self.slowdowns.append(metrics.step_time_median_s / per_step)
 
-    def cell_timeout(self, timeout_s: float, grace_s: float = 60.0) -> float:
-        """A cell's time limit within the budget: the profile's (or --cell-timeout), cut to what is left plus
-        `grace_s`, so one slow cell cannot take the run far past its budget."""
-        return max(10.0, min(timeout_s, self.left() + grace_s))
+    def cell_timeout(self, grace_s: float = 60.0) -> float:
+        """A cell's time limit within the budget: its own (`cell_timeout_s`), cut to what is left plus `grace_s`, so
+        one slow cell cannot take the run far past its budget."""
+        own = self.cell_timeout_s if self.cell_timeout_s is not None else float("inf")
+        return max(10.0, min(own, self.left() + grace_s))

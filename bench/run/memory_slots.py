@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bench.errors import BenchError
 from bench.estimate.gate import CLEAR_MARGIN
-from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.matrix.profiles import HardwareProfile
 from bench.results.schema import PredictionSummary
 from bench.run.slots import DeviceSlot
 from bench.units import GB, GiB
@@ -192,8 +192,8 @@ def profile_refusal(profile: HardwareProfile, exclusive: bool) -> str | None:
         return None
     if profile.device != "cuda":
         return f"profile {profile.name} runs on {profile.device}; slots share a CUDA card or the host's memory"
-    if needed_devices(profile) != 1 or profile.processes != 1:
-        return f"profile {profile.name} spans {needed_devices(profile)} GPUs; slots share one GPU among 1-GPU cells"
+    if profile.needed_devices != 1 or profile.processes != 1:
+        return f"profile {profile.name} spans {profile.needed_devices} GPUs; slots share one GPU among 1-GPU cells"
     return None
 
 

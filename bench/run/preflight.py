@@ -18,7 +18,7 @@ from bench.isolation.shm_segments import SHM_DIR, buffer_needed
 from bench.matrix.axes import Device
 from bench.matrix.gpus import GpuSpec, identify
 from bench.matrix.plan import Plan
-from bench.matrix.profiles import HardwareProfile, needed_devices
+from bench.matrix.profiles import HardwareProfile
 from bench.results.env import cuda_gpus
 from bench.units import GB, MiB
 from bench.worker.emulate import MEMORY_FRACTION_ENV
@@ -225,7 +225,7 @@ def check_profile(profile: HardwareProfile, detected: Detected, emulate: bool) -
         return BenchError(f"--emulate is implemented for cuda profiles only, not {profile.device}")
     if emulate and profile.card is None:
         return BenchError(f"--emulate needs the card profile {profile.name} stands for (key `card`, e.g. NVIDIA L4)")
-    needed = needed_devices(profile)
+    needed = profile.needed_devices
     wanted = profile.memory_per_device_gb
     need = f"profile {profile.name} needs {needed} {profile.device} device{'s' if needed > 1 else ''}"
     need += f" with >= {wanted:g} GB" if wanted else ""
@@ -259,14 +259,14 @@ def memory_fraction(profile: HardwareProfile, detected: Detected) -> float:
     """Share of the smallest used device that equals the profile's memory per device (at most 1)."""
     if profile.memory_per_device_gb is None:
         raise BenchError(f"--emulate needs memory_per_device_gb in profile {profile.name}")
-    smallest = min(detected.memory_bytes[: needed_devices(profile)])
+    smallest = min(detected.memory_bytes[: profile.needed_devices])
     return min(1.0, profile.memory_per_device_gb * GB / smallest)
 
 
 def visible_env(profile: HardwareProfile, detected: Detected) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES naming the profile's first devices (within the user's own selection, if any): the run's
     devices, from which each cell takes its own (bench/run/launch.py)."""
-    needed = needed_devices(profile)
+    needed = profile.needed_devices
     if detected.visible_devices:
         visible = [d.strip() for d in detected.visible_devices.split(",") if d.strip()][:needed]
     else:
@@ -293,9 +293,9 @@ def preflight(
     reason = untested_reason(profile, found.hpu_stack)
     if reason:
         return Preflight(untested_reason=reason)
-    card, memory = identified(found, needed_devices(profile))
+    card, memory = identified(found, profile.needed_devices)
     if emulate:
-        real = ", ".join(dict.fromkeys(found.names[: needed_devices(profile)]))
+        real = ", ".join(dict.fromkeys(found.names[: profile.needed_devices]))
         return Preflight(
             launch_env=emulation_env(profile, found), emulated_from=real, card=card, device_memory_bytes=memory
         )

@@ -22,8 +22,9 @@ from bench.matrix.known_issues import known_issues
 from bench.matrix.packages import PACKAGES
 from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
+from bench.matrix.settings import training_of
 from bench.paths import BUILD_DIR
-from bench.results.env import environment_fingerprint, training_of, write_env
+from bench.results.env import environment_fingerprint, write_env
 from bench.results.env_schema import EnvFingerprint
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
@@ -265,4 +266,7 @@ def time_budget(seconds: float, ctx: RunContext, cells: list[Cell], started: flo
         speed = speeds.get(cell.id)
         return speed.s_per_step_high if speed is not None else None
 
-    return TimeBudget(seconds, ctx.workload.train.steps, step_seconds, ctx.profile.start_up_s, started=started)
+    profile = ctx.profile
+    return TimeBudget(
+        seconds, ctx.workload.train.steps, step_seconds, profile.start_up_s, started, cell_timeout_s=profile.timeout_s
+    )

@@ -77,7 +77,7 @@ class Lifecycle:
 
     def run(self, trial: Trial, **where) -> ResultRecord:
         """run_cell, within the budget's time (`where`: its placement, or whether its folder starts fresh)."""
-        timeout = self.budget.cell_timeout(self.ctx.profile.timeout_s) if self.budget is not None else None
+        timeout = self.budget.cell_timeout() if self.budget is not None else None
         prediction = self.predictions.get(trial.cell.id)
         return run_cell(self.ctx, trial.cell, trial.trial, prediction, timeout_s=timeout, **where)
 

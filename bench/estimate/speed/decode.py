@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bench.matrix.plan import Plan
+    from bench.estimate.generation_terms import Generation
+    from bench.estimate.vllm_terms import VllmUse
+    from bench.matrix.profiles import Workload
 
 
 @dataclass(frozen=True)
@@ -56,19 +58,29 @@ def per_step(seconds: dict[str, float], steps_per_generation: int) -> dict[str, 
     return {f"generation_{k}": v / steps_per_generation for k, v in seconds.items() if v}
 
 
-def training_row(plan: "Plan") -> float | None:
-    """An online cell's training row, a prompt and its completion (P + C); None for an offline cell."""
-    if not plan.method.generates:
-        return None
-    from bench.estimate.generation_terms import generation_of
+@dataclass(frozen=True)
+class OnlineCell:
+    """What an online cell's generation depends on, read off its Plan once (model.py `setup_for`)."""
 
-    return float(generation_of(plan.workload, plan.world).sequence)
+    workload: "Workload"
+    world: int
+    generation: "Generation"
+    """What one rank generates at once (bench/estimate/generation_terms.py)."""
+    vllm: "VllmUse | None"
+    """Who generates: vLLM (on a CUDA profile, where the cell or `--vllm` asks for it); None: transformers'."""
+    card_bytes: float
+    """One card's memory (a served vLLM engine's tensor parallelism); 0 where the profile states none."""
+
+    @property
+    def training_row(self) -> float:
+        """A prompt and its completion (P + C): the row the step trains on."""
+        return float(self.generation.sequence)
 
 
 def online_terms(
-    plan: "Plan", read: tuple[float, float, float, int], rates: tuple[float, float, float]
+    online: OnlineCell, read: tuple[float, float, float, int], rates: tuple[float, float, float]
 ) -> dict[str, float]:
-    """One training step's share of its generation, for an online cell (`plan`): who generates (transformers'
+    """One training step's share of its generation, for an online cell: who generates (transformers'
     generate, or vLLM colocated or served: bench/estimate/vllm_terms.py), on this card's figures. `read`: (the
     policy as stored, what dequantizing its quantized layers writes and reads per forward (a batched decode step of
     bitsandbytes' layers runs the dequantize-then-matmul path), the model's matmul parameters, bytes per element of
@@ -79,24 +91,22 @@ def online_terms(
     from bench.estimate.shapes import shapes_for
     from bench.matrix.online_rules import steps_per_generation
 
-    workload, shapes = plan.workload, shapes_for(plan.workload)
-    gen = generation_terms.generation_of(workload, plan.world)
+    workload, shapes, gen, use = online.workload, shapes_for(online.workload), online.generation, online.vllm
     kv = generation_terms.kv_cache(1, 1, shapes.layers, shapes.kv_heads, shapes.head_dim, b)
     flops = 2 * matmul_params
-    use = vllm_terms.vllm_use(plan.cell, workload) if plan.device == "cuda" else None
     if use is None:
         d = Decode(gen.completions, gen.prompt_tokens, gen.completion_tokens, policy_bytes + dequant_bytes, kv, flops)
         seconds = generation_seconds(d, memory_bytes_s, matmul_flops_s, shapes.layers * layer_s)
     else:
         weights, tp, completions = shapes.total * b, 1, gen.completions
         if use.mode == "server":  # one `trl vllm-serve` engine, tensor-parallel over tp GPUs, serves every rank
-            card = (plan.profile.memory_per_device_gb or 0) * 1e9
+            card = online.card_bytes
             tp = vllm_terms.tensor_parallel(vllm_terms.engine_need(weights, kv, gen.sequence), use.utilization * card)
-            completions *= plan.world
+            completions *= online.world
         d = Decode(completions, gen.prompt_tokens, gen.completion_tokens, weights / tp, kv / tp, flops / tp)
         seconds = generation_seconds(d, memory_bytes_s, matmul_flops_s)
     accumulation = workload.train.gradient_accumulation_steps or 1
     steps = steps_per_generation(
-        workload.train.per_device_train_batch_size, plan.world, workload.generation.num_generations, accumulation
+        workload.train.per_device_train_batch_size, online.world, workload.generation.num_generations, accumulation
     )
     return per_step(seconds, steps)

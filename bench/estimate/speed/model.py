@@ -15,9 +15,9 @@ from bench.estimate.shapes import ModelShapes, config_path, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
-from bench.estimate.speed.knob_factors import knob_seconds
+from bench.estimate.speed.knob_factors import knob_seconds, liger_on, step_factor
 from bench.estimate.trace.cache import traced_for
-from bench.judge.mfu import ModelShape, model_shape, no_grad_forwards
+from bench.judge.mfu import ModelShape, model_shape
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.methods import MethodSpec
@@ -48,6 +48,10 @@ class StepSetup:
     flops_scale: float = 1.0
     """Traced over analytic FLOPs of the cell's real step (scenarios/derived/traced_flops.json, `dpo-bench trace`);
     1 where the cell has no trace."""
+    device: str = "cuda"
+    """The profile's device kind (cuda, rocm, hpu, cpu): whether the settings' GPU factors apply (knob_factors.py)."""
+    online: decode.OnlineCell | None = None
+    """An online cell's generation (decode.py); None for an offline cell."""
 
 
 def method_shape(shape: ModelShape, output: str) -> ModelShape:
@@ -57,10 +61,14 @@ def method_shape(shape: ModelShape, output: str) -> ModelShape:
     return replace(shape, matmul_params=shape.matmul_params - shape.lm_head_params + shape.hidden, lm_head_params=0)
 
 
-def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
-    """`seq_len`: tokens per sequence (default the workload's max_length: full sequences)."""
+def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False) -> StepSetup:
+    """`seq_len`: tokens per sequence (default the workload's max_length: full sequences; with `online_row`, an
+    online cell's prompt and completion)."""
     cell, profile, workload = plan.cell, plan.profile, plan.workload
     method, init, quant = plan.method, plan.init, plan.quant
+    online = _online(plan)
+    if not seq_len and online_row and online is not None:
+        seq_len = online.training_row
     backend, _ = effective_backend(plan)
     spec = backend_spec(backend)
     shapes = shapes_for(workload)
@@ -81,7 +89,7 @@ def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
         trainable_params=trainable,
         adapters=init.adapters,
         checkpointing=checkpointing,
-        no_grad_forwards=no_grad_forwards(cell.method, precomputed),
+        no_grad_forwards=plan.no_grad_forwards,
         vocab=shapes.vocab,
         output=method.output,
         layer_bytes=work.layer_elementwise_bytes(
@@ -110,6 +118,24 @@ def setup_for(plan: Plan, seq_len: float | None = None) -> StepSetup:
         param_modules=len(shapes.linears) + 2 * shapes.layers + 3,
         gather_units=shapes.layers + 1,
         flops_scale=traced.ratio if (traced := traced_for(plan)) is not None else 1.0,
+        device=plan.device,
+        online=online,
+    )
+
+
+def _online(plan: Plan) -> decode.OnlineCell | None:
+    """What an online cell's generation depends on; None for an offline cell."""
+    if not plan.method.generates:
+        return None
+    from bench.estimate.generation_terms import generation_of
+    from bench.estimate.vllm_terms import vllm_use
+
+    return decode.OnlineCell(
+        workload=plan.workload,
+        world=plan.world,
+        generation=generation_of(plan.workload, plan.world),
+        vllm=vllm_use(plan.cell, plan.workload) if plan.device == "cuda" else None,
+        card_bytes=(plan.profile.memory_per_device_gb or 0) * 1e9,
     )
 
 
@@ -168,13 +194,15 @@ def step_terms(
     return terms
 
 
-def online_terms(plan: Plan, setup: StepSetup, device: DeviceFigures, constants: ClassConstants) -> dict[str, float]:
+def online_terms(
+    online: decode.OnlineCell, setup: StepSetup, device: DeviceFigures, constants: ClassConstants
+) -> dict[str, float]:
     """An online cell's share of its generation per step (decode.py): the policy as stored, and each quantized
     weight's dequantized copy written and read, per decoding step, on this device's rates."""
     dequant = 2 * setup.quantized_params * setup.compute_bytes
     read = (setup.policy_bytes, dequant, setup.step.shape.matmul_params, setup.compute_bytes)
     rates = (device.memory_bytes_s, device.peak_flops * device.matmul_fraction * constants.efficiency)
-    return decode.online_terms(plan, read, (*rates, constants.layer_pass_s))
+    return decode.online_terms(online, read, (*rates, constants.layer_pass_s))
 
 
 def first_fetch_seconds(setup: StepSetup, device: DeviceFigures) -> float:
@@ -267,10 +295,12 @@ def predict_speed(
         cpu = (host.matmul_gflops, host.memory_gbps, f"this machine's microbenchmark, {host.measured_at}")
     device = device_figures(profile, cpu)
     constants = constants_for(calibration, device.device_class)
-    setup = setup_for(plan, seq_len or decode.training_row(plan))
-    terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), plan)
-    if plan.method.generates:
-        terms |= online_terms(plan, setup, device, constants)
+    setup = setup_for(plan, seq_len, online_row=True)
+    factor = step_factor(setup.device, plan.workload.train)
+    liger = liger_on(setup.device, plan.workload.train, cell.options)
+    terms = knob_seconds(step_terms(setup, device, constants, host.memory_gbps * GB), factor, liger)
+    if setup.online is not None:
+        terms |= online_terms(setup.online, setup, device, constants)
     seconds = sum(terms.values())
     tokens = setup.world * setup.step.tokens
     low, high = seconds * math.exp(constants.log_error_low), seconds * math.exp(constants.log_error_high)

@@ -8,7 +8,7 @@ import pytest
 
 from bench.cli import main
 from bench.matrix.profiles import load_profile, load_workload
-from bench.results.env import training_of
+from bench.matrix.settings import training_of
 from bench.results.store import load_results
 from tests.unit.report.test_compare import ENV, rec, write_run
 

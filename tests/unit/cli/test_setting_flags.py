@@ -160,3 +160,16 @@ def test_the_flags_repeat_the_settings():
     flags = request.flags()
     for pair in (["--attention", "sdpa"], ["--liger", "off"], ["--torch-compile", "on"], ["--precision", "fp32"]):
         assert flags[flags.index(pair[0]) + 1] == pair[1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--gpu", "T4:1"], "fp16-mixed"),
+        (["--gpu", "A10:1"], "bf16"),
+        (["--gpu", "A10:1", "--precision", "pure-bf16"], "pure-bf16"),
+    ],
+)
+def test_the_advise_header_names_the_mode_it_trains_in(flags, said, capsys):
+    assert main(["advise", "--workload", "llama-3.2-1b", "--method", "sft", *flags]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(f" each, {said})")

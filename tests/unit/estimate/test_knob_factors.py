@@ -36,6 +36,18 @@ def test_liger_is_faster_and_torch_compile_has_no_speed_term():
     assert step_s(torch_compile=True) == plain
 
 
+def test_liger_saves_no_more_than_the_terms_it_fuses():
+    """Its kernels replace norms, RoPE, SwiGLU and the loss's head: a matmul-bound step keeps its GEMMs."""
+    gemm_bound = {"compute": 10.0, "attention": 1.0, "elementwise": 0.3, "logprob_tiles": 0.1}
+    assert knob_factors.knob_seconds(gemm_bound, 1.0, liger=True)["settings"] == pytest.approx(-0.4)
+    light = {"compute": 1.0, "elementwise": 1.0, "logprob_tiles": 0.5}
+    saved = -knob_factors.knob_seconds(light, 1.0, liger=True)["settings"]
+    assert saved == pytest.approx(2.5 * (1 - 1 / knob_factors.LIGER_SPEEDUP))
+    eager = knob_factors.knob_seconds(light, 2.0, liger=True)["settings"]
+    assert eager == pytest.approx(2.5 - 5.0 * (1 - 1 / knob_factors.LIGER_SPEEDUP))
+    assert knob_factors.knob_seconds(light, 1.0) == light
+
+
 def test_each_factor_names_its_source():
     import inspect
 
@@ -47,7 +59,9 @@ def test_each_factor_names_its_source():
 
 def test_no_factor_off_a_gpu():
     profile, workload = resolve_target(TargetRequest(hw="cpu", workload="tiny", attention="eager", liger=True))
-    assert knob_factors.step_factor(plan_for(CELL, profile, workload)) == 1.0
+    plan = plan_for(CELL, profile, workload)
+    assert knob_factors.step_factor(plan.device, workload.train) == 1.0
+    assert not knob_factors.liger_on(plan.device, workload.train, CELL.options)
 
 
 def test_fp16_mixed_is_priced_at_the_cards_fp16_peak():

@@ -100,9 +100,9 @@ def test_a_cell_timeout_is_cut_to_what_is_left(monkeypatch):
     import bench.run.budget as budget_module
 
     monkeypatch.setattr(budget_module.time, "monotonic", lambda: 250.0)
-    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
-    assert budget.cell_timeout(900.0) == 50.0 + 60.0
-    assert budget.cell_timeout(100.0) == 100.0
+    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0, cell_timeout_s=900.0)
+    assert budget.cell_timeout() == 50.0 + 60.0
+    assert TimeBudget(300.0, 30, lambda c: 0.1, started=0.0, cell_timeout_s=100.0).cell_timeout() == 100.0
 
 
 def test_the_runner_starts_no_cell_past_the_budget_and_says_how_to_resume(tmp_path, monkeypatch, cpu_profile):
@@ -168,9 +168,9 @@ def test_a_cell_left_out_says_its_prediction_and_what_is_left(monkeypatch):
 
 def test_a_cell_started_past_the_budget_still_gets_ten_seconds(monkeypatch):
     monkeypatch.setattr("bench.run.budget.time.monotonic", lambda: 500.0)
-    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0)
-    assert budget.cell_timeout(900.0) == 10.0
-    assert budget.cell_timeout(900.0, grace_s=250.0) == 50.0
+    budget = TimeBudget(300.0, 30, lambda c: 0.1, started=0.0, cell_timeout_s=900.0)
+    assert budget.cell_timeout() == 10.0
+    assert budget.cell_timeout(grace_s=250.0) == 50.0
 
 
 def test_each_cell_is_predicted_and_judged_by_its_own_speed_figure(monkeypatch):
