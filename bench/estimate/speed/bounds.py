@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from bench.estimate.speed import published_speeds
 from bench.estimate.speed.devices import generation_of, matmul_fraction
 from bench.estimate.speed.mfu_sources import FigureRow, LlamaLayout, mfu_file
-from bench.estimate.speed.work import hardware_ratio
+from bench.estimate.speed.work import hardware_ratio, step_hardware_ratio
 from bench.judge.mfu import ModelShape, flops_per_token
 
 if TYPE_CHECKING:
@@ -237,12 +237,11 @@ def implied_mfu(prediction: "SpeedPrediction", plan: "Plan") -> float:
 
 
 def prediction_ratio(plan: "Plan") -> float:
-    """work.hardware_ratio of the planned cell's step (its method's forwards without gradient, its checkpointing,
-    adapters)."""
+    """work.step_hardware_ratio of the planned cell's step, counted as the speed model counts it (its forwards
+    without gradient, checkpointing, adapters, TRL's head): the hardware FLOPs its PREDICTED time runs."""
     from bench.estimate.speed.model import setup_for
 
-    step = setup_for(plan).step
-    return hardware_ratio(step.shape, step.seq_len, step.adapters, step.checkpointing, step.no_grad_forwards)
+    return step_hardware_ratio(setup_for(plan).step)
 
 
 def mfu_bound(plan: "Plan") -> tuple[float, PublishedMfu] | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from bench.estimate.predict import effective_backend
-from bench.estimate.shapes import config_path, shapes_for
+from bench.estimate.shapes import ModelShapes, config_path, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
@@ -20,6 +20,7 @@ from bench.estimate.trace.cache import traced_for
 from bench.judge.mfu import ModelShape, model_shape
 from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
+from bench.matrix.methods import MethodSpec
 from bench.matrix.plan import Plan
 from bench.units import GB
 
@@ -79,6 +80,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
     b = 4 if profile.precision == "fp32" else 2
+    lora_r = workload.lora.r if init.adapters else 0
     adapted = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
     step = work.StepShape(
         shape=shape,
@@ -94,6 +96,11 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
             shapes.hidden, shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim, shapes.intermediate, b
         ),
         adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
+        head_recompute=method.output == "fused_logprobs",
+        unrecomputed_params=unrecomputed_params(shapes, lora_r, workload.lora.target_modules, spec.zero_stage)
+        if checkpointing
+        else 0,
+        adapter_no_grad_forwards=adapter_no_grad_forwards(method, init.reference, precomputed) if init.adapters else 0,
     )
     quantized = shapes.linear_weights if quant.quantized else 0
     q = quant.bytes_per_weight
@@ -166,7 +173,7 @@ def step_terms(
     grad_bytes = step.trainable_params * setup.compute_bytes
     traffic = traffic_of(setup)
     comm_s = traffic.bytes / device.interconnect_bytes_s + traffic.calls * constants.collective_latency_s
-    backward_s = (compute_s + attention_s) * _backward_share(step)
+    backward_s = (compute_s + attention_s) * work.backward_share(step)
     hideable = {"backward": backward_s, "forward_backward": compute_s + attention_s}.get(traffic.overlappable, 0.0)
     terms["communication"] = comm.exposed_seconds(comm_s, hideable, constants.overlap)
     if constants.overlap > 0 and traffic.overlappable == "forward_backward" and world > 1:
@@ -231,13 +238,21 @@ def traffic_of(setup: StepSetup) -> comm.Traffic:
     )
 
 
-def _backward_share(step: work.StepShape) -> float:
-    """The backward's (and recompute's) share of the step's FLOPs: what bucketed gradient reduction hides behind."""
-    s, t = step.shape, step.seq_len
-    backward = work.backward_flops_per_token(s, t, step.adapters) + work.recompute_flops_per_token(
-        s, t, step.checkpointing
-    )
-    return backward * step.tokens / work.step_flops(step)
+def unrecomputed_params(shapes: ModelShapes, lora_r: int, targets: list[str], zero_stage: int | None) -> int:
+    """work.last_layer_gemms of the cell's model (`lora_r` 0 without adapters). Not where TRL turns the checkpoint
+    reentrant (a PEFT model under ZeRO-3, trl/trainer/dpo_trainer.py: `gradient_checkpointing_kwargs["use_reentrant"]
+    = True`), which recomputes all, nor for fused experts (not nn.Linear: the layer's last GEMM is not among them)."""
+    if shapes.experts or (lora_r and zero_stage == 3):
+        return 0
+    linears = [(lin.name, lin.in_features, lin.out_features) for lin in shapes.linears]
+    return work.last_layer_gemms(linears, lora_r, set(targets))
+
+
+def adapter_no_grad_forwards(method: MethodSpec, reference: str, precomputed: bool) -> int:
+    """Forwards without gradient through an active adapter: the method's extra ones (KTO's KL batch, through the
+    policy) and the reference's where it is TRL's `ref` adapter (a disabled adapter costs nothing)."""
+    through_ref = reference == "ref_adapter" and not precomputed
+    return method.extra_forwards + (method.reference_forwards if through_ref else 0)
 
 
 class SpeedPrediction(BaseModel):

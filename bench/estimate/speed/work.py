@@ -2,9 +2,12 @@
 
 Compute follows the model-FLOPs convention of bench/judge/mfu.py (after PaLM, Chowdhery et al. 2022, appendix B:
 2N + 4LHQT per token per forward, twice that for the backward) and counts what the hardware really does on top
-of it: the recompute of gradient checkpointing and, for LoRA, the weight gradients it skips.
+of it: the recompute of gradient checkpointing, of the flash attention backward and of TRL's chunked LM head, and,
+for LoRA, the weight gradients it skips and the adapters' own products. `dpo-bench trace` (bench/estimate/trace/)
+holds it against torch's count of the real step.
 """
 
+import re
 from dataclasses import dataclass
 
 from bench.judge.mfu import ModelShape, flops_per_token
@@ -48,80 +51,141 @@ class StepShape:
     """Memory traffic of the LoRA branches per token in one forward, over every adapted linear (adapter_bytes)."""
     micro_steps: int = 1
     """Forward/backward passes per optimizer step (gradient accumulation): `sequences` is over all of them."""
+    head_recompute: bool = False
+    """The LM head is TRL's chunked one (ChunkedLogProbFunction, add_fused_lm_head), whose backward recomputes the
+    logits (backward_gemm_flops_per_token); other stacks keep them."""
+    unrecomputed_params: int = 0
+    """Weights whose GEMM the checkpoint's recompute skips (recompute_gemm_flops_per_token; last_layer_gemms)."""
+    adapter_no_grad_forwards: int = 0
+    """Forwards without gradient through an active adapter (TRL's `ref` adapter, KTO's KL forward of the policy):
+    each 2P more (matmul_flops); a disabled adapter (the policy as reference) adds none."""
 
     @property
     def tokens(self) -> float:
         return self.seq_len * self.sequences
 
 
+FLASH_BACKWARD_FORWARDS = 2.5
+"""The fused attention kernel's backward in forwards: it recomputes QK^T from the saved log-sum-exp before dV, dP,
+dQ and dK (FlashAttention-2, Dao 2023, algorithm 2), 5 products to the forward's 2. torch counts it so
+(torch/utils/flop_counter.py `sdpa_backward_flop_count`, CUDA and, with trace.flops, CPU kernels alike; the traced
+tiny step: 3.5 forwards in all), and the FlashAttention benchmarks whose utilization devices.ATTENTION_FRACTION
+cites count it so (benchmarks/benchmark_flash_attention.py `flops`: "2.5 * f" for the backward)."""
+
+
 def forward_flops_per_token(shape: ModelShape, seq_len: float) -> float:
     """2N + 4LHQT: one forward (PaLM appendix B; the attention term is QK^T and AV over T keys)."""
-    return 2.0 * shape.matmul_params + 4.0 * shape.layers * shape.heads * shape.head_dim * seq_len
+    return 2.0 * shape.matmul_params + attention_per_token(shape, seq_len)
 
 
-def backward_flops_per_token(shape: ModelShape, seq_len: float, adapters: bool) -> float:
-    """Twice the forward: the gradients of the activations and of the weights (Kaplan et al. 2020, section 2.1).
-    A LoRA policy's frozen weights get no gradient (Hu et al. 2021, section 4.1): the activation half alone; the
-    adapters' own products are below 1% of N at r=8..64 and are left out. (Attention has no weights: its backward
-    is twice its forward either way; attention_flops counts that, this keeps the CPU fit's count.)"""
-    forward = forward_flops_per_token(shape, seq_len)
-    return forward if adapters else 2.0 * forward
+def attention_per_token(shape: ModelShape, seq_len: float) -> float:
+    """4LHQT: QK^T and AV of one forward over T keys (causal masking not halved, as torch's count does not)."""
+    return 4.0 * shape.layers * shape.heads * shape.head_dim * seq_len
 
 
-def recompute_flops_per_token(shape: ModelShape, seq_len: float, checkpointing: bool) -> float:
+def backward_gemm_flops_per_token(step: StepShape) -> float:
+    """The backward's GEMMs per token. The activations' gradients through every weight, 2N; the weights' own, 2N
+    more for full fine-tuning (Kaplan et al. 2020, section 2.1), none for a LoRA policy's frozen weights (Hu et al.
+    2021, section 4.1), whose adapters' products (adapter_gemm_params: 2P forward) get both gradients, 4P
+    (peft.tuners.lora.layer.Linear.forward: `lora_B(lora_A(dropout(x))) * scaling`, two nn.Linear). TRL's chunked
+    LM head keeps no logits: its backward recomputes each tile before the gradient GEMMs
+    (trl/kernels/chunked_logprob.py, ChunkedLogProbFunction.backward: `torch.mm(hidden_chunk, w_chunk.t(),
+    out=tile)`, then `_addmm_fp32` for grad_hidden and, when the head is trained, grad_weight), 2Vh more."""
+    n, p = step.shape.matmul_params, adapter_gemm_params(step)
+    weights = 0.0 if step.adapters else 2.0 * n
+    head = 2.0 * step.shape.lm_head_params if step.head_recompute else 0.0
+    return 2.0 * n + weights + 4.0 * p + head
+
+
+def adapter_gemm_params(step: StepShape) -> float:
+    """A LoRA policy's adapter weights (r x (in + out) per adapted linear: the trained parameters), each a
+    multiply-add per token in every pass through an active adapter."""
+    return float(step.trainable_params) if step.adapters else 0.0
+
+
+def recompute_gemm_flops_per_token(step: StepShape) -> float:
     """Gradient checkpointing runs each decoder layer's forward again in the backward (transformers checkpoints
-    the decoder layers, not the LM head): one forward less the head's 2 x lm_head_params."""
-    if not checkpointing:
+    the decoder layers, not the LM head): the forward's GEMMs, adapters included, less the head's and less
+    `unrecomputed_params`' (last_layer_gemms)."""
+    if not step.checkpointing:
         return 0.0
-    return forward_flops_per_token(shape, seq_len) - 2.0 * shape.lm_head_params
+    s = step.shape
+    return 2.0 * (s.matmul_params - s.lm_head_params - step.unrecomputed_params + adapter_gemm_params(step))
 
 
-def step_flops(step: StepShape) -> float:
-    """Hardware FLOPs of one rank's step: the policy's forward, backward and recompute, and the forwards without
-    gradient, each over the step's tokens."""
-    s, t = step.shape, step.seq_len
-    forward = forward_flops_per_token(s, t)
+def last_layer_gemms(linears: list[tuple[str, int, int]], lora_r: int, adapted: set[str]) -> int:
+    """Weights of each decoder layer's last linear (`linears`: (dotted name, in, out) in module order, the
+    forward's in transformers' decoders: Llama's down_proj, Phi's fc2) and of its LoRA B where its name is in
+    `adapted` (lora_A's output is saved for lora_B's backward, so A is recomputed): what a non-reentrant checkpoint
+    does not recompute. Its recompute stops once every tensor the backward saved is back (torch/utils/checkpoint.py
+    `early_stop`, default True; transformers checkpoints non-reentrantly, modeling_utils.py
+    `_activation_checkpointing_enable`: `{"use_reentrant": False}`), and that GEMM's output feeds only the residual
+    add, which saves nothing. Measured: llama-3.2-1b's checkpointed step is 6N + 1.41e9 FLOPs a token, the
+    recompute 2(N - head - 16 down_proj)."""
+    last: dict[str, tuple[str, int, int]] = {}
+    for name, fan_in, fan_out in linears:
+        layer = re.match(r"(.*?\.\d+)\.", name)
+        if layer:
+            last[layer.group(1)] = (name, fan_in, fan_out)
+    skipped = 0
+    for name, fan_in, fan_out in last.values():
+        lora_b = lora_r * fan_out if name.rsplit(".", 1)[-1] in adapted or "all-linear" in adapted else 0
+        skipped += fan_in * fan_out + lora_b
+    return skipped
+
+
+def matmul_flops(step: StepShape) -> float:
+    """The step's GEMMs: the policy's forward (2N, 2P through its adapters), backward and recompute, and the
+    forwards without gradient (2N each; 2P more where the adapter is active in them:
+    adapter_no_grad_forwards)."""
+    n, p = step.shape.matmul_params, adapter_gemm_params(step)
     per_token = (
-        forward
-        + backward_flops_per_token(s, t, step.adapters)
-        + recompute_flops_per_token(s, t, step.checkpointing)
-        + step.no_grad_forwards * forward
+        2.0 * (n + p)
+        + backward_gemm_flops_per_token(step)
+        + recompute_gemm_flops_per_token(step)
+        + step.no_grad_forwards * 2.0 * n
+        + step.adapter_no_grad_forwards * 2.0 * p
     )
     return per_token * step.tokens
 
 
-def _attention_per_token(step: StepShape) -> float:
-    s = step.shape
-    return 4.0 * s.layers * s.heads * s.head_dim * step.seq_len
+def attention_passes(step: StepShape) -> float:
+    """Forward-equivalents of attention per step: the forward, the fused backward (FLASH_BACKWARD_FORWARDS,
+    whether the weights are trained or not), the recompute, the forwards without gradient."""
+    return 1.0 + FLASH_BACKWARD_FORWARDS + float(step.checkpointing) + step.no_grad_forwards
 
 
 def attention_flops(step: StepShape) -> float:
-    """The attention's FLOPs in a step (QK^T and AV, 4LHQT per forward): each forward, the recompute, and a backward
-    of twice the forward (dQ, dK, dV) whether the weights are trained or not. They run in the FlashAttention
-    kernel, not as GEMMs (devices.attention_fraction)."""
-    passes = 1.0 + 2.0 + float(step.checkpointing) + step.no_grad_forwards
-    return _attention_per_token(step) * passes * step.tokens
+    """The attention's FLOPs in a step, in the fused kernel, not as GEMMs (devices.attention_fraction)."""
+    return attention_per_token(step.shape, step.seq_len) * attention_passes(step) * step.tokens
 
 
-def attention_in_step_flops(step: StepShape) -> float:
-    """The attention's part of step_flops, whose LoRA backward counts it once (backward_flops_per_token)."""
-    backward = 1.0 if step.adapters else 2.0
-    passes = 1.0 + backward + float(step.checkpointing) + step.no_grad_forwards
-    return _attention_per_token(step) * passes * step.tokens
+def step_flops(step: StepShape) -> float:
+    """Hardware FLOPs of one rank's step: the GEMMs and the attention."""
+    return matmul_flops(step) + attention_flops(step)
 
 
-def matmul_flops(step: StepShape) -> float:
-    """step_flops without the attention: the GEMMs."""
-    return step_flops(step) - attention_in_step_flops(step)
+def backward_share(step: StepShape) -> float:
+    """The backward's (and recompute's) share of the step's FLOPs: what bucketed gradient reduction hides behind."""
+    attention = attention_per_token(step.shape, step.seq_len)
+    gemms = backward_gemm_flops_per_token(step) + recompute_gemm_flops_per_token(step)
+    backward = gemms + attention * (FLASH_BACKWARD_FORWARDS + float(step.checkpointing))
+    return backward * step.tokens / step_flops(step)
 
 
 def hardware_ratio(shape: ModelShape, seq_len: float, adapters: bool, checkpointing: bool, no_grad: int) -> float:
-    """Hardware FLOPs per token (the GEMMs and attention of matmul_flops and attention_flops) over model FLOPs per
-    token (bench/judge/mfu.py's convention, which leaves out the recompute and counts a LoRA policy's frozen
-    weights' gradients): HFU / MFU."""
-    step = StepShape(shape, seq_len, 1, 0, adapters, checkpointing, no_grad, 0, "fused_logprobs")
-    hardware = (matmul_flops(step) + attention_flops(step)) / step.tokens
-    return hardware / flops_per_token(shape, seq_len, no_grad == 0, no_grad)
+    """step_hardware_ratio of a published source's step, whose adapters, head and checkpoint implementation are
+    unknown: neither the adapters' GEMMs, a head recompute nor an early-stopping recompute is counted."""
+    return step_hardware_ratio(StepShape(shape, seq_len, 1, 0, adapters, checkpointing, no_grad, 0, "fused_logprobs"))
+
+
+def step_hardware_ratio(step: StepShape) -> float:
+    """Hardware FLOPs per token (step_flops: the recompute of checkpointing, of the flash backward, of TRL's head,
+    the adapters' GEMMs) over model FLOPs per token (bench/judge/mfu.py's convention, which leaves those out and
+    counts a LoRA policy's frozen weights' gradients): HFU / MFU."""
+    no_grad = step.no_grad_forwards
+    model = flops_per_token(step.shape, step.seq_len, no_grad == 0, no_grad)
+    return step_flops(step) / step.tokens / model
 
 
 def optimizer_bytes(trainable_params: float, master_copy_bytes: int = 0) -> float:

@@ -53,12 +53,7 @@ def traced_step_flops(step: Step) -> dict[str, int]:
 
 
 def analytic_step_flops(plan: Plan, sequences: int, seq_len: int) -> float:
-    """The speed model's FLOPs for `sequences` rows of `seq_len` tokens (the traced batch's padded shape), counted
-    as it counts them on the plan's device: on a GPU the GEMMs and the attention kernel apart (its backward twice
-    its forward), on a CPU work.step_flops (a LoRA policy's attention backward once)."""
+    """The speed model's FLOPs (work.step_flops: GEMMs and attention) for `sequences` rows of `seq_len` tokens (the
+    traced batch's padded shape)."""
     step = setup_for(plan, float(seq_len)).step
-    if plan.profile.device == "cpu":
-        flops = work.step_flops(step)
-    else:
-        flops = work.matmul_flops(step) + work.attention_flops(step)
-    return flops * sequences / step.sequences
+    return work.step_flops(step) * sequences / step.sequences
