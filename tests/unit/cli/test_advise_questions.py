@@ -52,10 +52,10 @@ QUESTIONS = [
         marks=pytest.mark.xfail(
             strict=True,
             reason="the speed model over the published bound on RTX 3090: the fastest pick orpo-one_adapter-none-ddp "
-            "implies 0.79 MFU of the datasheet's 71 TFLOP/s (the card's measured matmul rate is 76.68, 108 %), over "
-            "the best published for small LoRA on Ampere (0.57, qwen7b-lora-a100: seq 8192, 65 % of the A100's "
-            "measured rate where this prediction takes 73 % of the 3090's). No published 3090 training figure says "
-            "which is wrong; the cause is in bench/estimate/speed or the bound's kind, not in the picks",
+            "implies 0.83 MFU of the datasheet's 71 TFLOP/s (the card's measured matmul rate is 76.68, 108 %), over "
+            "0.63, the best published for small LoRA on Ampere (qwen7b-lora-a100: seq 8192) in this step's MFU. No "
+            "published 3090 training figure says which is wrong; the cause is in bench/estimate/speed or the bound's "
+            "kind, not in the picks",
         ),
         id="orpo-mistral-7b-v0.3-RTX-3090:2",
     ),
