@@ -1,6 +1,7 @@
 """advise's picks among the fitting cells, made within each method: the fastest, the one on the fewest GPUs, the most
 faithful; each labelled only by figures it has. And the folding of launcher variants that predict alike into one row."""
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, TypeVar, get_args
 
@@ -61,8 +62,22 @@ def trains(init: str, quant: str) -> str:
     return f"LoRA on {weights} weights"
 
 
+SHOWN_DIGITS = 3
+"""Significant figures a PREDICTED tokens/s is shown with: its range spans tens of percent, so more digits would be
+noise (and the decision page's data, which carries every fitting cell's figure, compresses to a fraction)."""
+
+
+def shown_tokens(tokens_per_s: float) -> int:
+    """A PREDICTED tokens/s as advise and the decision page show it: SHOWN_DIGITS significant figures."""
+    if tokens_per_s == 0:
+        return 0
+    return int(round(tokens_per_s, SHOWN_DIGITS - 1 - math.floor(math.log10(abs(tokens_per_s)))))
+
+
 def _speed(row: RankedRow) -> str:
-    return "no PREDICTED speed" if row.tokens_per_s is None else f"{row.tokens_per_s:,.0f} PREDICTED tokens/s"
+    return (
+        "no PREDICTED speed" if row.tokens_per_s is None else f"{shown_tokens(row.tokens_per_s):,} PREDICTED tokens/s"
+    )
 
 
 def _gpus(row: RankedRow) -> str:

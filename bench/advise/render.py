@@ -4,7 +4,7 @@ import csv
 import io
 
 from bench.advise.advice import Advice, CellAdvice
-from bench.advise.picks import Pick, no_fastest
+from bench.advise.picks import Pick, no_fastest, shown_tokens
 from bench.matrix.axes import Method
 from bench.matrix.methods import method_spec
 from bench.units import GB, bytes_text
@@ -33,7 +33,7 @@ def _speed(tokens_per_s: float | None, mfu: float | None = None) -> str:
     """PREDICTED tokens/s with the MFU it implies beside it, so a figure no run reaches shows as one."""
     if tokens_per_s is None:
         return "—"
-    return f"{tokens_per_s:,.0f}" + ("" if mfu is None else f" · MFU {mfu:.0%}")
+    return f"{shown_tokens(tokens_per_s):,}" + ("" if mfu is None else f" · MFU {mfu:.0%}")
 
 
 def _fix(entry: CellAdvice) -> str:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.advise.picks import shown_tokens
 from bench.advise.question import Question
 from bench.estimate import VERSION
 from bench.estimate.predict import Prediction
@@ -148,14 +149,15 @@ def units(value: float | None) -> int | None:
 
 
 def tokens(value: float | None) -> int | None:
-    return None if value is None else round(value)
+    """A PREDICTED tokens/s as advise shows it (shown_tokens)."""
+    return None if value is None else shown_tokens(value)
 
 
 def reason_template(reason: str, tokens_per_s: float | None) -> str:
     """advise's reason with its tokens/s figure as TOKENS (the table of reasons stays small)."""
     if tokens_per_s is None:
         return reason
-    return reason.replace(f"{tokens_per_s:,.0f} PREDICTED", f"{TOKENS} PREDICTED", 1)
+    return reason.replace(f"{shown_tokens(tokens_per_s):,} PREDICTED", f"{TOKENS} PREDICTED", 1)
 
 
 class _Table:

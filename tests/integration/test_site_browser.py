@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.advise.picks import shown_tokens
 from bench.cli import main
 from bench.report.decide_grid import DECIDE_FILE
 from tests.unit.report.test_publish import KNOWN_ISSUE, build_results, cell_ids
@@ -335,7 +336,7 @@ def test_decision_page_opens_on_advises_three_picks(decide, tmp_path, capsys):
     for pick in picks:
         cell = cells[pick["data-cell"]]
         assert pick["data-total"] == shown_gb(cell["total_bytes"])
-        assert pick["data-tokens"] == str(round(cell["tokens_per_s"]))
+        assert pick["data-tokens"] == str(shown_tokens(cell["tokens_per_s"]))
     page_dom = browse(point_url(decide, POINT), tmp_path, "--dump-dom").stdout
     text = html_text(page_dom)
     for p in advice["picks"]:

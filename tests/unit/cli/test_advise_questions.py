@@ -209,3 +209,12 @@ def test_no_pick_is_fastest_without_a_speed(tmp_path: Path, capsys):
     assert "fastest" not in {p.kind for p in advice.picks}
     assert main(custom) == 0
     assert "no **fastest** pick for GRPO" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("rate", "shown"), [(34_101.4, 34_100), (966.33, 966), (1_925.5, 1_930), (7.26, 7), (123_456, 123_000), (0, 0)]
+)
+def test_a_predicted_speed_is_shown_to_three_significant_figures(rate, shown):
+    from bench.advise.picks import shown_tokens
+
+    assert shown_tokens(rate) == shown

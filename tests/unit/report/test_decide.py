@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from bench.advise.picks import shown_tokens
 from bench.cli import main
 from bench.matrix.gpus import load_catalog
 from bench.paths import SCENARIOS_DIR
@@ -92,7 +93,7 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         assert on_page["terms"] == {k: shown_gb(v / 1e9) for k, v in cell["terms"].items()}, cell_id
         if cell["verdict"] == "fits":
             speed = cell["tokens_per_s"]  # none where the speed model has no figure (GRPO's sampling)
-            assert on_page["tokens_per_s"] == (None if speed is None else round(speed)), cell_id
+            assert on_page["tokens_per_s"] == (None if speed is None else shown_tokens(speed)), cell_id
     picks = [{"kind": p["kind"], "cell_id": p["cell_id"], "reason": p["reason"]} for p in advice["picks"]]
     assert page["picks"] == picks
     run = advice["run"]
