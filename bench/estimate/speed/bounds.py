@@ -208,9 +208,9 @@ def _matches(figure: PublishedMfu, kind: Kind, level: tuple[str, ...]) -> bool:
 
 
 def bound(kind: Kind) -> tuple[float, list[PublishedMfu], tuple[str, ...]] | None:
-    """The best published utilisation of the achievable matmul rate (PublishedMfu.utilisation) for `kind`: (the
-    figure, the figures of the level it came from, that level); None where no comparable figure of its size and
-    adapter was found (no bound: docs/estimator.md lists them). mfu_bound turns it into the prediction's own MFU."""
+    """The best published hardware utilisation (PublishedMfu.hfu) for `kind`: (the figure, the figures of the
+    level it came from, that level); None where no comparable figure of its size and adapter was found (no bound:
+    docs/estimator.md lists them). mfu_bound turns it into the prediction's own MFU."""
     for level in KIND_LEVELS:
         mine = [f for f in figures() if f.comparable and _matches(f, kind, level)]
         if mine:
@@ -246,9 +246,8 @@ def prediction_ratio(plan: "Plan") -> float:
 
 def mfu_bound(plan: "Plan") -> tuple[float, PublishedMfu] | None:
     """The most MFU the planned cell may imply, and the figure it comes from; None where its kind has no published
-    figure. The best published share of the achievable matmul rate, on the plan's card (times its matmul_fraction: a
-    figure of the same card carries its own hardware utilisation over unchanged), over the plan's own hardware ratio
-    (at equal method, adapter and checkpointing that is the published MFU itself)."""
+    figure: the best published hardware utilisation of its kind over the plan's own hardware ratio (at equal method,
+    adapter and checkpointing that is the published MFU itself)."""
     found = bound(kind_for(plan))
     if found is None:
         return None

@@ -22,6 +22,7 @@ from bench.matrix.axes import Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.methods import MethodSpec
 from bench.matrix.plan import Plan
+from bench.matrix.precision import COMPUTE_DTYPE, DTYPE_BYTES
 from bench.units import GB
 
 
@@ -79,7 +80,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
     precomputed = plan.reference.precomputed
     checkpointing = workload.train.gradient_checkpointing and Option.NO_GRADIENT_CHECKPOINTING not in cell.options
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
-    b = 4 if profile.precision == "fp32" else 2
+    b = DTYPE_BYTES[COMPUTE_DTYPE[profile.precision]]
     lora_r = workload.lora.r if init.adapters else 0
     adapted = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
     step = work.StepShape(
