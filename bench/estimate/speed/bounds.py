@@ -154,10 +154,41 @@ def _qwen() -> list[PublishedMfu]:
     return rows
 
 
+def _answerai() -> list[PublishedMfu]:
+    """Answer.AI's Llama-2-7B LoRA and QLoRA rows on two RTX 3090s and two RTX 4090s, one full copy per card."""
+    from bench.matrix.gpus import gpu_by_card
+
+    shape = llama_shape(mfu_file().models["llama-2-7b"])
+    rows = []
+    for row in published_speeds.rows():
+        if not row.id.startswith(published_speeds.ANSWERAI_ENTRY):
+            continue
+        card = gpu_by_card(row.card)
+        adapter = "qlora" if row.quant == "nf4" else "lora"
+        rows.append(
+            PublishedMfu(
+                row.id,
+                published_speeds.entry_url(published_speeds.ANSWERAI_ENTRY),
+                f"{row.id.split(': ', 1)[1]}, Llama-2-7B, context {row.seq_len}: {row.measured_tokens_per_s:.0f} "
+                "tokens/s per card (1,024 samples over the stated seconds)",
+                "fsdp_qlora train.py (FSDP in its ddp mode), transformers + PEFT, bitsandbytes for QLoRA",
+                "sft",
+                adapter,
+                "data_parallel",
+                card.name,
+                "small",
+                computed(row.measured_tokens_per_s, shape, row.seq_len, card.bf16_tflops, ref=False),
+                COMPUTED,
+                ratio(shape, row.seq_len, adapter, checkpointing=True),
+            )
+        )
+    return rows
+
+
 @functools.cache
 def figures() -> tuple[PublishedMfu, ...]:
     """Every published figure, by kind."""
-    return (*_qwen(), *(from_row(row) for row in mfu_file().figures))
+    return (*_qwen(), *_answerai(), *(from_row(row) for row in mfu_file().figures))
 
 
 KIND_LEVELS = (

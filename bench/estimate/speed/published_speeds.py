@@ -1,7 +1,7 @@
 """The published throughput rows as step setups the speed model can predict: the speeds are read from
-scenarios/published/ (memory.yaml: torchtune's tokens/s and Qwen-7B's LoRA s/it; speeds.yaml: Qwen-7B's Q-LoRA
-s/it, both of QWEN_README); each row here states the configuration its source gives, and what the source leaves
-open is an assumption named in `assumed`."""
+scenarios/published/ (memory.yaml: torchtune's tokens/s, Qwen-7B's LoRA s/it and Answer.AI's run times on two
+RTX 3090s and two RTX 4090s; speeds.yaml: Qwen-7B's Q-LoRA s/it, both of QWEN_README); each row here states the
+configuration its source gives, and what the source leaves open is an assumption named in `assumed`."""
 
 import functools
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from bench.matrix.backends import backend_spec
 from bench.matrix.quants import quant_spec
 from bench.paths import scenarios_dir
 
-MODELS = {"llama31": "llama-3.1-8b", "qwen7b": "qwen-7b"}
+MODELS = {"llama31": "llama-3.1-8b", "qwen7b": "qwen-7b", "llama2": "llama-2-7b"}
 """The rows' models, by their names in scenarios/published/mfu.yaml (their config.json numbers)."""
 QWEN_README = "https://github.com/QwenLM/Qwen/blob/main/README.md"
 QWEN_ENTRIES = {"lora": "qwen7b-lora-a100", "qlora": "qwen7b-qlora-a100"}
@@ -26,6 +26,9 @@ QWEN_ENTRIES = {"lora": "qwen7b-lora-a100", "qlora": "qwen7b-qlora-a100"}
 Trainer + PEFT, FlashAttention 2, batch 1, gradient accumulation 8, bf16, CUDA 11.8, PyTorch 2.0): the entries of
 scenarios/published/ that hold each table."""
 TORCHTUNE_ENTRY = "torchtune-llama31-8b-single-device"
+ANSWERAI_ENTRY = "answerai-fsdp-qlora-ddp-mode"
+"""Llama-2-7B on two RTX 3090s or two RTX 4090s, each with a full copy (fsdp_qlora's train.py, sharding `ddp`):
+the seconds to train the entry's `samples` at the context length, over `gpus` cards."""
 SPEED_FILES = ("memory.yaml", "speeds.yaml")
 
 
@@ -53,6 +56,18 @@ def torchtune_tokens_per_s(setup: str) -> float:
     return float(next(f["tokens_per_s"] for f in figures if f["setup"].split(" (")[0] == setup))
 
 
+def entry_url(entry_id: str) -> str:
+    """The address of a published entry's source."""
+    return _entries()[entry_id]["url"]
+
+
+def answerai_tokens_per_s(figure: dict) -> float:
+    """Tokens/s per GPU of one of ANSWERAI_ENTRY's figures: every dummy sample is cut to the context length
+    (train.py's dummy output is twice as long), and the samples are split over the cards."""
+    entry = _entries()[ANSWERAI_ENTRY]
+    return entry["samples"] * figure["seq_len"] / figure["time_s"] / entry["gpus"]
+
+
 @dataclass(frozen=True)
 class PublishedSpeedRow:
     id: str
@@ -71,7 +86,14 @@ class PublishedSpeedRow:
     dropout: bool = False
     """LoRA dropout above 0 (one more pass over each adapted input)."""
     peft: bool = True
-    """LoRA through PEFT (float32 adapters, work.adapter_bytes); torchtune's adapters are in the model's bf16."""
+    """float32 adapters (PEFT's autocast_adapter_dtype, work.adapter_bytes); False: in the model's bf16 (torchtune's;
+    PEFT before it cast them to the base weight's dtype)."""
+    targets: tuple[str, ...] | None = None
+    """The adapted linears' names; None: every decoder linear."""
+    world: int = 1
+    """Cards, each with a full copy, all-reducing the gradients (DDP): the figure is per card."""
+    fused_norm_rope: bool = True
+    """RMSNorm and RoPE in fused kernels (work.layer_elementwise_bytes); False: transformers' eager ops."""
 
 
 TORCHTUNE_ROWS = (
@@ -112,17 +134,40 @@ def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
     )  # fmt: skip
 
 
+ANSWERAI_TARGETS = ("k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj")
+"""train.py's `lora_target_modules` "all" (every decoder linear but o_proj)."""
+ANSWERAI_ASSUMED = (
+    "1,024 samples per run (the template command's --dataset_samples); train.py's defaults: LoRA r=64 on "
+    "ANSWERAI_TARGETS, dropout 0.1, pure bf16 with bf16 adapters (PEFT of the time), AdamW, reentrant checkpointing, "
+    "transformers' eager norm and rotary; the gradient all-reduce over PCIe 4.0 x16 (the 3090s' board has slower "
+    "lanes the source does not quantify: the adapters' gradients are about 1 % of a step even at a quarter of it); "
+    "the 3090s' 280 W power limit, against the 350 W the catalog's matmul rate was measured at, is not modelled"
+)
+
+
+def _answerai(figure: dict) -> PublishedSpeedRow:
+    setup = figure["setup"]
+    card = "NVIDIA GeForce RTX 3090" if "3090" in setup else "NVIDIA GeForce RTX 4090"
+    batch = int(setup.rsplit("batch ", 1)[1])
+    return PublishedSpeedRow(
+        f"{ANSWERAI_ENTRY}: {setup}", card, "llama2", 64, "nf4" if "QLoRA" in setup else "none", batch,
+        figure["seq_len"], answerai_tokens_per_s(figure), ANSWERAI_ASSUMED, dropout=True, peft=False,
+        targets=ANSWERAI_TARGETS, world=_entries()[ANSWERAI_ENTRY]["gpus"], fused_norm_rope=False,
+    )  # fmt: skip
+
+
 def rows() -> tuple[PublishedSpeedRow, ...]:
-    """torchtune's five rows, then Qwen-7B's LoRA and Q-LoRA rows by sequence length."""
+    """torchtune's five rows, Qwen-7B's LoRA and Q-LoRA rows by sequence length, then Answer.AI's four."""
     qwen = [_qwen(k, seq, t) for k in QWEN_ENTRIES for seq, t in qwen7b_s_per_it(k).items()]
-    return (*(_torchtune(*row) for row in TORCHTUNE_ROWS), *qwen)
+    answerai = [_answerai(f) for f in _entries()[ANSWERAI_ENTRY]["figures"]]
+    return (*(_torchtune(*row) for row in TORCHTUNE_ROWS), *qwen, *answerai)
 
 
 FITTED = tuple(f"qwen7b-{kind}-a100: seq {seq}" for kind in ("lora", "qlora") for seq in (256, 1024, 4096))
 """The published rows the GPU constants are fitted on (with this project's fitted GPU run, validate.GPU_FIT_RUNS),
 named before the fit: Qwen-7B LoRA and Q-LoRA on one A100 at 256, 1024 and 4096 tokens. Every other row is held
-out: Qwen's LoRA and Q-LoRA rows at 512, 2048 and 8192, and torchtune's five (another stack: torch.compile, packed
-sequences)."""
+out: Qwen's LoRA and Q-LoRA rows at 512, 2048 and 8192, torchtune's five (another stack: torch.compile, packed
+sequences) and Answer.AI's four (two cards, fsdp_qlora)."""
 
 
 @functools.cache
@@ -147,7 +192,7 @@ def _shapes(model: str) -> tuple[ModelShape, int, int]:
 
 
 @functools.cache
-def _layer_bytes(model: str) -> float:
+def _layer_bytes(model: str, fused_norm_rope: bool) -> float:
     """Qwen-7B's own model code calls flash-attn's fused RMSNorm and rotary kernels (its README has them installed
     with FlashAttention for speed); torchtune's rows ran under torch.compile, which fuses them too."""
     c = model_config(MODELS[model])
@@ -158,38 +203,39 @@ def _layer_bytes(model: str) -> float:
         c["num_key_value_heads"] * head_dim,
         c["intermediate_size"],
         2,
-        fused_norm_rope=True,
+        fused_norm_rope=fused_norm_rope,
     )
 
 
-def _adapted(model: str) -> list[tuple[int, int]]:
+def _adapted(model: str, targets: tuple[str, ...] | None = None) -> list[tuple[int, int]]:
+    """(in, out) features of the adapted decoder linears: those named in `targets`, or all of them."""
     import torch
 
     built = _model(model)
     head = built.get_output_embeddings()
     return [
-        (m.in_features, m.out_features) for m in built.modules() if isinstance(m, torch.nn.Linear) and m is not head
+        (m.in_features, m.out_features)
+        for name, m in built.named_modules()
+        if isinstance(m, torch.nn.Linear) and m is not head and (targets is None or name.rsplit(".", 1)[-1] in targets)
     ]
 
 
-def lora_params(model: str, r: int) -> int:
-    """r x (in + out) over every decoder linear (torchtune's and Qwen's adapters target most of them)."""
-    import torch
+def lora_params(model: str, r: int, targets: tuple[str, ...] | None = None) -> int:
+    """r x (in + out) over the adapted decoder linears (torchtune's and Qwen's adapters target most of them)."""
+    return sum(r * (i + o) for i, o in _adapted(model, targets))
 
-    built = _model(model)
-    head = built.get_output_embeddings()
-    return sum(
-        r * (m.in_features + m.out_features)
-        for m in built.modules()
-        if isinstance(m, torch.nn.Linear) and m is not head
-    )
+
+def _adapter_bytes(row: PublishedSpeedRow) -> float:
+    if not row.lora_r:
+        return 0.0
+    return work.adapter_bytes(_adapted(row.model, row.targets), 2, row.dropout, row.peft)
 
 
 def setup_of(row: PublishedSpeedRow) -> StepSetup:
     shape, total, linear = _shapes(row.model)
     quantized = linear if row.quant == "nf4" else 0
     nf4 = quant_spec(Quant.NF4).bytes_per_weight
-    trainable = lora_params(row.model, row.lora_r) if row.lora_r else total
+    trainable = lora_params(row.model, row.lora_r, row.targets) if row.lora_r else total
     step = work.StepShape(
         shape=shape,
         seq_len=float(row.seq_len),
@@ -200,14 +246,14 @@ def setup_of(row: PublishedSpeedRow) -> StepSetup:
         no_grad_forwards=0,
         vocab=shape.lm_head_params // shape.hidden,
         output="fused_logprobs",
-        layer_bytes=_layer_bytes(row.model),
-        adapter_bytes=work.adapter_bytes(_adapted(row.model), 2, row.dropout, row.peft) if row.lora_r else 0.0,
+        layer_bytes=_layer_bytes(row.model, row.fused_norm_rope),
+        adapter_bytes=_adapter_bytes(row),
         micro_steps=row.micro_steps,
     )
     return StepSetup(
         step=step,
-        backend=backend_spec(Backend.SINGLE),
-        world=1,
+        backend=backend_spec(Backend.SINGLE if row.world == 1 else Backend.DDP),
+        world=row.world,
         compute_bytes=2,
         quantized_params=quantized,
         quantized_linears=7 * shape.layers if quantized else 0,

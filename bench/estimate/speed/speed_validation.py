@@ -3,7 +3,7 @@ the CPU runs, and the GPU runs on the card that ran them) and the published rows
 |error| and Spearman's rank correlation per run; and the fit that writes speed_calibration.json."""
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -207,9 +207,11 @@ class PublishedSpeed:
 
 
 def _published_device(row: published_speeds.PublishedSpeedRow) -> DeviceFigures:
+    """The card's figures; cards of a multi-card row talk over PCIe (each source says its cards have no NVLink)."""
     from bench.matrix.gpus import gpu_by_card
 
-    return card_figures(gpu_by_card(row.card))
+    figures = card_figures(gpu_by_card(row.card))
+    return figures if row.world == 1 else replace(figures, interconnect_bytes_s=figures.host_link_bytes_s)
 
 
 def published_rows(calibration: SpeedCalibration) -> list[PublishedSpeed]:

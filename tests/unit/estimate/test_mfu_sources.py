@@ -25,7 +25,8 @@ def write(tmp_path, body: str):
 
 
 def test_every_committed_figure_reads_and_names_its_source():
-    assert len(figures()) == len(mfu_file().figures) + 12  # Qwen-7B's two tables of six lengths
+    # Qwen-7B's two tables of six lengths, Answer.AI's four rows on two RTX 3090s or 4090s
+    assert len(figures()) == len(mfu_file().figures) + 12 + 4
     assert all(f.url.startswith("https://") and f.mfu > 0 for f in figures())
     # a figure above its own card's achievable matmul fraction is kept as data, never as a bound (torchtune's A6000
     # rows); its RTX 4090 LoRA row (91 %) stays under that card's measured 105 %
@@ -57,3 +58,12 @@ def test_llama_shape_counts_the_grouped_query_projections(tmp_path):
     shape = llama_shape(config)
     # per layer: q and o 64x64 each, k and v 64x32 each (2 of 4 heads), three 64x128 SwiGLU matrices; the head 100x64
     assert shape.matmul_params == 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 100 * 64
+
+
+def test_answerai_rows_are_tokens_per_card_from_the_stated_seconds():
+    """1,024 samples of 2,048 tokens over two cards in 881 s: 1,190 tokens/s per card, 0.72 of the 3090's 71."""
+    row = next(f for f in figures() if f.id.endswith("2x RTX 3090, LoRA, DDP, batch 4"))
+    assert (row.adapter, row.backend, row.gpu, row.generation) == ("lora", "data_parallel", "RTX-3090", "ampere")
+    shape = llama_shape(mfu_file().models["llama-2-7b"])
+    assert row.mfu == pytest.approx(1024 * 2048 / 881 / 2 * (6 * shape.matmul_params + 12 * 32 * 4096 * 2048) / 71e12)
+    assert row.comparable
