@@ -155,26 +155,28 @@ def _qwen() -> list[PublishedMfu]:
 
 
 def _answerai() -> list[PublishedMfu]:
-    """Answer.AI's Llama-2-7B LoRA and QLoRA rows on two RTX 3090s and two RTX 4090s, one full copy per card."""
+    """Answer.AI's Llama-2-7B LoRA and QLoRA rows on two RTX 3090s and two RTX 4090s."""
+    from bench.matrix.backends import backend_spec
     from bench.matrix.gpus import gpu_by_card
 
     shape = llama_shape(mfu_file().models["llama-2-7b"])
     rows = []
     for row in published_speeds.rows():
-        if not row.id.startswith(published_speeds.ANSWERAI_ENTRY):
+        entry = row.id.split(": ", 1)[0]
+        if entry not in published_speeds.ANSWERAI_ENTRIES:
             continue
         card = gpu_by_card(row.card)
         adapter = "qlora" if row.quant == "nf4" else "lora"
         rows.append(
             PublishedMfu(
                 row.id,
-                published_speeds.entry_url(published_speeds.ANSWERAI_ENTRY),
+                published_speeds.entry_url(entry),
                 f"{row.id.split(': ', 1)[1]}, Llama-2-7B, context {row.seq_len}: {row.measured_tokens_per_s:.0f} "
                 "tokens/s per card (1,024 samples over the stated seconds)",
-                "fsdp_qlora train.py (FSDP in its ddp mode), transformers + PEFT, bitsandbytes for QLoRA",
+                "fsdp_qlora train.py (FSDP, sharded or in its ddp mode), transformers + PEFT, bitsandbytes for QLoRA",
                 "sft",
                 adapter,
-                "data_parallel",
+                backend_spec(row.backend).family,
                 card.name,
                 "small",
                 computed(row.measured_tokens_per_s, shape, row.seq_len, card.bf16_tflops, ref=False),

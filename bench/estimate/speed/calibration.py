@@ -125,3 +125,18 @@ def log_error_range(predicted_s: list[float], measured_s: list[float]) -> tuple[
 
     ratios = [math.log(m / p) for p, m in zip(predicted_s, measured_s, strict=True)]
     return float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))
+
+
+def source_weighted_range(predicted_s: list[float], measured_s: list[float], sources: list[str]) -> tuple[float, float]:
+    """10th and 90th percentile of ln(measured / predicted) with each source's rows weighing one source in all: the
+    rows of one source share its stack and setup, so they are one piece of evidence, not several
+    (scenarios/published/ADMISSION.md's independent sources). Each row sits at the middle of its weight on the
+    cumulative scale, and the percentile is read between them."""
+    import numpy as np
+
+    ratios = np.array([math.log(m / p) for p, m in zip(predicted_s, measured_s, strict=True)])
+    weights = np.array([1.0 / sources.count(s) for s in sources])
+    order = np.argsort(ratios)
+    cumulative = (np.cumsum(weights[order]) - weights[order] / 2) / weights.sum()
+    low, high = np.interp([0.1, 0.9], cumulative, ratios[order])
+    return float(low), float(high)

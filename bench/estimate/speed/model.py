@@ -116,12 +116,23 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         quant_bytes=q,
         policy_bytes=(shapes.total - quantized) * b + quantized * q,
         reference_gathered=not separate or spec.sharding.reference == Placement.SHARDED,
-        param_modules=len(shapes.linears) + 2 * shapes.layers + 3,
-        gather_units=shapes.layers + 1,
+        param_modules=param_modules(len(shapes.linears), shapes.layers),
+        gather_units=gather_units(shapes.layers),
         flops_scale=traced.ratio if (traced := traced_for(plan)) is not None else 1.0,
         device=plan.device,
         online=online,
     )
+
+
+def param_modules(linears: int, layers: int) -> int:
+    """Modules holding parameters that ZeRO-3 fetches one by one: the linears, two norms per layer, the embedding,
+    the final norm and the head."""
+    return linears + 2 * layers + 3
+
+
+def gather_units(layers: int) -> int:
+    """FSDP's wrapped units: one per decoder layer, and the root with the rest."""
+    return layers + 1
 
 
 def _online(plan: Plan) -> decode.OnlineCell | None:

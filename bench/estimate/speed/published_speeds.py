@@ -11,7 +11,7 @@ import yaml
 
 from bench.estimate.speed import work
 from bench.estimate.speed.mfu_sources import model_config
-from bench.estimate.speed.model import StepSetup
+from bench.estimate.speed.model import StepSetup, gather_units, param_modules
 from bench.judge.mfu import ModelShape, shape_of
 from bench.matrix.axes import Backend, Quant
 from bench.matrix.backends import backend_spec
@@ -26,9 +26,10 @@ QWEN_ENTRIES = {"lora": "qwen7b-lora-a100", "qlora": "qwen7b-qlora-a100"}
 Trainer + PEFT, FlashAttention 2, batch 1, gradient accumulation 8, bf16, CUDA 11.8, PyTorch 2.0): the entries of
 scenarios/published/ that hold each table."""
 TORCHTUNE_ENTRY = "torchtune-llama31-8b-single-device"
-ANSWERAI_ENTRY = "answerai-fsdp-qlora-ddp-mode"
-"""Llama-2-7B on two RTX 3090s or two RTX 4090s, each with a full copy (fsdp_qlora's train.py, sharding `ddp`):
-the seconds to train the entry's `samples` at the context length, over `gpus` cards."""
+ANSWERAI_ENTRIES = ("answerai-fsdp-qlora-ddp-mode", "answerai-fsdp-qlora-4090-sharded")
+"""Llama-2-7B on two RTX 3090s or two RTX 4090s (fsdp_qlora's train.py): each card with a full copy (its sharding
+`ddp`), or the weights sharded over two RTX 4090s, on the cards or offloaded to the CPU (FSDP full_shard): the
+seconds to train the entry's `samples` at the context length, over `gpus` cards."""
 SPEED_FILES = ("memory.yaml", "speeds.yaml")
 
 
@@ -56,15 +57,20 @@ def torchtune_tokens_per_s(setup: str) -> float:
     return float(next(f["tokens_per_s"] for f in figures if f["setup"].split(" (")[0] == setup))
 
 
+def source_key(row: "PublishedSpeedRow") -> str:
+    """The publishing project of a row (its entry's source_key)."""
+    return _entries()[row.id.split(": ", 1)[0]]["source_key"]
+
+
 def entry_url(entry_id: str) -> str:
     """The address of a published entry's source."""
     return _entries()[entry_id]["url"]
 
 
-def answerai_tokens_per_s(figure: dict) -> float:
-    """Tokens/s per GPU of one of ANSWERAI_ENTRY's figures: every dummy sample is cut to the context length
+def answerai_tokens_per_s(entry_id: str, figure: dict) -> float:
+    """Tokens/s per GPU of a figure of one of ANSWERAI_ENTRIES: every dummy sample is cut to the context length
     (train.py's dummy output is twice as long), and the samples are split over the cards."""
-    entry = _entries()[ANSWERAI_ENTRY]
+    entry = _entries()[entry_id]
     return entry["samples"] * figure["seq_len"] / figure["time_s"] / entry["gpus"]
 
 
@@ -91,7 +97,9 @@ class PublishedSpeedRow:
     targets: tuple[str, ...] | None = None
     """The adapted linears' names; None: every decoder linear."""
     world: int = 1
-    """Cards, each with a full copy, all-reducing the gradients (DDP): the figure is per card."""
+    """Cards (the figure is per card), talking over PCIe: each source says its cards have no NVLink."""
+    backend: Backend = Backend.SINGLE
+    """How the cards share the work: DDP (a full copy each), FSDP or FSDP with the parameters on the CPU."""
     fused_norm_rope: bool = True
     """RMSNorm and RoPE in fused kernels (work.layer_elementwise_bytes); False: transformers' eager ops."""
 
@@ -139,27 +147,35 @@ ANSWERAI_TARGETS = ("k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_
 ANSWERAI_ASSUMED = (
     "1,024 samples per run (the template command's --dataset_samples); train.py's defaults: LoRA r=64 on "
     "ANSWERAI_TARGETS, dropout 0.1, pure bf16 with bf16 adapters (PEFT of the time), AdamW, reentrant checkpointing, "
-    "transformers' eager norm and rotary; the gradient all-reduce over PCIe 4.0 x16 (the 3090s' board has slower "
-    "lanes the source does not quantify: the adapters' gradients are about 1 % of a step even at a quarter of it); "
+    "transformers' eager norm and rotary; the cards' traffic over PCIe 4.0 x16, as the 4090s' is stated (the "
+    "3090s' board has slower lanes the source does not quantify; the DDP rows move only the adapters' gradients, "
+    "about 1 % of a step even at a quarter of that rate); "
     "the 3090s' 280 W power limit, against the 350 W the catalog's matmul rate was measured at, is not modelled"
 )
 
 
-def _answerai(figure: dict) -> PublishedSpeedRow:
+def _answerai_backend(setup: str) -> Backend:
+    if "DDP" in setup:
+        return Backend.DDP
+    return Backend.FSDP_OFFLOAD if "CPU offload" in setup else Backend.FSDP
+
+
+def _answerai(entry_id: str, figure: dict) -> PublishedSpeedRow:
     setup = figure["setup"]
     card = "NVIDIA GeForce RTX 3090" if "3090" in setup else "NVIDIA GeForce RTX 4090"
     batch = int(setup.rsplit("batch ", 1)[1])
     return PublishedSpeedRow(
-        f"{ANSWERAI_ENTRY}: {setup}", card, "llama2", 64, "nf4" if "QLoRA" in setup else "none", batch,
-        figure["seq_len"], answerai_tokens_per_s(figure), ANSWERAI_ASSUMED, dropout=True, peft=False,
-        targets=ANSWERAI_TARGETS, world=_entries()[ANSWERAI_ENTRY]["gpus"], fused_norm_rope=False,
+        f"{entry_id}: {setup}", card, "llama2", 64, "nf4" if "QLoRA" in setup else "none", batch,
+        figure["seq_len"], answerai_tokens_per_s(entry_id, figure), ANSWERAI_ASSUMED, dropout=True, peft=False,
+        targets=ANSWERAI_TARGETS, world=_entries()[entry_id]["gpus"], backend=_answerai_backend(setup),
+        fused_norm_rope=False,
     )  # fmt: skip
 
 
 def rows() -> tuple[PublishedSpeedRow, ...]:
-    """torchtune's five rows, Qwen-7B's LoRA and Q-LoRA rows by sequence length, then Answer.AI's four."""
+    """torchtune's five rows, Qwen-7B's LoRA and Q-LoRA rows by sequence length, then Answer.AI's eight."""
     qwen = [_qwen(k, seq, t) for k in QWEN_ENTRIES for seq, t in qwen7b_s_per_it(k).items()]
-    answerai = [_answerai(f) for f in _entries()[ANSWERAI_ENTRY]["figures"]]
+    answerai = [_answerai(e, f) for e in ANSWERAI_ENTRIES for f in _entries()[e]["figures"]]
     return (*(_torchtune(*row) for row in TORCHTUNE_ROWS), *qwen, *answerai)
 
 
@@ -167,7 +183,7 @@ FITTED = tuple(f"qwen7b-{kind}-a100: seq {seq}" for kind in ("lora", "qlora") fo
 """The published rows the GPU constants are fitted on (with this project's fitted GPU run, validate.GPU_FIT_RUNS),
 named before the fit: Qwen-7B LoRA and Q-LoRA on one A100 at 256, 1024 and 4096 tokens. Every other row is held
 out: Qwen's LoRA and Q-LoRA rows at 512, 2048 and 8192, torchtune's five (another stack: torch.compile, packed
-sequences) and Answer.AI's four (two cards, fsdp_qlora)."""
+sequences) and Answer.AI's eight (two cards, fsdp_qlora)."""
 
 
 @functools.cache
@@ -252,7 +268,7 @@ def setup_of(row: PublishedSpeedRow) -> StepSetup:
     )
     return StepSetup(
         step=step,
-        backend=backend_spec(Backend.SINGLE if row.world == 1 else Backend.DDP),
+        backend=backend_spec(row.backend),
         world=row.world,
         compute_bytes=2,
         quantized_params=quantized,
@@ -260,7 +276,7 @@ def setup_of(row: PublishedSpeedRow) -> StepSetup:
         quant_bytes=nf4 if quantized else 0.0,
         policy_bytes=(total - quantized) * 2 + quantized * nf4,
         reference_gathered=True,
-        param_modules=0,
-        gather_units=0,
+        param_modules=param_modules(7 * shape.layers, shape.layers),
+        gather_units=gather_units(shape.layers),
         trl=False,
     )

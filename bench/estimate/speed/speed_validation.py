@@ -15,6 +15,7 @@ from bench.estimate.speed.calibration import (
     constants_for,
     fit_class,
     log_error_range,
+    source_weighted_range,
 )
 from bench.estimate.speed.devices import DeviceFigures, card_figures, cpu_figures
 from bench.estimate.speed.model import StepSetup, quant_calls, setup_for, step_terms, traffic_of
@@ -290,12 +291,18 @@ GPU_FEATURES = ("compute", "step_overhead_s", "trl_step_s", "layer_pass_s", "qua
 calls per step (model.quant_calls)."""
 
 
+THIS_PROJECT = "dpo-bench"
+"""The source of this project's own GPU runs."""
+
+
 @dataclass(frozen=True)
 class GpuRow:
     id: str
     setup: StepSetup
     device: DeviceFigures
     measured_s: float
+    source: str
+    """Who measured it: a published entry's source_key, or this project."""
 
 
 def gpu_rows(cells: list[MeasuredSpeed]) -> list[GpuRow]:
@@ -306,10 +313,12 @@ def gpu_rows(cells: list[MeasuredSpeed]) -> list[GpuRow]:
             published_speeds.setup_of(r),
             _published_device(r),
             published_speeds.setup_of(r).step.tokens / r.measured_tokens_per_s,
+            published_speeds.source_key(r),
         )
         for r in published_speeds.rows()
     ]
-    rows += [GpuRow(m.run, m.setup, m.device, m.s_per_step) for m in cells if m.device.device_class == "gpu"]
+    gpu = [m for m in cells if m.device.device_class == "gpu"]
+    rows += [GpuRow(m.run, m.setup, m.device, m.s_per_step, THIS_PROJECT) for m in gpu]
     return rows
 
 
@@ -320,7 +329,8 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
     modelled rest (log-prob tiles, elementwise and LoRA traffic, dequantization, optimizer, communication). The
     solver is an active-set one (bvls): a constant the rows would push past its bound is the bound itself (the step
     overhead 0, the efficiency 1), where the trust-region default left it a solver's tolerance inside (5e-20 s). The
-    range is the 10th-90th percentile of ln(measured / predicted) over every other GPU row: the held-out ones."""
+    range is the 10th-90th percentile of ln(measured / predicted) over every other GPU row (the held-out ones),
+    each source weighing one (calibration.source_weighted_range)."""
     import numpy as np
     from scipy.optimize import lsq_linear
 
@@ -369,7 +379,8 @@ def fit_gpu(cells: list[MeasuredSpeed], host: HostRate) -> ClassConstants:
         "hpu uses these constants, unvalidated.",
     )
     predicted = [sum(step_terms(r.setup, r.device, gpu, host_bytes_s).values()) for r in held_out]
-    gpu.log_error_low, gpu.log_error_high = log_error_range(predicted, [r.measured_s for r in held_out])
+    measured = [r.measured_s for r in held_out]
+    gpu.log_error_low, gpu.log_error_high = source_weighted_range(predicted, measured, [r.source for r in held_out])
     return gpu
 
 

@@ -257,3 +257,22 @@ def test_dequantization_repeats_in_every_micro_step():
     setup = StepSetup(eight, backend_spec(Backend.SINGLE), 1, 2, 1000, 7, 0.5, 2500.0, True, 0, 0)
     assert quant_calls(setup) == 7 * 8 * work.weight_passes(one)
     assert work.layer_passes(eight) == work.weight_passes(eight) * SHAPE.layers
+
+
+def test_the_gpu_range_weighs_each_source_once():
+    """Eight rows of one source within 2 % cannot narrow the range the other sources' errors set: a source's rows
+    share a stack and count as one piece of evidence."""
+    import math
+
+    from bench.estimate.speed.calibration import log_error_range, source_weighted_range
+
+    measured = [1.0] * 11
+    errors = [0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.0, -0.5, 0.1, 0.6]
+    predicted = [m / math.exp(e) for m, e in zip(measured, errors, strict=True)]
+    sources = ["one"] * 8 + ["two", "three", "four"]
+    plain = log_error_range(predicted, measured)
+    weighted = source_weighted_range(predicted, measured, sources)
+    assert plain[0] > -0.1 and plain[1] < 0.2
+    assert weighted[0] < -0.3 and weighted[1] > 0.3
+    # three sources of one row each: each sits at 1/6, 3/6, 5/6, so the 10th and 90th percentiles are the extremes
+    assert source_weighted_range(predicted[:3], measured[:3], ["a", "b", "c"]) == pytest.approx((-0.01, 0.02))
