@@ -1,13 +1,13 @@
 """The decision page's data: every point of the grid predicted by `advise`'s own path, encoded compactly for the
 page's script. `predict_grid` computes (the slow part); `encode` is pure.
 
-The encoding: names tables (methods with their axes, offset and layout; models, GPUs, verdicts, terms, reasons, cells
-with their method and command), and per point (method by method, the grid's order) `[usable, marks, reasons, sizes,
-speeds, picks, host of a node, generation]`; marks, reasons, sizes and generation index tables of distinct values.
-sizes: per predicted cell SIZE_FIELDS numbers; marks: a character per cell (VERDICT_CODES; `x` not applicable; `-`
-absent); picks: `[cell, reason, kind]` each; generation: null or `[completions per prompt, completion length, prompt
-length or null]`; host of a node null: host unchecked. Sizes in UNIT; the page computes margins (usable - total) and
-a point's flags from its axes (`point_flags`)."""
+The encoding: names tables (methods with their axes, offset and layout; models, GPUs with their peaks, verdicts,
+terms, reasons, cells with their method and command, MFU rates), and per point (method by method, the grid's order)
+`[usable, marks, reasons, sizes, speeds, picks, host of a node, generation, MFU fixes (decide_mfu.py)]`; marks,
+reasons, sizes and generation index tables of distinct values. sizes: per predicted cell SIZE_FIELDS numbers; marks:
+a character per cell (VERDICT_CODES; `x` not applicable; `-` absent); picks: `[cell, reason, kind]` each; generation:
+null or `[completions per prompt, completion length, prompt length or null]`; host of a node null: host unchecked.
+Sizes in UNIT; the page computes margins (usable - total) and a point's flags from its axes (`point_flags`)."""
 
 import base64
 import gzip
@@ -25,6 +25,14 @@ from bench.matrix.cell import Cell
 from bench.matrix.methods import method_spec
 from bench.matrix.profiles import HardwareProfile
 from bench.report.decide_grid import DecisionGrid, advise_question
+from bench.report.decide_mfu import (
+    advised_percent,
+    corrections,
+    rate_of,
+    rate_rows,
+    read_percent,
+    row_keys,
+)
 from bench.report.grid import build_grid, row_label
 from bench.report.progress_line import ProgressLine
 
@@ -57,6 +65,8 @@ class PointResult:
     """Cells whose offloaded state is over the host memory of a node (`advise`'s host_oom; bench/advise/host.py)."""
     speeds: dict[str, float | None] = field(default_factory=dict)
     """PREDICTED tokens/s of the cells that fit (advise's ranking figure), by cell id."""
+    mfus: dict[str, float | None] = field(default_factory=dict)
+    """The MFU each of those speeds implies (advise's `mfu`), by cell id; None: no speed or no peak."""
     picks: tuple[tuple[str, str, str], ...] = ()
     """advise's picks among the fitting cells, up to one per kind: (kind, cell id, reason); empty when none fits."""
     host_need: dict[str, float] = field(default_factory=dict)
@@ -65,6 +75,8 @@ class PointResult:
     """The host memory of one node the offload cells are held against; None: host unchecked (advise's mark)."""
     generation: PageGeneration | None = None
     """The workload's sampling settings, for the methods that generate."""
+    peak_tflops: float | None = None
+    """The profile's peak the MFU is over (bench/judge/mfu.py); None: no MFU."""
 
 
 PointPredictor = Callable[[Question, list[Cell]], tuple[HardwareProfile, PointResult]]
@@ -190,6 +202,39 @@ class _Tables:
     generations: _Table = field(default_factory=_Table)
 
 
+def _fitting(point: PointResult, t: _Tables) -> list[tuple[int, str]]:
+    """(cell index, cell id) of the point's fitting cells (on the device and the host), in the cells' order: the
+    cells its speeds (and MFU) are of."""
+    by_cell = {p.cell_id: p for p in point.predictions}
+    return [
+        (at, cell_id)
+        for cell_id, at in t.cell_ids.index.items()
+        if (p := by_cell.get(cell_id)) is not None
+        and p.status == "predicted"
+        and cell_id not in point.host_oom
+        and p.verdict == "fits"
+    ]
+
+
+def _mfu(grid: DecisionGrid, points: list[PointResult], t: _Tables, encoded: list[list]) -> dict:
+    """The MFU rates and peaks (decide_mfu.py); each encoded point gets its fixes, its last field."""
+    peaks: dict[str, float | None] = {}
+    for point, (_, gpu, *_) in zip(points, grid.points(), strict=True):
+        if peaks.setdefault(gpu, point.peak_tflops) != point.peak_tflops:
+            raise ValueError(f"{gpu}: two peaks ({peaks[gpu]}, {point.peak_tflops}) on one page")
+    keys = list(row_keys(grid))
+    fitting = [_fitting(point, t) for point in points]
+    seen = [
+        (key, {i: rate_of(point.mfus.get(c), point.speeds.get(c), point.peak_tflops) for i, c in fit})
+        for key, point, fit in zip(keys, points, fitting, strict=True)
+    ]
+    rates = rate_rows(grid, seen)
+    for row, (part, at), point, fit in zip(encoded, keys, points, fitting, strict=True):
+        shown = [(i, tokens(point.speeds.get(c)), advised_percent(point.mfus.get(c))) for i, c in fit]
+        row.append(corrections(shown, rates[part][at], point.peak_tflops))
+    return {"peaks": [peaks.get(g) for g in grid.gpus], "mfu_rates": rates}
+
+
 def _point_row(point: PointResult, t: _Tables) -> list:
     """One point: its usable memory, each cell's verdict mark, N/A reason and sizes, the fitting cells' speeds, the
     picks (kind by name: a point may have fewer than every kind), the host of a node and the sampling settings."""
@@ -197,7 +242,6 @@ def _point_row(point: PointResult, t: _Tables) -> list:
     size: list[int | None] = []
     mark = [VERDICT_ABSENT] * len(t.cell_ids.index)
     why: list[int | None] = [None] * len(t.cell_ids.index)
-    speeds: list[int | None] = []
     for cell_id, at in t.cell_ids.index.items():
         p = by_cell.get(cell_id)
         if p is None:
@@ -215,8 +259,6 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         size += [total, low, high, units(host), units(p.host_bytes or None), t.breakdowns(breakdown), chance]
         verdict = "host_oom" if p.cell_id in point.host_oom else p.verdict or "unknown"
         mark[at] = VERDICT_CODES[t.verdicts(verdict)]
-        if verdict == "fits":
-            speeds.append(tokens(point.speeds.get(cell_id)))
     picked = [
         x
         for kind, cell_id, reason in point.picks
@@ -232,7 +274,7 @@ def _point_row(point: PointResult, t: _Tables) -> list:
         t.marks("".join(mark)),
         t.not_applicable(tuple(why)),
         t.sizes(tuple(size)),
-        speeds,
+        [tokens(point.speeds.get(cell_id)) for _, cell_id in _fitting(point, t)],
         picked,
         units(point.host_memory_bytes),
         None if g is None else t.generations((g.num_generations, g.completion_length, g.prompt_length)),
@@ -250,6 +292,7 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
             cells.setdefault(p.cell_id, p)
     setups = {cid: str(c.setup) for point in points for cid, c in point.cells.items()}
     encoded = [_point_row(point, t) for point in points]
+    mfu = _mfu(grid, points, t, encoded)
     position = {c: i for i, c in enumerate(t.cell_ids.values())}
     data = {
         "predicted": "PREDICTED",
@@ -258,6 +301,7 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
         "methods": _methods(grid, [cells[c] for c in t.cell_ids.values()], position),
         "models": [{"name": m.name, "flag": m.flag} for m in grid.models],
         "gpus": list(grid.gpus),
+        "peaks": mfu["peaks"],
         "verdicts": t.verdicts.values(),
         "terms": t.terms.values(),
         "reasons": t.reasons.values(),
@@ -280,6 +324,7 @@ def encode(grid: DecisionGrid, points: list[PointResult], commands: dict[str, st
         "sizes": [list(s) for s in t.sizes.values()],
         "marks": t.marks.values(),
         "not_applicable": [list(row) for row in t.not_applicable.values()],
+        "mfu_rates": mfu["mfu_rates"],
         "points": encoded,
     }
     for at, point in enumerate(points):
@@ -314,7 +359,7 @@ def _methods(grid: DecisionGrid, cells: list[Prediction], position: dict[str, in
     return parts
 
 
-PACKED = ("cells", "reasons", "breakdowns", "sizes", "marks", "not_applicable", "points")
+PACKED = ("cells", "reasons", "breakdowns", "sizes", "marks", "not_applicable", "mfu_rates", "points")
 """The large parts of the data, shipped gzip-compressed: the page inflates them with the browser's own
 DecompressionStream."""
 SIZE_FIELDS = 7
@@ -370,15 +415,31 @@ def point_index(
     return part["offset"] + at
 
 
+def _indices(data: dict, at: int) -> tuple[int, list[int]]:
+    """The method part of point `at` and its index on each axis (model, gpu, count, max length, batch size)."""
+    part = [i for i, m in enumerate(data["methods"]) if m["offset"] <= at][-1]
+    method = data["methods"][part]
+    chosen, left = [], at - method["offset"]
+    for values in reversed(_axes(data, method)):
+        left, i = divmod(left, len(values))
+        chosen.insert(0, i)
+    return part, chosen
+
+
 def point_of(data: dict, at: int) -> tuple[dict, dict, str, int, int, int]:
     """point_index's inverse: (method, model, gpu, count, max length, batch size) of point `at`."""
-    part = [m for m in data["methods"] if m["offset"] <= at][-1]
-    axes, chosen, left = _axes(data, part), [], at - part["offset"]
-    for values in reversed(axes):
-        left, i = divmod(left, len(values))
-        chosen.insert(0, values[i])
-    model, gpu, count, length, batch = chosen
-    return part, model, gpu, count, length, batch
+    part, chosen = _indices(data, at)
+    method = data["methods"][part]
+    model, gpu, count, length, batch = (values[i] for values, i in zip(_axes(data, method), chosen, strict=True))
+    return method, model, gpu, count, length, batch
+
+
+def _mfu_of(data: dict, at: int) -> tuple[list, float | None]:
+    """Point `at`'s row of MFU rates (its method, model, count, max length) and its GPU's peak."""
+    part, (model, gpu, count, length, _) = _indices(data, at)
+    method = data["methods"][part]
+    row = (model * len(method["counts"]) + count) * len(method["max_lengths"]) + length
+    return data["mfu_rates"][part][row], data["peaks"][gpu]
 
 
 def point_flags(data: dict, at: int) -> str:
@@ -390,12 +451,15 @@ def point_flags(data: dict, at: int) -> str:
 
 def read_point(data: dict, at: int) -> dict:
     """The encoding of point `at` read back, as the page's script reads it: {"cells": cell id -> {verdict, total,
-    low, high, margin, host (need per node), host_unchecked, fit_percent, tokens_per_s, terms, command} (sizes in
-    GB, rounded as shown) or {verdict: not_applicable, reason}; "picks": [{kind, cell_id, reason}]; "generation"}."""
-    usable, marks, why, sizes, speeds, picked, host_node, generation = data["points"][at]
+    low, high, margin, host (need per node), host_unchecked, fit_percent, tokens_per_s, mfu_percent, terms, command}
+    (sizes in GB, rounded as shown) or {verdict: not_applicable, reason}; "picks": [{kind, cell_id, reason (advise's),
+    shown (with the MFU beside its tokens/s)}]; "generation"}."""
+    usable, marks, why, sizes, speeds, picked, host_node, generation, fixes = data["points"][at]
     flags = point_flags(data, at)
     unit = data["unit"] / 1e9
-    values, fast = iter(data["sizes"][sizes]), iter(speeds)
+    values, fast = iter(data["sizes"][sizes]), iter(enumerate(speeds))
+    rates, peak = _mfu_of(data, at)
+    fix = dict(zip(fixes[::2], fixes[1::2], strict=True))
     cells: dict[str, dict] = {}
     for i, mark in enumerate(data["marks"][marks]):
         cell_id = data["cells"][i]["id"]
@@ -417,11 +481,26 @@ def read_point(data: dict, at: int) -> dict:
             "host_unchecked": per_rank is not None and host_node is None,
             "host_column": host_column(per_rank, host, host_node, unit),
             "fit_percent": chance,
-            "tokens_per_s": next(fast) if verdict == "fits" else None,
+            **_speed(next(fast) if verdict == "fits" else None, rates, i, peak, fix),
             "terms": {data["terms"][pairs[k]]: round(pairs[k + 1] * unit, 1) for k in range(0, len(pairs), 2)},
             "command": command_of(data["cells"][i]["command"], flags),
         }
     return {"cells": cells, "picks": _picks(data, picked, cells), "generation": _generation(data, generation)}
+
+
+def _speed(fast: tuple[int, int | None] | None, rates: list, cell: int, peak: float | None, fix: dict) -> dict:
+    """A cell's tokens/s and the MFU percent the page shows beside it (None: not fitting, no speed or no MFU)."""
+    if fast is None:
+        return {"tokens_per_s": None, "mfu_percent": None}
+    at, speed = fast
+    return {"tokens_per_s": speed, "mfu_percent": read_percent(speed, rates, cell, peak, fix, at)}
+
+
+def speed_text(tokens_per_s: int | None, mfu_percent: int | None) -> str:
+    """A tokens/s as the page shows it, its MFU beside it: advise's table column (bench/advise/render.py `_speed`)."""
+    if tokens_per_s is None:
+        return "—"
+    return f"{tokens_per_s:,}" + ("" if mfu_percent is None else f" · MFU {mfu_percent}%")
 
 
 def host_column(per_rank: int | None, need: int | None, node: int | None, unit: float) -> str:
@@ -442,11 +521,13 @@ def _picks(data: dict, picked: list[int], cells: dict[str, dict]) -> list[dict]:
     picks = []
     for k in range(0, len(picked), 3):
         cell_id = data["cells"][picked[k]]["id"]
-        speed = cells[cell_id]["tokens_per_s"]
+        speed, mfu = cells[cell_id]["tokens_per_s"], cells[cell_id]["mfu_percent"]
         reason = data["pick_reasons"][picked[k + 1]]
-        if speed is not None:
+        shown = reason
+        if speed is not None and TOKENS in reason:
             reason = reason.replace(TOKENS, f"{speed:,}")
-        picks.append({"kind": data["picks"][picked[k + 2]], "cell_id": cell_id, "reason": reason})
+            shown = reason + ("" if mfu is None else f" · MFU {mfu}%")
+        picks.append({"kind": data["picks"][picked[k + 2]], "cell_id": cell_id, "reason": reason, "shown": shown})
     return picks
 
 

@@ -8,6 +8,7 @@ from markupsafe import Markup
 from bench.report.cells import VERDICT_BADGES
 from bench.report.decide_data import FLAGS, TOKENS, VERDICT_CODES, pack
 from bench.report.decide_grid import DecisionGrid
+from bench.report.decide_mfu import CLASS_CODES, NO_RATE
 from bench.report.templating import render
 
 PAGE = "decide.html"
@@ -57,6 +58,8 @@ def render_page(grid: DecisionGrid, data: dict) -> str:
         "labels": VERDICT_BADGES,
         "flags": FLAGS,
         "tokens": TOKENS,
+        "classes": CLASS_CODES,
+        "no_rate": NO_RATE,
         "defaults": DEFAULTS,
         "gpu_names": gpu_names(grid),
     }

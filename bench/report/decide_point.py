@@ -23,12 +23,15 @@ def advise_point(question: Question, matrix: list[Cell]) -> tuple[HardwareProfil
     fitting = [p for p in predicted_ if p.verdict == "fits" and p.cell_id not in host_oom]
     advice = advise(profile, workload, fitting, by_id, question.prefer, host)
     speeds = {i: c.tokens_per_s for c in advice.cells for i in (c.cell_id, *c.alternatives)}
+    mfus = {i: c.mfu for c in advice.cells for i in (c.cell_id, *c.alternatives)}
     picks = tuple((p.kind, p.cell_id, p.reason) for p in advice.picks)
     flags = shlex.join(question.target.flags())
     need = {p.cell_id: host_need(p, profile) for p in predicted_ if p.host_bytes}
     memory = None if host is None else host.bytes_per_node
     generation = generation_of(question, workload)
-    return profile, PointResult(flags, usable, predictions, by_id, host_oom, speeds, picks, need, memory, generation)
+    return profile, PointResult(
+        flags, usable, predictions, by_id, host_oom, speeds, mfus, picks, need, memory, generation, profile.peak_tflops
+    )
 
 
 def generation_of(question: Question, workload: Workload) -> PageGeneration | None:

@@ -24,6 +24,11 @@
   function values(a){ return PER_METHOD[a[0]] ? method()[a[1]] : D[a[1]]; }
   function gb(units){ return units === null || units === undefined ? '—' : (units * UNIT).toFixed(1) + ' GB'; }
   function tokens(n){ return n === null || n === undefined ? '—' : n.toLocaleString('en-US'); }
+  function mfuText(percent){ return percent === null || percent === undefined ? '' : ' · MFU ' + percent + '%'; }
+  function speedText(v){
+    // A tokens/s with the MFU it implies beside it: advise's table column (decide_data.py `speed_text`).
+    return v.tokens === null || v.tokens === undefined ? '—' : tokens(v.tokens) + mfuText(v.mfu);
+  }
   function el(tag, attrs, text){
     var e = document.createElement(tag);
     for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
@@ -93,10 +98,31 @@
       ' --max-length ' + picked.length + ' --batch-size ' + picked.batch;
   }
 
+  function rates(at){
+    // The MFU rates of point `at` (its method, model, count and max length) and its GPU's peak: decide_data.py
+    // `_mfu_of`. The point's position decomposes batch size fastest.
+    var m = D.methods.filter(function(x){ return x.offset <= at; }).pop(), left = at - m.offset;
+    var n = [D.models.length, D.gpus.length, m.counts.length, m.max_lengths.length, m.batch_sizes.length], i = [];
+    for (var a = n.length - 1; a >= 0; a--) { i[a] = left % n[a]; left = Math.floor(left / n[a]); }
+    var row = (i[0] * n[2] + i[2]) * n[3] + i[3];
+    return {row: D.mfu_rates[D.methods.indexOf(m)][row], peak: D.peaks[i[1]]};
+  }
+
+  function mfuOf(speed, cell, r, fixes, f){
+    // The MFU percent beside a fitting cell's tokens/s (the f-th of the point's): bench/report/decide_mfu.py
+    // `read_percent`, op for op; a fix is advise's percent less the computed one, or null (no MFU).
+    var code = r.row[0].charAt(cell), computed = null;
+    if (speed !== null && code !== '' && code !== CFG.no_rate && r.peak)
+      computed = Math.floor(100 * (speed * r.row[1][CFG.classes.indexOf(code)] / r.peak) + 0.5);
+    if (!(f in fixes)) return computed;
+    return fixes[f] === null || computed === null ? null : computed + fixes[f];
+  }
+
   function pointView(at, picked){
     // Every cell at point `at`: null (absent), {verdict: not_applicable, reason}, or its PREDICTED figures.
     var p = D.points[at], marks = D.marks[p[1]], values = D.sizes[p[3]], speeds = p[4], node = p[6];
-    var cells = [], k = 0, f = 0;
+    var cells = [], k = 0, f = 0, r = rates(at), fixes = {};
+    for (var x = 0; x < p[8].length; x += 2) fixes[p[8][x]] = p[8][x + 1];
     for (var i = 0; i < D.cells.length; i++) {
       var mark = marks.charAt(i);
       if (mark === '-') { cells.push(null); continue; }
@@ -111,7 +137,8 @@
                   low: low === null ? null : total - low, high: high === null ? null : total + high,
                   margin: p[0] === null ? null : p[0] - total, host: values[k + 3], perRank: values[k + 4],
                   breakdown: D.breakdowns[values[k + 5]], chance: values[k + 6],
-                  tokens: verdict === 'fits' ? speeds[f++] : null, node: node,
+                  tokens: verdict === 'fits' ? speeds[f] : null, node: node,
+                  mfu: verdict === 'fits' ? mfuOf(speeds[f], i, r, fixes, f++) : null,
                   unchecked: values[k + 4] !== null && values[k + 4] !== undefined &&
                     (node === null || node === undefined)});
       k += 7;
@@ -119,8 +146,11 @@
     var picks = [];
     for (var j = 0; j < p[5].length; j += 3) {
       // A pick's kind by its name in the data: a point may lack a kind (no speed, nothing on fewer GPUs).
-      var cell = p[5][j], v = cells[cell];
-      picks.push({kind: D.picks[p[5][j + 2]], cell: cell, reason: D.pick_reasons[p[5][j + 1]].replace(CFG.tokens, tokens(v.tokens))});
+      // Where the reason names the tokens/s, the MFU it implies follows (the reason itself is advise's).
+      var cell = p[5][j], v = cells[cell], reason = D.pick_reasons[p[5][j + 1]];
+      var named = v.tokens !== null && reason.indexOf(CFG.tokens) >= 0;
+      reason = reason.replace(CFG.tokens, tokens(v.tokens)) + (named ? mfuText(v.mfu) : '');
+      picks.push({kind: D.picks[p[5][j + 2]], cell: cell, reason: reason});
     }
     var generation = p[7] === null || p[7] === undefined ? null : D.generations[p[7]];
     return {flags: flagsOf(picked), usable: p[0], cells: cells, picks: picks, generation: generation};
@@ -157,7 +187,7 @@
       ['80 % range', range(v), 'range'],
       ['probability of fitting', chance(v), 'chance'],
       ['host memory', hostColumn(v), 'host'],
-      ['tokens/s', tokens(v.tokens), 'tokens']
+      ['tokens/s', speedText(v), 'tokens']
     ];
   }
 
@@ -201,7 +231,8 @@
     view.picks.forEach(function(pick){
       var cell = D.cells[pick.cell], v = view.cells[pick.cell];
       var card = box.appendChild(el('article', {'class': 'pick ' + v.css, 'data-kind': pick.kind, 'data-cell': cell.id,
-                                                'data-total': gb(v.total), 'data-tokens': String(v.tokens)}));
+                                                'data-total': gb(v.total), 'data-tokens': String(v.tokens),
+                                                'data-mfu': String(v.mfu)}));
       var head = card.appendChild(el('h3'));
       head.appendChild(el('span', {'class': 'pick-kind'}, KINDS[pick.kind] || pick.kind));
       head.appendChild(el('code', {}, cell.id));
@@ -334,22 +365,25 @@
   function speedChart(view){
     // PREDICTED tokens/s by backend: a bar per backend of the method's grid with a fitting setup that has a speed
     // (the fastest of its setups, variants included).
-    var best = {};
+    var best = {}, fastest = {};
     view.cells.forEach(function(v, i){
       var b = D.cells[i].backend;
-      if (v && v.tokens !== null && v.tokens !== undefined && (best[b] === undefined || v.tokens > best[b])) best[b] = v.tokens;
+      if (v && v.tokens !== null && v.tokens !== undefined && (best[b] === undefined || v.tokens > best[b])) {
+        best[b] = v.tokens;
+        fastest[b] = v;
+      }
     });
     var bars = method().backends.filter(function(b){ return best[b] !== undefined; });
     document.getElementById('speed-caption').textContent = 'PREDICTED tokens/s by backend, the fastest fitting setup of ' +
       'each' + (bars.length ? '' : ': no fitting setup has a PREDICTED speed at this point');
-    var svg = chart('speed-chart', 24 + 22 * Math.max(bars.length, 1), bars.length), L = 140, R = 530;
+    var svg = chart('speed-chart', 24 + 22 * Math.max(bars.length, 1), bars.length), L = 140, R = 460;
     var top = Math.max.apply(null, bars.map(function(b){ return best[b]; }).concat([1]));
     bars.forEach(function(b, n){
       var g = svg.appendChild(svgEl('g', {'class': 'series', 'data-series': b, 'data-tokens': String(best[b])}));
       var y = 12 + 22 * n;
       g.appendChild(svgEl('text', {x: L - 6, y: y + 13, 'text-anchor': 'end'}, b));
       g.appendChild(svgEl('rect', {'class': 'bar', x: L, y: y, height: 16, width: Math.max(1, (R - L) * best[b] / top)}));
-      g.appendChild(svgEl('text', {x: L + Math.max(1, (R - L) * best[b] / top) + 4, y: y + 13}, tokens(best[b])));
+      g.appendChild(svgEl('text', {x: L + Math.max(1, (R - L) * best[b] / top) + 4, y: y + 13}, speedText(fastest[b])));
     });
   }
 

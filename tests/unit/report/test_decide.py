@@ -1,5 +1,5 @@
-"""The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms and
-commands read back equal what `python -m bench advise --format json` prints."""
+"""The decision page's data is `advise`'s: for a few points, the encoded verdicts, totals, margins, terms, tokens/s
+with their MFU and commands read back equal what `python -m bench advise --format json` prints."""
 
 import base64
 import copy
@@ -7,6 +7,8 @@ import dataclasses
 import functools
 import json
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -22,6 +24,7 @@ from bench.report.decide_data import (
     point_index,
     predict_grid,
     read_point,
+    speed_text,
     unpack,
 )
 from bench.report.decide_grid import DECIDE_FILE, DecisionGrid, MethodAxes, ModelChoice, advise_question, load_grid
@@ -51,9 +54,13 @@ EMOJI = re.compile("[\u2600-\u27bf\U0001f000-\U0001faff\ufe0f]")
 
 
 @pytest.fixture(scope="module")
-def data() -> dict:
-    points, commands = predict_grid(DecisionPageJob(GRID, advise_point))
-    return encode(GRID, points, commands)
+def predicted() -> tuple[list, dict]:
+    return predict_grid(DecisionPageJob(GRID, advise_point))
+
+
+@pytest.fixture(scope="module")
+def data(predicted) -> dict:
+    return encode(GRID, *predicted)
 
 
 def _argv(point: tuple) -> list[str]:
@@ -94,8 +101,15 @@ def test_page_data_equals_advise(data, point, capsys, tmp_path):
         if cell["verdict"] == "fits":
             speed = cell["tokens_per_s"]  # none where the speed model has no figure (GRPO's sampling)
             assert on_page["tokens_per_s"] == (None if speed is None else shown_tokens(speed)), cell_id
+            mfu = cell["mfu"]  # advise's table shows it as f"{mfu:.0%}"
+            assert (on_page["mfu_percent"] is None) == (mfu is None), cell_id
+            assert mfu is None or f"{on_page['mfu_percent']}%" == f"{mfu:.0%}", cell_id
     picks = [{"kind": p["kind"], "cell_id": p["cell_id"], "reason": p["reason"]} for p in advice["picks"]]
-    assert page["picks"] == picks
+    assert [{k: p[k] for k in ("kind", "cell_id", "reason")} for p in page["picks"]] == picks
+    for pick in page["picks"]:  # where the reason names a tokens/s, the page shows its MFU after it
+        mfu = page["cells"][pick["cell_id"]]["mfu_percent"]
+        named = "PREDICTED tokens/s" in pick["reason"] and mfu is not None
+        assert pick["shown"] == pick["reason"] + (f" · MFU {mfu}%" if named else "")
     run = advice["run"]
     if advice["chosen"] is not None:
         assert page["cells"][advice["chosen"]]["command"] == run["command"]
@@ -204,16 +218,17 @@ def test_predicting_the_grid_says_how_far_it_is(capsys):
     assert err[per_model].startswith(f"decision page, tiny: {per_model} points in ") and len(points) == dpo.size()
 
 
-def _markdown_rows(text: str) -> dict[str, tuple[str, str]]:
-    """cell id -> (verdict, host column) of advise's Markdown table."""
+def _markdown_rows(text: str) -> dict[str, tuple[str, str, str]]:
+    """cell id -> (verdict, host column, tokens/s column) of advise's Markdown table."""
     rows = [line.split(" | ") for line in text.splitlines() if re.match(r"^\| \d+ \| ", line)]
-    return {r[1].split(" (same: ")[0]: (r[4], r[7]) for r in rows}
+    return {r[1].split(" (same: ")[0]: (r[4], r[7], r[8]) for r in rows}
 
 
 @pytest.mark.parametrize("point", VERDICT_POINTS, ids=lambda p: "-".join(str(x) for x in (p[0].name, *p[1:])))
 def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_path):
-    """The same point asked three ways has one verdict per cell and one host column: advise's JSON, its Markdown
-    (the verdict's label, the host column with its `host unchecked` mark) and the page's data."""
+    """The same point asked three ways has one verdict per cell, one host column and one tokens/s with its MFU:
+    advise's JSON, its Markdown (the verdict's label, the host column with its `host unchecked` mark, the tokens/s
+    column of a fitting cell) and the page's data."""
     from bench.advise.render import VERDICT_LABELS
 
     flags = _argv(point)
@@ -222,11 +237,13 @@ def test_cli_json_markdown_and_page_give_one_verdict(data, point, capsys, tmp_pa
     markdown = _markdown_rows(capsys.readouterr().out)
     page = read_point(data, point_index(data, point[0].name, *point[1:]))["cells"]
     for cell_id, cell in advised.items():
-        verdict, host = markdown[cell_id]
+        verdict, host, speed = markdown[cell_id]
         assert verdict.split(" (")[0] == VERDICT_LABELS[cell["verdict"]], cell_id
         assert page[cell_id]["verdict"] == cell["verdict"], cell_id
         assert ("host unchecked" in host) == cell["host_unchecked"] == page[cell_id]["host_unchecked"], cell_id
         assert page[cell_id]["host_column"] == host.replace("**", ""), cell_id  # the CLI's column, as the page has it
+        if cell["verdict"] == "fits":
+            assert speed_text(page[cell_id]["tokens_per_s"], page[cell_id]["mfu_percent"]) == speed, cell_id
     if point[1] == "L4" and any(c["host_bytes"] for c in advised.values()):
         assert any(c["host_unchecked"] for c in advised.values())
 
@@ -332,3 +349,75 @@ def test_the_docs_state_the_sizes_the_build_wrote():
         size = (SITE / name).stat().st_size
         built = {"bytes": f"{size:,}", "kB": f"{size / 1e3:.0f}", "MB": f"{size / 1e6:.1f}"}[unit]
         assert value == built, f"docs/advise.md says `{name}` {value} {unit}; results/site has {built} {unit}"
+
+
+def test_every_fitting_cells_mfu_is_advises_whole_percent(predicted, data):
+    """At every point of the grid the page's MFU (computed from the shown tokens/s, a rate and the peak, with the
+    point's fixes) is advise's `mfu` to a whole percent; some need a fix (the shown tokens/s is rounded)."""
+    from bench.report.decide_mfu import advised_percent
+
+    points, _ = predicted
+    checked = 0
+    for at, point in enumerate(points):
+        for cell_id, cell in read_point(data, at)["cells"].items():
+            if cell["verdict"] == "fits":
+                assert cell["mfu_percent"] == advised_percent(point.mfus.get(cell_id)), (at, cell_id)
+                checked += cell["mfu_percent"] is not None
+    assert checked > 100
+    assert all(len(p[8]) % 2 == 0 for p in data["points"])
+
+
+def test_a_fix_gives_advises_percent_where_the_shown_tokens_round_otherwise():
+    from bench.report.decide_mfu import corrections, page_percent, read_percent
+
+    row, peak = ["0", [0.5]], 100.0
+    assert page_percent(1_000, 0.5, peak) == 500  # 1,000 tokens/s x 0.5 TFLOP each over 100 TFLOP/s
+    fixes = corrections([(0, 1_000, 499), (0, 1_000, 500), (0, 1_000, None)], row, peak)
+    assert fixes == [0, -1, 2, None]
+    fix = dict(zip(fixes[::2], fixes[1::2], strict=True))
+    assert [read_percent(1_000, row, 0, peak, fix, at) for at in range(3)] == [499, 500, None]
+    assert read_percent(1_000, ["-0", [0.5]], 0, peak, {}, 0) is None  # no rate: no MFU
+
+
+def _script_function(name: str) -> str:
+    """The text of one function of the page's script (decide.js), to run on its own."""
+    from pathlib import Path
+
+    import bench.report
+
+    script = (Path(bench.report.__file__).parent / "templates" / "decide.js").read_text(encoding="utf-8")
+    start = script.index(f"  function {name}(")
+    return script[start : script.index("\n  }\n", start) + 4]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node to run the page's script")
+def test_the_pages_script_shows_the_mfu_read_point_reads(data, tmp_path):
+    """decide.js's own `rates` and `mfuOf`, run by node over every fitting cell: the percent read_point reads."""
+    from bench.report.decide_mfu import CLASS_CODES, NO_RATE
+
+    expected = [
+        [c["mfu_percent"] for c in read_point(data, at)["cells"].values() if c["verdict"] == "fits"]
+        for at in range(len(data["points"]))
+    ]
+    (tmp_path / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    program = "\n".join(
+        [
+            f"var D = JSON.parse(require('fs').readFileSync({json.dumps(str(tmp_path / 'data.json'))}, 'utf8'));",
+            f"var CFG = {json.dumps({'classes': CLASS_CODES, 'no_rate': NO_RATE})};",
+            _script_function("rates"),
+            _script_function("mfuOf"),
+            "var out = D.points.map(function(p, at){",
+            "  var r = rates(at), fixes = {}, marks = D.marks[p[1]], shown = [], f = 0;",
+            "  for (var x = 0; x < p[8].length; x += 2) fixes[p[8][x]] = p[8][x + 1];",
+            "  for (var i = 0; i < D.cells.length; i++) {",
+            "    var mark = marks.charAt(i);",
+            "    if (mark === '-' || mark === 'x' || D.verdicts['abcdefghij'.indexOf(mark)] !== 'fits') continue;",
+            "    shown.push(mfuOf(p[4][f], i, r, fixes, f)); f++;",
+            "  }",
+            "  return shown;",
+            "});",
+            "process.stdout.write(JSON.stringify(out));",
+        ]
+    )
+    ran = subprocess.run(["node", "-e", program], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(ran.stdout) == expected
