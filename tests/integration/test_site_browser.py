@@ -337,6 +337,7 @@ def test_decision_page_opens_on_advises_three_picks(decide, tmp_path, capsys):
         cell = cells[pick["data-cell"]]
         assert pick["data-total"] == shown_gb(cell["total_bytes"])
         assert pick["data-tokens"] == str(shown_tokens(cell["tokens_per_s"]))
+        assert pick["data-mfu"] == str(round(100 * cell["mfu"])), "the MFU beside the tokens/s is advise's"
     page_dom = browse(point_url(decide, POINT), tmp_path, "--dump-dom").stdout
     text = html_text(page_dom)
     for p in advice["picks"]:
