@@ -1,10 +1,11 @@
 """The published speed ratios the speed model must keep (docs/estimator.md, "Speed"): each pair of published rows
-from one source that differ in one setting only, its measured ratio of tokens/s and the PREDICTED one.
+from one source that differ in the setting compared, its measured ratio of tokens/s and the PREDICTED one.
 
 A pair is found by the rows' ids, never chosen by its error: the QLoRA row and the LoRA row of one source at the
-same card and length (Qwen-7B's Q-LoRA and LoRA tables, torchtune's QLoRA and LoRA on the RTX 4090). An
-offload-vs-no-offload pair needs a source that ran both: none of scenarios/published/ does yet, so `offload_pairs`
-says so rather than inventing one.
+same card and length (Qwen-7B's Q-LoRA and LoRA tables, torchtune's QLoRA and LoRA on the RTX 4090); a sharded row
+with its parameters offloaded to the CPU and the same source's row without (Answer.AI's two RTX 4090s). The
+offload rows ran at the larger batch the offload leaves room for (the source's own comparison), so that pair keeps
+each row's batch: the ratio is what choosing offload gives, as the source ran it.
 """
 
 from dataclasses import dataclass
@@ -59,6 +60,35 @@ def qlora_pairs(rows: list[SpeedRowLike]) -> list[RatioPair]:
         pairs.append(
             RatioPair(
                 "qlora/lora",
+                slow.id,
+                fast.id,
+                fast.measured_tokens_per_s / slow.measured_tokens_per_s,
+                fast.predicted_tokens_per_s / slow.predicted_tokens_per_s,
+            )
+        )
+    return pairs
+
+
+OFFLOAD = " + CPU offload"
+"""How a published row's id names the parameters offloaded to the CPU (scenarios/published/speeds.yaml)."""
+
+
+def _without_batch(row_id: str) -> str:
+    return row_id.rsplit(", batch ", 1)[0]
+
+
+def offload_pairs(rows: list[SpeedRowLike]) -> list[RatioPair]:
+    """Every offload row with the same source's row that differs only in the offload and its batch: tokens/s
+    without offload over tokens/s with it."""
+    plain = {_without_batch(r.id): r for r in rows if OFFLOAD not in r.id}
+    pairs = []
+    for slow in rows:
+        fast = plain.get(_without_batch(slow.id).replace(OFFLOAD, "")) if OFFLOAD in slow.id else None
+        if fast is None:
+            continue
+        pairs.append(
+            RatioPair(
+                "no offload/offload",
                 slow.id,
                 fast.id,
                 fast.measured_tokens_per_s / slow.measured_tokens_per_s,

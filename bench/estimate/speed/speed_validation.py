@@ -404,7 +404,11 @@ def _ratio_lines(published_speed: list[PublishedSpeed]) -> list[str]:
             f"| LoRA / QLoRA tokens/s | {pair.fast} over {pair.slow} | {pair.measured:.2f} | {pair.predicted:.2f} "
             f"| {_pct(pair.error)} |"
         )
-    lines.append("| no offload / offload tokens/s | no published source ran both | — | — | — |")
+    for pair in published_ratios.offload_pairs(published_speed):
+        lines.append(
+            f"| no offload / offload tokens/s (each at its own batch) | {pair.fast} over {pair.slow} "
+            f"| {pair.measured:.2f} | {pair.predicted:.2f} | {_pct(pair.error)} |"
+        )
     return lines
 
 

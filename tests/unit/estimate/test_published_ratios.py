@@ -32,3 +32,18 @@ def test_each_qlora_row_pairs_with_its_lora_twin_and_nothing_else():
     assert pairs[0].predicted == pytest.approx(2.0)
     assert pairs[0].error == pytest.approx(-0.2)
     assert published_ratios.within(rows) == 5  # all but 2000/3000 (-33 %); 1800/2400 is -25 %, on the line
+
+
+def test_an_offload_row_pairs_with_the_same_sources_row_without_it_whatever_the_batch():
+    rows = [
+        _Row("aa: 2x RTX 4090, LoRA, FSDP, batch 6", 2180.0, 2237.0),
+        _Row("aa: 2x RTX 4090, LoRA, FSDP + CPU offload, batch 10", 2175.0, 2074.0),
+        _Row("aa: 2x RTX 4090, QLoRA, FSDP + CPU offload, batch 12", 2260.0, 2162.0),  # no plain QLoRA row: no pair
+        _Row("bb: 2x RTX 4090, LoRA, FSDP, batch 6", 1000.0, 1000.0),  # another source: not a twin
+    ]
+    pairs = published_ratios.offload_pairs(rows)
+    assert [(p.fast, p.slow) for p in pairs] == [
+        ("aa: 2x RTX 4090, LoRA, FSDP, batch 6", "aa: 2x RTX 4090, LoRA, FSDP + CPU offload, batch 10")
+    ]
+    assert pairs[0].measured == pytest.approx(2180 / 2175)
+    assert pairs[0].predicted == pytest.approx(2237 / 2074)
