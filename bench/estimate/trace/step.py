@@ -1,6 +1,6 @@
 """The cell's real training step, ready to trace: its method's TRL trainer built by the worker (bench/worker/) from
-the workload's assets, and the first batch its own data loader yields (the workload's real lengths, padded as the
-collator pads them, not max_length).
+the workload's assets in its method's data form (as a run gives them, bench/run/one_cell.py), and the first batch
+its own data loader yields (the workload's real lengths, padded as the collator pads them, not max_length).
 
 The step runs on the CPU whatever the profile's device: the trace counts operations and tensor bytes, which do not
 depend on where they run; the profile's precision is kept (bf16 autocast on the CPU as on a GPU)."""
@@ -22,9 +22,15 @@ class Step:
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(sequences, padded length) of the batch's input ids."""
-        rows, length = self.batch["input_ids"].shape
-        return int(rows), int(length)
+        """(sequences, padded length) the model runs: the batch's input ids where its collator made one tensor
+        (DPO's and the reward model's hold chosen and rejected already concatenated), else its chosen and rejected
+        ids stacked at the longer one's length, as the experimental ORPO and CPO trainers' `concatenated_inputs`
+        pads them for their one forward."""
+        if "input_ids" in self.batch:
+            rows, length = self.batch["input_ids"].shape
+            return int(rows), int(length)
+        halves = [self.batch[f"{side}_input_ids"].shape for side in ("chosen", "rejected")]
+        return sum(int(rows) for rows, _ in halves), max(int(length) for _, length in halves)
 
 
 def build_step(plan: Plan, out_dir: Path) -> Step:
@@ -35,7 +41,8 @@ def build_step(plan: Plan, out_dir: Path) -> Step:
     cpu = plan.profile.model_copy(update={"device": "cpu", "device_count": 1})
     torch.manual_seed(plan.workload.train.seed)
     assets = prepare(plan.workload)
-    assets = assets.model_copy(update={"dataset": cell_dataset(assets.dataset, out_dir / "dataset")})
+    rows = assets.dataset_for(plan.method.data)
+    assets = assets.model_copy(update={"dataset": cell_dataset(rows, out_dir / "dataset")})
     spec = WorkerSpec.from_plan(plan_for(plan.cell, cpu, plan.workload), assets, str(out_dir))
     trainer = trl_trainer(spec, [])
     batch = next(iter(trainer.get_train_dataloader()))

@@ -1,12 +1,13 @@
 """The real step traced (bench/estimate/trace/): FlopCounterMode's FLOPs against the analytic count, MemTracker's
-categories against its peak, and the speed model reading a traced entry. Traces tiny's DPO step on the CPU."""
+categories against its peak, the speed model reading a traced entry, and each method's step given the data a run
+gives it. Traces tiny's DPO and ORPO steps on the CPU."""
 
 import pytest
 
 from bench.estimate.speed.model import setup_for
 from bench.estimate.trace import CellTrace, cache_entry, trace_cell, traceable
 from bench.estimate.trace import cache as trace_cache
-from bench.matrix.axes import Init, Option
+from bench.matrix.axes import Init, Method, Option
 from bench.matrix.cell import Cell
 from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
@@ -14,8 +15,10 @@ from bench.matrix.profiles import load_profile, load_workload
 pytest.importorskip("trl")
 
 
-def tiny_plan(*options: Option, init: Init = Init.TWO_MODELS):
-    cell = Cell(init=init, quant="none", backend="single", launcher="python", options=tuple(sorted(options)))
+def tiny_plan(*options: Option, init: Init = Init.TWO_MODELS, method: Method = Method.DPO):
+    cell = Cell(
+        init=init, quant="none", backend="single", launcher="python", options=tuple(sorted(options)), method=method
+    )
     return plan_for(cell, load_profile("cpu"), load_workload("tiny"))
 
 
@@ -111,3 +114,19 @@ def test_every_committed_entry_corrects_the_analytic_count_of_today():
         assert trace_cache.fingerprint(plan) == entry.fingerprint, entry.cell_id
         assert analytic_step_flops(plan, entry.sequences, entry.seq_len) == pytest.approx(entry.analytic_flops)
         assert abs(entry.ratio - 1) < 0.10, entry.cell_id
+
+
+def test_an_orpo_step_runs_chosen_and_rejected_as_one_batch(tmp_path):
+    """The experimental ORPO trainer reads (prompt, chosen, rejected) rows, and its collator keeps chosen and
+    rejected ids apart; its one forward runs both, padded to the longer (`concatenated_inputs`): the step's shape
+    counts the two halves' rows at that length, and the analytic count of that shape is the trace's within 1 %."""
+    from bench.estimate.trace.flops import analytic_step_flops, traced_step_flops
+    from bench.estimate.trace.step import build_step
+
+    plan = tiny_plan(init=Init.ONE_ADAPTER, method=Method.ORPO)
+    step = build_step(plan, tmp_path)
+    chosen, rejected = step.batch["chosen_input_ids"].shape, step.batch["rejected_input_ids"].shape
+    assert chosen[0] == rejected[0] == plan.workload.train.per_device_train_batch_size
+    assert step.shape == (chosen[0] + rejected[0], max(chosen[1], rejected[1]))
+    traced = sum(traced_step_flops(step).values())
+    assert traced / analytic_step_flops(plan, *step.shape) == pytest.approx(1.0, abs=0.01)
