@@ -48,25 +48,21 @@ def _lora_twin(row_id: str) -> str | None:
     return None
 
 
+def _pair(setting: str, slow: SpeedRowLike, fast: SpeedRowLike) -> RatioPair:
+    return RatioPair(
+        setting,
+        slow.id,
+        fast.id,
+        fast.measured_tokens_per_s / slow.measured_tokens_per_s,
+        fast.predicted_tokens_per_s / slow.predicted_tokens_per_s,
+    )
+
+
 def qlora_pairs(rows: list[SpeedRowLike]) -> list[RatioPair]:
     """Every QLoRA row with its LoRA twin (same source, card and length): LoRA tokens/s over QLoRA tokens/s."""
     by_id = {r.id: r for r in rows}
-    pairs = []
-    for slow in rows:
-        twin = _lora_twin(slow.id)
-        fast = by_id.get(twin) if twin else None
-        if fast is None:
-            continue
-        pairs.append(
-            RatioPair(
-                "qlora/lora",
-                slow.id,
-                fast.id,
-                fast.measured_tokens_per_s / slow.measured_tokens_per_s,
-                fast.predicted_tokens_per_s / slow.predicted_tokens_per_s,
-            )
-        )
-    return pairs
+    twins = [(slow, by_id.get(_lora_twin(slow.id) or "")) for slow in rows]
+    return [_pair("qlora/lora", slow, fast) for slow, fast in twins if fast is not None]
 
 
 OFFLOAD = " + CPU offload"
@@ -81,21 +77,8 @@ def offload_pairs(rows: list[SpeedRowLike]) -> list[RatioPair]:
     """Every offload row with the same source's row that differs only in the offload and its batch: tokens/s
     without offload over tokens/s with it."""
     plain = {_without_batch(r.id): r for r in rows if OFFLOAD not in r.id}
-    pairs = []
-    for slow in rows:
-        fast = plain.get(_without_batch(slow.id).replace(OFFLOAD, "")) if OFFLOAD in slow.id else None
-        if fast is None:
-            continue
-        pairs.append(
-            RatioPair(
-                "no offload/offload",
-                slow.id,
-                fast.id,
-                fast.measured_tokens_per_s / slow.measured_tokens_per_s,
-                fast.predicted_tokens_per_s / slow.predicted_tokens_per_s,
-            )
-        )
-    return pairs
+    twins = [(slow, plain.get(_without_batch(slow.id).replace(OFFLOAD, ""))) for slow in rows if OFFLOAD in slow.id]
+    return [_pair("no offload/offload", slow, fast) for slow, fast in twins if fast is not None]
 
 
 def within(rows: list[SpeedRowLike], goal: float = SPEED_GOAL) -> int:
