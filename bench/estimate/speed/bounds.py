@@ -162,7 +162,7 @@ def _answerai() -> list[PublishedMfu]:
     shape = llama_shape(mfu_file().models["llama-2-7b"])
     rows = []
     for row in published_speeds.rows():
-        entry = row.id.split(": ", 1)[0]
+        entry = published_speeds.entry_of(row)
         if entry not in published_speeds.ANSWERAI_ENTRIES:
             continue
         card = gpu_by_card(row.card)
@@ -171,14 +171,14 @@ def _answerai() -> list[PublishedMfu]:
             PublishedMfu(
                 row.id,
                 published_speeds.entry_url(entry),
-                f"{row.id.split(': ', 1)[1]}, Llama-2-7B, context {row.seq_len}: {row.measured_tokens_per_s:.0f} "
-                "tokens/s per card (1,024 samples over the stated seconds)",
+                f"{row.id.removeprefix(entry + ': ')}, Llama-2-7B, context {row.seq_len}: "
+                f"{row.measured_tokens_per_s:.0f} tokens/s per card (1,024 samples over the stated seconds)",
                 "fsdp_qlora train.py (FSDP, sharded or in its ddp mode), transformers + PEFT, bitsandbytes for QLoRA",
                 "sft",
                 adapter,
                 backend_spec(row.backend).family,
                 card.name,
-                "small",
+                size_class(shape.matmul_params),
                 computed(row.measured_tokens_per_s, shape, row.seq_len, card.bf16_tflops, ref=False),
                 COMPUTED,
                 ratio(shape, row.seq_len, adapter, checkpointing=True),

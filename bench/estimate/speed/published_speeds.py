@@ -57,9 +57,14 @@ def torchtune_tokens_per_s(setup: str) -> float:
     return float(next(f["tokens_per_s"] for f in figures if f["setup"].split(" (")[0] == setup))
 
 
+def entry_of(row: "PublishedSpeedRow") -> str:
+    """The id of the published entry a row comes from (a row's id is `<entry id>: <setup>`)."""
+    return row.id.split(": ", 1)[0]
+
+
 def source_key(row: "PublishedSpeedRow") -> str:
     """The publishing project of a row (its entry's source_key)."""
-    return _entries()[row.id.split(": ", 1)[0]]["source_key"]
+    return _entries()[entry_of(row)]["source_key"]
 
 
 def entry_url(entry_id: str) -> str:
