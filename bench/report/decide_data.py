@@ -29,6 +29,7 @@ from bench.report.decide_mfu import (
     advised_percent,
     corrections,
     rate_of,
+    rate_row,
     rate_rows,
     read_percent,
     row_keys,
@@ -438,7 +439,7 @@ def _mfu_of(data: dict, at: int) -> tuple[list, float | None]:
     """Point `at`'s row of MFU rates (its method, model, count, max length) and its GPU's peak."""
     part, (model, gpu, count, length, _) = _indices(data, at)
     method = data["methods"][part]
-    row = (model * len(method["counts"]) + count) * len(method["max_lengths"]) + length
+    row = rate_row(model, count, length, len(method["counts"]), len(method["max_lengths"]))
     return data["mfu_rates"][part][row], data["peaks"][gpu]
 
 

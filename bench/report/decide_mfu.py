@@ -29,15 +29,21 @@ def page_percent(tokens: int | None, rate: float | None, peak: float | None) -> 
     return math.floor(100 * (tokens * rate / peak) + 0.5)
 
 
+def rate_row(model: int, count: int, length: int, counts: int, lengths: int) -> int:
+    """The row of MFU rates of a point's (model, count, max length) indices, with `counts` and `lengths` the sizes of
+    its method's axes (decide.js `rates` computes it from the point's position)."""
+    return (model * counts + count) * lengths + length
+
+
 def row_keys(grid: DecisionGrid) -> Iterator[tuple[int, int]]:
-    """(method part, row) of each point in `grid.points()` order; row: (model x counts + count) x lengths + length
-    (decide.js `rateRow` computes it from the point's position)."""
+    """(method part, rate_row) of each point in `grid.points()` order."""
     for part_at, part in enumerate(grid.parts()):
+        counts, lengths = len(part.counts), len(part.max_lengths)
         for model in range(len(grid.models)):
             for _gpu in grid.gpus:
-                for count in range(len(part.counts)):
-                    for length in range(len(part.max_lengths)):
-                        row = (model * len(part.counts) + count) * len(part.max_lengths) + length
+                for count in range(counts):
+                    for length in range(lengths):
+                        row = rate_row(model, count, length, counts, lengths)
                         yield from ((part_at, row) for _ in part.batch_sizes)
 
 
