@@ -2,7 +2,8 @@
 # A real Slurm cluster on this one machine (Debian bookworm, Slurm 22.05), for `--executor slurm` and
 # tests/integration/test_slurm.py: one slurmctld and SLURM_NODES (default 2) slurmd daemons, each its own node
 # (`slurmd -N <node>`, one port each) on the same host, so multi-node jobs run for real. Idempotent: a cluster that
-# already answers is left as it is.
+# already answers with this checkout's epilog is left as it is; one started from another checkout is given this
+# one's configuration (`scontrol reconfigure`), as its epilog path may no longer exist and would drain every node.
 #   bash bench/executors/slurm/setup-single-node.sh          # install (as root, from Debian) when missing, configure, start
 #   bash bench/executors/slurm/setup-single-node.sh --stop   # stop the daemons this script started
 # No systemd: munged, slurmctld and slurmd are started directly (munged as the munge user, the others as root).
@@ -17,6 +18,7 @@ LOGS=/var/log/slurm
 JOBCOMP=$LOGS/jobcomp.txt
 PARTITION=${SLURM_PARTITION:-debug}
 NODES=${SLURM_NODES:-2}
+EPILOG=$(cd "$(dirname "$0")" && pwd)/epilog-docker.sh
 
 if [ "${1:-}" = "--stop" ]; then
   for pidfile in /run/slurmd-*.pid /run/slurmctld.pid; do
@@ -32,7 +34,11 @@ answers() {  # the controller is up and every node takes jobs
   ! echo "$states" | grep -qvE '^(idle|mixed|allocated|completing)$'
 }
 
-if command -v sinfo >/dev/null 2>&1 && answers; then
+running_epilog() {  # the epilog the running controller uses
+  scontrol show config 2>/dev/null | sed -n 's/^Epilog *= *//p'
+}
+
+if command -v sinfo >/dev/null 2>&1 && answers && [ "$(running_epilog)" = "$EPILOG" ]; then
   echo "slurm: cluster up ($(sinfo -h -o '%P %D node(s) %T' | head -1))"
   exit 0
 fi
@@ -90,7 +96,7 @@ MinJobAge=60
 InactiveLimit=0
 MpiDefault=none
 # removes the containers of a job that ran its cells in docker (docs/slurm.md): dockerd's containers outlive scancel
-Epilog=$(cd "$(dirname "$0")" && pwd)/epilog-docker.sh
+Epilog=$EPILOG
 $node_lines
 PartitionName=$PARTITION Nodes=$(echo $names | tr ' ' ,) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
@@ -108,7 +114,11 @@ chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
 mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge /var/log/munge /var/lib/munge
 pgrep -u munge -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged
 
-pgrep -x slurmctld >/dev/null || slurmctld
+if pgrep -x slurmctld >/dev/null; then
+  scontrol reconfigure >/dev/null 2>&1 || true  # a controller started from another checkout: take this slurm.conf
+else
+  slurmctld
+fi
 for name in $names; do
   mkdir -p "$SPOOL-$name"
   pgrep -f "^slurmd -N $name\$" >/dev/null || slurmd -N "$name"
