@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_scenario_files, run_id_of
 from bench.cli.run_flags import add_run_arguments
+from bench.cli.target_flags import add_target_arguments
 from bench.errors import BenchError
 from bench.matrix.on_profile import CellOnProfile
-from bench.matrix.profiles import HardwareProfile, Workload, load_profile
+from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.scenario import not_applicable_reason, select
 from bench.worker.trackers import missing_line
 
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from bench.cli.target_flags import target
+
     checked_scenario_files(Path(args.scenarios))
-    profile = load_profile(args.hw, Path(args.scenarios))
+    profile, _ = target(args)
     cells = select(all_cells(args), args.filter)
     runnable = 0
     width = max(len(cell.id) for cell in cells) + 1
@@ -122,8 +125,10 @@ def _run(
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    p = sub.add_parser("list", help="show every cell and why some are not applicable; runs nothing")
-    p.add_argument("--hw", default="cpu")
+    p = sub.add_parser(
+        "list", help="show every cell and why some are not applicable; runs nothing (takes run's target flags)"
+    )
+    add_target_arguments(p, hw_default="cpu")
     add_method_argument(p)
     p.add_argument("--filter", default=None, help="glob(s) over cell ids, comma-separated")
     p.set_defaults(func=cmd_list)
