@@ -12,7 +12,7 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
-from bench.estimate.shapes import ModelShapes, shapes_for
+from bench.estimate.shapes import ModelShapes, config_path, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
@@ -581,8 +581,7 @@ def _peak_phase(
     lora_layer = _lora_copies(s, t, tokens)
     lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
-    kept_layer, kept_previous = _bnb_kept_inputs(s, tokens)
-    kept = 0.0 if checkpointing else shapes.layers * kept_layer / split
+    at_head, at_recompute, kept_previous = _quantized_saved(s, tokens, split)
     head_name, head = _loss_head(s, rows, seq, head_trainable, train_b)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
@@ -605,14 +604,14 @@ def _peak_phase(
         "head": {
             "activations": saved / split,
             "lora_input_copies": lora_saved / split,
-            **({"bnb_kept_inputs": kept} if kept else {}),
+            **at_head,
             head_name: head,
             "zero_buckets": bucket_at_head,
         },
         "recompute": {
             "activations": saved / split,
             "lora_input_copies": (lora_layer if checkpointing else lora_saved / split),
-            **({"bnb_kept_inputs": kept_layer if checkpointing else kept} if kept_layer else {}),
+            **at_recompute,
             "recomputed_layer": per_layer if checkpointing else 0.0,
             "gradients": grads,
             "zero_buckets": bucket_at_head,
@@ -621,9 +620,21 @@ def _peak_phase(
         "step": {"gradients": grads, "optimizer_step_temporaries": optimizer.step_temporaries},
     }
     phases |= _no_grad_phases(s, per_layer, tokens, split)
-    if kept_previous and not checkpointing:
-        phases["next_forward"] = _next_forward(phases["head"], head_name, kept_previous * shapes.layers / split, s)
+    if kept_previous:
+        phases["next_forward"] = _next_forward(phases["head"], head_name, kept_previous, s)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _quantized_saved(s: _Setting, tokens: int, split: int) -> tuple[dict[str, float], dict[str, float], float]:
+    """What a quantized model saves beyond `layer_activations`: (terms at the LM head's backward, terms during a
+    recomputed layer, the previous step's kept inputs alive through the next forward, 0 with checkpointing)."""
+    kept_layer, kept_previous = _bnb_kept_inputs(s, tokens)
+    layers = s.shapes.layers
+    kept = 0.0 if s.checkpointing else layers * kept_layer / split
+    fp32 = {"fp32_layer_inputs": _fp32_layer_inputs(s, tokens) / split} if _fp32_residual(s) else {}
+    at_head = ({"bnb_kept_inputs": kept} if kept else {}) | fp32
+    at_recompute = ({"bnb_kept_inputs": kept_layer if s.checkpointing else kept} if kept_layer else {}) | fp32
+    return at_head, at_recompute, 0.0 if s.checkpointing else kept_previous * layers / split
 
 
 def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
@@ -636,6 +647,22 @@ def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
     layer = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b)
     previous = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b, previous=True)
     return layer, previous if kept == "previous_step" else 0.0
+
+
+def _fp32_residual(s: _Setting) -> bool:
+    """A 4-bit LayerNorm model on a GPU under autocast (terms.fp32_layer_inputs)."""
+    autocast = s.precision != "fp32" and s.knobs.master_weights
+    if s.device != "cuda" or s.cell.quant != "nf4" or not autocast:
+        return False
+    try:
+        config = str(config_path(s.workload))
+    except ValueError:
+        return False
+    return gpu_terms.model_type(config) in gpu_terms.LAYERNORM_MODEL_TYPES
+
+
+def _fp32_layer_inputs(s: _Setting, tokens: int) -> float:
+    return terms.fp32_layer_inputs(s.shapes.layers, tokens, s.shapes.hidden, s.b)
 
 
 def _next_forward(head: dict[str, float], head_name: str, previous: float, s: _Setting) -> dict[str, float]:

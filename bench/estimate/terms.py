@@ -328,6 +328,16 @@ def bnb_kept_inputs(tokens: int, hidden: int, intermediate: int, act_bytes: int,
     return tokens * act_bytes * ((3 if previous else 2) * hidden + intermediate)
 
 
+def fp32_layer_inputs(layers: int, tokens: int, hidden: int, act_bytes: int) -> float:
+    """The residual stream in fp32 where a LayerNorm model's MLP is 4-bit under autocast: autocast runs layer_norm
+    in fp32 (ATen autocast_mode.h AT_FORALL_FP32), bitsandbytes' Linear4bit returns its input's dtype
+    (`bnb.matmul_4bit(x, ...).to(inp_dtype)`, bitsandbytes/nn/modules.py:123-134 at 0.50.2), so fc2's output is
+    fp32 and so is the residual sum it joins (transformers' PhiDecoderLayer `attn_outputs + feed_forward_hidden_states
+    + residual`; OPT's `residual + hidden_states` after fc2). Every layer after the first then takes an fp32 input,
+    which checkpointing (or the norm, without it) saves: (layers - 1) * t * H * (4 - b) more than the bf16 count."""
+    return max(layers - 1, 0) * tokens * hidden * (4 - act_bytes)
+
+
 def saved_activations(
     layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool
 ) -> float:

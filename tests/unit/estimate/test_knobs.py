@@ -268,3 +268,17 @@ def test_a_quantized_head_is_stored_in_4_bits_and_dequantised_whole():
     assert plain.terms["weights"] - quantized.terms["weights"] == pytest.approx(head * (2 - 0.5 - 4 / 64))
     assert phi2(quantized_head=True, fp16_quant_state=True).terms["dequant_buffer"] == head * (2 + 2)
     assert gpu(quantized_head=True, fp16_quant_state=True).train_bytes == gpu().train_bytes  # not quantized
+
+
+def test_a_4bit_layernorm_model_under_autocast_carries_an_fp32_residual_stream():
+    # phi-2 (nn.LayerNorm, 32 layers, hidden 2560), 2 pairs of 1024-token rows per step: 4096 tokens
+    def phi2(quant, **knobs):
+        return predict_cell(
+            cell(Init.ONE_ADAPTER, quant), load_profile("1xA10"), load_workload("phi-2"), knobs=Knobs(**knobs)
+        )
+
+    nf4 = phi2(Quant.NF4)
+    assert nf4.terms["fp32_layer_inputs"] == 31 * 4096 * 2560 * (4 - 2)
+    assert "fp32_layer_inputs" not in phi2(Quant.NONE).terms  # a bf16 Linear's output is bf16 under autocast
+    assert "fp32_layer_inputs" not in phi2(Quant.NF4, precision="pure-bf16").terms  # no autocast
+    assert "fp32_layer_inputs" not in gpu(quant=Quant.NF4).terms  # Llama's RMSNorm casts back
