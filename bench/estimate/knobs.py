@@ -11,6 +11,11 @@ from bench.matrix.axes import Method
 from bench.matrix.precision import Mode
 from bench.matrix.profiles import Attention, Optimizer, Workload
 
+BnbKeptInputs = Literal["none", "step", "previous_step"]
+"""What a bitsandbytes before 0.43.2 keeps of its 4-bit linears' inputs (bench/estimate/terms.py `bnb_kept_inputs`):
+none (0.43.2 on, or no 4-bit model); the step's own; also those of the previous step, whose graph the training loop
+still references while the next forward runs (LitGPT's `logits`)."""
+
 Loss = Literal["fused", "full_fp32", "full", "chunked_fp32", "chunked"]
 """How the loss meets the vocabulary (bench/estimate/terms.py `logits_bytes_per_element`): TRL 1.16's fused chunked
 head, or materialised logits: upcast to fp32 (transformers' causal-LM loss), in the compute dtype (a model's own
@@ -59,6 +64,15 @@ class Knobs(BaseModel):
     precision: Mode | None = None
     """None: the profile's precision with `master_weights`; else the mode (bench/matrix/precision.py): `pure-bf16`
     sets master_weights False, `fp16-mixed` loads fp32 weights and computes in fp16."""
+    bnb_kept_inputs: BnbKeptInputs = "none"
+    """A published row's bitsandbytes before 0.43.2 (MatMul4Bit keeps each input); the suite's cells run a later one."""
+    quantized_head: bool = False
+    """The LM head is a 4-bit linear too (LitGPT: its head is an nn.Linear, which Lightning's BitsandbytesPrecision
+    replaces like every other); else bitsandbytes through transformers, which leaves the output layer unquantized."""
+    fp16_quant_state: bool = False
+    """The 4-bit weights were quantised from an fp16 copy (Lightning's `_quantize_weight`:
+    `weight.contiguous().to(device="cuda", dtype=torch.half)`), so MatMul4Bit dequantises into fp16 and casts that
+    to the compute dtype (`F.dequantize_4bit(B, quant_state).to(A.dtype)`): two copies of the layer at once."""
     torch_compile: bool = False
     """TrainingArguments.torch_compile: no memory term (no source states what Inductor's fused kernels save or
     keep); its speed: bench/estimate/speed/knob_factors.py."""

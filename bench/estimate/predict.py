@@ -12,7 +12,7 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
-from bench.estimate.shapes import ModelShapes, shapes_for
+from bench.estimate.shapes import ModelShapes, config_path, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
@@ -444,7 +444,8 @@ def _weights(s: _Setting) -> _Weights:
     linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
     stored = terms.stored_weight_bytes(s.precision, quantized, spec.deepspeed is not None)
     keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else stored
-    full = terms.weight_bytes(linear, shapes.linear_rows, other, quant, stored, keep)
+    head = shapes.lm_head if quantized and knobs.quantized_head else 0
+    full = terms.weight_bytes(linear + head, shapes.linear_rows, other - head, quant, stored, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
     if fsdp_upcast:
         full = total * 4
@@ -580,6 +581,7 @@ def _peak_phase(
     lora_layer = _lora_copies(s, t, tokens)
     lora_saved = 0.0 if checkpointing else shapes.layers * lora_layer
     split = devices if spec.splits_layers else 1
+    at_head, at_recompute, kept_previous = _quantized_saved(s, tokens, split)
     head_name, head = _loss_head(s, rows, seq, head_trainable, train_b)
     grads_full = trainable * train_b
     # ZeRO-3: gradients go through the reduce bucket into the partitions counted above; offloaded ones to the host.
@@ -602,12 +604,14 @@ def _peak_phase(
         "head": {
             "activations": saved / split,
             "lora_input_copies": lora_saved / split,
+            **at_head,
             head_name: head,
             "zero_buckets": bucket_at_head,
         },
         "recompute": {
             "activations": saved / split,
             "lora_input_copies": (lora_layer if checkpointing else lora_saved / split),
+            **at_recompute,
             "recomputed_layer": per_layer if checkpointing else 0.0,
             "gradients": grads,
             "zero_buckets": bucket_at_head,
@@ -616,7 +620,59 @@ def _peak_phase(
         "step": {"gradients": grads, "optimizer_step_temporaries": optimizer.step_temporaries},
     }
     phases |= _no_grad_phases(s, per_layer, tokens, split)
+    if kept_previous:
+        phases["next_forward"] = _next_forward(phases["head"], head_name, kept_previous, s)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _quantized_saved(s: _Setting, tokens: int, split: int) -> tuple[dict[str, float], dict[str, float], float]:
+    """What a quantized model saves beyond `layer_activations`: (terms at the LM head's backward, terms during a
+    recomputed layer, the previous step's kept inputs alive through the next forward, 0 with checkpointing)."""
+    kept_layer, kept_previous = _bnb_kept_inputs(s, tokens)
+    layers = s.shapes.layers
+    kept = 0.0 if s.checkpointing else layers * kept_layer / split
+    fp32 = {"fp32_layer_inputs": _fp32_layer_inputs(s, tokens) / split} if _fp32_residual(s) else {}
+    at_head = ({"bnb_kept_inputs": kept} if kept else {}) | fp32
+    at_recompute = ({"bnb_kept_inputs": kept_layer if s.checkpointing else kept} if kept_layer else {}) | fp32
+    return at_head, at_recompute, 0.0 if s.checkpointing else kept_previous * layers / split
+
+
+def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
+    """(one layer's inputs the step's 4-bit linears keep, one layer's of the previous step still held) under
+    Knobs.bnb_kept_inputs (terms.bnb_kept_inputs); 0 for a model not quantized to 4 bits."""
+    kept = s.knobs.bnb_kept_inputs
+    if kept == "none" or not s.quantized or s.cell.quant != "nf4":
+        return 0.0, 0.0
+    shapes = s.shapes
+    layer = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b)
+    previous = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b, previous=True)
+    return layer, previous if kept == "previous_step" else 0.0
+
+
+def _fp32_residual(s: _Setting) -> bool:
+    """A 4-bit LayerNorm model on a GPU under autocast (terms.fp32_layer_inputs)."""
+    autocast = s.precision != "fp32" and s.knobs.master_weights
+    if s.device != "cuda" or s.cell.quant != "nf4" or not autocast:
+        return False
+    try:
+        config = str(config_path(s.workload))
+    except ValueError:
+        return False
+    return gpu_terms.model_type(config) in gpu_terms.LAYERNORM_MODEL_TYPES
+
+
+def _fp32_layer_inputs(s: _Setting, tokens: int) -> float:
+    return terms.fp32_layer_inputs(s.shapes.layers, tokens, s.shapes.hidden, s.b)
+
+
+def _next_forward(head: dict[str, float], head_name: str, previous: float, s: _Setting) -> dict[str, float]:
+    """The end of the next step's forward while the previous step's graph is still referenced (LitGPT's loop
+    replaces `logits` only once the forward returns): the head phase's activations with the previous step's kept
+    inputs, and the new logits in the compute dtype in place of the loss's head."""
+    rows, seq, _ = _layer_activations(s)
+    logits = rows * seq * s.shapes.vocab * s.b if s.knobs.loss != "fused" else 0.0
+    phase = {k: v for k, v in head.items() if k != head_name}
+    return phase | {"bnb_previous_step_inputs": previous, "next_forward_logits": logits}
 
 
 def _loss_head(s: _Setting, rows: int, seq: int, head_trainable: bool, train_b: int) -> tuple[str, float]:
@@ -778,7 +834,7 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
     for name, value in peak.items():
         out[name] = out.get(name, 0.0) + value
     if s.quantized:
-        out["dequant_buffer"] = shapes.largest_linear * s.b
+        out["dequant_buffer"] = _dequant_buffer(s)
     if s.device == "cpu":
         out.update(_cpu_process(s, grads_full, cpu))
     if trainable.optimizer.paged:
@@ -786,6 +842,15 @@ def train_terms(s: _Setting, cpu: CpuFeatures | None = None) -> tuple[dict[str, 
     if s.reference.precomputed:
         out["reference_log_probs_note"] = 0.0
     return out, load, host
+
+
+def _dequant_buffer(s: _Setting) -> float:
+    """The largest quantized linear dequantised for its matmul, in the compute dtype; with Knobs.fp16_quant_state
+    (and a compute dtype other than fp16) also its fp16 dequantisation, alive during the cast: b + 2 per weight."""
+    knobs, shapes = s.knobs, s.shapes
+    largest = max(shapes.largest_linear, shapes.lm_head if knobs.quantized_head else 0)
+    fp16_copy = 2 if knobs.fp16_quant_state and s.precision != "fp16" else 0
+    return largest * (s.b + fp16_copy)
 
 
 def _cpu_bf16_matmuls(s: _Setting) -> bool:

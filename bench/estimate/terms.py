@@ -316,6 +316,28 @@ def lora_input_copies(
     return tokens * (adapted_inputs * (copy + mask) + rank_outputs * act_bytes)
 
 
+def bnb_kept_inputs(tokens: int, hidden: int, intermediate: int, act_bytes: int, previous: bool = False) -> float:
+    """Per decoder layer, the inputs bitsandbytes before 0.43.2 keeps for its 4-bit linears: MatMul4Bit.forward sets
+    `ctx.tensors = (A, B)` whenever an input needs a gradient (bitsandbytes/autograd/_functions.py:522-523 at 0.42.0;
+    0.43.2 keeps `(None, B)`, commit 9e75374 "fix QLoRA mem bug: delete useless buffered activation"), where a
+    frozen torch Linear keeps no input. Beyond what `layer_activations` counts: the q/k/v input (the attention
+    norm's output), o_proj's input (the attention output's contiguous copy) and down_proj's (the gated product):
+    t * b * (2H + I). A ctx attribute is no saved tensor, so backward does not release it: it lives as long as the
+    graph does. `previous`: every 4-bit linear's input of a step whose graph is still referenced while the next
+    forward runs (gate/up's too): t * b * (3H + I)."""
+    return tokens * act_bytes * ((3 if previous else 2) * hidden + intermediate)
+
+
+def fp32_layer_inputs(layers: int, tokens: int, hidden: int, act_bytes: int) -> float:
+    """The residual stream in fp32 where a LayerNorm model's MLP is 4-bit under autocast: autocast runs layer_norm
+    in fp32 (ATen autocast_mode.h AT_FORALL_FP32), bitsandbytes' Linear4bit returns its input's dtype
+    (`bnb.matmul_4bit(x, ...).to(inp_dtype)`, bitsandbytes/nn/modules.py:123-134 at 0.50.2), so fc2's output is
+    fp32 and so is the residual sum it joins (transformers' PhiDecoderLayer `attn_outputs + feed_forward_hidden_states
+    + residual`; OPT's `residual + hidden_states` after fc2). Every layer after the first then takes an fp32 input,
+    which checkpointing (or the norm, without it) saves: (layers - 1) * t * H * (4 - b) more than the bf16 count."""
+    return max(layers - 1, 0) * tokens * hidden * (4 - act_bytes)
+
+
 def saved_activations(
     layers: int, per_layer: float, tokens: int, hidden: int, act_bytes: int, checkpointing: bool
 ) -> float:

@@ -161,6 +161,9 @@ def test_the_defaults_are_what_the_suite_runs():
         "length_spread": None,
         "master_weights": True,
         "precision": None,
+        "bnb_kept_inputs": "none",
+        "quantized_head": False,
+        "fp16_quant_state": False,
         "torch_compile": False,
     }
     with pytest.raises(ValueError):
@@ -229,3 +232,53 @@ def test_liger_replaces_materialised_logits_with_its_fused_linear_cross_entropy(
 
 def test_torch_compile_has_no_memory_term():
     assert gpu(torch_compile=True).terms == gpu().terms
+
+
+def test_bnb_kept_inputs_count_the_step_and_the_previous_steps_inputs():
+    from bench.estimate import terms
+
+    assert terms.bnb_kept_inputs(10, 4, 16, 2) == 10 * 2 * (2 * 4 + 16)
+    assert terms.bnb_kept_inputs(10, 4, 16, 2, previous=True) == 10 * 2 * (3 * 4 + 16)
+    base = gpu(quant=Quant.NF4, gradient_checkpointing=False)
+    step = gpu(quant=Quant.NF4, gradient_checkpointing=False, bnb_kept_inputs="step")
+    previous = gpu(quant=Quant.NF4, gradient_checkpointing=False, bnb_kept_inputs="previous_step")
+    assert "bnb_kept_inputs" not in base.terms
+    assert step.train_bytes - base.train_bytes == pytest.approx(step.terms["bnb_kept_inputs"])
+    assert previous.terms["bnb_previous_step_inputs"] > step.terms["bnb_kept_inputs"]
+    assert previous.train_bytes > step.train_bytes
+    # under gradient checkpointing only a recomputed layer keeps them; an unquantized model keeps none
+    checkpointed = gpu(quant=Quant.NF4, gradient_checkpointing=True, bnb_kept_inputs="previous_step")
+    assert checkpointed.terms.get("bnb_kept_inputs", 0) < step.terms["bnb_kept_inputs"] / 8
+    assert (
+        gpu(gradient_checkpointing=False, bnb_kept_inputs="step").train_bytes
+        == gpu(gradient_checkpointing=False).train_bytes
+    )
+
+
+def test_a_quantized_head_is_stored_in_4_bits_and_dequantised_whole():
+    # phi-2's untied 51200 x 2560 head, larger than its largest decoder linear (10240 x 2560)
+    def phi2(**knobs):
+        nf4 = cell(Init.ONE_ADAPTER, Quant.NF4)
+        return predict_cell(nf4, load_profile("1xH100"), load_workload("phi-2"), knobs=Knobs(**knobs))
+
+    head = 51200 * 2560
+    plain, quantized = phi2(), phi2(quantized_head=True)
+    assert plain.terms["dequant_buffer"] == 10240 * 2560 * 2
+    assert quantized.terms["dequant_buffer"] == head * 2
+    assert plain.terms["weights"] - quantized.terms["weights"] == pytest.approx(head * (2 - 0.5 - 4 / 64))
+    assert phi2(quantized_head=True, fp16_quant_state=True).terms["dequant_buffer"] == head * (2 + 2)
+    assert gpu(quantized_head=True, fp16_quant_state=True).train_bytes == gpu().train_bytes  # not quantized
+
+
+def test_a_4bit_layernorm_model_under_autocast_carries_an_fp32_residual_stream():
+    # phi-2 (nn.LayerNorm, 32 layers, hidden 2560), 2 pairs of 1024-token rows per step: 4096 tokens
+    def phi2(quant, **knobs):
+        return predict_cell(
+            cell(Init.ONE_ADAPTER, quant), load_profile("1xA10"), load_workload("phi-2"), knobs=Knobs(**knobs)
+        )
+
+    nf4 = phi2(Quant.NF4)
+    assert nf4.terms["fp32_layer_inputs"] == 31 * 4096 * 2560 * (4 - 2)
+    assert "fp32_layer_inputs" not in phi2(Quant.NONE).terms  # a bf16 Linear's output is bf16 under autocast
+    assert "fp32_layer_inputs" not in phi2(Quant.NF4, precision="pure-bf16").terms  # no autocast
+    assert "fp32_layer_inputs" not in gpu(quant=Quant.NF4).terms  # Llama's RMSNorm casts back
