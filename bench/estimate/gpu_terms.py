@@ -5,8 +5,6 @@ device memory: + the CUDA context, kernel images, NCCL's communicator and buffer
 state while resident). The verdict holds the nvidia-smi figure against the device's memory. No constant here is
 fitted to a measurement of this project or to a published row."""
 
-import functools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -221,18 +219,3 @@ def _size_classes(
         else:
             classes.append((value, upto))
     return classes
-
-
-LAYERNORM_MODEL_TYPES = frozenset({"phi", "opt"})
-"""config.json model_types whose decoder layers normalise with nn.LayerNorm and add an MLP output into the residual
-stream (transformers 5.23 modeling_phi.py:257 and :286, modeling_opt.py:195, :200 and :226), among the workloads and
-published models here; RMSNorm models (Llama, Qwen, Mistral) cast the norm's output back to the input's dtype."""
-
-
-@functools.cache
-def model_type(config_file: str) -> str:
-    """The config.json's model_type ('' where there is none to read)."""
-    try:
-        return str(json.loads(open(config_file, encoding="utf-8").read()).get("model_type", ""))
-    except (OSError, ValueError):
-        return ""

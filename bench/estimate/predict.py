@@ -12,7 +12,7 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
-from bench.estimate.shapes import ModelShapes, config_path, shapes_for
+from bench.estimate.shapes import ModelShapes, layernorm_model, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
@@ -652,13 +652,7 @@ def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
 def _fp32_residual(s: _Setting) -> bool:
     """A 4-bit LayerNorm model on a GPU under autocast (terms.fp32_layer_inputs)."""
     autocast = s.precision != "fp32" and s.knobs.master_weights
-    if s.device != "cuda" or s.cell.quant != "nf4" or not autocast:
-        return False
-    try:
-        config = str(config_path(s.workload))
-    except ValueError:
-        return False
-    return gpu_terms.model_type(config) in gpu_terms.LAYERNORM_MODEL_TYPES
+    return s.device == "cuda" and s.cell.quant == "nf4" and autocast and layernorm_model(s.workload)
 
 
 def _fp32_layer_inputs(s: _Setting, tokens: int) -> float:

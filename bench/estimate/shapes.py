@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,30 @@ def config_path(workload: Workload) -> Path:
 
 def shapes_for(workload: Workload) -> ModelShapes:
     return shapes_from_config(str(config_path(workload)))
+
+
+LAYERNORM_MODEL_TYPES = frozenset({"phi", "opt"})
+"""config.json model_types whose decoder layers normalise with nn.LayerNorm and add an MLP output into the residual
+stream (transformers 5.23 modeling_phi.py:257 and :286, modeling_opt.py:195, :200 and :226), among the workloads and
+published models here; RMSNorm models (Llama, Qwen, Mistral) cast the norm's output back to the input's dtype."""
+
+
+def layernorm_model(workload: Workload) -> bool:
+    """The workload's model normalises with nn.LayerNorm (LAYERNORM_MODEL_TYPES); False where no config.json is
+    local."""
+    try:
+        return _model_type(str(config_path(workload))) in LAYERNORM_MODEL_TYPES
+    except ValueError:
+        return False
+
+
+@functools.cache
+def _model_type(config_file: str) -> str:
+    """The config.json's model_type ('' where there is none to read)."""
+    try:
+        return str(json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, ValueError):
+        return ""
 
 
 @functools.cache
