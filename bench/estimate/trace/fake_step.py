@@ -26,6 +26,17 @@ def runs_fake(plan: Plan) -> bool:
     return parameter_count(AutoConfig.from_pretrained(str(config_path(plan.workload).parent))) > LARGE_MODEL_PARAMS
 
 
+def fake_refusal(plan: Plan) -> str | None:
+    """Why `plan`'s cell cannot be traced under fake tensors (None: it can): only the causal-LM loader is
+    replaced, and the reward model loads through its own (bench/worker/trainers/reward.py)."""
+    from bench.worker.trainers import model_class
+
+    auto_class = model_class(plan.cell.method)[0]
+    if auto_class != "AutoModelForCausalLM":
+        return f"a {auto_class} is not built under fake tensors (only the causal-LM loader is replaced)"
+    return None
+
+
 @contextlib.contextmanager
 def _fake_loader(mode: Any) -> Any:
     """The worker's causal-LM loader replaced by the model built from its config under `mode`, in the dtype the

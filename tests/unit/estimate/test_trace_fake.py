@@ -4,7 +4,7 @@ weights counts the FLOPs the real step counts, and its batch is the real one. Tr
 import pytest
 
 from bench.estimate.trace.fake_mode import stand_in_mode
-from bench.matrix.axes import Init
+from bench.matrix.axes import Init, Method
 from bench.matrix.cell import Cell
 from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
@@ -38,10 +38,15 @@ def one_adapter(workload: str):
 
 
 def test_only_models_prepare_would_not_build_in_memory_run_fake():
-    from bench.estimate.trace.fake_step import runs_fake
+    from bench.estimate.trace import trace_cell
+    from bench.estimate.trace.fake_step import fake_refusal, runs_fake
 
     assert not runs_fake(one_adapter("tiny"))
     assert runs_fake(one_adapter("llama-3.2-1b"))
+    assert fake_refusal(one_adapter("llama-3.2-1b")) is None
+    reward = Cell(init=Init.ONE_ADAPTER, quant="none", backend="single", launcher="python", method=Method.REWARD)
+    skipped = trace_cell(plan_for(reward, load_profile("1xH100"), load_workload("llama-3.2-1b"))).skipped
+    assert "AutoModelForSequenceClassification" in skipped
 
 
 def test_a_fake_step_counts_what_the_real_step_counts(tmp_path):
