@@ -96,6 +96,23 @@ def prepare(
         return assets
 
 
+def prepare_text(workload: Workload, build_dir: Path = BUILD_DIR, note: Note = print) -> PreparedAssets:
+    """The workload's text assets alone, for a caller that builds the model itself from its config.json (a trace
+    under fake tensors, bench/estimate/trace/fake_step.py): its prepared asset folder's when there is one, else
+    carried or built into a folder of their own (the asset folder's manifest says its model is there too). `model`
+    names the config's folder (a pretrained workload: its source)."""
+    config = workload.model.config_file
+    model = str(config.parent) if config is not None else local_or_hub(workload.model.source or "", scenarios_dir())
+    if (assets := read_manifest(asset_folder(workload, build_dir) / MANIFEST)) is None:
+        root = build_dir / "text-assets" / folder_name(workload)
+        with _locked(root):
+            if (assets := read_manifest(root / MANIFEST)) is None:
+                text, _ = _text_assets(workload, root, carried_assets.carry_folder(), note)
+                assets = PreparedAssets(model=model, **text)
+                write_whole(root / MANIFEST, json.dumps(assets.model_dump(), indent=2))
+    return assets.model_copy(update={"model": model})
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     """Hold the asset folder's lock (a file system without flock, e.g. Lustre mounted without it: no lock)."""

@@ -68,9 +68,13 @@ def traceable(plan: Plan) -> str | None:
 
 
 def trace_cell(plan: Plan, memory: bool = True) -> CellTrace:
-    """Trace one step of `plan`'s cell on the CPU: FLOPs always, the memory peak by category where `memory`."""
+    """Trace one step of `plan`'s cell on the CPU: FLOPs always, the memory peak by category where `memory`. A model
+    above prepare.py's LARGE_MODEL_PARAMS is traced under fake tensors (fake_step.py), a smaller one for real."""
     head = CellTrace(cell_id=plan.cell.id, workload=plan.workload.name, hardware=plan.profile.name)
-    why = traceable(plan)
+    from bench.estimate.trace.fake_step import build_fake_step, fake_refusal, runs_fake
+
+    fake = traceable(plan) is None and runs_fake(plan)
+    why = traceable(plan) or (fake_refusal(plan) if fake else None)
     if why is not None:
         return head.model_copy(update={"skipped": why})
     from bench.estimate.predict import predict
@@ -79,7 +83,7 @@ def trace_cell(plan: Plan, memory: bool = True) -> CellTrace:
     from bench.estimate.trace.tensor_peak import tracked_peak
 
     with tempfile.TemporaryDirectory(prefix="dpo-bench-trace-") as folder:
-        step = build_step(plan, Path(folder))
+        step = (build_fake_step if fake else build_step)(plan, Path(folder))
         sequences, seq_len = step.shape
         kinds = traced_step_flops(step)
         peak = tracked_peak(step) if memory else {}

@@ -38,14 +38,15 @@ def _missing_formulas() -> dict:
 
 
 def traced_step_flops(step: Step) -> dict[str, int]:
-    """FlopCounterMode's count over the trainer's training_step (forward, loss, backward), split into `attention`
+    """FlopCounterMode's count over the trainer's training_step (forward, loss, backward), under the step's context
+    (a fake step's mode outside the counter: the counter sees each op first), split into `attention`
     (the fused attention kernels) and `matmul` (everything else: mm, addmm, bmm); the optimizer's update has no
     matmul and is not run."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False, custom_mapping=_missing_formulas()) as counter:
+    with step.context(), FlopCounterMode(display=False, custom_mapping=_missing_formulas()) as counter:
         step.trainer.training_step(step.trainer.model, step.batch)
-    step.trainer.optimizer.zero_grad(set_to_none=True)
+        step.trainer.optimizer.zero_grad(set_to_none=True)
     kinds = {"matmul": 0, "attention": 0}
     for op, flops in counter.get_flop_counts()["Global"].items():
         kinds["attention" if "attention" in str(op) else "matmul"] += int(flops)

@@ -5,7 +5,9 @@ its own data loader yields (the workload's real lengths, padded as the collator 
 The step runs on the CPU whatever the profile's device: the trace counts operations and tensor bytes, which do not
 depend on where they run; the profile's precision is kept (bf16 autocast on the CPU as on a GPU)."""
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from bench.worker.spec import WorkerSpec
 class Step:
     trainer: Any
     batch: dict[str, Any]
+    context: Callable[[], Any] = field(default=contextlib.nullcontext)
+    """What the step runs under: nothing for a real step, the fake tensor mode for a fake one (fake_step.py)."""
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -46,12 +50,17 @@ def build_step(plan: Plan, out_dir: Path) -> Step:
     spec = WorkerSpec.from_plan(plan_for(plan.cell, cpu, plan.workload), assets, str(out_dir))
     trainer = trl_trainer(spec, [])
     batch = next(iter(trainer.get_train_dataloader()))
-    trainer.create_optimizer_and_scheduler(num_training_steps=plan.workload.train.steps)
-    # Trainer.train sets this before its first step; training_step divides the loss by it
+    ready_to_step(trainer, plan.workload.train.steps)
+    return Step(trainer=trainer, batch=batch)
+
+
+def ready_to_step(trainer: Any, steps: int) -> None:
+    """What Trainer.train does before its first step: the optimizer and schedule for `steps`, the accumulation
+    count training_step divides the loss by, checkpointing, train mode."""
+    trainer.create_optimizer_and_scheduler(num_training_steps=steps)
     trainer.current_gradient_accumulation_steps = 1
     enable_checkpointing(trainer)
     trainer.model.train()
-    return Step(trainer=trainer, batch=batch)
 
 
 def enable_checkpointing(trainer: Any) -> None:
@@ -68,7 +77,8 @@ def enable_checkpointing(trainer: Any) -> None:
 
 
 def run_step(step: Step) -> None:
-    """One optimizer step: the trainer's training_step (forward, loss, backward), then the optimizer's update."""
+    """One optimizer step: the trainer's training_step (forward, loss, backward), then the optimizer's update. The
+    caller enters the step's context (a tracker entered inside it sees a fake step's ops)."""
     step.trainer.training_step(step.trainer.model, step.batch)
     step.trainer.optimizer.step()
     step.trainer.optimizer.zero_grad(set_to_none=True)

@@ -47,15 +47,16 @@ def tracked_peak(step: Step) -> dict[str, int]:
     """The step's peak by category, in bytes, and `total` (their sum): the second optimizer step under the tracker,
     the optimizer's state already made. Frozen parameters get no gradient hook (the stock tracker would try one and
     fail on a LoRA model's base weights)."""
-    run_step(step)  # AdamW makes its state in the first update: the tracked step is a steady one
     tracker = _tracker_class()()
     model, optimizer = step.trainer.model, step.trainer.optimizer
     for param in model.parameters():
         if not param.requires_grad:
             tracker._param_to_grad_hook_handles[param] = (_Removed(), _Removed())
-    tracker.track_external(model, optimizer)
-    with tracker:
-        run_step(step)
+    with step.context():  # outside the tracker: a fake step's mode makes the tensors the tracker then sees
+        run_step(step)  # AdamW makes its state in the first update: the tracked step is a steady one
+        tracker.track_external(model, optimizer)
+        with tracker:
+            run_step(step)
     peaks = tracker.get_tracker_snapshot("peak")
     device = next(iter(peaks.values()))
     out = {CATEGORIES[str(key).rsplit(".", 1)[-1]]: int(value) for key, value in device.items() if key != "Total"}
