@@ -99,19 +99,43 @@ published models here; RMSNorm models (Llama, Qwen, Mistral) cast the norm's out
 def layernorm_model(workload: Workload) -> bool:
     """The workload's model normalises with nn.LayerNorm (LAYERNORM_MODEL_TYPES); False where no config.json is
     local."""
+    return str(_config_of(workload).get("model_type", "")) in LAYERNORM_MODEL_TYPES
+
+
+LAST_GEMM_DROPOUT: dict[str, tuple[str, bool]] = {
+    "phi": ("resid_pdrop", True),
+    "phi3": ("resid_pdrop", True),
+    "opt": ("dropout", False),
+}
+"""model_type -> (the config key of the dropout applied to a decoder layer's last linear output, whether it is an
+nn.Dropout module): transformers 5.23 PhiDecoderLayer `self.resid_dropout(self.mlp(hidden_states))`,
+Phi3DecoderLayer `self.resid_mlp_dropout(hidden_states)`, OPTDecoderLayer `nn.functional.dropout(hidden_states,
+p=self.dropout, ...)` after fc2. TRL's `disable_dropout` zeroes modules only (trl/trainer/utils.py
+`disable_dropout_in_model`)."""
+
+
+def last_gemm_dropout(workload: Workload) -> tuple[float, bool]:
+    """(probability, is a module) of the dropout after each decoder layer's last linear; (0, True) where there is
+    none or no config.json is local."""
+    config = _config_of(workload)
+    key, module = LAST_GEMM_DROPOUT.get(str(config.get("model_type", "")), ("", True))
+    return float(config.get(key) or 0.0), module
+
+
+def _config_of(workload: Workload) -> dict:
     try:
-        return _model_type(str(config_path(workload))) in LAYERNORM_MODEL_TYPES
+        return _config(str(config_path(workload)))
     except ValueError:
-        return False
+        return {}
 
 
 @functools.cache
-def _model_type(config_file: str) -> str:
-    """The config.json's model_type ('' where there is none to read)."""
+def _config(config_file: str) -> dict:
+    """The config.json's keys ({} where there is none to read)."""
     try:
-        return str(json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type", ""))
+        return dict(json.loads(Path(config_file).read_text(encoding="utf-8")))
     except (OSError, ValueError):
-        return ""
+        return {}
 
 
 @functools.cache

@@ -90,6 +90,9 @@ class MethodSpec:
     from the policy, scores them with a reward (bench/worker/rewards.py) and trains on them; the reference is a
     KL term (TRL's `beta`), not a log-ratio of given answers, so it cannot be precomputed. The sampling's forwards
     (a prefill and one decoding step per token) are not among `extra_forwards`: MFU counts the training step's."""
+    disables_dropout: bool = True
+    """Its TRL config's `disable_dropout` default: True sets every nn.Dropout module's p to 0 (trl/trainer/utils.py
+    `disable_dropout_in_model`); SFTConfig has no such field, GRPOConfig and RLOOConfig default to False."""
     qlora_cast: QloraCast = "always"
     trl_script: str | None = None
     """TRL's own training script for the method (`trl <method>` runs it), where TRL ships one: what an exported
@@ -151,6 +154,7 @@ METHODS: dict[Method, MethodSpec] = {
             data="completions",
             reference_forwards=0,
             trl_script="trl.scripts.sft",
+            disables_dropout=False,
         ),
         MethodSpec(
             Method.REWARD,
@@ -213,6 +217,7 @@ METHODS: dict[Method, MethodSpec] = {
                 data="prompts",
                 generates=True,
                 learning=LearningRule(falls=False, reward_rises=True),
+                disables_dropout=False,
             )
             for method, name in ((Method.GRPO, "GRPO"), (Method.RLOO, "RLOO"))
         ),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from bench.estimate.predict import effective_backend
-from bench.estimate.shapes import ModelShapes, config_path, shapes_for
+from bench.estimate.shapes import ModelShapes, config_path, last_gemm_dropout, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
 from bench.estimate.speed.devices import DeviceFigures, device_figures
@@ -23,6 +23,7 @@ from bench.matrix.backends import BackendSpec, Placement, backend_spec
 from bench.matrix.methods import MethodSpec
 from bench.matrix.plan import Plan
 from bench.matrix.precision import COMPUTE_DTYPE, DTYPE_BYTES
+from bench.matrix.profiles import Workload
 from bench.units import GB
 
 
@@ -99,7 +100,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
         head_recompute=method.output == "fused_logprobs",
         unrecomputed_params=unrecomputed_params(shapes, lora_r, workload.lora.target_modules, spec.zero_stage)
-        if checkpointing
+        if checkpointing and not _dropout_after_last_gemm(workload, method)
         else 0,
         adapter_no_grad_forwards=adapter_no_grad_forwards(method, init.reference, precomputed) if init.adapters else 0,
     )
@@ -258,6 +259,14 @@ def unrecomputed_params(shapes: ModelShapes, lora_r: int, targets: list[str], ze
         return 0
     linears = [(lin.name, lin.in_features, lin.out_features) for lin in shapes.linears]
     return work.last_layer_gemms(linears, lora_r, set(targets))
+
+
+def _dropout_after_last_gemm(workload: Workload, method: MethodSpec) -> bool:
+    """A dropout still active in training after each decoder layer's last linear (shapes.last_gemm_dropout): it
+    saves its mask for the backward, so the checkpoint's recompute runs through that linear again (no early stop
+    before it). A module's is off where the method's trainer disables dropout (MethodSpec.disables_dropout)."""
+    p, module = last_gemm_dropout(workload)
+    return p > 0 and not (module and method.disables_dropout)
 
 
 def adapter_no_grad_forwards(method: MethodSpec, reference: str, precomputed: bool) -> int:

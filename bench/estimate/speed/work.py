@@ -120,8 +120,9 @@ def last_layer_gemms(linears: list[tuple[str, int, int]], lora_r: int, adapted: 
     does not recompute. Its recompute stops once every tensor the backward saved is back (torch/utils/checkpoint.py
     `early_stop`, default True; transformers checkpoints non-reentrantly, modeling_utils.py
     `_activation_checkpointing_enable`: `{"use_reentrant": False}`), and that GEMM's output feeds only the residual
-    add, which saves nothing. Measured: llama-3.2-1b's checkpointed step is 6N + 1.41e9 FLOPs a token, the
-    recompute 2(N - head - 16 down_proj)."""
+    add, which saves nothing (where an active dropout follows it, its mask is saved and the speed model counts
+    none skipped: speed/model.py `_dropout_after_last_gemm`). Measured: llama-3.2-1b's checkpointed step is
+    6N + 1.41e9 FLOPs a token, the recompute 2(N - head - 16 down_proj)."""
     last: dict[str, tuple[str, int, int]] = {}
     for name, fan_in, fan_out in linears:
         layer = re.match(r"(.*?\.\d+)\.", name)

@@ -180,3 +180,16 @@ def test_a_cell_id_names_its_method_by_its_prefix_and_dpo_by_none():
     cells = expand(load_matrix())
     assert {c.method for c in cells} == set(Method)  # every method's ids are covered below
     assert all(method_of_id(c.id) == c.method for c in cells)
+
+
+def test_disables_dropout_is_each_trainers_config_default():
+    """MethodSpec.disables_dropout states what each TRL config defaults `disable_dropout` to (absent: no such field,
+    dropout stays on)."""
+    import dataclasses
+    import importlib
+
+    for method, spec in METHODS.items():
+        module, name = spec.config.rsplit(".", 1)
+        config = getattr(importlib.import_module(module), name)
+        defaults = {f.name: f.default for f in dataclasses.fields(config)}
+        assert spec.disables_dropout == defaults.get("disable_dropout", False), method
