@@ -739,7 +739,7 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
     adapted = s.shapes.lora_targets(lora.target_modules)
     inputs = sum(lin.in_features for lin in adapted) // s.shapes.layers
     ranks = lora.r * len(adapted) // s.shapes.layers
-    return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, lora.dropout > 0)
+    return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, s.method.dropout_active(lora.dropout))
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

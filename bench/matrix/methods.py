@@ -110,6 +110,11 @@ class MethodSpec:
         """A quantized model's adapters are trained in bf16 (else fp32, PEFT's default). Pure."""
         return quantized and (self.qlora_cast == "always" or (quant == "nf4" and precision == "bf16"))
 
+    def dropout_active(self, p: float, module: bool = True) -> bool:
+        """A dropout of probability `p` drops in this method's training: p > 0 and, for an nn.Dropout module (PEFT's
+        lora_dropout is one), a trainer that does not disable dropout. Pure."""
+        return p > 0 and not (module and self.disables_dropout)
+
     @property
     def title(self) -> str:
         """The method as people write it, in headings."""

@@ -97,7 +97,9 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         layer_bytes=work.layer_elementwise_bytes(
             shapes.hidden, shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim, shapes.intermediate, b
         ),
-        adapter_bytes=work.adapter_bytes(adapted, b, workload.lora.dropout > 0) if init.adapters else 0.0,
+        adapter_bytes=work.adapter_bytes(adapted, b, method.dropout_active(workload.lora.dropout))
+        if init.adapters
+        else 0.0,
         head_recompute=method.output == "fused_logprobs",
         unrecomputed_params=unrecomputed_params(shapes, lora_r, workload.lora.target_modules, spec.zero_stage)
         if checkpointing and not _dropout_after_last_gemm(workload, method)
@@ -265,8 +267,7 @@ def _dropout_after_last_gemm(workload: Workload, method: MethodSpec) -> bool:
     """A dropout still active in training after each decoder layer's last linear (shapes.last_gemm_dropout): it
     saves its mask for the backward, so the checkpoint's recompute runs through that linear again (no early stop
     before it). A module's is off where the method's trainer disables dropout (MethodSpec.disables_dropout)."""
-    p, module = last_gemm_dropout(workload)
-    return p > 0 and not (module and method.disables_dropout)
+    return method.dropout_active(*last_gemm_dropout(workload))
 
 
 def adapter_no_grad_forwards(method: MethodSpec, reference: str, precomputed: bool) -> int:

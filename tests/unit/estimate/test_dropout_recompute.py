@@ -50,3 +50,27 @@ def test_an_active_dropout_adds_each_last_linears_recompute(monkeypatch):
     with_dropout = per_token("phi-2", Method.SFT, 2, 239)
     monkeypatch.setattr("bench.estimate.speed.model.last_gemm_dropout", lambda workload: (0.0, True))
     assert with_dropout - per_token("phi-2", Method.SFT, 2, 239) == pytest.approx(2 * 32 * 2560 * 10240)
+
+
+def test_a_trainer_that_disables_dropout_also_disables_loras():
+    """TRL's DPOTrainer zeroes every nn.Dropout after wrapping the model in PEFT (dpo_trainer.py: get_peft_model,
+    then disable_dropout_in_model), PEFT's lora_dropout among them: no dropped copy of each adapted input. SFT keeps
+    it."""
+    from bench.estimate.predict import predict_cell
+
+    workload = load_workload("llama-3.2-1b")
+    workload = workload.model_copy(update={"lora": workload.lora.model_copy(update={"dropout": 0.1})})
+    undropped = load_workload("llama-3.2-1b")
+
+    def copies(method: Method, w) -> float:
+        cell = Cell(
+            init=Init.ONE_ADAPTER,
+            quant=Quant.NONE,
+            backend=Backend.SINGLE,
+            launcher=backend_spec(Backend.SINGLE).default_launcher,
+            method=method,
+        )
+        return predict_cell(cell, load_profile("1xH100"), w).terms["lora_input_copies"]
+
+    assert copies(Method.DPO, workload) == copies(Method.DPO, undropped)
+    assert copies(Method.SFT, workload) > copies(Method.SFT, undropped)
