@@ -14,15 +14,19 @@ from bench.matrix.plan import plan_for
 from bench.matrix.profiles import load_profile, load_workload
 
 
-def per_token(workload: str, method: Method, sequences: int, length: int) -> float:
-    cell = Cell(
+def lora_cell(method: Method) -> Cell:
+    single = Backend.SINGLE
+    return Cell(
         init=Init.ONE_ADAPTER,
         quant=Quant.NONE,
-        backend=Backend.SINGLE,
-        launcher=backend_spec(Backend.SINGLE).default_launcher,
+        backend=single,
+        launcher=backend_spec(single).default_launcher,
         method=method,
     )
-    plan = plan_for(cell, load_profile("1xH100"), load_workload(workload))
+
+
+def per_token(workload: str, method: Method, sequences: int, length: int) -> float:
+    plan = plan_for(lora_cell(method), load_profile("1xH100"), load_workload(workload))
     return analytic_step_flops(plan, sequences, length) / (sequences * length)
 
 
@@ -63,14 +67,7 @@ def test_a_trainer_that_disables_dropout_also_disables_loras():
     undropped = load_workload("llama-3.2-1b")
 
     def copies(method: Method, w) -> float:
-        cell = Cell(
-            init=Init.ONE_ADAPTER,
-            quant=Quant.NONE,
-            backend=Backend.SINGLE,
-            launcher=backend_spec(Backend.SINGLE).default_launcher,
-            method=method,
-        )
-        return predict_cell(cell, load_profile("1xH100"), w).terms["lora_input_copies"]
+        return predict_cell(lora_cell(method), load_profile("1xH100"), w).terms["lora_input_copies"]
 
     assert copies(Method.DPO, workload) == copies(Method.DPO, undropped)
     assert copies(Method.SFT, workload) > copies(Method.SFT, undropped)
