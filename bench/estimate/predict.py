@@ -12,7 +12,7 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
-from bench.estimate.shapes import ModelShapes, layernorm_model, shapes_for
+from bench.estimate.shapes import Linear, ModelShapes, layernorm_model, shapes_for
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
@@ -737,9 +737,23 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
         return 0.0
     lora = s.workload.lora
     adapted = s.shapes.lora_targets(lora.target_modules)
-    inputs = sum(lin.in_features for lin in adapted) // s.shapes.layers
+    inputs = _lora_inputs(adapted, s.knobs.fused_qkv_lora) // s.shapes.layers
     ranks = lora.r * len(adapted) // s.shapes.layers
     return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, s.method.dropout_active(lora.dropout))
+
+
+FUSED_QKV = ("q_proj", "k_proj", "v_proj")
+"""The linears a fused QKV holds (Knobs.fused_qkv_lora)."""
+
+
+def _lora_inputs(adapted: list[Linear], fused_qkv: bool) -> int:
+    """in_features summed over the adapted linears, each module's query, key and value once where they are one fused
+    linear (Knobs.fused_qkv_lora). Pure."""
+    inputs: dict[tuple[str, str], int] = {}
+    for index, lin in enumerate(adapted):
+        parent, name = lin.name.rsplit(".", 1)
+        inputs[(parent, "qkv") if fused_qkv and name in FUSED_QKV else (parent, f"{name}#{index}")] = lin.in_features
+    return sum(inputs.values())
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

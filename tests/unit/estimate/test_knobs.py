@@ -164,6 +164,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "bnb_kept_inputs": "none",
         "quantized_head": False,
         "fp16_quant_state": False,
+        "fused_qkv_lora": False,
         "torch_compile": False,
     }
     with pytest.raises(ValueError):
@@ -282,3 +283,27 @@ def test_a_4bit_layernorm_model_under_autocast_carries_an_fp32_residual_stream()
     assert "fp32_layer_inputs" not in phi2(Quant.NONE).terms  # a bf16 Linear's output is bf16 under autocast
     assert "fp32_layer_inputs" not in phi2(Quant.NF4, precision="pure-bf16").terms  # no autocast
     assert "fp32_layer_inputs" not in gpu(quant=Quant.NF4).terms  # Llama's RMSNorm casts back
+
+
+def test_a_fused_qkv_drops_its_input_once():
+    """LitGPT's LoRAQKVLinear drops x once for query, key and value: where all three are adapted, two dropped copies
+    (b) and two masks (1 byte) per token and layer fewer than three separate linears' (llama-3.2-1b: 16 layers,
+    hidden 2048, SFT rows at max_length)."""
+    from bench.estimate.predict import _lora_inputs
+    from bench.estimate.shapes import Linear
+
+    adapted = [Linear(f"layers.0.attn.{n}", 64, 64, False) for n in ("q_proj", "v_proj")]
+    adapted += [Linear("layers.0.mlp.up_proj", 64, 256, False)]
+    assert _lora_inputs(adapted, False) == 192 and _lora_inputs(adapted, True) == 128
+    workload = load_workload("llama-3.2-1b")
+    dropped = workload.model_copy(update={"lora": workload.lora.model_copy(update={"dropout": 0.05})})
+    train = workload.train
+
+    def copies(fused: bool) -> float:
+        sft = cell(Init.ONE_ADAPTER).model_copy(update={"method": "sft"})
+        knobs = Knobs(fused_qkv_lora=fused, gradient_checkpointing=False)
+        return predict_cell(sft, load_profile("1xH100"), dropped, knobs=knobs).terms["lora_input_copies"]
+
+    assert {"q_proj", "k_proj", "v_proj"} <= set(workload.lora.target_modules)
+    tokens = train.per_device_train_batch_size * train.max_length
+    assert copies(False) - copies(True) == pytest.approx(16 * 2 * 2048 * (2 + 1) * tokens)
