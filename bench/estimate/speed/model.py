@@ -83,7 +83,6 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
     trainable = shapes.lora_params(workload.lora.r, workload.lora.target_modules) if init.adapters else shapes.total
     b = DTYPE_BYTES[COMPUTE_DTYPE[profile.precision]]
     lora_r = workload.lora.r if init.adapters else 0
-    adapted = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
     step = work.StepShape(
         shape=shape,
         seq_len=float(seq_len or workload.train.max_length),
@@ -97,9 +96,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         layer_bytes=work.layer_elementwise_bytes(
             shapes.hidden, shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim, shapes.intermediate, b
         ),
-        adapter_bytes=work.adapter_bytes(adapted, b, method.dropout_active(workload.lora.dropout))
-        if init.adapters
-        else 0.0,
+        adapter_bytes=_adapter_bytes(workload, method, shapes, b) if init.adapters else 0.0,
         head_recompute=method.output == "fused_logprobs",
         unrecomputed_params=unrecomputed_params(shapes, lora_r, workload.lora.target_modules, spec.zero_stage)
         if checkpointing and not _dropout_after_last_gemm(workload, method)
@@ -261,6 +258,12 @@ def unrecomputed_params(shapes: ModelShapes, lora_r: int, targets: list[str], ze
         return 0
     linears = [(lin.name, lin.in_features, lin.out_features) for lin in shapes.linears]
     return work.last_layer_gemms(linears, lora_r, set(targets))
+
+
+def _adapter_bytes(workload: Workload, method: MethodSpec, shapes: ModelShapes, b: int) -> float:
+    """work.adapter_bytes of the workload's adapted linears, their dropout as the method's trainer leaves it."""
+    adapted = [(lin.in_features, lin.out_features) for lin in shapes.lora_targets(workload.lora.target_modules)]
+    return work.adapter_bytes(adapted, b, method.dropout_active(workload.lora.dropout))
 
 
 def _dropout_after_last_gemm(workload: Workload, method: MethodSpec) -> bool:
