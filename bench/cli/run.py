@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from bench.cli.common import INTERRUPTED, add_method_argument, all_cells, checked_scenario_files, run_id_of
 from bench.cli.run_flags import add_run_arguments
-from bench.cli.target_flags import add_target_arguments
+from bench.cli.target_flags import add_target_arguments, target
 from bench.errors import BenchError
 from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.profiles import HardwareProfile, Workload
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from bench.cli.target_flags import target
-
     checked_scenario_files(Path(args.scenarios))
     profile, _ = target(args)
     cells = select(all_cells(args), args.filter)

@@ -749,11 +749,9 @@ FUSED_QKV = ("q_proj", "k_proj", "v_proj")
 def _lora_inputs(adapted: list[Linear], fused_qkv: bool) -> int:
     """in_features summed over the adapted linears, each module's query, key and value once where they are one fused
     linear (Knobs.fused_qkv_lora). Pure."""
-    inputs: dict[tuple[str, str], int] = {}
-    for index, lin in enumerate(adapted):
-        parent, name = lin.name.rsplit(".", 1)
-        inputs[(parent, "qkv") if fused_qkv and name in FUSED_QKV else (parent, f"{name}#{index}")] = lin.in_features
-    return sum(inputs.values())
+    fused = [lin for lin in adapted if fused_qkv and lin.name.rsplit(".", 1)[1] in FUSED_QKV]
+    shared = {lin.name.rsplit(".", 1)[0]: lin.in_features for lin in fused}
+    return sum(lin.in_features for lin in adapted if lin not in fused) + sum(shared.values())
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

@@ -73,8 +73,9 @@ def trace_cell(plan: Plan, memory: bool = True) -> CellTrace:
     head = CellTrace(cell_id=plan.cell.id, workload=plan.workload.name, hardware=plan.profile.name)
     from bench.estimate.trace.fake_step import build_fake_step, fake_refusal, runs_fake
 
-    fake = traceable(plan) is None and runs_fake(plan)
-    why = traceable(plan) or (fake_refusal(plan) if fake else None)
+    why = traceable(plan)
+    fake = why is None and runs_fake(plan)
+    why = why or (fake_refusal(plan) if fake else None)
     if why is not None:
         return head.model_copy(update={"skipped": why})
     from bench.estimate.predict import predict
