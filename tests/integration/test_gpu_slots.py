@@ -21,9 +21,14 @@ PEAK_TOLERANCE = 0.05
 """A cell's peak (each rank's RSS peak, about 650 MiB) alone and in a slot: repeats differ by a few MiB; a neighbour
 counted in would add hundreds."""
 CGROUP_TOLERANCE = 0.10
-"""The same for the kernel's cgroup peak (about 115 MiB: the libraries' pages are charged to the cgroups that first
-read them, not to the cell's): repeats of one cell alone differ by up to 7 MiB, 6 % (two_models-none-single alone:
-111.8, 113.5 and 115.8 MiB in three runs, 112.1-118.8 in the speed passes of two)."""
+"""How much more the kernel's cgroup peak (about 115-130 MiB) may be in a slot than alone: repeats of one cell alone
+differ by up to 7 MiB, 6 % (two_models-none-single alone: 111.8, 113.5 and 115.8 MiB in three runs, 112.1-118.8 in the
+speed passes of two); a neighbour counted in would add its own hundreds."""
+CGROUP_SHARED_CACHE = 0.25
+"""How much less it may be: the libraries' file pages are charged to the cgroup that first reads them, so a cell
+started beside neighbours that read them first is charged less than alone (one_adapter-none-single: 115.9 MiB in a
+slot, 130.6 alone, in one CI run). Its own memory is held by the RSS check above; this bound only catches a peak
+that was not read at all or read from another cgroup."""
 
 
 def argv(results: Path, run_id: str, cells: tuple[str, ...], *extra: str) -> list[str]:
@@ -58,7 +63,7 @@ def test_cells_in_slots_keep_their_statuses_and_their_own_peaks_and_a_speed_pass
               f"RSS peaks {peaks[0]} MiB, {peaks[1]} alone; wall {record.wall_s:.0f} s, "
               f"{reference[record.cell_id].wall_s:.0f} s alone")  # fmt: skip
         assert all(abs(a - b) <= PEAK_TOLERANCE * b for a, b in zip(rss, rss_alone, strict=True))
-        assert abs(mine - theirs) <= CGROUP_TOLERANCE * theirs
+        assert (1 - CGROUP_SHARED_CACHE) * theirs <= mine <= (1 + CGROUP_TOLERANCE) * theirs
         assert record.gpu_shared and record.shared_with and record.overlapped_by == []
         assert record.memory_cap_bytes == record.memory_budget_bytes == 256 * MiB  # the cgroup it ran under
         assert all(rank.limit_bytes == 256 * MiB for rank in record.rank_memory)
