@@ -73,9 +73,11 @@ class Knobs(BaseModel):
     """The 4-bit weights were quantised from an fp16 copy (Lightning's `_quantize_weight`:
     `weight.contiguous().to(device="cuda", dtype=torch.half)`), so MatMul4Bit dequantises into fp16 and casts that
     to the compute dtype (`F.dequantize_4bit(B, quant_state).to(A.dtype)`): two copies of the layer at once."""
-    fused_qkv_lora: bool = False
-    """Query, key and value are one fused linear whose LoRA drops its input once (LitGPT's LoRAQKVLinear:
-    `F.linear(self.lora_dropout(x), self.lora_A)`): the dropped copy and its mask are counted once for them."""
+    litgpt_model: bool = False
+    """The model is LitGPT's own code (lit_gpt/model.py, lit_gpt/lora.py), not transformers': query, key and value
+    are one fused linear whose LoRA drops its input once (LoRAQKVLinear: `F.linear(self.lora_dropout(x),
+    self.lora_A)`), its attention keeps more of the fused output (terms.litgpt_attention) and its GELU is torch's
+    own kernel (shapes.layer_saves)."""
     torch_compile: bool = False
     """TrainingArguments.torch_compile: no memory term (no source states what Inductor's fused kernels save or
     keep); its speed: bench/estimate/speed/knob_factors.py."""

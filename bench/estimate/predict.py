@@ -12,7 +12,15 @@ from bench.assets.prepare import LARGE_MODEL_PARAMS
 from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, uncertainty, vllm_terms
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
-from bench.estimate.shapes import Linear, ModelShapes, layernorm_model, shapes_for
+from bench.estimate.shapes import (
+    GATED_MLP,
+    Linear,
+    ModelShapes,
+    last_gemm_dropout,
+    layer_saves,
+    layernorm_model,
+    shapes_for,
+)
 from bench.estimate.uncertainty import MemoryVerdict
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
@@ -645,8 +653,7 @@ def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
         return 0.0, 0.0
     shapes = s.shapes
     layer = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b)
-    previous = terms.bnb_kept_inputs(tokens, shapes.hidden, shapes.intermediate, s.b, previous=True)
-    return layer, previous if kept == "previous_step" else 0.0
+    return layer, layer if kept == "previous_step" else 0.0
 
 
 def _fp32_residual(s: _Setting) -> bool:
@@ -714,19 +721,43 @@ def _layer_activations(s: _Setting) -> tuple[int, int, float]:
     rows = method.rows_per_example * (knobs.batch_size or workload.train.per_device_train_batch_size)
     seq = _row_length(s)
     attention = knobs.attention or "sdpa"
+    kv_dim = shapes.kv_heads * shapes.head_dim
     per_layer = terms.layer_activations(
         rows * seq,
         rows,
         seq,
         shapes.hidden,
-        shapes.kv_heads * shapes.head_dim,
+        kv_dim,
         shapes.intermediate,
         shapes.heads,
         s.b,
         materialised_scores=attention == "eager" or (attention == "sdpa" and s.device == "cpu"),
-        liger=s.liger,
+        saved=_layer_saved(s),
     )
+    if knobs.litgpt_model:
+        padded = _padded_qkv_outputs(shapes.lora_targets(workload.lora.target_modules)) if s.init.adapters else 0
+        per_layer += terms.litgpt_attention(rows * seq, shapes.hidden, kv_dim, padded // shapes.layers, s.b)
     return rows, seq, per_layer
+
+
+def _layer_saved(s: _Setting) -> terms.LayerSaved:
+    """The model's LayerSaves in the step's dtype, with the trained linears' inputs where the base trains: the
+    attention's, o_proj's and the MLP's (3H), the down projection's (I), and for RMSNorm its normalised output in
+    the compute dtype, kept for its weight's gradient (H; measured on Llama-2-7B's shapes: 4H + I in all); and the
+    masks of an architecture's two residual dropouts (after attention and after the MLP) where they stay active
+    (shapes.LAST_GEMM_DROPOUT): a bool mask on a GPU, on a CPU the scaled noise in the compute dtype (measured)."""
+    saves = layer_saves(s.workload, native_activation=s.knobs.litgpt_model)
+    gated_liger = s.liger and saves.mlp_inner == GATED_MLP
+    hidden, intermediate = s.shapes.hidden, s.shapes.intermediate
+    trained = 0 if s.init.adapters else (3 + saves.norm_fp32) * hidden + intermediate
+    masks = 2 if s.method.dropout_active(*last_gemm_dropout(s.workload)) else 0
+    return terms.LayerSaved(
+        norms=saves.norms,
+        norm_bytes=4 if saves.norm_fp32 else s.b,
+        mlp_inner=saves.mlp_inner - 1 if gated_liger else saves.mlp_inner,
+        trained_inputs=trained,
+        dropout_mask_bytes=masks * (1 if s.device == "cuda" else s.b),
+    )
 
 
 def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
@@ -735,23 +766,39 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
     quantized CPU cells would, a copy not measured on CPU."""
     if not s.init.adapters or s.device != "cuda":
         return 0.0
-    lora = s.workload.lora
+    lora, layers = s.workload.lora, s.shapes.layers
     adapted = s.shapes.lora_targets(lora.target_modules)
-    inputs = _lora_inputs(adapted, s.knobs.fused_qkv_lora) // s.shapes.layers
-    ranks = lora.r * len(adapted) // s.shapes.layers
-    return terms.lora_input_copies(tokens, inputs, ranks, t.bytes, s.b, s.method.dropout_active(lora.dropout))
+    inputs = _lora_inputs(adapted, s.knobs.litgpt_model) // layers
+    distinct = _lora_inputs(adapted, True, shared=SHARED_INPUTS) // layers
+    ranks = lora.r * len(adapted) // layers
+    dropout = s.method.dropout_active(lora.dropout)
+    return terms.lora_input_copies(tokens, inputs, distinct, ranks, t.bytes, s.b, dropout, base_frozen=True)
 
 
 FUSED_QKV = ("q_proj", "k_proj", "v_proj")
-"""The linears a fused QKV holds (Knobs.fused_qkv_lora)."""
+"""The linears a fused QKV holds (Knobs.litgpt_model)."""
+SHARED_INPUTS = (*FUSED_QKV, "gate_proj", "up_proj")
+"""Linears that read one tensor with the siblings of their module that are named here: attention's query, key and
+value, the MLP's gate and up projections."""
 
 
-def _lora_inputs(adapted: list[Linear], fused_qkv: bool) -> int:
-    """in_features summed over the adapted linears, each module's query, key and value once where they are one fused
-    linear (Knobs.fused_qkv_lora). Pure."""
-    fused = [lin for lin in adapted if fused_qkv and lin.name.rsplit(".", 1)[1] in FUSED_QKV]
-    shared = {lin.name.rsplit(".", 1)[0]: lin.in_features for lin in fused}
-    return sum(lin.in_features for lin in adapted if lin not in fused) + sum(shared.values())
+def _lora_inputs(adapted: list[Linear], fused_qkv: bool, shared: tuple[str, ...] = FUSED_QKV) -> int:
+    """in_features summed over the adapted linears, each module's linears named in `shared` once where they read one
+    input (`fused_qkv`: Knobs.litgpt_model's fused QKV, or every distinct input). Pure."""
+    joined = [lin for lin in adapted if fused_qkv and lin.name.rsplit(".", 1)[1] in shared]
+    groups = {(lin.name.rsplit(".", 1)[0], lin.name.rsplit(".", 1)[1] in FUSED_QKV): lin.in_features for lin in joined}
+    return sum(lin.in_features for lin in adapted if lin not in joined) + sum(groups.values())
+
+
+def _padded_qkv_outputs(adapted: list[Linear]) -> int:
+    """out_features summed over adapted query/key/value linears in the modules that adapt some but not all three
+    (LitGPT's zero_pad, terms.litgpt_attention). Pure."""
+    modules: dict[str, list[Linear]] = {}
+    for lin in adapted:
+        parent, name = lin.name.rsplit(".", 1)
+        if name in FUSED_QKV:
+            modules.setdefault(parent, []).append(lin)
+    return sum(sum(lin.out_features for lin in lins) for lins in modules.values() if len(lins) < len(FUSED_QKV))
 
 
 def _no_grad_phases(s: _Setting, per_layer: float, tokens: int, split: int) -> dict[str, dict[str, float]]:

@@ -96,6 +96,44 @@ stream (transformers 5.23 modeling_phi.py:257 and :286, modeling_opt.py:195, :20
 published models here; RMSNorm models (Llama, Qwen, Mistral) cast the norm's output back to the input's dtype."""
 
 
+SHARED_NORM_MODEL_TYPES = frozenset({"phi"})
+"""model_types whose decoder layer has one norm feeding both attention and the MLP (transformers' PhiDecoderLayer
+`input_layernorm` only; LitGPT's phi configs `shared_attention_norm=True`)."""
+COMPOSITE_ACTIVATIONS = {"gelu_new": 4}
+"""hidden_act values transformers runs as a Python composite, with the intermediate-sized tensors its ops keep:
+NewGELUActivation `0.5 * input * (1.0 + torch.tanh(... (input + 0.044715 * torch.pow(input, 3.0))))` keeps its
+input, the tanh's output, `0.5 * input` and `1 + tanh` (4, measured on phi-2's shapes with saved-tensor hooks).
+Any other activation is one aten kernel that keeps its input (1)."""
+GATED_MLP = 3
+"""SwiGLU's `down(act(gate(x)) * up(x))` with its linears frozen keeps gate's output (the activation's input), the
+activation's output and up's output (measured: three [t, I] tensors a layer on Llama-2-7B's shapes)."""
+
+
+@dataclass(frozen=True)
+class LayerSaves:
+    """What a decoder layer's own code keeps for backward besides attention's tensors, by architecture."""
+
+    norms: int
+    """Norms a layer has: each keeps its input."""
+    norm_fp32: bool
+    """RMSNorm upcasts its input to fp32 and keeps that (LlamaRMSNorm `hidden_states.to(torch.float32)`, LitGPT's
+    RMSNorm `x.float()`): 4 bytes an element whatever the activations' dtype; LayerNorm keeps its input as it is."""
+    mlp_inner: int
+    """[t, I] tensors the MLP keeps with its linears frozen."""
+
+
+def layer_saves(workload: Workload, native_activation: bool = False) -> LayerSaves:
+    """The workload's model's LayerSaves; `native_activation`: its activation is torch's own kernel whatever the
+    config names (LitGPT's GptNeoxMLP calls `torch.nn.functional.gelu`)."""
+    config = _config_of(workload)
+    model_type = str(config.get("model_type", ""))
+    if model_type not in LAYERNORM_MODEL_TYPES:
+        return LayerSaves(norms=2, norm_fp32=True, mlp_inner=GATED_MLP)
+    activation = str(config.get("hidden_act", config.get("activation_function", "")))
+    inner = 1 if native_activation else COMPOSITE_ACTIVATIONS.get(activation, 1)
+    return LayerSaves(norms=1 if model_type in SHARED_NORM_MODEL_TYPES else 2, norm_fp32=False, mlp_inner=inner)
+
+
 def layernorm_model(workload: Workload) -> bool:
     """The workload's model normalises with nn.LayerNorm (LAYERNORM_MODEL_TYPES); False where no config.json is
     local."""

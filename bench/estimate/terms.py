@@ -276,6 +276,18 @@ def no_grad_forward(per_layer: float, tokens: int, vocab: int, compute_bytes: in
     return per_layer + head_tile(tokens, vocab) * compute_bytes
 
 
+@dataclass(frozen=True)
+class LayerSaved:
+    """The per-token counts `layer_activations` takes: norms, bytes of a norm's kept input, [t, I] tensors the MLP
+    keeps, elements of trained linears' inputs, and bytes per hidden element of the residual dropouts' masks."""
+
+    norms: int
+    norm_bytes: int
+    mlp_inner: int
+    trained_inputs: int
+    dropout_mask_bytes: int = 0
+
+
 def layer_activations(
     tokens: int,
     rows: int,
@@ -286,46 +298,77 @@ def layer_activations(
     heads: int,
     act_bytes: int,
     materialised_scores: bool,
-    liger: bool = False,
+    saved: LayerSaved,
 ) -> float:
-    """One decoder layer's saved activations for backward: t * b * (5H + 2*kv + 3I) (norm inputs, QKV, attention
-    output, MLP input, gate/up/act; I summed over routed experts), + rows * heads * L^2 * 2b for attention scores and
-    probabilities where attention materialises them (eager; sdpa's math path on CPU; flash / memory-efficient
-    kernels on GPU: 0). Liger's SwiGLU saves gate and up only and recomputes the activation in backward
-    (liger_kernel/ops/swiglu.py): 2I instead of 3I."""
-    dense = tokens * act_bytes * (5 * hidden + 2 * kv_dim + (2 if liger else 3) * intermediate)
+    """One decoder layer's saved activations for backward, as its ops keep them (measured per layer with
+    saved-tensor hooks, docs/evidence/gpu-memory-terms.md):
+    - each norm's input, in fp32 for RMSNorm (`saved.norm_bytes`);
+    - attention's query, key and value after the rotary embedding and its output, (2H + 2kv) b (the fused kernels
+      keep those four and a [heads, L] fp32 log-sum-exp);
+    - the MLP's `saved.mlp_inner` [t, I] tensors;
+    - the inputs of the linears that are trained (`saved.trained_inputs`): a frozen linear keeps none, since the
+      gradient of its input needs only its weight;
+    - the masks of the residual dropouts still active (`saved.dropout_mask_bytes` a hidden element);
+    + rows * heads * L^2 * 2b for attention scores and probabilities where attention materialises them (eager;
+    sdpa's math path on CPU; flash / memory-efficient kernels on GPU: 0)."""
+    per_token = hidden * (saved.norms * saved.norm_bytes + saved.dropout_mask_bytes) + act_bytes * (
+        2 * hidden + 2 * kv_dim + saved.mlp_inner * intermediate + saved.trained_inputs
+    )
     scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
-    return dense + scores
+    return tokens * per_token + scores
+
+
+def litgpt_attention(tokens: int, hidden: int, kv_dim: int, padded_outputs: int, act_bytes: int) -> float:
+    """What LitGPT's fused-QKV attention keeps beyond `layer_activations`' q, k, v and output (lit_gpt/model.py
+    CausalSelfAttention.forward, lit_gpt/lora.py LoRAQKVLinear.zero_pad, at Lightning-AI/lit-gpt 0cc02afa):
+    - multi-head: v is `qkv.permute(...).split(...)[2].reshape(...)`, which only drops a size-1 dimension, so it
+      stays a view of the fused output and the attention kernel keeping v keeps all of it: H + kv more;
+    - grouped-query: k and v are expanded to every head before the reshape, which copies them: 2 (H - kv) more;
+    - LoRA on some but not all of q, k, v: zero_pad's `index_copy` keeps its source, the adapted outputs
+      (aten's IndexCopyBackward saves `source`): `padded_outputs` elements.
+    Measured on Llama-2-7B's shapes: 48 KiB a token a layer for the attention's four tensors (32 counted) and 16
+    KiB for the index_copy source."""
+    view = hidden + kv_dim if kv_dim == hidden else 2 * (hidden - kv_dim)
+    return tokens * act_bytes * (view + padded_outputs)
 
 
 def lora_input_copies(
-    tokens: int, adapted_inputs: int, rank_outputs: int, adapter_bytes: int, act_bytes: int, dropout: bool
+    tokens: int,
+    adapted_inputs: int,
+    distinct_inputs: int,
+    rank_outputs: int,
+    adapter_bytes: int,
+    act_bytes: int,
+    dropout: bool,
+    base_frozen: bool,
 ) -> float:
-    """What PEFT's LoRA branch saves for backward per decoder layer beyond the base layer's own input, on a GPU
-    (peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then
-    `lora_B(lora_A(dropout(x)))`), with `adapted_inputs` the in_features summed over the layer's adapted linears and
-    `rank_outputs` r times their count:
-    - lora_A's input: a tensor of its own wherever it is not x itself: fp32 adapters under bf16/fp16 autocast get x
-      cast up by PEFT, then autocast casts it back for the matmul and saves that copy (b); a dropout above 0 saves
-      its output (b); else lora_A saves x, already saved by the base layer (0);
+    """What PEFT's LoRA branch saves for backward per decoder layer, on a GPU (peft/tuners/lora/layer.py
+    `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then `lora_B(lora_A(dropout(x)))`), with
+    `adapted_inputs` the in_features summed over the layer's adapted linears, `distinct_inputs` over the distinct
+    tensors they read (q, k and v read one, gate and up one) and `rank_outputs` r times their count:
+    - lora_A's input, one per adapted linear wherever it is not x itself: fp32 adapters under bf16/fp16 autocast
+      get x cast up by PEFT, then autocast casts it back for the matmul and saves that copy (b); a dropout above 0
+      saves its output (b);
+    - else x itself, once per distinct input: a frozen base linear keeps no input, so lora_A's is the only
+      reference (`base_frozen`); a trained one keeps it already (`layer_activations`' trained inputs);
     - the dropout's bool mask (1 byte per element, aten `native_dropout`);
-    - lora_A's output, saved by lora_B: r * b per adapted linear.
-    Per token: adapted_inputs * ((b if cast or dropout) + (1 if dropout)) + rank_outputs * b."""
-    copy = act_bytes if (adapter_bytes != act_bytes or dropout) else 0
-    mask = 1 if dropout else 0
-    return tokens * (adapted_inputs * (copy + mask) + rank_outputs * act_bytes)
+    - lora_A's output, saved by lora_B: r * b per adapted linear."""
+    copied = adapter_bytes != act_bytes or dropout
+    own = adapted_inputs * act_bytes if copied else (distinct_inputs * act_bytes if base_frozen else 0)
+    mask = adapted_inputs if dropout else 0
+    return tokens * (own + mask + rank_outputs * act_bytes)
 
 
-def bnb_kept_inputs(tokens: int, hidden: int, intermediate: int, act_bytes: int, previous: bool = False) -> float:
+def bnb_kept_inputs(tokens: int, hidden: int, intermediate: int, act_bytes: int) -> float:
     """Per decoder layer, the inputs bitsandbytes before 0.43.2 keeps for its 4-bit linears: MatMul4Bit.forward sets
     `ctx.tensors = (A, B)` whenever an input needs a gradient (bitsandbytes/autograd/_functions.py:522-523 at 0.42.0;
     0.43.2 keeps `(None, B)`, commit 9e75374 "fix QLoRA mem bug: delete useless buffered activation"), where a
-    frozen torch Linear keeps no input. Beyond what `layer_activations` counts: the q/k/v input (the attention
-    norm's output), o_proj's input (the attention output's contiguous copy) and down_proj's (the gated product):
-    t * b * (2H + I). A ctx attribute is no saved tensor, so backward does not release it: it lives as long as the
-    graph does. `previous`: every 4-bit linear's input of a step whose graph is still referenced while the next
-    forward runs (gate/up's too): t * b * (3H + I)."""
-    return tokens * act_bytes * ((3 if previous else 2) * hidden + intermediate)
+    frozen torch Linear keeps no input, so none of these is in `layer_activations`: the q/k/v input (the attention
+    norm's output), o_proj's input (the attention output's contiguous copy), gate/up's (the MLP norm's output) and
+    down_proj's (the gated product): t * b * (3H + I). A ctx attribute is no saved tensor, so backward does not
+    release it: it lives as long as the graph does, and a step whose graph is still referenced while the next
+    forward runs holds the same again."""
+    return tokens * act_bytes * (3 * hidden + intermediate)
 
 
 def fp32_layer_inputs(layers: int, tokens: int, hidden: int, act_bytes: int) -> float:

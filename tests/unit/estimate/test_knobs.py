@@ -164,7 +164,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "bnb_kept_inputs": "none",
         "quantized_head": False,
         "fp16_quant_state": False,
-        "fused_qkv_lora": False,
+        "litgpt_model": False,
         "torch_compile": False,
     }
     with pytest.raises(ValueError):
@@ -238,14 +238,14 @@ def test_torch_compile_has_no_memory_term():
 def test_bnb_kept_inputs_count_the_step_and_the_previous_steps_inputs():
     from bench.estimate import terms
 
-    assert terms.bnb_kept_inputs(10, 4, 16, 2) == 10 * 2 * (2 * 4 + 16)
-    assert terms.bnb_kept_inputs(10, 4, 16, 2, previous=True) == 10 * 2 * (3 * 4 + 16)
+    assert terms.bnb_kept_inputs(10, 4, 16, 2) == 10 * 2 * (3 * 4 + 16)
     base = gpu(quant=Quant.NF4, gradient_checkpointing=False)
     step = gpu(quant=Quant.NF4, gradient_checkpointing=False, bnb_kept_inputs="step")
     previous = gpu(quant=Quant.NF4, gradient_checkpointing=False, bnb_kept_inputs="previous_step")
     assert "bnb_kept_inputs" not in base.terms
     assert step.train_bytes - base.train_bytes == pytest.approx(step.terms["bnb_kept_inputs"])
-    assert previous.terms["bnb_previous_step_inputs"] > step.terms["bnb_kept_inputs"]
+    # the previous step's graph holds every 4-bit linear's input, as many as the step's own
+    assert previous.terms["bnb_previous_step_inputs"] == step.terms["bnb_kept_inputs"]
     assert previous.train_bytes > step.train_bytes
     # under gradient checkpointing only a recomputed layer keeps them; an unquantized model keeps none
     checkpointed = gpu(quant=Quant.NF4, gradient_checkpointing=True, bnb_kept_inputs="previous_step")
@@ -301,7 +301,7 @@ def test_a_fused_qkv_drops_its_input_once():
 
     def copies(fused: bool) -> float:
         sft = cell(Init.ONE_ADAPTER).model_copy(update={"method": "sft"})
-        knobs = Knobs(fused_qkv_lora=fused, gradient_checkpointing=False)
+        knobs = Knobs(litgpt_model=fused, gradient_checkpointing=False)
         return predict_cell(sft, load_profile("1xH100"), dropped, knobs=knobs).terms["lora_input_copies"]
 
     assert {"q_proj", "k_proj", "v_proj"} <= set(workload.lora.target_modules)

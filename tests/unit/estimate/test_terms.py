@@ -1,5 +1,7 @@
 """Each memory term against hand arithmetic on small made-up shapes."""
 
+from dataclasses import replace
+
 import pytest
 
 from bench.estimate import terms
@@ -62,15 +64,22 @@ def test_head_backward_on_cpu_keeps_eight_fp32_tiles_and_a_mask():
 
 
 def test_activations_with_and_without_checkpointing():
-    per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=False)
-    assert per_layer == 10 * 2 * (5 * 8 + 2 * 8 + 3 * 16)
-    with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=True)
+    frozen = terms.LayerSaved(norms=2, norm_bytes=4, mlp_inner=3, trained_inputs=0)
+    per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, False, frozen)
+    assert per_layer == 10 * (2 * 8 * 4 + 2 * (2 * 8 + 2 * 8 + 3 * 16))
+    with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, True, frozen)
     assert with_scores - per_layer == 2 * 2 * 5 * 5 * 2 * 2
-    liger = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, materialised_scores=False, liger=True)
-    assert per_layer - liger == 10 * 2 * 16  # SwiGLU recomputes its activation: one I fewer
+    trained = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, False, replace(frozen, trained_inputs=4 * 8 + 16))
+    assert trained - per_layer == 10 * 2 * (4 * 8 + 16)  # a trained linear keeps its input
     # at the LM head's backward a checkpointed model holds only each layer's input
     assert terms.saved_activations(3, per_layer, 10, 8, 2, checkpointing=True) == 3 * 10 * 8 * 2
     assert terms.saved_activations(3, per_layer, 10, 8, 2, checkpointing=False) == 3 * per_layer
+
+
+def test_litgpt_attention_keeps_the_fused_output_through_v_or_copies_grouped_k_and_v():
+    assert terms.litgpt_attention(10, 8, 8, 0, 2) == 10 * 2 * (8 + 8)  # v a view of all H + 2kv
+    assert terms.litgpt_attention(10, 8, 2, 0, 2) == 10 * 2 * 2 * (8 - 2)  # k, v expanded to H each
+    assert terms.litgpt_attention(10, 8, 8, 16, 2) - terms.litgpt_attention(10, 8, 8, 0, 2) == 10 * 2 * 16
 
 
 def test_materialised_logits_by_loss():
@@ -152,10 +161,14 @@ def test_adafactor_factors_every_matrix_and_has_no_paged_state():
 
 
 def test_lora_input_copies_by_adapter_dtype_and_dropout():
+    def copies(adapter_bytes, dropout, base_frozen=True):
+        return terms.lora_input_copies(10, 100, 60, 16, adapter_bytes, 2, dropout, base_frozen)
+
     # fp32 adapters under bf16 autocast: PEFT casts x up, autocast casts it back and lora_A saves that bf16 copy
-    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=4, act_bytes=2, dropout=False) == 10 * (100 * 2 + 16 * 2)
-    # adapters in the activations' dtype, no dropout: lora_A saves x itself, already saved by the base layer
-    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=2, act_bytes=2, dropout=False) == 10 * 16 * 2
+    assert copies(4, False) == 10 * (100 * 2 + 16 * 2)
+    # adapters in the activations' dtype, no dropout: lora_A saves x itself, once per distinct input, which a
+    # frozen base layer does not keep and a trained one does
+    assert copies(2, False) == 10 * (60 * 2 + 16 * 2)
+    assert copies(2, False, base_frozen=False) == 10 * 16 * 2
     # a dropout above 0: its output (b) and its bool mask (1 byte)
-    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=2, act_bytes=2, dropout=True) == 10 * (100 * 3 + 32)
-    assert terms.lora_input_copies(10, 100, 16, adapter_bytes=4, act_bytes=2, dropout=True) == 10 * (100 * 3 + 32)
+    assert copies(2, True) == copies(4, True) == 10 * (100 * 3 + 32)

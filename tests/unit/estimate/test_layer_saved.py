@@ -1,0 +1,107 @@
+"""`terms.layer_activations` against what a real transformers decoder layer keeps for backward: the storages its
+ops save (torch.autograd.graph.saved_tensors_hooks), two layers less one, per token, in bf16 on the CPU, whose
+attention kernel keeps what the GPU's fused kernels keep (q, k, v, output and a log-sum-exp)."""
+
+import pytest
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from bench.estimate import terms
+from bench.estimate.shapes import COMPOSITE_ACTIVATIONS, GATED_MLP
+
+TOKENS = 64
+HIDDEN, INTERMEDIATE, HEADS = 128, 352, 4
+
+
+def _saved_bytes(model, trained: bool) -> int:
+    """Bytes of the storages the forward saves for backward that are not the model's own weights or buffers."""
+    model.train()
+    for parameter in model.parameters():
+        parameter.requires_grad_(trained)
+    if not trained:
+        model.enable_input_require_grads()
+    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    seen: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    torch.manual_seed(0)
+    with saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=torch.randint(0, 100, (1, TOKENS)))
+    return sum(size for pointer, size in seen.items() if pointer not in own)
+
+
+def _per_layer(build, trained: bool) -> float:
+    return (_saved_bytes(build(2), trained) - _saved_bytes(build(1), trained)) / TOKENS
+
+
+def _llama(kv_heads: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def build(layers: int):
+        config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_attention_heads=HEADS,
+                             num_key_value_heads=kv_heads, num_hidden_layers=layers, vocab_size=128,
+                             attn_implementation="sdpa")  # fmt: skip
+        return LlamaForCausalLM(config).to(torch.bfloat16)
+
+    return build
+
+
+def _phi(layers: int):
+    from transformers import PhiConfig, PhiForCausalLM
+
+    config = PhiConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_attention_heads=HEADS,
+                       num_hidden_layers=layers, vocab_size=128, partial_rotary_factor=0.5, hidden_act="gelu_new",
+                       resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, attn_implementation="sdpa")  # fmt: skip
+    return PhiForCausalLM(config).to(torch.bfloat16)
+
+
+def _counted(kv_dim: int, saved: terms.LayerSaved) -> float:
+    return terms.layer_activations(TOKENS, 1, TOKENS, HIDDEN, kv_dim, INTERMEDIATE, HEADS, 2, False, saved) / TOKENS
+
+
+@pytest.mark.parametrize("kv_heads", [HEADS, 2])
+@pytest.mark.parametrize("trained", [False, True])
+def test_an_rmsnorm_swiglu_layer_keeps_what_the_formula_counts(kv_heads, trained):
+    trained_inputs = 4 * HIDDEN + INTERMEDIATE if trained else 0
+    saved = terms.LayerSaved(norms=2, norm_bytes=4, mlp_inner=GATED_MLP, trained_inputs=trained_inputs)
+    measured = _per_layer(_llama(kv_heads), trained)
+    lse = HEADS * 4  # the attention kernel's fp32 log-sum-exp, a row per head: not counted
+    assert measured - lse == pytest.approx(_counted(kv_heads * HIDDEN // HEADS, saved), rel=0.01)
+
+
+def test_a_layernorm_layer_with_a_composite_gelu_keeps_what_the_formula_counts():
+    saved = terms.LayerSaved(norms=1, norm_bytes=2, mlp_inner=COMPOSITE_ACTIVATIONS["gelu_new"], trained_inputs=0)
+    measured = _per_layer(_phi, trained=False)
+    lse = HEADS * 4
+    assert measured - lse - 2 * 4 == pytest.approx(_counted(HIDDEN, saved), rel=0.01)  # LayerNorm's mean, rstd
+
+
+def test_each_workload_model_names_what_its_layers_keep():
+    from bench.estimate.shapes import LayerSaves, layer_saves
+    from bench.matrix.profiles import load_workload
+
+    assert layer_saves(load_workload("llama-3.2-1b")) == LayerSaves(norms=2, norm_fp32=True, mlp_inner=GATED_MLP)
+    assert layer_saves(load_workload("phi-2")) == LayerSaves(norms=1, norm_fp32=False, mlp_inner=4)
+    assert layer_saves(load_workload("phi-2"), native_activation=True).mlp_inner == 1  # LitGPT's own GELU
+
+
+def _opt(layers: int):
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(hidden_size=HIDDEN, ffn_dim=INTERMEDIATE, num_attention_heads=HEADS, num_hidden_layers=layers,
+                       vocab_size=128, word_embed_proj_dim=HIDDEN, dropout=0.1, attention_dropout=0.0,
+                       attn_implementation="sdpa")  # fmt: skip
+    return OPTForCausalLM(config).to(torch.bfloat16)
+
+
+def test_a_layernorm_relu_layer_keeps_its_two_residual_dropouts_noise_on_the_cpu():
+    # OPT's functional dropouts after out_proj and fc2 stay active in every method; on a CPU each keeps its scaled
+    # noise in the activations' dtype (on a GPU aten's native_dropout keeps a bool mask)
+    saved = terms.LayerSaved(norms=2, norm_bytes=2, mlp_inner=1, trained_inputs=0, dropout_mask_bytes=2 * 2)
+    measured = _per_layer(_opt, trained=False)
+    lse, norm_stats = HEADS * 4, 2 * 2 * 4  # the kernel's log-sum-exp; each LayerNorm's fp32 mean and rstd
+    assert measured - lse - norm_stats == pytest.approx(_counted(HIDDEN, saved), rel=0.01)
