@@ -750,7 +750,8 @@ def _layer_saved(s: _Setting) -> terms.LayerSaved:
     gated_liger = s.liger and saves.mlp_inner == GATED_MLP
     hidden, intermediate = s.shapes.hidden, s.shapes.intermediate
     trained = 0 if s.init.adapters else (3 + saves.norm_fp32) * hidden + intermediate
-    masks = 2 if s.method.dropout_active(*last_gemm_dropout(s.workload)) else 0
+    litgpt = s.knobs.litgpt_model  # LitGPT's blocks have no dropout besides LoRA's
+    masks = 2 if not litgpt and s.method.dropout_active(*last_gemm_dropout(s.workload)) else 0
     return terms.LayerSaved(
         norms=saves.norms,
         norm_bytes=4 if saves.norm_fp32 else s.b,

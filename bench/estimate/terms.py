@@ -300,17 +300,13 @@ def layer_activations(
     materialised_scores: bool,
     saved: LayerSaved,
 ) -> float:
-    """One decoder layer's saved activations for backward, as its ops keep them (measured per layer with
-    saved-tensor hooks, docs/evidence/gpu-memory-terms.md):
-    - each norm's input, in fp32 for RMSNorm (`saved.norm_bytes`);
-    - attention's query, key and value after the rotary embedding and its output, (2H + 2kv) b (the fused kernels
-      keep those four and a [heads, L] fp32 log-sum-exp);
-    - the MLP's `saved.mlp_inner` [t, I] tensors;
-    - the inputs of the linears that are trained (`saved.trained_inputs`): a frozen linear keeps none, since the
-      gradient of its input needs only its weight;
-    - the masks of the residual dropouts still active (`saved.dropout_mask_bytes` a hidden element);
-    + rows * heads * L^2 * 2b for attention scores and probabilities where attention materialises them (eager;
-    sdpa's math path on CPU; flash / memory-efficient kernels on GPU: 0)."""
+    """One decoder layer's saved activations for backward, as its ops keep them (saved-tensor hooks,
+    docs/evidence/gpu-memory-terms.md): each norm's input (`saved.norm_bytes`: RMSNorm's fp32 upcast); attention's
+    q, k and v after the rotary embedding and its output, (2H + 2kv) b (the fused kernels keep those and a [heads, L]
+    fp32 log-sum-exp); the MLP's `saved.mlp_inner` [t, I] tensors; the inputs of trained linears
+    (`saved.trained_inputs`: a frozen linear keeps none, its input's gradient needs only its weight); the active
+    residual dropouts' masks. + rows * heads * L^2 * 2b for attention scores and probabilities where attention
+    materialises them (eager; sdpa's math path on CPU; flash / memory-efficient kernels on GPU: 0)."""
     per_token = hidden * (saved.norms * saved.norm_bytes + saved.dropout_mask_bytes) + act_bytes * (
         2 * hidden + 2 * kv_dim + saved.mlp_inner * intermediate + saved.trained_inputs
     )
@@ -344,13 +340,11 @@ def lora_input_copies(
 ) -> float:
     """What PEFT's LoRA branch saves for backward per decoder layer, on a GPU (peft/tuners/lora/layer.py
     `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then `lora_B(lora_A(dropout(x)))`), with
-    `adapted_inputs` the in_features summed over the layer's adapted linears, `distinct_inputs` over the distinct
-    tensors they read (q, k and v read one, gate and up one) and `rank_outputs` r times their count:
-    - lora_A's input, one per adapted linear wherever it is not x itself: fp32 adapters under bf16/fp16 autocast
-      get x cast up by PEFT, then autocast casts it back for the matmul and saves that copy (b); a dropout above 0
-      saves its output (b);
-    - else x itself, once per distinct input: a frozen base linear keeps no input, so lora_A's is the only
-      reference (`base_frozen`); a trained one keeps it already (`layer_activations`' trained inputs);
+    `adapted_inputs` the in_features summed over the adapted linears, `distinct_inputs` over the tensors they read
+    (q, k and v read one, gate and up one) and `rank_outputs` r times their count:
+    - lora_A's input, one per adapted linear where it is not x itself: fp32 adapters under autocast get x cast up by
+      PEFT and back by autocast, which saves that copy (b); a dropout above 0 saves its output (b);
+    - else x itself, once per distinct input, where the base linear is frozen (`base_frozen`) and so keeps none;
     - the dropout's bool mask (1 byte per element, aten `native_dropout`);
     - lora_A's output, saved by lora_B: r * b per adapted linear."""
     copied = adapter_bytes != act_bytes or dropout
