@@ -773,7 +773,7 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
     distinct = _lora_inputs(adapted, True, shared=SHARED_INPUTS) // layers
     ranks = lora.r * len(adapted) // layers
     dropout = s.method.dropout_active(lora.dropout)
-    return terms.lora_input_copies(tokens, inputs, distinct, ranks, t.bytes, s.b, dropout, base_frozen=True)
+    return terms.lora_input_copies(tokens, inputs, distinct, ranks, t.bytes, s.b, dropout)
 
 
 FUSED_QKV = ("q_proj", "k_proj", "v_proj")

@@ -336,7 +336,6 @@ def lora_input_copies(
     adapter_bytes: int,
     act_bytes: int,
     dropout: bool,
-    base_frozen: bool,
 ) -> float:
     """What PEFT's LoRA branch saves for backward per decoder layer, on a GPU (peft/tuners/lora/layer.py
     `Linear.forward`: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, then `lora_B(lora_A(dropout(x)))`), with
@@ -344,11 +343,11 @@ def lora_input_copies(
     (q, k and v read one, gate and up one) and `rank_outputs` r times their count:
     - lora_A's input, one per adapted linear where it is not x itself: fp32 adapters under autocast get x cast up by
       PEFT and back by autocast, which saves that copy (b); a dropout above 0 saves its output (b);
-    - else x itself, once per distinct input, where the base linear is frozen (`base_frozen`) and so keeps none;
+    - else x itself, once per distinct input: the adapted base linear is frozen and keeps none;
     - the dropout's bool mask (1 byte per element, aten `native_dropout`);
     - lora_A's output, saved by lora_B: r * b per adapted linear."""
     copied = adapter_bytes != act_bytes or dropout
-    own = adapted_inputs * act_bytes if copied else (distinct_inputs * act_bytes if base_frozen else 0)
+    own = (adapted_inputs if copied else distinct_inputs) * act_bytes
     mask = adapted_inputs if dropout else 0
     return tokens * (own + mask + rank_outputs * act_bytes)
 

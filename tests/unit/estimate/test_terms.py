@@ -161,14 +161,13 @@ def test_adafactor_factors_every_matrix_and_has_no_paged_state():
 
 
 def test_lora_input_copies_by_adapter_dtype_and_dropout():
-    def copies(adapter_bytes, dropout, base_frozen=True):
-        return terms.lora_input_copies(10, 100, 60, 16, adapter_bytes, 2, dropout, base_frozen)
+    def copies(adapter_bytes, dropout):
+        return terms.lora_input_copies(10, 100, 60, 16, adapter_bytes, 2, dropout)
 
     # fp32 adapters under bf16 autocast: PEFT casts x up, autocast casts it back and lora_A saves that bf16 copy
     assert copies(4, False) == 10 * (100 * 2 + 16 * 2)
-    # adapters in the activations' dtype, no dropout: lora_A saves x itself, once per distinct input, which a
-    # frozen base layer does not keep and a trained one does
+    # adapters in the activations' dtype, no dropout: lora_A saves x itself, once per distinct input (the frozen
+    # base linear keeps none)
     assert copies(2, False) == 10 * (60 * 2 + 16 * 2)
-    assert copies(2, False, base_frozen=False) == 10 * 16 * 2
     # a dropout above 0: its output (b) and its bool mask (1 byte)
     assert copies(2, True) == copies(4, True) == 10 * (100 * 3 + 32)
