@@ -769,8 +769,8 @@ def _lora_copies(s: _Setting, t: _Trainable, tokens: int) -> float:
         return 0.0
     lora, layers = s.workload.lora, s.shapes.layers
     adapted = s.shapes.lora_targets(lora.target_modules)
-    inputs = _lora_inputs(adapted, s.knobs.litgpt_model) // layers
-    distinct = _lora_inputs(adapted, True, shared=SHARED_INPUTS) // layers
+    inputs = _lora_inputs(adapted, FUSED_QKV if s.knobs.litgpt_model else ()) // layers
+    distinct = _lora_inputs(adapted, SHARED_INPUTS) // layers
     ranks = lora.r * len(adapted) // layers
     dropout = s.method.dropout_active(lora.dropout)
     return terms.lora_input_copies(tokens, inputs, distinct, ranks, t.bytes, s.b, dropout)
@@ -783,10 +783,10 @@ SHARED_INPUTS = (*FUSED_QKV, "gate_proj", "up_proj")
 value, the MLP's gate and up projections."""
 
 
-def _lora_inputs(adapted: list[Linear], fused_qkv: bool, shared: tuple[str, ...] = FUSED_QKV) -> int:
-    """in_features summed over the adapted linears, each module's linears named in `shared` once where they read one
-    input (`fused_qkv`: Knobs.litgpt_model's fused QKV, or every distinct input). Pure."""
-    joined = [lin for lin in adapted if fused_qkv and lin.name.rsplit(".", 1)[1] in shared]
+def _lora_inputs(adapted: list[Linear], shared: tuple[str, ...]) -> int:
+    """in_features summed over the adapted linears, each module's linears named in `shared` counted once as one input
+    (FUSED_QKV: Knobs.litgpt_model's fused QKV; SHARED_INPUTS: every distinct input; (): none joined). Pure."""
+    joined = [lin for lin in adapted if lin.name.rsplit(".", 1)[1] in shared]
     groups = {(lin.name.rsplit(".", 1)[0], lin.name.rsplit(".", 1)[1] in FUSED_QKV): lin.in_features for lin in joined}
     return sum(lin.in_features for lin in adapted if lin not in joined) + sum(groups.values())
 

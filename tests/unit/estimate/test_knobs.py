@@ -289,12 +289,12 @@ def test_a_fused_qkv_drops_its_input_once():
     """LitGPT's LoRAQKVLinear drops x once for query, key and value: where all three are adapted, two dropped copies
     (b) and two masks (1 byte) per token and layer fewer than three separate linears' (llama-3.2-1b: 16 layers,
     hidden 2048, SFT rows at max_length)."""
-    from bench.estimate.predict import _lora_inputs
+    from bench.estimate.predict import FUSED_QKV, _lora_inputs
     from bench.estimate.shapes import Linear
 
     adapted = [Linear(f"layers.0.attn.{n}", 64, 64, False) for n in ("q_proj", "v_proj")]
     adapted += [Linear("layers.0.mlp.up_proj", 64, 256, False)]
-    assert _lora_inputs(adapted, False) == 192 and _lora_inputs(adapted, True) == 128
+    assert _lora_inputs(adapted, ()) == 192 and _lora_inputs(adapted, FUSED_QKV) == 128
     workload = load_workload("llama-3.2-1b")
     dropped = workload.model_copy(update={"lora": workload.lora.model_copy(update={"dropout": 0.05})})
     train = workload.train
