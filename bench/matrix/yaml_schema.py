@@ -14,6 +14,8 @@ from bench.matrix.packages import PACKAGES
 from bench.paths import PROJECT_ROOT
 
 Model = TypeVar("Model", bound=BaseModel)
+# libyaml's parser where PyYAML was built with it: the same documents, several times faster to read
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _https_links(value: tuple[str, ...]) -> tuple[str, ...]:
@@ -64,7 +66,7 @@ def read_yaml(path: Path) -> object:
     if not path.is_file():
         raise BenchError(f"{display_path(path)}: file not found")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -8,6 +8,7 @@ kernels and the operations an int8 and an nf4 training step dispatch. The librar
 (`python -m bench.results.cpu_probe`: importing bitsandbytes would cost the runner ~110 MiB); a probe that fails
 records its first line and never stops a run."""
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from bench.results.probe_cache import keep_output, kept_output, probe_key
 
 FLAGS = (
     "avx2",
@@ -89,6 +92,8 @@ class CpuFeatures(_Open):
     bitsandbytes: Bitsandbytes | None = None
     probe_error: str | None = None
     """The first line of the probe's failure, where it failed."""
+    probed_at: str | None = None
+    """When the probe ran (UTC): a run on a machine and interpreter probed before reads that probe's answer."""
 
     def facts(self) -> dict[str, str]:
         """What compare holds equal between two runs, as shown to people."""
@@ -132,25 +137,34 @@ def library_env(environ: dict[str, str]) -> dict[str, str]:
 
 
 def detect_cpu_features(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) -> CpuFeatures:
-    """This machine's CpuFeatures: the flags read here, the libraries' facts from a child process."""
+    """This machine's CpuFeatures: the flags read here, the libraries' facts from a child process (or from the same
+    probe kept for this machine and interpreter: bench/results/probe_cache.py)."""
     cpuinfo = Path("/proc/cpuinfo")
-    flags = cpu_flags(cpuinfo.read_text()) if cpuinfo.is_file() else []
-    env = library_env(dict(os.environ))
-    try:
-        out = subprocess.run(
-            [python, "-m", "bench.results.cpu_probe"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=str(exc).splitlines()[0])
-    found = parse_probe(out.stdout)
+    text = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    flags, env = cpu_flags(text), library_env(dict(os.environ))
+    key = probe_key(python, text, env)
+    kept = kept_output(key) if key else None
+    if kept is not None and parse_probe(kept[0]) is not None:
+        stdout, probed_at = kept
+    else:
+        try:
+            out = subprocess.run(
+                [python, "-m", "bench.results.cpu_probe"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=Path(__file__).resolve().parents[2],
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=str(exc).splitlines()[0])
+        stdout, probed_at = out.stdout, dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    found = parse_probe(stdout)
     if found is None:
         last = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
         return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=f"probe: {last}")
-    found.flags, found.onednn.env = flags, env
+    if key and (kept is None or kept[0] != stdout):
+        keep_output(key, stdout, probed_at)
+    found.flags, found.onednn.env, found.probed_at = flags, env, probed_at
     return found
 
 

@@ -143,9 +143,12 @@ def environment_fingerprint(
     lock: Path | None,
     image: str | None,
     training: Training | None = None,
+    host: HostHardware | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> EnvFingerprint:
     """`lock`: the image flavour's lock file, None for a flavour without one (hpu) or an installed wheel (none
-    shipped); `training`: the run's profile and workload's (bench/matrix/settings.py `training_of`)."""
+    shipped); `training`: the run's profile and workload's (bench/matrix/settings.py `training_of`); `host`, `cpu`:
+    this host's hardware and CPU features, measured earlier (None: measured now)."""
     installed_from, differences = installation()
     lock = lock if lock is not None and lock.is_file() else None
     return EnvFingerprint(
@@ -154,7 +157,7 @@ def environment_fingerprint(
         workload=workload,
         executor=executor,
         image=image,
-        hardware=detect_hardware(),
+        hardware=host or detect_hardware(),
         platform=platform.platform(),
         python=sys.version.split()[0],
         packages=installed_versions(),
@@ -166,7 +169,7 @@ def environment_fingerprint(
         git_dirty=git_dirty(),
         command=redact(" ".join(sys.argv)),
         training=training,
-        cpu_features=detect_cpu_features(),
+        cpu_features=cpu or detect_cpu_features(),
         memory_settings=memory_settings(executor),
     )
 

@@ -24,8 +24,9 @@ from bench.matrix.plan import Plan, plan_for
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.settings import training_of
 from bench.paths import BUILD_DIR
-from bench.results.env import environment_fingerprint, write_env
-from bench.results.env_schema import EnvFingerprint
+from bench.results.cpu_features import CpuFeatures, detect_cpu_features
+from bench.results.env import detect_hardware, environment_fingerprint, write_env
+from bench.results.env_schema import EnvFingerprint, HostHardware
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
 from bench.run.fork_server_mode import fork_server
@@ -72,22 +73,40 @@ class RunRequest:
     """--report-to: the experiment trackers the cells' trainers report to."""
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a run has before its fork server starts: the machine as the cells see it, the assets, each cell's plan
+    and the executor."""
+
+    machine: Preflight
+    assets: PreparedAssets
+    plans: dict[str, Plan]
+    executor: Executor
+
+
 def run_session(request: RunRequest) -> list[ResultRecord]:
     """Run the request's cells; the records of this session. KeyboardInterrupt passes through once the runner has
     stopped the running cell and said how to resume, or, before the first cell, once a line has said so."""
     preparing = True
     try:
-        ctx, machine = prepared(request)
+        ready = prepared(request)
+        machine = ready.machine
         choice = "fresh" if machine.untested_reason else request.start
         log = without_link(own_folder(request.run_dir / "logs", request.run_dir) / "fork-server.log")
-        with fork_server(choice, ctx.executor, ctx.profile, machine.launch_env, log) as serve:
-            if isinstance(ctx.executor, LocalExecutor) and not machine.untested_reason:
-                host_ops_ready(ctx.executor.python, ctx, request)
+        with fork_server(choice, ready.executor, request.profile, machine.launch_env, log) as serve:
+            # while the fork server imports: the CPU probe (or its kept answer) and torch for the microbenchmarks,
+            # which run once the server is idle
+            cpu = detect_cpu_features()
+            import torch  # noqa: F401
+
+            if isinstance(ready.executor, LocalExecutor) and not machine.untested_reason:
+                host_ops_ready(ready.executor.python, ready.plans, request)
+            if line := serve():
+                print(line, flush=True)
+            ctx = run_context(request, ready, detect_hardware(), cpu)
             budget = None
             if request.time_budget_min is not None:
                 budget = time_budget(request.time_budget_min * 60, ctx, request.cells, request.started)
-            if line := serve():
-                print(line, flush=True)
             preparing = False
             return execute(
                 ctx,
@@ -105,9 +124,8 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         raise
 
 
-def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
-    """The run's context once the machine is checked, the assets prepared, the executor chosen and env.json written;
-    and the machine as the cells will see it."""
+def prepared(request: RunRequest) -> Prepared:
+    """The machine checked, the assets prepared and the executor chosen."""
     known_issues()  # a malformed known_issues.yaml stops here, not at the first failing cell
     profile = request.profile
     if profile.nodes > 1 and request.executor != "slurm":
@@ -127,14 +145,20 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         assets = present_assets(request.workload, prepare(request.workload))
     plans = {c.id: plan_for(c, profile, request.workload) for c in request.cells}
     executor, machine = chosen_executor(request, machine, where, assets, plans.values())
-    env = recorded_environment(request, executor)
-    ctx = RunContext(
+    return Prepared(machine, assets, plans, executor)
+
+
+def run_context(request: RunRequest, ready: Prepared, host: HostHardware, cpu: CpuFeatures) -> RunContext:
+    """The run's context, once env.json is written with the host's measured hardware and CPU features."""
+    profile, machine = request.profile, ready.machine
+    env = recorded_environment(request, ready.executor, host, cpu)
+    return RunContext(
         request.run_id,
         request.run_dir,
         profile,
         request.workload,
-        assets,
-        executor,
+        ready.assets,
+        ready.executor,
         machine.launch_env,
         machine.emulated_from,
         untested=machine.untested_reason,
@@ -143,9 +167,8 @@ def prepared(request: RunRequest) -> tuple[RunContext, Preflight]:
         run_predicted_oom=request.run_predicted_oom,
         peak_tflops=machine.peak_tflops(profile),
         report_to=request.report_to,
-        plans=plans,
+        plans=ready.plans,
     )
-    return ctx, machine
 
 
 def present_assets(workload: Workload, assets: PreparedAssets, build_dir: Path = BUILD_DIR) -> PreparedAssets:
@@ -229,7 +252,9 @@ def chosen_executor(
     return executor, machine
 
 
-def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerprint:
+def recorded_environment(
+    request: RunRequest, executor: Executor, host: HostHardware, cpu: CpuFeatures
+) -> EnvFingerprint:
     """The run's env.json, written: this interpreter's versions, or the image's where the cells run in one."""
     flavor = request.profile.image_flavor
     env = environment_fingerprint(
@@ -239,6 +264,8 @@ def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerpr
         images.lock_file(flavor),
         executor.image,
         training_of(request.profile, request.workload),
+        host,
+        cpu,
     )
     if executor.name == "docker":
         inside = images.image_report(executor.image, PACKAGES)
@@ -247,12 +274,12 @@ def recorded_environment(request: RunRequest, executor: Executor) -> EnvFingerpr
     return env
 
 
-def host_ops_ready(python: str, ctx: RunContext, request: RunRequest) -> None:
+def host_ops_ready(python: str, plans: dict[str, Plan], request: RunRequest) -> None:
     """DeepSpeed's CPU ops built (for the cells' interpreter `python`) before the first cell that needs them, not
     inside its timed run."""
     from bench.run.host_ops import ensure_built, needs_host_ops
 
-    if needs_host_ops(c for c in request.cells if ctx.plan(c).not_applicable is None):
+    if needs_host_ops(c for c in request.cells if plans[c.id].not_applicable is None):
         print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
 
 

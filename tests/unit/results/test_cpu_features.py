@@ -2,10 +2,12 @@
 bitsandbytes' backend and kernels; read back from a run, or from a measurement after it."""
 
 import json
+import sys
 
 import pytest
 
 from bench.errors import BenchError
+from bench.results import cpu_features, probe_cache
 from bench.results.cpu_features import (
     FLAGS,
     PROBE_PREFIX,
@@ -145,3 +147,29 @@ def test_a_run_s_features_come_from_its_env_json_else_from_a_measurement_after_i
     (tmp_path / CPU_FEATURES_AFTER_FILE).write_text('{"machine": "x"}')
     with pytest.raises(BenchError, match="not valid CPU features"):
         run_cpu_features(tmp_path)
+
+
+def test_a_second_probe_on_this_machine_and_interpreter_reads_the_first(monkeypatch, tmp_path):
+    monkeypatch.setattr(probe_cache, "PROBE_CACHE_DIR", tmp_path)
+    started = []
+    real_run = cpu_features.subprocess.run
+
+    def run(*args, **kwargs):  # the real probe once, then its output again
+        started.append(args)
+        if len(started) == 1:
+            started.append(real_run(*args, **kwargs))
+        return started[1]
+
+    monkeypatch.setattr(cpu_features.subprocess, "run", run)
+    first = detect_cpu_features()
+    second = detect_cpu_features()
+    assert len(started) == 2 and first.probe_error is None and first.probed_at
+    assert second == first
+    for kept in tmp_path.glob("*.json"):  # a file that cannot be read: probed again
+        kept.write_text("{", encoding="utf-8")
+    assert detect_cpu_features() == first.model_copy(update={"probed_at": detect_cpu_features().probed_at})
+    assert len(started) == 3
+    text = open("/proc/cpuinfo").read()
+    key = probe_cache.probe_key(sys.executable, text, {})
+    assert key and probe_cache.probe_key(sys.executable, text, {"ONEDNN_MAX_CPU_ISA": "AVX2"}) != key
+    assert probe_cache.probe_key("/usr/bin/python3-other", text, {}) is None
