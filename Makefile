@@ -94,7 +94,7 @@ matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
 test: setup browser slurm ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
-	$(PY) -m pytest tests -m "not docker and not pipeline_small" --ignore=tests/perf
+	$(PY) -m pytest tests -m "not docker and not pipeline_small" --ignore=tests/perf --durations=25
 
 browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
