@@ -29,7 +29,7 @@ WHEEL_CUDA   ?= 130
 
 BENCH_ARGS := --hw $(HW) $(if $(METHOD),--method '$(METHOD)') $(if $(FILTER),--filter '$(FILTER)') $(if $(RUN),--run-id $(RUN)) $(if $(FORCE),--force) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(RUN_PREDICTED_OOM),--run-predicted-oom) $(if $(EXCLUSIVE),--exclusive) $(if $(START),--start $(START))
 
-.PHONY: wheelhouse carry-assets window-carry gpu-window mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
+.PHONY: wheelhouse carry-assets window-carry gpu-window mutants predicted help setup browser slurm bench pipeline images check-cuda-image list matrix test test-long test-unit test-docker lint perf perf-matrix compare compare-ab publish predict validate-estimate clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -93,8 +93,11 @@ list: setup ## list every cell and the not-applicable reasons, run nothing
 matrix: setup ## regenerate results/HW/MATRIX.md from the latest complete run
 	$(PY) -m bench matrix --hw $(HW)
 
-test: setup browser slurm ## unit + integration tests (really trains a subset of cells); container tests: make test-docker
-	$(PY) -m pytest tests -m "not docker and not pipeline_small" --ignore=tests/perf --durations=25
+test: setup browser slurm ## unit + integration tests (really trains a subset of cells); make test-long, make test-docker: the rest
+	$(PY) -m pytest tests -m "not docker and not pipeline_small and not long" --ignore=tests/perf --durations=25
+
+test-long: setup slurm ## end-to-end rehearsals of whole workflows (window, pipeline, fresh clone, GPU slots): ~20 min
+	$(PY) -m pytest tests -m "long and not docker and not pipeline_small" --durations=10
 
 browser: ## the published site's browser test needs chromium: installed from Debian when missing (root), else says so
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

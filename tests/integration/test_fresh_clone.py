@@ -14,7 +14,7 @@ import pytest
 
 from bench.paths import PROJECT_ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 CELL = "one_adapter-int8-single"
 """A DPO cell that trains in seconds and lands in every validation figure (quantized: on a CPU with AVX-512 BF16 or

@@ -10,9 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bench.results.schema import Status
 from bench.results.store import load_results
 from bench.units import MiB
+
+pytestmark = pytest.mark.long
 
 PROFILE = ("--hw", "cpu-budget", "--workload", "tiny", "--executor", "local")
 SINGLES = ("one_adapter-none-single", "two_models-none-single", "two_adapters-none-single")

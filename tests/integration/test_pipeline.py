@@ -12,7 +12,7 @@ import pytest
 
 from bench.pipeline.chain import DPO_PIPELINE, NEW_TOKENS, PIPELINES, load_stages
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def run_pipeline(

@@ -18,6 +18,8 @@ from bench.results.schema import Status
 from bench.results.store import load_results
 from bench.run.window_spec import REHEARSAL
 
+pytestmark = pytest.mark.long
+
 PROFILE = "cpu-budget"
 PEAK_TOLERANCE = 0.05
 """A cell's RSS peak (each rank's) in the window and alone: repeats differ by a few MiB; a neighbour counted in would
