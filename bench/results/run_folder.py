@@ -11,11 +11,11 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.files import open_own
-from bench.results.layout import ENV_FILE
+from bench.results.layout import ENV_FILE, FORK_SERVER_LOG, HOST_OPS_LOG
 from bench.results.lock import LOCK_FILE, RunLock, lock_run
 
-NOTHING_RECORDED = frozenset({LOCK_FILE, ENV_FILE})
-"""What the folder of a run that ended before its first cell holds."""
+NOTHING_RECORDED = frozenset({LOCK_FILE, ENV_FILE, FORK_SERVER_LOG, HOST_OPS_LOG})
+"""What the folder of a run that ended before its first cell holds (paths inside it)."""
 
 
 def what_to_do(code: int | None) -> str:
@@ -74,12 +74,13 @@ def _remove_if_unused(made: list[Path]) -> None:
     """Remove the folders this runner made when nothing was recorded in them (deepest first, empty ones only)."""
     run_dir = made[0]
     with contextlib.suppress(OSError):
-        names = {p.name for p in run_dir.iterdir()}
-        if not names <= NOTHING_RECORDED:
+        inside = sorted(run_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+        files = [p for p in inside if not p.is_dir()]
+        if any(p.relative_to(run_dir).as_posix() not in NOTHING_RECORDED for p in files):
             return
-        for name in names:
-            (run_dir / name).unlink()
-        for folder in made:
+        for path in files:
+            path.unlink()
+        for folder in [p for p in inside if p.is_dir()] + made:
             folder.rmdir()
 
 

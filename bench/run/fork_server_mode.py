@@ -16,6 +16,8 @@ from pathlib import Path
 
 from bench.executors.base import Executor
 from bench.executors.local import LocalExecutor
+from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.fork_server import ForkServer
 from bench.matrix.profiles import HardwareProfile
 from bench.run.launch import shared_env
 
@@ -53,9 +55,18 @@ def fork_server(
         return
     log.parent.mkdir(parents=True, exist_ok=True)
     preload = PRELOAD.get(profile.device, ACCELERATOR_PRELOAD)
-    server = executor.start_fork_server(shared_env(profile, run_env), preload, log)
+    with contextlib.ExitStack() as stopping:
+        with DeferredSigint():  # a stop signal while it starts is delivered once `stopping` holds it
+            server = executor.start_fork_server(shared_env(profile, run_env), preload, log)
+            stopping.callback(_stop, executor, server)
+        yield _serving(executor, server)
+
+
+def _serving(executor: LocalExecutor, server: ForkServer) -> Callable[[], str]:
+    """`serve` for a started server."""
 
     def serve() -> str:
+        """Wait for the server and hand it to the executor; the line to print."""
         if (not_served := server.wait()) is not None:
             return f"notice: cells start fresh: the fork server could not serve ({not_served})"
         executor.fork_server = server
@@ -65,8 +76,9 @@ def fork_server(
             "cell forks from it (--start fresh: an interpreter each)"
         )
 
-    try:
-        yield serve
-    finally:
-        executor.fork_server = None
-        server.stop()
+    return serve
+
+
+def _stop(executor: LocalExecutor, server: ForkServer) -> None:
+    executor.fork_server = None
+    server.stop()

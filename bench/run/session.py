@@ -27,6 +27,7 @@ from bench.paths import BUILD_DIR
 from bench.results.cpu_features import CpuFeatures, detect_cpu_features
 from bench.results.env import detect_hardware, environment_fingerprint, write_env
 from bench.results.env_schema import EnvFingerprint, HostHardware
+from bench.results.layout import FORK_SERVER_LOG, HOST_OPS_LOG
 from bench.results.schema import ResultRecord
 from bench.run.budget import TimeBudget
 from bench.run.fork_server_mode import fork_server
@@ -92,7 +93,8 @@ def run_session(request: RunRequest) -> list[ResultRecord]:
         ready = prepared(request)
         machine = ready.machine
         choice = "fresh" if machine.untested_reason else request.start
-        log = without_link(own_folder(request.run_dir / "logs", request.run_dir) / "fork-server.log")
+        log = request.run_dir / FORK_SERVER_LOG
+        log = without_link(own_folder(log.parent, request.run_dir) / log.name)
         with fork_server(choice, ready.executor, request.profile, machine.launch_env, log) as serve:
             # while the fork server imports: the CPU probe (or its kept answer) and torch for the microbenchmarks,
             # which run once the server is idle
@@ -280,7 +282,7 @@ def host_ops_ready(python: str, plans: dict[str, Plan], request: RunRequest) -> 
     from bench.run.host_ops import ensure_built, needs_host_ops
 
     if needs_host_ops(c for c in request.cells if plans[c.id].not_applicable is None):
-        print(ensure_built(python, extensions_dir(), without_link(request.run_dir / "host-ops.log")), flush=True)
+        print(ensure_built(python, extensions_dir(), without_link(request.run_dir / HOST_OPS_LOG)), flush=True)
 
 
 def time_budget(seconds: float, ctx: RunContext, cells: list[Cell], started: float) -> TimeBudget:
