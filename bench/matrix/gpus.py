@@ -146,6 +146,7 @@ class Catalog(Strict):
         return self
 
 
+@functools.lru_cache(maxsize=4096)
 def spelling(name: str) -> str:
     """How names are compared: `RTX 4090`, `rtx-4090` and `RTX_4090` are one name; a leading NVIDIA is dropped."""
     folded = re.sub(r"[\s_-]+", "", name.lower())
