@@ -14,8 +14,8 @@ from bench.matrix.packages import PACKAGES
 from bench.paths import PROJECT_ROOT
 
 Model = TypeVar("Model", bound=BaseModel)
-# libyaml's parser where PyYAML was built with it: the same documents, several times faster to read
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it: the same documents, several times faster to read."""
 
 
 def _https_links(value: tuple[str, ...]) -> tuple[str, ...]:

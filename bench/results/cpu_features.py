@@ -144,8 +144,9 @@ def detect_cpu_features(python: str = sys.executable, timeout_s: float = PROBE_T
     flags, env = cpu_flags(text), library_env(dict(os.environ))
     key = probe_key(python, text, env)
     kept = kept_output(key) if key else None
-    if kept is not None and parse_probe(kept[0]) is not None:
-        stdout, probed_at = kept
+    found = parse_probe(kept[0]) if kept else None
+    if kept and found is not None:
+        probed_at = kept[1]
     else:
         try:
             out = subprocess.run(
@@ -157,13 +158,13 @@ def detect_cpu_features(python: str = sys.executable, timeout_s: float = PROBE_T
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=str(exc).splitlines()[0])
-        stdout, probed_at = out.stdout, dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    found = parse_probe(stdout)
-    if found is None:
-        last = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
-        return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=f"probe: {last}")
-    if key and (kept is None or kept[0] != stdout):
-        keep_output(key, stdout, probed_at)
+        found = parse_probe(out.stdout)
+        if found is None:
+            last = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+            return CpuFeatures(flags=flags, onednn=OneDnn(env=env), probe_error=f"probe: {last}")
+        probed_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        if key:
+            keep_output(key, out.stdout, probed_at)
     found.flags, found.onednn.env, found.probed_at = flags, env, probed_at
     return found
 

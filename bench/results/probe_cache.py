@@ -23,7 +23,7 @@ PROBED_PACKAGES = ("torch", "bitsandbytes", "intel-extension-for-pytorch", "tran
 
 def probe_key(python: str, cpuinfo: str, library_env: dict[str, str]) -> str | None:
     """The cache key of a probe of `python` on this machine; None where it cannot be kept (another interpreter)."""
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
+    if os.path.abspath(python) != os.path.abspath(sys.executable):  # not realpath: venvs share a base binary
         return None
     cpu = [ln for ln in cpuinfo.splitlines() if ln.startswith(("model name", "flags", "cpu family", "model\t"))][:4]
     probe = Path(__file__).with_name("cpu_probe.py")
