@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bench.assets.random_weights import VERSION as RANDOM_WEIGHTS
 from bench.assets.text_assets import local_or_hub
+from bench.isolation.deferred_sigint import uncut
 from bench.matrix.profiles import Workload
 from bench.paths import scenarios_dir
 
@@ -13,7 +14,7 @@ from bench.paths import scenarios_dir
 def workload_fingerprint(workload: Workload) -> str:
     """The workload's definition, its model's config.json, its shipped data's files and, for random weights, the
     generator that makes them (bench/assets/random_weights.py VERSION)."""
-    blob = workload.model_dump_json()
+    blob = uncut(workload.model_dump_json)
     if workload.model.config_file is not None:
         blob += workload.model.config_file.read_text(encoding="utf-8")
     if workload.model.weights == "random":

@@ -29,7 +29,7 @@ from bench.executors.harness_watch import HarnessWatch, Stopped, server_death
 from bench.files import write_whole
 from bench.isolation import lifeline, step_marks
 from bench.isolation.cgroups import CellCgroups, CgroupUnavailable, cell_cgroups, remove_cgroup
-from bench.isolation.deferred_sigint import DeferredSigint
+from bench.isolation.deferred_sigint import DeferredSigint, uncut
 from bench.isolation.fork_server import ForkServer
 from bench.isolation.shm_segments import remove_group_segments, remove_segments
 
@@ -243,7 +243,7 @@ class LiveCell(BaseModel):
 
 
 def _write_live(path: Path, live: LiveCell) -> None:
-    write_whole(path, live.model_dump_json())
+    write_whole(path, uncut(live.model_dump_json))
 
 
 def _group_members(pgid: int) -> list[int]:

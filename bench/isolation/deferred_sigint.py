@@ -7,6 +7,9 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
+
+T = TypeVar("T")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
@@ -117,3 +120,11 @@ class DeferredSigint:
         finally:
             for signum in self.previous:
                 signal.signal(signum, self._record)
+
+
+def uncut(call: Callable[[], T]) -> T:
+    """`call()` with the stop signals held until it returns: for a short call that a signal must not land inside,
+    such as pydantic's serializer, which turns a KeyboardInterrupt raised in its Python callbacks into a
+    PydanticSerializationError (a traceback and exit 1 where a stop should print one line)."""
+    with DeferredSigint():
+        return call()

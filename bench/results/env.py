@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from bench.errors import BenchError
 from bench.files import write_whole
 from bench.install import stamped_commit
+from bench.isolation.deferred_sigint import uncut
 from bench.matrix.packages import installed_versions
 from bench.paths import BUILD_DIR, IN_CHECKOUT, PROJECT_ROOT
 from bench.results.cpu_features import CpuFeatures, MeasuredAfter, detect_cpu_features
@@ -275,4 +276,4 @@ def write_env(run_dir: Path, env: EnvFingerprint) -> None:
                 f"{path}: this run was measured with other package versions; start a new run instead of resuming"
             )
         return
-    write_whole(path, redact(env.model_dump_json(indent=2)))
+    write_whole(path, redact(uncut(lambda: env.model_dump_json(indent=2))))

@@ -2,6 +2,7 @@ import os
 import signal
 import time
 
+import pydantic_core
 import pytest
 
 from bench.isolation import deferred_sigint
@@ -12,6 +13,7 @@ from bench.isolation.deferred_sigint import (
     exit_status,
     interrupt_on_stop_signals,
     stopped_by,
+    uncut,
 )
 
 
@@ -80,3 +82,26 @@ def test_a_sigterm_during_setup_is_held_until_it_ends_and_then_stops_it(stop_han
             steps.append("not reached")
     assert steps == ["set up"] and raised.value.name == "SIGTERM"  # the first one held
     assert signal.getsignal(signal.SIGTERM) is handler and signal.getsignal(signal.SIGHUP) is handler
+
+
+def test_a_ctrl_c_inside_pydantic_serialisation_arrives_whole_after_it():
+    """pydantic wraps a KeyboardInterrupt raised in its Python callbacks into its own error; `uncut` holds it until
+    the dump returns, so it arrives as the KeyboardInterrupt it is."""
+    import pydantic
+
+    class Signalled(pydantic.BaseModel):
+        value: int
+
+        @pydantic.field_serializer("value")
+        def _signal(self, value: int) -> int:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            return value
+
+    with pytest.raises(pydantic_core.PydanticSerializationError):
+        Signalled(value=1).model_dump_json()
+    dumped = []
+    with pytest.raises(KeyboardInterrupt):
+        dumped.append(uncut(Signalled(value=1).model_dump_json))
+    assert dumped == []
+    assert uncut(lambda: 7) == 7
