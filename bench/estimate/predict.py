@@ -18,7 +18,6 @@ from bench.estimate.shapes import (
     ModelShapes,
     last_gemm_dropout,
     layer_saves,
-    layernorm_model,
     shapes_for,
 )
 from bench.estimate.uncertainty import MemoryVerdict
@@ -659,7 +658,7 @@ def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
 def _fp32_residual(s: _Setting) -> bool:
     """A 4-bit LayerNorm model on a GPU under autocast (terms.fp32_layer_inputs)."""
     autocast = s.precision != "fp32" and s.knobs.master_weights
-    return s.device == "cuda" and s.cell.quant == "nf4" and autocast and layernorm_model(s.workload)
+    return s.device == "cuda" and s.cell.quant == "nf4" and autocast and s.shapes.layer_norm
 
 
 def _fp32_layer_inputs(s: _Setting, tokens: int) -> float:

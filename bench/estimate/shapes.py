@@ -50,6 +50,15 @@ class ModelShapes:
     kv_heads: int
     head_dim: int
     vocab: int
+    layer_norms: int
+    """Norms in a decoder layer outside its attention (each keeps its input): 2 in Llama's, 1 in phi's shared one, 4
+    in Gemma 2's."""
+    layer_norm: bool
+    """The decoder's norms are nn.LayerNorm, which keeps its input as it is; otherwise RMSNorm, which every
+    transformers model runs on its input upcast to fp32 (LlamaRMSNorm `hidden_states.to(torch.float32)`)."""
+    gated_mlp: bool
+    """The MLP multiplies an activated projection by another (SwiGLU, GeGLU: gate and up, or one fused gate_up);
+    False where one projection to the intermediate width feeds the activation (phi's fc1, OPT's fc1)."""
 
     def lora_params(self, r: int, target_modules: list[str]) -> int:
         """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
@@ -90,15 +99,6 @@ def shapes_for(workload: Workload) -> ModelShapes:
     return shapes_from_config(str(config_path(workload)))
 
 
-LAYERNORM_MODEL_TYPES = frozenset({"phi", "opt"})
-"""config.json model_types whose decoder layers normalise with nn.LayerNorm and add an MLP output into the residual
-stream (transformers 5.23 modeling_phi.py:257 and :286, modeling_opt.py:195, :200 and :226), among the workloads and
-published models here; RMSNorm models (Llama, Qwen, Mistral) cast the norm's output back to the input's dtype."""
-
-
-SHARED_NORM_MODEL_TYPES = frozenset({"phi"})
-"""model_types whose decoder layer has one norm feeding both attention and the MLP (transformers' PhiDecoderLayer
-`input_layernorm` only; LitGPT's phi configs `shared_attention_norm=True`)."""
 COMPOSITE_ACTIVATIONS = {"gelu_new": 4}
 """hidden_act values transformers runs as a Python composite, with the intermediate-sized tensors its ops keep:
 NewGELUActivation `0.5 * input * (1.0 + torch.tanh(... (input + 0.044715 * torch.pow(input, 3.0))))` keeps its
@@ -125,19 +125,14 @@ class LayerSaves:
 def layer_saves(workload: Workload, native_activation: bool = False) -> LayerSaves:
     """The workload's model's LayerSaves; `native_activation`: its activation is torch's own kernel whatever the
     config names (LitGPT's GptNeoxMLP calls `torch.nn.functional.gelu`)."""
-    config = _config_of(workload)
-    model_type = str(config.get("model_type", ""))
-    if model_type not in LAYERNORM_MODEL_TYPES:
-        return LayerSaves(norms=2, norm_fp32=True, mlp_inner=GATED_MLP)
-    activation = str(config.get("hidden_act", config.get("activation_function", "")))
-    inner = 1 if native_activation else COMPOSITE_ACTIVATIONS.get(activation, 1)
-    return LayerSaves(norms=1 if model_type in SHARED_NORM_MODEL_TYPES else 2, norm_fp32=False, mlp_inner=inner)
-
-
-def layernorm_model(workload: Workload) -> bool:
-    """The workload's model normalises with nn.LayerNorm (LAYERNORM_MODEL_TYPES); False where no config.json is
-    local."""
-    return str(_config_of(workload).get("model_type", "")) in LAYERNORM_MODEL_TYPES
+    shapes = shapes_for(workload)
+    if shapes.gated_mlp:
+        inner = GATED_MLP
+    else:
+        config = _config_of(workload)
+        activation = str(config.get("hidden_act", config.get("activation_function", "")))
+        inner = 1 if native_activation else COMPOSITE_ACTIVATIONS.get(activation, 1)
+    return LayerSaves(norms=shapes.layer_norms, norm_fp32=not shapes.layer_norm, mlp_inner=inner)
 
 
 LAST_GEMM_DROPOUT: dict[str, tuple[str, bool]] = {
@@ -243,6 +238,7 @@ def shapes_of(model) -> ModelShapes:
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    layer_norms, layer_norm, gated_mlp = _layer_facts(blocks, config)
     return ModelShapes(
         total=total,
         embeddings=embeddings,
@@ -262,4 +258,35 @@ def shapes_of(model) -> ModelShapes:
         kv_heads=kv_heads,
         head_dim=head_dim,
         vocab=config.vocab_size,
+        layer_norms=layer_norms,
+        layer_norm=layer_norm,
+        gated_mlp=gated_mlp,
     )
+
+
+def _projection(module) -> tuple[int, int] | None:
+    """(in, out) features of a linear: nn.Linear, or transformers' Conv1D (GPT-2's, its weight stored [in, out])."""
+    import torch
+
+    if isinstance(module, torch.nn.Linear):
+        return module.in_features, module.out_features
+    if type(module).__name__ == "Conv1D":
+        return tuple(module.weight.shape)
+    return None
+
+
+def _layer_facts(blocks: list, config) -> tuple[int, bool, bool]:
+    """(norms, whether they are nn.LayerNorm, whether the MLP is gated) of the first decoder layer (the first module
+    of the largest ModuleList), its attention module's own left out (Qwen3's per-head q/k norms). The MLP is not gated
+    where its linears from the hidden width project to the config's intermediate width in all (a mixture of experts'
+    router projects to its expert count: its fused experts are gated)."""
+    import torch
+
+    layer = max(blocks, key=lambda b: sum(p.numel() for p in b.parameters()))[0]
+    attention = {name for name, child in layer.named_children() if "Attention" in type(child).__name__}
+    outside = [(n, m) for n, m in layer.named_modules() if n and n.split(".")[0] not in attention]
+    norms = [m for _, m in outside if isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("Norm")]
+    hidden = config.hidden_size
+    widths = [shape[1] for _, m in outside if (shape := _projection(m)) is not None and shape[0] == hidden]
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * hidden
+    return len(norms), bool(norms) and all(isinstance(m, torch.nn.LayerNorm) for m in norms), sum(widths) != inner

@@ -105,3 +105,57 @@ def test_a_layernorm_relu_layer_keeps_its_two_residual_dropouts_noise_on_the_cpu
     measured = _per_layer(_opt, trained=False)
     lse, norm_stats = HEADS * 4, 2 * 2 * 4  # the kernel's log-sum-exp; each LayerNorm's fp32 mean and rstd
     assert measured - lse - norm_stats == pytest.approx(_counted(HIDDEN, saved), rel=0.01)
+
+
+def _eager(build_config):
+    def build(layers: int):
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_config(build_config(layers)).to(torch.bfloat16)
+
+    return build
+
+
+def _gemma2_config(layers: int):
+    from transformers import Gemma2Config
+
+    return Gemma2Config(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_attention_heads=HEADS,
+                        num_key_value_heads=HEADS, head_dim=HIDDEN // HEADS, num_hidden_layers=layers,
+                        vocab_size=128, attn_logit_softcapping=None, final_logit_softcapping=None,
+                        sliding_window=4096, attention_dropout=0.0, layer_types=["full_attention"] * layers,
+                        attn_implementation="eager")  # fmt: skip
+
+
+def _llama_config(layers: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_attention_heads=HEADS,
+                       num_hidden_layers=layers, vocab_size=128, attn_implementation="eager")  # fmt: skip
+
+
+def test_the_model_classes_say_how_many_norms_a_layer_has_and_gemma_2s_four_each_keep_their_input():
+    from transformers import AutoModelForCausalLM
+
+    from bench.estimate.shapes import shapes_of
+
+    with torch.device("meta"):
+        gemma, llama = (AutoModelForCausalLM.from_config(c(2)) for c in (_gemma2_config, _llama_config))
+    assert (shapes_of(gemma).layer_norms, shapes_of(llama).layer_norms) == (4, 2)
+    assert not shapes_of(gemma).layer_norm and shapes_of(gemma).gated_mlp
+    # the same layer but for Gemma 2's two norms more (eager attention: Gemma 2 has no sdpa path), its MLP frozen
+    extra = _per_layer(_eager(_gemma2_config), False) - _per_layer(_eager(_llama_config), False)
+    assert extra == pytest.approx(2 * 4 * HIDDEN, rel=0.05)
+
+
+def test_a_layernorm_models_facts_come_from_its_classes():
+    from transformers import OPTConfig, OPTForCausalLM, PhiConfig, PhiForCausalLM
+
+    from bench.estimate.shapes import shapes_of
+
+    with torch.device("meta"):
+        phi = PhiForCausalLM(PhiConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_attention_heads=HEADS,
+                                       num_hidden_layers=1, vocab_size=128))  # fmt: skip
+        opt = OPTForCausalLM(OPTConfig(hidden_size=HIDDEN, ffn_dim=INTERMEDIATE, num_attention_heads=HEADS,
+                                       num_hidden_layers=1, vocab_size=128, word_embed_proj_dim=HIDDEN))  # fmt: skip
+    facts = [(s.layer_norms, s.layer_norm, s.gated_mlp) for s in (shapes_of(phi), shapes_of(opt))]
+    assert facts == [(1, True, False), (2, True, False)]

@@ -229,6 +229,9 @@ def made_up_shapes(*linears: tuple[int, int], other: int = 0):
         kv_heads=1,
         head_dim=1,
         vocab=1,
+        layer_norms=2,
+        layer_norm=False,
+        gated_mlp=True,
     )
 
 
