@@ -148,7 +148,7 @@ def test_the_model_classes_say_how_many_norms_a_layer_has_and_gemma_2s_four_each
 
 
 def test_a_layernorm_models_facts_come_from_its_classes():
-    from transformers import OPTConfig, OPTForCausalLM, PhiConfig, PhiForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM, PhiConfig, PhiForCausalLM
 
     from bench.estimate.shapes import shapes_of
 
@@ -157,5 +157,6 @@ def test_a_layernorm_models_facts_come_from_its_classes():
                                        num_hidden_layers=1, vocab_size=128))  # fmt: skip
         opt = OPTForCausalLM(OPTConfig(hidden_size=HIDDEN, ffn_dim=INTERMEDIATE, num_attention_heads=HEADS,
                                        num_hidden_layers=1, vocab_size=128, word_embed_proj_dim=HIDDEN))  # fmt: skip
-    facts = [(s.layer_norms, s.layer_norm, s.gated_mlp) for s in (shapes_of(phi), shapes_of(opt))]
-    assert facts == [(1, True, False), (2, True, False)]
+        gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=HIDDEN, n_head=HEADS, n_layer=1, vocab_size=128))  # Conv1D MLP
+    facts = [(s.layer_norms, s.layer_norm, s.gated_mlp) for s in map(shapes_of, (phi, opt, gpt2))]
+    assert facts == [(1, True, False), (2, True, False), (2, True, False)]
