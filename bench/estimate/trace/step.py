@@ -3,7 +3,9 @@ the workload's assets in its method's data form (as a run gives them, bench/run/
 its own data loader yields (the workload's real lengths, padded as the collator pads them, not max_length).
 
 The step runs on the CPU whatever the profile's device: the trace counts operations and tensor bytes, which do not
-depend on where they run; the profile's precision is kept (bf16 autocast on the CPU as on a GPU)."""
+depend on where they run; the profile's precision is kept (bf16 autocast on the CPU as on a GPU). The CPU's autocast
+policy is not CUDA's (CUDA runs softmax and log_softmax in fp32, the CPU cross-entropy), and TRL's Triton log-prob
+kernel runs only on a GPU: a GPU cell's loss keeps other logits-sized tensors than its trace."""
 
 import contextlib
 from collections.abc import Callable
@@ -56,10 +58,13 @@ def build_step(plan: Plan, out_dir: Path) -> Step:
 
 def ready_to_step(trainer: Any, steps: int) -> None:
     """What Trainer.train does before its first step: the optimizer and schedule for `steps`, the accumulation
-    count training_step divides the loss by, checkpointing, train mode."""
+    count training_step divides the loss by, checkpointing, train mode, and the model's forward wrapped in the
+    trainer's autocast (`accelerator.prepare_model`: the Trainer's own autocast context is empty, accelerate's
+    wrapper is where mixed precision comes from)."""
     trainer.create_optimizer_and_scheduler(num_training_steps=steps)
     trainer.current_gradient_accumulation_steps = 1
     enable_checkpointing(trainer)
+    trainer.model = trainer.accelerator.prepare_model(trainer.model, device_placement=False)
     trainer.model.train()
 
 
