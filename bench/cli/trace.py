@@ -2,6 +2,7 @@
 the estimator's analytic figures (docs/evidence/trace.md)."""
 
 import argparse
+from pathlib import Path
 
 from bench.cli.target_flags import add_target_arguments, target
 from bench.errors import BenchError
@@ -34,6 +35,29 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay_allocator(args: argparse.Namespace) -> int:
+    from bench.estimate.allocator import held_against
+    from bench.units import MiB
+    from bench.worker.allocator_history import read
+
+    for path in args.history:
+        try:
+            history = read(path)
+            check = held_against(history)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise BenchError(f"{path}: not an allocator history ({e!r})") from e
+        other = (
+            "every one the same" if check.first_other_segment is None else f"first other: #{check.first_other_segment}"
+        )
+        print(
+            f"{path}: {check.requests:,} requests, peak allocated {check.peak_allocated / MiB:,.0f} MiB; reserved "
+            f"{check.peak_reserved / MiB:,.0f} MiB by the allocator, {check.model_peak_reserved / MiB:,.0f} MiB by the "
+            f"model; segments {check.segments:,} and {check.model_segments:,} ({other})"
+            + (" (the history's ring was full: it starts mid-run)" if history.get("truncated") else "")
+        )
+    return 0
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser(
         "trace",
@@ -50,3 +74,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "these cells (regenerate PREDICTED with `predict --hw all --write` after)",
     )
     p.set_defaults(func=cmd_trace)
+    r = sub.add_parser(
+        "replay-allocator",
+        help="replay a GPU cell's recorded allocator history (BENCH_ALLOCATOR_HISTORY=<steps>) through the model of "
+        "torch's caching allocator and compare the memory it reserves",
+    )
+    r.add_argument("history", nargs="+", type=Path, help="allocator_history.rank<N>.json.gz files of cells")
+    r.set_defaults(func=cmd_replay_allocator)

@@ -11,6 +11,7 @@ small workloads."""
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -287,7 +288,7 @@ def run_phase(
         argv = [sys.executable, "-m", "bench", "--results", str(results), "run"]
         argv += phase.argv(found.content.slots or shared(found).slots, left / 60)
         print(f"window: {phase.name} ({left / 60:.1f} min): {' '.join(argv[1:])}", file=log, flush=True)
-        code = stream(argv, Prefixed(log, phase.name))
+        code = stream(argv, Prefixed(log, phase.name), phase.environment())
         print(f"window: {phase.name} ended with exit code {code}", file=log, flush=True)
     finally:
         ended[phase.name].set()
@@ -382,9 +383,13 @@ class Prefixed:
         self.out.flush()
 
 
-def stream(argv: list[str], out) -> int:
-    """Run `argv` in the project root, its output line by line to `out`; its exit code."""
-    with subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+def stream(argv: list[str], out, env: Mapping[str, str] | None = None) -> int:
+    """Run `argv` in the project root (with `env` added to this process's environment), its output line by line to
+    `out`; its exit code."""
+    environ = None if env is None else os.environ | dict(env)
+    with subprocess.Popen(
+        argv, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ
+    ) as child:
         assert child.stdout is not None
         for line in child.stdout:
             out.write(line)

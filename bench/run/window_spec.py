@@ -14,6 +14,7 @@ from bench.matrix.methods import Method
 from bench.matrix.profiles import HardwareProfile
 from bench.run.budget import first_pass
 from bench.run.memory_slots import SPEED_CELLS, SPEED_TRIALS
+from bench.worker.allocator_history import HISTORY_ENV
 
 WORKLOAD = "llama-3.2-1b"
 """The 1B real-architecture workload of the card's own matrix."""
@@ -44,6 +45,9 @@ SEVEN_B_ALONE = ("two_models-none-zero3_offload",)
 """The 7B cells that run with every slot: 115.9 GB of host memory PREDICTED, of the lent box's 128 GiB."""
 WINDOW_WORKLOADS = (WORKLOAD, "phi-2", "opt-1.3b", SEVEN_B[0])
 """The workloads of the window, in the order its phases need them (and what `carry-assets` carries by default)."""
+HISTORY_STEPS = 2
+"""The DPO phase's cells record the CUDA allocator's history of their load and first two steps (the optimizer's state
+made in the first): what the allocator term is held against. The speed pass runs unrecorded."""
 CELL_TIMEOUT_S = 240
 """A healthy 1B cell ends in 1-2 min on an H100 (an offload cell's host optimizer included); a hung one in this."""
 SEVEN_B_CELL_TIMEOUT_S = 600
@@ -76,6 +80,12 @@ class WindowPhase:
     cell_timeout: int = CELL_TIMEOUT_S
     speed_of: str | None = None
     """The speed pass: its cells are the first SPEED_CELLS of that phase's, ok with a shared speed, when it starts."""
+    allocator_history: int = 0
+    """Steps of each cell's start the CUDA allocator records (bench/worker/allocator_history.py; 0: none)."""
+
+    def environment(self) -> dict[str, str]:
+        """What the phase's `bench run` adds to the window's environment."""
+        return {HISTORY_ENV: str(self.allocator_history)} if self.allocator_history else {}
 
     def argv(self, slots: int | None, minutes: float) -> list[str]:
         """`bench run`'s arguments, with `minutes` as its time budget."""
@@ -119,7 +129,8 @@ class WindowContent:
 def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
     """The content's phases, in priority order (bench/run/window.py runs them)."""
     card = content.target
-    dpo = WindowPhase("dpo", DPO, card, content.profile, content.workload, run_id, content.dpo)
+    dpo = WindowPhase("dpo", DPO, card, content.profile, content.workload, run_id, content.dpo,
+                      allocator_history=HISTORY_STEPS)  # fmt: skip
     methods = WindowPhase("methods", METHODS, card, content.profile, content.workload, f"{run_id}-methods",
                           content.methods)  # fmt: skip
     seven_b, shared, alone = content.seven_b

@@ -59,7 +59,7 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     import torch
 
     from bench.isolation import cgroups, step_marks
-    from bench.worker import faults, memory
+    from bench.worker import allocator_history, faults, memory
     from bench.worker.build import build_trainer, import_libraries
     from bench.worker.engage import observe
     from bench.worker.measure import StepRecorder, record_losses
@@ -76,6 +76,8 @@ def run(spec: WorkerSpec, report: RankReport, fault: "faults.Fault | None") -> N
     devices, nvml_sampler = _own_devices(spec)
     recorder = StepRecorder(devices)
     callbacks = [recorder]
+    if history_steps := allocator_history.start(devices is not None):  # before the model loads
+        callbacks.append(allocator_history.history_callback(history_steps, spec.out_dir, launcher_rank(spec)))
     if fault:
         callbacks.append(faults.FaultCallback(fault, launcher_rank(spec)))
     spec = faults.drop_offload(fault, spec)

@@ -1,0 +1,48 @@
+"""The allocator history a CUDA rank records when the window asks (bench/worker/allocator_history.py): asked for by
+steps, kept compact, read back as written; a rank without CUDA records nothing."""
+
+from bench.run.window_spec import HISTORY_STEPS, WindowContent, window_phases
+from bench.worker import allocator_history
+from bench.worker.allocator_history import HISTORY_ENV, compact, read, requested_steps, write
+
+
+def test_the_steps_are_read_from_the_environment_and_nothing_else_starts_it(monkeypatch):
+    assert requested_steps({HISTORY_ENV: "2"}) == 2
+    assert requested_steps({HISTORY_ENV: "two"}) == requested_steps({}) == 0
+    monkeypatch.setenv(HISTORY_ENV, "2")
+    assert allocator_history.start(on_cuda=False) == 0  # torch.cuda is not touched without CUDA
+
+
+def test_a_snapshot_is_kept_as_its_devices_requests_and_segments(tmp_path):
+    snapshot = {
+        "segments": [{"device": 0, "total_size": 20971520}, {"device": 1, "total_size": 2097152}],
+        "device_traces": [
+            [
+                {"action": "segment_alloc", "addr": 4096, "size": 20971520, "frames": []},
+                {"action": "alloc", "addr": 4096, "size": 1048576, "frames": []},
+                {"action": "free_requested", "addr": 4096, "size": 1048576, "frames": []},
+                {"action": "free_completed", "addr": 4096, "size": 1048576, "frames": []},
+            ],
+            [{"action": "alloc", "addr": 8192, "size": 512, "frames": []}],
+        ],
+    }
+    history = compact(snapshot, 0)
+    assert history["events"] == [
+        ["segment_alloc", 4096, 20971520],
+        ["alloc", 4096, 1048576],
+        ["free_completed", 4096, 1048576],
+    ]
+    assert (history["segments"], history["truncated"]) == ([20971520], False)
+    path = tmp_path / "allocator_history.rank0.json.gz"
+    write(path, history)
+    assert read(path) == history
+
+
+def test_the_window_records_the_dpo_phase_only():
+    content = WindowContent(
+        target=("--hw", "1xH200"), profile="1xH200", workload="llama-3.2-1b", dpo=("one_adapter-none-single",),
+        methods=("sft-one_adapter-none-single",), methods_rest=(), emulated=(), seven_b=("mistral-7b", (), ()),
+    )  # fmt: skip
+    environments = {p.name: p.environment() for p in window_phases(content, "w")}
+    assert environments.pop("dpo") == {HISTORY_ENV: str(HISTORY_STEPS)}
+    assert set(map(len, environments.values())) == {0}  # the speed pass above all runs unrecorded
