@@ -787,7 +787,8 @@ def _lora_inputs(adapted: list[Linear], shared: tuple[str, ...]) -> int:
     (FUSED_QKV: Knobs.litgpt_model's fused QKV; SHARED_INPUTS: every distinct input; (): none joined). Pure."""
     joined = [lin for lin in adapted if lin.name.rsplit(".", 1)[1] in shared]
     groups = {(lin.name.rsplit(".", 1)[0], lin.name.rsplit(".", 1)[1] in FUSED_QKV): lin.in_features for lin in joined}
-    return sum(lin.in_features for lin in adapted if lin not in joined) + sum(groups.values())
+    names = {lin.name for lin in joined}
+    return sum(lin.in_features for lin in adapted if lin.name not in names) + sum(groups.values())
 
 
 def _padded_qkv_outputs(adapted: list[Linear]) -> int:

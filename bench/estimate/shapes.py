@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.assets.config_cache import cached
 from bench.matrix.profiles import Workload
+from bench.paths import scenarios_dir
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,23 @@ class ModelShapes:
 
 
 def config_path(workload: Workload) -> Path:
-    if workload.model.config_file is not None:
-        return workload.model.config_file
-    if workload.model.source is not None and (Path(workload.model.source) / "config.json").is_file():
-        return Path(workload.model.source) / "config.json"
-    raise ValueError(f"workload {workload.name}: no local config.json to read the model's shape from")
+    """The config.json the workload's shapes are read from: its model's config, else the one in its model's local
+    folder. Kept per model and scenario folder: resolving the path reads the file system, and one `advise` asks for
+    it thousands of times."""
+    model = workload.model
+    key = (model.config, model.source, str(scenarios_dir()))
+    if (found := _LOCATED.get(key)) is None:
+        if model.config_file is not None:
+            found = model.config_file
+        elif model.source is not None and (Path(model.source) / "config.json").is_file():
+            found = Path(model.source) / "config.json"
+        else:
+            raise ValueError(f"workload {workload.name}: no local config.json to read the model's shape from")
+        _LOCATED[key] = found
+    return found
+
+
+_LOCATED: dict[tuple[str | None, str | None, str], Path] = {}
 
 
 def shapes_for(workload: Workload) -> ModelShapes:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
+from bench.file_cache import parsed
 from bench.matrix.backends import backend_spec
 from bench.paths import DERIVED_DIR
 
@@ -165,7 +166,8 @@ def held_out_ids(path: Path = HELD_OUT_FILE) -> frozenset[str]:
 
 
 def load_spreads(path: Path = SPREAD_FILE) -> Spreads | None:
-    return Spreads.model_validate_json(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """The pools `path` holds (None: no such file), read once while the file stays as it is."""
+    return parsed(path, Spreads.model_validate_json) if path.is_file() else None
 
 
 def write_spreads(spreads: Spreads, path: Path = SPREAD_FILE) -> None:

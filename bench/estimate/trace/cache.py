@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.estimate.shapes import config_path
+from bench.file_cache import parsed
 from bench.files import write_whole
 from bench.matrix.plan import Plan
 from bench.paths import DERIVED_DIR
@@ -51,9 +52,12 @@ def _key(cell_id: str, workload: str, print_: str) -> str:
 
 
 def load_traced(path: Path = TRACED_FLOPS) -> dict[str, TracedFlops]:
-    if not path.exists():
-        return {}
-    rows = [TracedFlops.model_validate(row) for row in json.loads(path.read_text(encoding="utf-8"))]
+    """The entries `path` holds by key, read once while the file stays as it is (the dict is shared: not changed)."""
+    return parsed(path, _entries) if path.exists() else {}
+
+
+def _entries(text: str) -> dict[str, TracedFlops]:
+    rows = [TracedFlops.model_validate(row) for row in json.loads(text)]
     return {_key(row.cell_id, row.workload, row.fingerprint): row for row in rows}
 
 

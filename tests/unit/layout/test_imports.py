@@ -12,7 +12,7 @@ from bench.paths import PROJECT_ROOT
 BENCH = PROJECT_ROOT / "bench"
 
 LAYERS = (
-    ("errors", "files", "paths", "secrets", "units", "install"),
+    ("errors", "files", "file_cache", "paths", "secrets", "units", "install"),
     ("matrix", "launchers"),
     ("assets", "isolation", "results"),
     ("worker",),
