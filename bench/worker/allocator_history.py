@@ -7,6 +7,7 @@ reserved memory beside the allocated is what the estimator's allocator term has 
 import gzip
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,11 @@ def start(on_cuda: bool) -> int:
         return 0
     import torch
 
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=MAX_ENTRIES)
+    try:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=MAX_ENTRIES)
+    except Exception as e:  # as in `save`: the record is never the cell's failure
+        print(f"allocator history not recorded: {e!r}", file=sys.stderr, flush=True)
+        return 0
     return steps
 
 
@@ -72,10 +77,20 @@ def history_callback(steps: int, out_dir: str, rank: int) -> Any:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             nonlocal steps
             if steps and state.global_step >= steps:
-                import torch
-
-                write(path, compact(torch.cuda.memory._snapshot(), torch.cuda.current_device()))
-                torch.cuda.memory._record_memory_history(enabled=None)
                 steps = 0
+                save(path)
 
     return HistoryCallback()
+
+
+def save(path: Path) -> None:
+    """Write the history and stop recording. A history that cannot be written costs the cell nothing: one line
+    says why, and the cell trains on."""
+    import torch
+
+    try:
+        write(path, compact(torch.cuda.memory._snapshot(), torch.cuda.current_device()))
+    except Exception as e:  # the record is a by-product: never the cell's failure
+        print(f"allocator history not written: {e!r}", file=sys.stderr, flush=True)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)

@@ -46,3 +46,16 @@ def test_the_window_records_the_dpo_phase_only():
     environments = {p.name: p.environment() for p in window_phases(content, "w")}
     assert environments.pop("dpo") == {HISTORY_ENV: str(HISTORY_STEPS)}
     assert set(map(len, environments.values())) == {0}  # the speed pass above all runs unrecorded
+
+
+def test_a_history_that_cannot_be_written_costs_the_cell_nothing(tmp_path, monkeypatch, capsys):
+    import torch
+
+    stopped = []
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: {"device_traces": [], "segments": []})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda enabled=None: stopped.append(enabled))
+    allocator_history.save(tmp_path / "allocator_history.rank0.json.gz")  # device 0 has no trace: IndexError
+    assert stopped == [None]  # recording stopped all the same
+    assert not (tmp_path / "allocator_history.rank0.json.gz").exists()
+    assert capsys.readouterr().err.startswith("allocator history not written: IndexError(")
