@@ -4,7 +4,7 @@ allocations and frees leaves reserved. A request rounds up to 512 bytes and is s
 block of its pool that fits (`get_free_block`, best fit by size then address), else by a new segment
 (`get_allocation_size`); the block is split where the remainder is worth keeping (`should_split`); a freed block
 merges with free neighbours of its segment and stays cached. Held against the allocator's own record of a GPU step
-(bench/worker/allocator_history.py) by `replay`."""
+(bench/worker/allocator_history.py) by `held_against`."""
 
 import bisect
 from collections.abc import Iterable

@@ -205,11 +205,14 @@ def built_on_meta(config_file: str) -> ModelShapes:
     return shapes_of(model)
 
 
+def _mlp_width(config) -> int:
+    """One MLP's (one expert's) intermediate width as the config names it."""
+    return getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * config.hidden_size
+
+
 def _intermediate(config) -> int:
     """The MLP's inner width a token passes through: a mixture of experts' top-k experts count as one wider MLP."""
-    intermediate = (
-        getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * config.hidden_size
-    )
+    intermediate = _mlp_width(config)
     top_k = getattr(config, "num_experts_per_tok", None)
     if getattr(config, "num_local_experts", None) and top_k:
         intermediate *= top_k
@@ -301,5 +304,5 @@ def _layer_facts(blocks: list, config) -> tuple[int, bool, bool]:
     norms = [m for _, m in outside if isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("Norm")]
     hidden = config.hidden_size
     widths = [shape[1] for _, m in outside if (shape := _projection(m)) is not None and shape[0] == hidden]
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None) or 4 * hidden
-    return len(norms), bool(norms) and all(isinstance(m, torch.nn.LayerNorm) for m in norms), sum(widths) != inner
+    layer_norm = bool(norms) and all(isinstance(m, torch.nn.LayerNorm) for m in norms)
+    return len(norms), layer_norm, sum(widths) != _mlp_width(config)
