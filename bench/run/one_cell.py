@@ -8,6 +8,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from bench.results.schema import PredictionSummary, ResultRecord, Status
 from bench.results.store import DISK_FULL_MESSAGES, DiskFull, now_iso
 from bench.run.launch import free_port, plan_launch, write_files
 from bench.secrets import redact_file
+from bench.worker.allocator_history import HISTORY_GLOB
 from bench.worker.rank_report import read_rank_reports
 from bench.worker.spec import WorkerSpec
 
@@ -183,6 +185,18 @@ def run_cell(
     return retried(record, again)
 
 
+def empty_cell_folder(out_dir: Path) -> None:
+    """What a fresh trial starts from: the cell's folder emptied of an earlier trial's files, its CUDA allocator
+    histories (HISTORY_GLOB) kept, since a later unrecorded trial (the window's speed pass) records none."""
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        return  # no earlier trial's folder: a link on the way is replaced where the trial makes its folders
+    for entry in out_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif not (fnmatch(entry.name, HISTORY_GLOB) and entry.is_file()):
+            entry.unlink(missing_ok=True)
+
+
 def _trial(
     ctx: RunContext,
     cell: Cell,
@@ -197,7 +211,7 @@ def _trial(
     config_dir = folder.configs(cell.id)
     out_dir = folder.cell(cell.id)
     if fresh:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        empty_cell_folder(out_dir)
     dataset = own_folder(out_dir / "dataset", ctx.run_dir)  # a link on the way is replaced (bench/files.py)
     own_folder(folder.logs, ctx.run_dir)
     rows = ctx.assets.dataset_for(method_spec(cell.method).data)

@@ -13,6 +13,9 @@ from typing import Any
 
 HISTORY_ENV = "BENCH_ALLOCATOR_HISTORY"
 HISTORY_FILE = "allocator_history.rank{rank}.json.gz"
+HISTORY_GLOB = HISTORY_FILE.format(rank="*")
+"""A fresh trial of the cell keeps these (bench/run/one_cell.py): the window's speed pass reruns recorded cells
+unrecorded, and the first trial's history is the only one."""
 KEPT_ACTIONS = ("alloc", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 """What a replay reads: a block handed out, a block back in the cache, a segment mapped or released (a request that
 failed as `oom`). `free_requested` is left out: on one stream the block is reusable at `free_completed`."""
