@@ -13,7 +13,6 @@ from bench.estimate import VERSION, cpu_kernels, cpu_terms, gpu_terms, terms, un
 from bench.estimate import generation_terms as generation
 from bench.estimate.knobs import Knobs, knobs_of
 from bench.estimate.shapes import (
-    GATED_MLP,
     Linear,
     ModelShapes,
     last_gemm_dropout,
@@ -638,7 +637,8 @@ def _quantized_saved(s: _Setting, tokens: int, split: int) -> tuple[dict[str, fl
     kept_layer, kept_previous = _bnb_kept_inputs(s, tokens)
     layers = s.shapes.layers
     kept = 0.0 if s.checkpointing else layers * kept_layer / split
-    fp32 = {"fp32_layer_inputs": _fp32_layer_inputs(s, tokens) / split} if _fp32_residual(s) else {}
+    fp32_inputs = _fp32_residual(s) and s.checkpointing  # without checkpointing the norms keep them (norm_bytes)
+    fp32 = {"fp32_layer_inputs": _fp32_layer_inputs(s, tokens) / split} if fp32_inputs else {}
     at_head = ({"bnb_kept_inputs": kept} if kept else {}) | fp32
     at_recompute = ({"bnb_kept_inputs": kept_layer if s.checkpointing else kept} if kept_layer else {}) | fp32
     return at_head, at_recompute, 0.0 if s.checkpointing else kept_previous * layers / split
@@ -656,9 +656,14 @@ def _bnb_kept_inputs(s: _Setting, tokens: int) -> tuple[float, float]:
 
 
 def _fp32_residual(s: _Setting) -> bool:
-    """A 4-bit LayerNorm model on a GPU under autocast (terms.fp32_layer_inputs)."""
-    autocast = s.precision != "fp32" and s.knobs.master_weights
-    return s.device == "cuda" and s.cell.quant == "nf4" and autocast and s.shapes.layer_norm
+    """A 4-bit LayerNorm model under CUDA's autocast (terms.fp32_layer_inputs)."""
+    return s.cell.quant == "nf4" and _autocast(s) and s.shapes.layer_norm
+
+
+def _autocast(s: _Setting) -> bool:
+    """The step runs under CUDA's autocast (precision.cuda_autocast)."""
+    deepspeed = s.spec.deepspeed is not None
+    return precisions.cuda_autocast(s.device, s.precision, s.knobs.master_weights, deepspeed)
 
 
 def _fp32_layer_inputs(s: _Setting, tokens: int) -> float:
@@ -745,16 +750,15 @@ def _layer_saved(s: _Setting) -> terms.LayerSaved:
     the compute dtype, kept for its weight's gradient (H; measured on Llama-2-7B's shapes: 4H + I in all); and the
     masks of an architecture's two residual dropouts (after attention and after the MLP) where they stay active
     (shapes.LAST_GEMM_DROPOUT): a bool mask on a GPU, on a CPU the scaled noise in the compute dtype (measured)."""
-    saves = layer_saves(s.workload, native_activation=s.knobs.litgpt_model)
-    gated_liger = s.liger and saves.mlp_inner == GATED_MLP
+    saves = layer_saves(s.workload, s.b, _autocast(s), native_activation=s.knobs.litgpt_model)
     hidden, intermediate = s.shapes.hidden, s.shapes.intermediate
-    trained = 0 if s.init.adapters else (3 + saves.norm_fp32) * hidden + intermediate
+    trained = 0 if s.init.adapters else (3 + (not s.shapes.layer_norm)) * hidden + intermediate
     litgpt = s.knobs.litgpt_model  # LitGPT's blocks have no dropout besides LoRA's
     masks = 2 if not litgpt and s.method.dropout_active(*last_gemm_dropout(s.workload)) else 0
     return terms.LayerSaved(
         norms=saves.norms,
-        norm_bytes=4 if saves.norm_fp32 else s.b,
-        mlp_inner=saves.mlp_inner - 1 if gated_liger else saves.mlp_inner,
+        norm_bytes=saves.norm_bytes,
+        mlp_bytes=saves.mlp_bytes - s.b if s.liger and saves.gated else saves.mlp_bytes,
         trained_inputs=trained,
         dropout_mask_bytes=masks * (1 if s.device == "cuda" else s.b),
     )

@@ -60,6 +60,16 @@ class ModelShapes:
     gated_mlp: bool
     """The MLP multiplies an activated projection by another (SwiGLU, GeGLU: gate and up, or one fused gate_up);
     False where one projection to the intermediate width feeds the activation (phi's fc1, OPT's fc1)."""
+    activation: str
+    """The MLP's activation as the config names it (`hidden_act`, `activation_function`): COMPOSITE_ACTIVATIONS."""
+    rotary_dims: int
+    """Dimensions of each query and key head the rotary embedding turns: twice its `inv_freq` buffer's length (all
+    of Llama's head, 40 % of phi-2's); 0 where positions are learned embeddings (OPT, GPT-2)."""
+
+    @property
+    def layer_linears(self) -> int:
+        """Linears in one decoder layer (q, k, v, o, gate, up, down: 7 in Llama's; a fused qkv counts once)."""
+        return len(self.linears) // self.layers
 
     def lora_params(self, r: int, target_modules: list[str]) -> int:
         """LoRA A (r x in) and B (out x r) for every decoder linear whose last name component is a target."""
@@ -112,11 +122,42 @@ def shapes_for(workload: Workload) -> ModelShapes:
     return shapes_from_config(str(config_path(workload)))
 
 
-COMPOSITE_ACTIVATIONS = {"gelu_new": 4}
-"""hidden_act values transformers runs as a Python composite, with the intermediate-sized tensors its ops keep:
-NewGELUActivation `0.5 * input * (1.0 + torch.tanh(... (input + 0.044715 * torch.pow(input, 3.0))))` keeps its
-input, the tanh's output, `0.5 * input` and `1 + tanh` (4, measured on phi-2's shapes with saved-tensor hooks).
-Any other activation is one aten kernel that keeps its input (1)."""
+@dataclass(frozen=True)
+class Activation:
+    """What an ungated MLP's activation keeps for backward and reads and writes in its forward, in [t, I] tensors as
+    (in the compute dtype, in fp32): as its ops run without autocast, and as CUDA's autocast runs them
+    (bench/matrix/precision.py `cuda_autocast`: torch.pow is in its fp32 list, the CPU's is not)."""
+
+    saved: tuple[int, int]
+    passes: tuple[int, int]
+    """One per operand read and result written, op by op."""
+    autocast_saved: tuple[int, int]
+    autocast_passes: tuple[int, int]
+
+    def saved_bytes(self, compute_bytes: int, autocast: bool) -> int:
+        """Bytes it keeps per [t, I] element."""
+        low, fp32 = self.autocast_saved if autocast else self.saved
+        return low * compute_bytes + fp32 * 4
+
+    def pass_bytes(self, compute_bytes: int, autocast: bool) -> int:
+        """Bytes its forward moves per [t, I] element."""
+        low, fp32 = self.autocast_passes if autocast else self.passes
+        return low * compute_bytes + fp32 * 4
+
+
+NATIVE_ACTIVATION = Activation(saved=(1, 0), passes=(2, 0), autocast_saved=(1, 0), autocast_passes=(2, 0))
+"""One aten kernel (relu, gelu, silu; none in autocast's fp32 list): keeps its input, reads it, writes its output."""
+COMPOSITE_ACTIVATIONS = {
+    "gelu_new": Activation(saved=(4, 0), passes=(18, 0), autocast_saved=(1, 3), autocast_passes=(6, 16)),
+}
+"""hidden_act values transformers runs as a Python composite. NewGELUActivation is `0.5 * input * (1.0 +
+torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))`, eight ops over [t, I]:
+- without autocast it keeps pow's input, the tanh's output, `0.5 * input` and `1 + tanh` (measured on phi-2's shapes
+  with saved-tensor hooks), and its ops read and write 18 tensors;
+- under CUDA's autocast pow runs on an fp32 copy of its input, which it keeps, and type promotion carries fp32 to
+  the end: tanh's output and `1 + tanh` are fp32, `0.5 * input` stays in the compute dtype, and the product is fp32,
+  which the next linear casts back. The casts add a read and a write each: 6 passes in the compute dtype, 16 in fp32
+  (tests/unit/estimate/test_layer_saved.py holds the saved tensors to the real op under that policy)."""
 GATED_MLP = 3
 """SwiGLU's `down(act(gate(x)) * up(x))` with its linears frozen keeps gate's output (the activation's input), the
 activation's output and up's output (measured: three [t, I] tensors a layer on Llama-2-7B's shapes)."""
@@ -128,24 +169,34 @@ class LayerSaves:
 
     norms: int
     """Norms a layer has: each keeps its input."""
-    norm_fp32: bool
-    """RMSNorm upcasts its input to fp32 and keeps that (LlamaRMSNorm `hidden_states.to(torch.float32)`, LitGPT's
-    RMSNorm `x.float()`): 4 bytes an element whatever the activations' dtype; LayerNorm keeps its input as it is."""
-    mlp_inner: int
-    """[t, I] tensors the MLP keeps with its linears frozen."""
+    norm_bytes: int
+    """Bytes a norm keeps per element of its input. RMSNorm upcasts its input to fp32 and keeps that (LlamaRMSNorm
+    `hidden_states.to(torch.float32)`, LitGPT's RMSNorm `x.float()`): 4 whatever the activations' dtype. LayerNorm
+    keeps its input as it is, which CUDA's autocast has cast to fp32 (layer_norm is in its fp32 list)."""
+    mlp_bytes: int
+    """Bytes the MLP keeps per [t, I] element with its linears frozen: GATED_MLP tensors in the compute dtype, or
+    what its activation keeps (Activation.saved_bytes)."""
+    gated: bool
 
 
-def layer_saves(workload: Workload, native_activation: bool = False) -> LayerSaves:
-    """The workload's model's LayerSaves; `native_activation`: its activation is torch's own kernel whatever the
-    config names (LitGPT's GptNeoxMLP calls `torch.nn.functional.gelu`)."""
+def layer_saves(
+    workload: Workload, compute_bytes: int, autocast: bool = False, native_activation: bool = False
+) -> LayerSaves:
+    """The workload's model's LayerSaves in the compute dtype, `autocast`: under CUDA's (precision.cuda_autocast);
+    `native_activation`: its activation is torch's own kernel whatever the config names (LitGPT's GptNeoxMLP calls
+    `torch.nn.functional.gelu`)."""
     shapes = shapes_for(workload)
+    norm_bytes = compute_bytes if shapes.layer_norm and not autocast else 4
     if shapes.gated_mlp:
-        inner = GATED_MLP
+        mlp = GATED_MLP * compute_bytes
     else:
-        config = _config_of(workload)
-        activation = str(config.get("hidden_act", config.get("activation_function", "")))
-        inner = 1 if native_activation else COMPOSITE_ACTIVATIONS.get(activation, 1)
-    return LayerSaves(norms=shapes.layer_norms, norm_fp32=not shapes.layer_norm, mlp_inner=inner)
+        mlp = activation_of(shapes, native_activation).saved_bytes(compute_bytes, autocast)
+    return LayerSaves(norms=shapes.layer_norms, norm_bytes=norm_bytes, mlp_bytes=mlp, gated=shapes.gated_mlp)
+
+
+def activation_of(shapes: ModelShapes, native: bool = False) -> Activation:
+    """The ungated MLP's activation: a composite transformers runs op by op, or one aten kernel."""
+    return NATIVE_ACTIVATION if native else COMPOSITE_ACTIVATIONS.get(shapes.activation, NATIVE_ACTIVATION)
 
 
 LAST_GEMM_DROPOUT: dict[str, tuple[str, bool]] = {
@@ -254,7 +305,6 @@ def shapes_of(model) -> ModelShapes:
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    layer_norms, layer_norm, gated_mlp = _layer_facts(blocks, config)
     return ModelShapes(
         total=total,
         embeddings=embeddings,
@@ -274,10 +324,19 @@ def shapes_of(model) -> ModelShapes:
         kv_heads=kv_heads,
         head_dim=head_dim,
         vocab=config.vocab_size,
-        layer_norms=layer_norms,
-        layer_norm=layer_norm,
-        gated_mlp=gated_mlp,
+        **_layer_facts(blocks, config),
+        activation=str(getattr(config, "hidden_act", None) or getattr(config, "activation_function", None) or ""),
+        rotary_dims=_rotary_dims(model),
     )
+
+
+def _rotary_dims(model) -> int:
+    """Twice the length of the rotary embedding's `inv_freq` buffer (a frequency per pair of dimensions it turns);
+    0 where the model has none."""
+    found = [
+        m.inv_freq.numel() for m in model.modules() if "RotaryEmbedding" in type(m).__name__ and hasattr(m, "inv_freq")
+    ]
+    return 2 * max(found, default=0)
 
 
 def _projection(module) -> tuple[int, int] | None:
@@ -291,8 +350,8 @@ def _projection(module) -> tuple[int, int] | None:
     return None
 
 
-def _layer_facts(blocks: list, config) -> tuple[int, bool, bool]:
-    """(norms, whether they are nn.LayerNorm, whether the MLP is gated) of the first decoder layer (the first module
+def _layer_facts(blocks: list, config) -> dict[str, int | bool]:
+    """ModelShapes' layer_norms, layer_norm and gated_mlp of the first decoder layer (the first module
     of the largest ModuleList), its attention module's own left out (Qwen3's per-head q/k norms). The MLP is not gated
     where its linears from the hidden width project to the config's intermediate width in all (a mixture of experts'
     router projects to its expert count: its fused experts are gated)."""
@@ -305,4 +364,4 @@ def _layer_facts(blocks: list, config) -> tuple[int, bool, bool]:
     hidden = config.hidden_size
     widths = [shape[1] for _, m in outside if (shape := _projection(m)) is not None and shape[0] == hidden]
     layer_norm = bool(norms) and all(isinstance(m, torch.nn.LayerNorm) for m in norms)
-    return len(norms), layer_norm, sum(widths) != _mlp_width(config)
+    return {"layer_norms": len(norms), "layer_norm": layer_norm, "gated_mlp": sum(widths) != _mlp_width(config)}

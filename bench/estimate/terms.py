@@ -278,12 +278,13 @@ def no_grad_forward(per_layer: float, tokens: int, vocab: int, compute_bytes: in
 
 @dataclass(frozen=True)
 class LayerSaved:
-    """The per-token counts `layer_activations` takes: norms, bytes of a norm's kept input, [t, I] tensors the MLP
-    keeps, elements of trained linears' inputs, and bytes per hidden element of the residual dropouts' masks."""
+    """The per-token counts `layer_activations` takes: norms, bytes of a norm's kept input, bytes the MLP keeps per
+    [t, I] element, elements of trained linears' inputs, and bytes per hidden element of the residual dropouts'
+    masks."""
 
     norms: int
     norm_bytes: int
-    mlp_inner: int
+    mlp_bytes: int
     trained_inputs: int
     dropout_mask_bytes: int = 0
 
@@ -303,12 +304,14 @@ def layer_activations(
     """One decoder layer's saved activations for backward, as its ops keep them (saved-tensor hooks,
     docs/evidence/gpu-memory-terms.md): each norm's input (`saved.norm_bytes`: RMSNorm's fp32 upcast); attention's
     q, k and v after the rotary embedding and its output, (2H + 2kv) b (the fused kernels keep those and a [heads, L]
-    fp32 log-sum-exp); the MLP's `saved.mlp_inner` [t, I] tensors; the inputs of trained linears
+    fp32 log-sum-exp); the MLP's `saved.mlp_bytes` per [t, I] element; the inputs of trained linears
     (`saved.trained_inputs`: a frozen linear keeps none, its input's gradient needs only its weight); the active
     residual dropouts' masks. + rows * heads * L^2 * 2b for attention scores and probabilities where attention
     materialises them (eager; sdpa's math path on CPU; flash / memory-efficient kernels on GPU: 0)."""
-    per_token = hidden * (saved.norms * saved.norm_bytes + saved.dropout_mask_bytes) + act_bytes * (
-        2 * hidden + 2 * kv_dim + saved.mlp_inner * intermediate + saved.trained_inputs
+    per_token = (
+        hidden * (saved.norms * saved.norm_bytes + saved.dropout_mask_bytes)
+        + saved.mlp_bytes * intermediate
+        + act_bytes * (2 * hidden + 2 * kv_dim + saved.trained_inputs)
     )
     scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
     return tokens * per_token + scores
@@ -370,7 +373,8 @@ def fp32_layer_inputs(layers: int, tokens: int, hidden: int, act_bytes: int) -> 
     (`bnb.matmul_4bit(x, ...).to(inp_dtype)`, bitsandbytes/nn/modules.py:123-134 at 0.50.2), so fc2's output is
     fp32 and so is the residual sum it joins (transformers' PhiDecoderLayer `attn_outputs + feed_forward_hidden_states
     + residual`; OPT's `residual + hidden_states` after fc2). Every layer after the first then takes an fp32 input,
-    which checkpointing (or the norm, without it) saves: (layers - 1) * t * H * (4 - b) more than the bf16 count."""
+    which checkpointing saves: (layers - 1) * t * H * (4 - b) more than the bf16 count. Without checkpointing the
+    norms keep it, in fp32 under autocast whatever the residual's dtype (shapes.LayerSaves.norm_bytes)."""
     return max(layers - 1, 0) * tokens * hidden * (4 - act_bytes)
 
 

@@ -11,7 +11,7 @@ from bench.matrix.inits import InitSpec, init_spec
 from bench.matrix.methods import MethodSpec, method_spec
 from bench.matrix.on_profile import CellOnProfile
 from bench.matrix.online_rules import vllm_left_out
-from bench.matrix.precision import trains_pure_bf16
+from bench.matrix.precision import cuda_autocast, trains_pure_bf16
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.matrix.quants import QuantSpec, quant_spec
 from bench.matrix.recipes import AppliedRecipe, Settings, resolve
@@ -67,6 +67,12 @@ class Plan:
     def pure_bf16(self) -> bool:
         """Trained `--precision pure-bf16`: bf16 weights, no autocast, no fp32 copy (bench/matrix/precision.py)."""
         return trains_pure_bf16(self.profile.precision, self.workload.train.master_weights)
+
+    @property
+    def cuda_autocast(self) -> bool:
+        """The forward runs under CUDA's autocast, which runs layer_norm and pow in fp32 (bench/matrix/precision.py)."""
+        master = self.workload.train.master_weights is not False
+        return cuda_autocast(self.device, self.profile.precision, master, self.backend.deepspeed is not None)
 
     @property
     def no_grad_forwards(self) -> int:

@@ -48,6 +48,14 @@ def trains_pure_bf16(precision: str, master_weights: bool | None) -> bool:
     return precision == "bf16" and master_weights is False
 
 
+def cuda_autocast(device: str, precision: str, master_weights: bool, deepspeed: bool) -> bool:
+    """Whether the forward runs under torch.autocast on a CUDA device: 16-bit compute with fp32 master weights
+    outside DeepSpeed (accelerate's `native_amp`, accelerator.py; DeepSpeed's bf16 and fp16 engines run the 16-bit
+    module as it is). CUDA's autocast runs layer_norm, pow and softmax in fp32, the CPU's does not (torch's
+    testing/_internal/autocast_test_lists.py: AutocastTestLists.torch_fp32 against AutocastCPUTestLists')."""
+    return device == "cuda" and precision != "fp32" and master_weights and not deepspeed
+
+
 def precision_of(mode: Mode) -> Precision:
     """The compute dtype a mode trains in."""
     return {"fp32": "fp32", "fp16-mixed": "fp16"}.get(mode, "bf16")  # type: ignore[return-value]

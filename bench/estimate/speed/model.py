@@ -93,9 +93,7 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         no_grad_forwards=plan.no_grad_forwards,
         vocab=shapes.vocab,
         output=method.output,
-        layer_bytes=work.layer_elementwise_bytes(
-            shapes.hidden, shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim, shapes.intermediate, b
-        ),
+        layer_bytes=work.model_layer_bytes(shapes, b, plan.cuda_autocast),
         adapter_bytes=_adapter_bytes(workload, method, shapes, b) if init.adapters else 0.0,
         head_recompute=method.output == "fused_logprobs",
         unrecomputed_params=unrecomputed_params(shapes, lora_r, workload.lora.target_modules, spec.zero_stage)

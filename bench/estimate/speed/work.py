@@ -10,6 +10,7 @@ holds it against torch's count of the real step.
 import re
 from dataclasses import dataclass
 
+from bench.estimate.shapes import ModelShapes, activation_of
 from bench.judge.mfu import ModelShape, flops_per_token
 
 ADAM_BYTES_PER_PARAM = 28
@@ -223,28 +224,82 @@ def dequant_bytes(quantized_params: int, quant_bytes: float, compute_bytes: int,
     return passes * quantized_params * (quant_bytes + compute_bytes)
 
 
+@dataclass(frozen=True)
+class LayerLayout:
+    """What a decoder layer's elementwise traffic depends on besides its widths (bench/estimate/shapes.py's
+    ModelShapes facts); the defaults are transformers' Llama layout."""
+
+    norms: int = 2
+    layer_norm: bool = False
+    """nn.LayerNorm (one kernel); False: transformers' RMSNorm (a chain of ops in fp32)."""
+    norm_readers: int = 5
+    """Linears reading a norm's output: all of a layer's but the attention's output projection and the MLP's last
+    (q, k, v, gate and up in Llama's; q, k, v and fc1 in phi's and OPT's)."""
+    rotary_fraction: float = 1.0
+    """Share of each query and key head the rotary embedding turns (phi-2's 0.4); 0 with learned positions."""
+    mlp_pass_bytes: int | None = None
+    """An ungated MLP's activation's bytes per [t, I] element (shapes.Activation.pass_bytes); None: gated."""
+    autocast: bool = False
+    """Under CUDA's autocast (bench/matrix/precision.py cuda_autocast), which runs layer_norm in fp32."""
+
+
+LLAMA_LAYOUT = LayerLayout()
+
+
+def layout_of(shapes: ModelShapes, compute_bytes: int, autocast: bool) -> LayerLayout:
+    """The model's LayerLayout in the compute dtype."""
+    head_dim = shapes.head_dim or 1
+    activation = None if shapes.gated_mlp else activation_of(shapes).pass_bytes(compute_bytes, autocast)
+    return LayerLayout(
+        norms=shapes.layer_norms,
+        layer_norm=shapes.layer_norm,
+        norm_readers=max(shapes.layer_linears - 2, 0),
+        rotary_fraction=min(shapes.rotary_dims / head_dim, 1.0),
+        mlp_pass_bytes=activation,
+        autocast=autocast,
+    )
+
+
+def model_layer_bytes(shapes: ModelShapes, compute_bytes: int, autocast: bool) -> float:
+    """layer_elementwise_bytes of the model's decoder layer, its layout read off its shapes (layout_of)."""
+    q_dim, kv_dim = shapes.heads * shapes.head_dim, shapes.kv_heads * shapes.head_dim
+    layout = layout_of(shapes, compute_bytes, autocast)
+    return layer_elementwise_bytes(shapes.hidden, q_dim, kv_dim, shapes.intermediate, compute_bytes, layout=layout)
+
+
 def layer_elementwise_bytes(
-    hidden: int, q_dim: int, kv_dim: int, intermediate: int, compute_bytes: int, fused_norm_rope: bool = False
+    hidden: int,
+    q_dim: int,
+    kv_dim: int,
+    intermediate: int,
+    compute_bytes: int,
+    fused_norm_rope: bool = False,
+    layout: LayerLayout = LLAMA_LAYOUT,
 ) -> float:
-    """Bytes one eager decoder layer (transformers' Llama layout: RMSNorm, attention with RoPE, SwiGLU MLP) reads and
-    writes per token in one forward outside its matmuls, each op one pass over its tensors (eager, unfused):
-    - two RMSNorms (LlamaRMSNorm: fp32 cast, pow, mean, rsqrt, cast back, weight): 28 + 4 x b bytes per element;
-    - two residual adds: read two, write one;
-    - RoPE on queries and keys (apply_rotary_pos_emb: x cos, rotate_half's neg and cat, x sin, add): 10 passes;
-    - the attention output made contiguous before o_proj: one read, one write;
-    - SwiGLU (act_fn(gate) x up): the activation reads and writes the gate, the product reads two and writes one.
-    Attention itself is one fused kernel, counted in FLOPs. `fused_norm_rope`: model code that calls fused RMSNorm
-    and rotary kernels (flash-attn's, as Qwen-7B's modeling_qwen.py does): one read and one write each."""
+    """Bytes one eager decoder layer reads and writes per token in one forward outside its matmuls, each op one pass
+    over its tensors: RMSNorm (LlamaRMSNorm: fp32 cast, pow, mean, rsqrt, cast back, weight) 28 + 4b per element;
+    nn.LayerNorm one read and one write, under CUDA's autocast on an fp32 copy whose output each reading linear casts
+    back; two residual adds (read two, write one); RoPE on the turned share of q and k (x cos, rotate_half's neg and
+    cat, x sin, add: 10 passes; a partial rotary's cat one more read and write); the attention output made
+    contiguous; SwiGLU (the activation reads and writes the gate, the product reads two, writes one) or an ungated
+    activation as shapes.Activation counts it. Attention itself is one kernel, counted in FLOPs. `fused_norm_rope`:
+    fused RMSNorm and rotary kernels (flash-attn's, which Qwen-7B's modeling_qwen.py calls): a read and a write each."""
     b = compute_bytes
     if fused_norm_rope:
         return float(
             2 * 2 * b * hidden + 2 * 3 * b * hidden + 2 * b * (q_dim + kv_dim) + 2 * b * q_dim + 5 * b * intermediate
         )
-    norms = 2 * (28 + 4 * b) * hidden
+    if not layout.layer_norm:
+        norms = layout.norms * (28 + 4 * b) * hidden
+    elif layout.autocast:
+        norms = (layout.norms * (b + 4 + 4 + 4) + layout.norm_readers * (4 + b)) * hidden
+    else:
+        norms = layout.norms * 2 * b * hidden
     residuals = 2 * 3 * b * hidden
-    rope = 10 * b * (q_dim + kv_dim)
+    turned = layout.rotary_fraction
+    rope = (10 * turned + (2 if 0 < turned < 1 else 0)) * b * (q_dim + kv_dim)
     attention_out = 2 * b * q_dim
-    mlp = 5 * b * intermediate
+    mlp = 5 * b * intermediate if layout.mlp_pass_bytes is None else layout.mlp_pass_bytes * intermediate
     return float(norms + residuals + rope + attention_out + mlp)
 
 

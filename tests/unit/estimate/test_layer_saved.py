@@ -67,26 +67,56 @@ def _counted(kv_dim: int, saved: terms.LayerSaved) -> float:
 @pytest.mark.parametrize("trained", [False, True])
 def test_an_rmsnorm_swiglu_layer_keeps_what_the_formula_counts(kv_heads, trained):
     trained_inputs = 4 * HIDDEN + INTERMEDIATE if trained else 0
-    saved = terms.LayerSaved(norms=2, norm_bytes=4, mlp_inner=GATED_MLP, trained_inputs=trained_inputs)
+    saved = terms.LayerSaved(norms=2, norm_bytes=4, mlp_bytes=GATED_MLP * 2, trained_inputs=trained_inputs)
     measured = _per_layer(_llama(kv_heads), trained)
     lse = HEADS * 4  # the attention kernel's fp32 log-sum-exp, a row per head: not counted
     assert measured - lse == pytest.approx(_counted(kv_heads * HIDDEN // HEADS, saved), rel=0.01)
 
 
 def test_a_layernorm_layer_with_a_composite_gelu_keeps_what_the_formula_counts():
-    saved = terms.LayerSaved(norms=1, norm_bytes=2, mlp_inner=COMPOSITE_ACTIVATIONS["gelu_new"], trained_inputs=0)
+    gelu = COMPOSITE_ACTIVATIONS["gelu_new"].saved_bytes(2, autocast=False)
+    saved = terms.LayerSaved(norms=1, norm_bytes=2, mlp_bytes=gelu, trained_inputs=0)
     measured = _per_layer(_phi, trained=False)
     lse = HEADS * 4
     assert measured - lse - 2 * 4 == pytest.approx(_counted(HIDDEN, saved), rel=0.01)  # LayerNorm's mean, rstd
+
+
+def _cuda_autocast_policy(monkeypatch):
+    """The CPU stand-in for CUDA's autocast where it differs from the CPU's: layer_norm and pow run on fp32 copies
+    of their floating inputs (AutocastTestLists.torch_fp32), and a linear casts its input to its weight's dtype."""
+    functional = torch.nn.functional
+    layer_norm, linear, power = functional.layer_norm, functional.linear, torch.pow
+
+    def up(x):
+        return x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    monkeypatch.setattr(functional, "layer_norm", lambda x, shape, w=None, b=None, eps=1e-5: layer_norm(
+        up(x), shape, up(w), up(b), eps))  # fmt: skip
+    monkeypatch.setattr(functional, "linear", lambda x, w, b=None: linear(x.to(w.dtype), w, b))
+    monkeypatch.setattr(torch, "pow", lambda x, e: power(up(x), e))
+
+
+def test_under_cuda_autocast_a_layernorm_layer_keeps_its_norm_input_and_most_of_gelu_in_fp32(monkeypatch):
+    _cuda_autocast_policy(monkeypatch)
+    gelu = COMPOSITE_ACTIVATIONS["gelu_new"].saved_bytes(2, autocast=True)
+    assert gelu == 2 + 3 * 4  # `0.5 * input` in bf16; pow's input copy, tanh's output and `1 + tanh` in fp32
+    saved = terms.LayerSaved(norms=1, norm_bytes=4, mlp_bytes=gelu, trained_inputs=0)
+    measured = _per_layer(_phi, trained=False)
+    lse, norm_stats = HEADS * 4, 2 * 4
+    weights = 2 * HIDDEN * 4 / TOKENS  # the norm's weight and bias cast to fp32: a layer's, not a token's
+    assert measured - lse - norm_stats - weights == pytest.approx(_counted(HIDDEN, saved), rel=0.01)
 
 
 def test_each_workload_model_names_what_its_layers_keep():
     from bench.estimate.shapes import LayerSaves, layer_saves
     from bench.matrix.profiles import load_workload
 
-    assert layer_saves(load_workload("llama-3.2-1b")) == LayerSaves(norms=2, norm_fp32=True, mlp_inner=GATED_MLP)
-    assert layer_saves(load_workload("phi-2")) == LayerSaves(norms=1, norm_fp32=False, mlp_inner=4)
-    assert layer_saves(load_workload("phi-2"), native_activation=True).mlp_inner == 1  # LitGPT's own GELU
+    llama, phi = load_workload("llama-3.2-1b"), load_workload("phi-2")
+    for autocast in (False, True):  # RMSNorm and SwiGLU run alike under CUDA's autocast
+        assert layer_saves(llama, 2, autocast) == LayerSaves(norms=2, norm_bytes=4, mlp_bytes=3 * 2, gated=True)
+    assert layer_saves(phi, 2) == LayerSaves(norms=1, norm_bytes=2, mlp_bytes=4 * 2, gated=False)
+    assert layer_saves(phi, 2, autocast=True) == LayerSaves(norms=1, norm_bytes=4, mlp_bytes=2 + 3 * 4, gated=False)
+    assert layer_saves(phi, 2, native_activation=True).mlp_bytes == 2  # LitGPT's own GELU
 
 
 def _opt(layers: int):
@@ -101,7 +131,7 @@ def _opt(layers: int):
 def test_a_layernorm_relu_layer_keeps_its_two_residual_dropouts_noise_on_the_cpu():
     # OPT's functional dropouts after out_proj and fc2 stay active in every method; on a CPU each keeps its scaled
     # noise in the activations' dtype (on a GPU aten's native_dropout keeps a bool mask)
-    saved = terms.LayerSaved(norms=2, norm_bytes=2, mlp_inner=1, trained_inputs=0, dropout_mask_bytes=2 * 2)
+    saved = terms.LayerSaved(norms=2, norm_bytes=2, mlp_bytes=2, trained_inputs=0, dropout_mask_bytes=2 * 2)
     measured = _per_layer(_opt, trained=False)
     lse, norm_stats = HEADS * 4, 2 * 2 * 4  # the kernel's log-sum-exp; each LayerNorm's fp32 mean and rstd
     assert measured - lse - norm_stats == pytest.approx(_counted(HIDDEN, saved), rel=0.01)

@@ -232,6 +232,8 @@ def made_up_shapes(*linears: tuple[int, int], other: int = 0):
         layer_norms=2,
         layer_norm=False,
         gated_mlp=True,
+        activation="silu",
+        rotary_dims=1,
     )
 
 

@@ -64,7 +64,7 @@ def test_head_backward_on_cpu_keeps_eight_fp32_tiles_and_a_mask():
 
 
 def test_activations_with_and_without_checkpointing():
-    frozen = terms.LayerSaved(norms=2, norm_bytes=4, mlp_inner=3, trained_inputs=0)
+    frozen = terms.LayerSaved(norms=2, norm_bytes=4, mlp_bytes=3 * 2, trained_inputs=0)
     per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, False, frozen)
     assert per_layer == 10 * (2 * 8 * 4 + 2 * (2 * 8 + 2 * 8 + 3 * 16))
     with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, True, frozen)
