@@ -13,10 +13,9 @@ from torch.utils._pytree import tree_flatten
 from bench.estimate.shapes import shapes_for
 from bench.estimate.speed import work
 from bench.matrix.profiles import load_workload
-from tests.unit.estimate.test_layer_saved import _cuda_autocast_policy
+from tests.unit.estimate.test_layer_saved import HEADS, HIDDEN, INTERMEDIATE, _cuda_autocast_policy, _llama, _phi
 
 TOKENS = 64
-HIDDEN, INTERMEDIATE, HEADS = 128, 352, 4
 KERNELS = {"mm", "addmm", "bmm", "_unsafe_view", "_scaled_dot_product_flash_attention_for_cpu"}
 """The matmuls, the attention kernel (counted in FLOPs) and matmul's reshape of its output (no copy)."""
 
@@ -44,40 +43,6 @@ def _measured(model) -> float:
     return counted.total / TOKENS
 
 
-def _llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return LlamaForCausalLM(
-        LlamaConfig(
-            hidden_size=HIDDEN,
-            intermediate_size=INTERMEDIATE,
-            num_attention_heads=HEADS,
-            num_hidden_layers=1,
-            vocab_size=128,
-            attn_implementation="sdpa",
-        )
-    ).to(torch.bfloat16)
-
-
-def _phi():
-    from transformers import PhiConfig, PhiForCausalLM
-
-    return PhiForCausalLM(
-        PhiConfig(
-            hidden_size=HIDDEN,
-            intermediate_size=INTERMEDIATE,
-            num_attention_heads=HEADS,
-            num_hidden_layers=1,
-            vocab_size=128,
-            partial_rotary_factor=0.5,
-            hidden_act="gelu_new",
-            resid_pdrop=0.0,
-            attention_dropout=0.0,
-            attn_implementation="sdpa",
-        )
-    ).to(torch.bfloat16)
-
-
 def _counted(layout: work.LayerLayout = work.LLAMA_LAYOUT) -> float:
     return work.layer_elementwise_bytes(HIDDEN, HIDDEN, HIDDEN, INTERMEDIATE, 2, layout=layout)
 
@@ -86,25 +51,25 @@ def _phi_layout(autocast: bool) -> work.LayerLayout:
     from bench.estimate.shapes import shapes_of
 
     with torch.device("meta"):
-        shapes = shapes_of(_phi())
+        shapes = shapes_of(_phi(1))
     return work.layout_of(shapes, 2, autocast)
 
 
 def test_an_rmsnorm_swiglu_layer_moves_what_the_formula_counts():
-    assert _measured(_llama()) == pytest.approx(_counted(), rel=0.02)
+    assert _measured(_llama(HEADS)(1)) == pytest.approx(_counted(), rel=0.02)
 
 
 def test_a_layernorm_layer_with_a_partial_rotary_and_a_composite_gelu_moves_what_the_formula_counts():
     layout = _phi_layout(autocast=False)
     assert (layout.norms, layout.layer_norm, layout.norm_readers, layout.rotary_fraction) == (1, True, 4, 0.5)
-    assert _measured(_phi()) == pytest.approx(_counted(layout), rel=0.02)
+    assert _measured(_phi(1)) == pytest.approx(_counted(layout), rel=0.02)
     assert _counted(layout) != pytest.approx(_counted(), rel=0.02)  # the Llama layout would not do
 
 
 def test_under_cuda_autocast_its_fp32_norm_and_gelu_move_about_twice_as_much(monkeypatch):
     _cuda_autocast_policy(monkeypatch)
     layout = _phi_layout(autocast=True)
-    assert _measured(_phi()) == pytest.approx(_counted(layout), rel=0.02)
+    assert _measured(_phi(1)) == pytest.approx(_counted(layout), rel=0.02)
     assert _counted(layout) > 1.9 * _counted(_phi_layout(autocast=False))
 
 
