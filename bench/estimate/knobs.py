@@ -73,6 +73,11 @@ class Knobs(BaseModel):
     """The 4-bit weights were quantised from an fp16 copy (Lightning's `_quantize_weight`:
     `weight.contiguous().to(device="cuda", dtype=torch.half)`), so MatMul4Bit dequantises into fp16 and casts that
     to the compute dtype (`F.dequantize_4bit(B, quant_state).to(A.dtype)`): two copies of the layer at once."""
+    eager_clamp: bool = False
+    """A published row's transformers of mid-2023: Llama's eager attention clamped the masked scores,
+    `torch.max(attn_weights, torch.tensor(torch.finfo(attn_weights.dtype).min))` (modeling_llama.py as
+    huggingface/transformers#24561, merged July 2023, left it), and torch.max's backward keeps them
+    (terms.attention_saved)."""
     litgpt_model: bool = False
     """The model is LitGPT's own code (lit_gpt/model.py, lit_gpt/lora.py), not transformers': query, key and value
     are one fused linear whose LoRA drops its input once (LoRAQKVLinear: `F.linear(self.lora_dropout(x),

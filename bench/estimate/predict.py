@@ -735,13 +735,22 @@ def _layer_activations(s: _Setting) -> tuple[int, int, float]:
         shapes.intermediate,
         shapes.heads,
         s.b,
-        materialised_scores=attention == "eager" or (attention == "sdpa" and s.device == "cpu"),
+        attention=_attention_kernel(attention, s.device),
+        clamped=knobs.eager_clamp,
         saved=_layer_saved(s),
     )
     if knobs.litgpt_model:
         padded = _padded_qkv_outputs(shapes.lora_targets(workload.lora.target_modules)) if s.init.adapters else 0
         per_layer += terms.litgpt_attention(rows * seq, shapes.hidden, kv_dim, padded // shapes.layers, s.b)
     return rows, seq, per_layer
+
+
+def _attention_kernel(attention: str, device: str) -> terms.AttentionKernel:
+    """The kernel an attention implementation runs: eager as transformers writes it; sdpa on a CPU its math path
+    (validated so), else a fused kernel."""
+    if attention == "eager":
+        return "eager"
+    return "math" if attention == "sdpa" and device == "cpu" else "fused"
 
 
 def _layer_saved(s: _Setting) -> terms.LayerSaved:

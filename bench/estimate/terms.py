@@ -7,6 +7,7 @@ chosen + rejected for the paired methods; B for SFT and KTO), t = R*L tokens per
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from bench.matrix.axes import Quant
 from bench.matrix.precision import COMPUTE_DTYPE, DTYPE_BYTES, load_dtype
@@ -289,6 +290,11 @@ class LayerSaved:
     dropout_mask_bytes: int = 0
 
 
+AttentionKernel = Literal["fused", "math", "eager"]
+"""How a layer's attention runs: one fused kernel (FlashAttention, memory-efficient, the CPU's flash kernel), sdpa's
+math path, or transformers' eager_attention_forward (matmul, softmax in fp32, cast back, matmul)."""
+
+
 def layer_activations(
     tokens: int,
     rows: int,
@@ -298,23 +304,48 @@ def layer_activations(
     intermediate: int,
     heads: int,
     act_bytes: int,
-    materialised_scores: bool,
+    attention: AttentionKernel,
     saved: LayerSaved,
+    clamped: bool = False,
 ) -> float:
     """One decoder layer's saved activations for backward, as its ops keep them (saved-tensor hooks,
     docs/evidence/gpu-memory-terms.md): each norm's input (`saved.norm_bytes`: RMSNorm's fp32 upcast); attention's
-    q, k and v after the rotary embedding and its output, (2H + 2kv) b (the fused kernels keep those and a [heads, L]
-    fp32 log-sum-exp); the MLP's `saved.mlp_bytes` per [t, I] element; the inputs of trained linears
+    tensors (`attention_saved`); the MLP's `saved.mlp_bytes` per [t, I] element; the inputs of trained linears
     (`saved.trained_inputs`: a frozen linear keeps none, its input's gradient needs only its weight); the active
-    residual dropouts' masks. + rows * heads * L^2 * 2b for attention scores and probabilities where attention
-    materialises them (eager; sdpa's math path on CPU; flash / memory-efficient kernels on GPU: 0)."""
+    residual dropouts' masks. `clamped`: attention_saved's."""
     per_token = (
         hidden * (saved.norms * saved.norm_bytes + saved.dropout_mask_bytes)
         + saved.mlp_bytes * intermediate
-        + act_bytes * (2 * hidden + 2 * kv_dim + saved.trained_inputs)
+        + act_bytes * saved.trained_inputs
     )
-    scores = rows * heads * seq * seq * 2 * act_bytes if materialised_scores else 0
-    return tokens * per_token + scores
+    kept = attention_saved(attention, tokens, rows, seq, hidden, kv_dim, heads, act_bytes, clamped)
+    return tokens * per_token + kept
+
+
+def attention_saved(
+    kernel: AttentionKernel,
+    tokens: int,
+    rows: int,
+    seq: int,
+    hidden: int,
+    kv_dim: int,
+    heads: int,
+    act_bytes: int,
+    clamped: bool = False,
+) -> float:
+    """What a layer's attention keeps for backward:
+    - fused: q, k and v after the rotary embedding and the output, (2H + 2kv) b (and a [heads, L] fp32 log-sum-exp);
+    - math: the same and rows * heads * L^2 * 2b of scores and probabilities;
+    - eager: q, k and v, (H + 2kv) b (no kernel keeps the output: o_proj's input is kept only where o_proj trains),
+      and per score the fp32 softmax's output, which its backward reads, and its cast to the compute dtype, which the
+      matmul with v keeps (`softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)`; the cast is the
+      same tensor in fp32): 4 + b bytes, 4 in fp32 (measured: tests/unit/estimate/test_layer_saved.py); `clamped`:
+      the masked scores clamped by torch.max before the softmax (Knobs.eager_clamp), which keeps them: b more."""
+    if kernel == "eager":
+        per_score = 4 + (act_bytes if act_bytes < 4 else 0) + (act_bytes if clamped else 0)
+        return tokens * act_bytes * (hidden + 2 * kv_dim) + rows * heads * seq * seq * per_score
+    scores = rows * heads * seq * seq * 2 * act_bytes if kernel == "math" else 0
+    return tokens * act_bytes * (2 * hidden + 2 * kv_dim) + scores
 
 
 def litgpt_attention(tokens: int, hidden: int, kv_dim: int, padded_outputs: int, act_bytes: int) -> float:

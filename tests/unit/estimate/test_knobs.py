@@ -164,6 +164,7 @@ def test_the_defaults_are_what_the_suite_runs():
         "bnb_kept_inputs": "none",
         "quantized_head": False,
         "fp16_quant_state": False,
+        "eager_clamp": False,
         "litgpt_model": False,
         "torch_compile": False,
     }

@@ -59,8 +59,8 @@ def _phi(layers: int):
     return PhiForCausalLM(config).to(torch.bfloat16)
 
 
-def _counted(kv_dim: int, saved: terms.LayerSaved) -> float:
-    return terms.layer_activations(TOKENS, 1, TOKENS, HIDDEN, kv_dim, INTERMEDIATE, HEADS, 2, False, saved) / TOKENS
+def _counted(kv_dim: int, saved: terms.LayerSaved, attention: terms.AttentionKernel = "fused", b: int = 2) -> float:
+    return terms.layer_activations(TOKENS, 1, TOKENS, HIDDEN, kv_dim, INTERMEDIATE, HEADS, b, attention, saved) / TOKENS
 
 
 @pytest.mark.parametrize("kv_heads", [HEADS, 2])
@@ -190,3 +190,40 @@ def test_a_layernorm_models_facts_come_from_its_classes():
         gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=HIDDEN, n_head=HEADS, n_layer=1, vocab_size=128))  # Conv1D MLP
     facts = [(s.layer_norms, s.layer_norm, s.gated_mlp) for s in map(shapes_of, (phi, opt, gpt2))]
     assert facts == [(1, True, False), (2, True, False), (2, True, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_eager_attention_keeps_its_fp32_probabilities_and_their_cast_but_not_its_output(dtype):
+    b = dtype.itemsize
+    saved = terms.LayerSaved(norms=2, norm_bytes=4, mlp_bytes=GATED_MLP * b, trained_inputs=0)
+
+    def build(layers: int):
+        return _eager(_llama_config)(layers).to(dtype)
+
+    measured = _per_layer(build, trained=False)
+    assert measured == pytest.approx(_counted(HIDDEN, saved, "eager", b), rel=0.01)
+    assert measured != pytest.approx(_counted(HIDDEN, saved, "math", b), rel=0.01)  # 2b per score and the output
+
+
+@pytest.mark.parametrize("clamped", [False, True])
+def test_a_2023_llama_eager_attention_keeps_its_clamped_scores_as_well(clamped):
+    # transformers' Llama eager attention of mid-2023 (Knobs.eager_clamp), on bf16 q, k, v of one row
+    q, k, v = (torch.randn(1, HEADS, TOKENS, HIDDEN // HEADS, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+    mask = torch.zeros(1, 1, TOKENS, TOKENS, dtype=torch.bfloat16)
+    seen: dict[int, int] = {}
+
+    def pack(tensor):
+        if tensor.dim():  # the clamp's bound is a 0-dim tensor: a layer's, not a score's
+            seen[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with saved_tensors_hooks(pack, lambda tensor: tensor):
+        scores = torch.matmul(q, k.transpose(2, 3)) + mask
+        if clamped:
+            scores = torch.max(scores, torch.tensor(torch.finfo(scores.dtype).min))
+        probabilities = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        torch.matmul(probabilities, v)
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    measured = sum(size for pointer, size in seen.items() if pointer not in inputs)
+    counted = terms.attention_saved("eager", TOKENS, 1, TOKENS, HIDDEN, HIDDEN, HEADS, 2, clamped)
+    assert measured == counted - TOKENS * 2 * 3 * HIDDEN  # less q, k and v, the inputs here

@@ -65,11 +65,11 @@ def test_head_backward_on_cpu_keeps_eight_fp32_tiles_and_a_mask():
 
 def test_activations_with_and_without_checkpointing():
     frozen = terms.LayerSaved(norms=2, norm_bytes=4, mlp_bytes=3 * 2, trained_inputs=0)
-    per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, False, frozen)
+    per_layer = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, "fused", frozen)
     assert per_layer == 10 * (2 * 8 * 4 + 2 * (2 * 8 + 2 * 8 + 3 * 16))
-    with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, True, frozen)
+    with_scores = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, "math", frozen)
     assert with_scores - per_layer == 2 * 2 * 5 * 5 * 2 * 2
-    trained = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, False, replace(frozen, trained_inputs=4 * 8 + 16))
+    trained = terms.layer_activations(10, 2, 5, 8, 8, 16, 2, 2, "fused", replace(frozen, trained_inputs=4 * 8 + 16))
     assert trained - per_layer == 10 * 2 * (4 * 8 + 16)  # a trained linear keeps its input
     # at the LM head's backward a checkpointed model holds only each layer's input
     assert terms.saved_activations(3, per_layer, 10, 8, 2, checkpointing=True) == 3 * 10 * 8 * 2
