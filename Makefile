@@ -58,8 +58,8 @@ window-carry: ## on a connected machine: what a lent GPU's window needs carried 
 	@du -sh '$(or $(WHEELHOUSE),build/wheelhouse)' '$(or $(CARRY),build/carried-assets)'
 	@git ls-files -z | xargs -0 stat -c %s | awk '{s += $$1} END {printf "%.1f MiB\tthe tracked tree (the device tool carries 64 MiB in all)\n", s / 1048576}'
 
-gpu-window: setup ## on a lent GPU: its DPO matrix, the other methods, emulated 24 GB cards, the 7B cells, a speed pass, side by side in its slots, everything under OUT as it ends [OUT=<dir>] [MINUTES=9] [WHEELHOUSE=<dir>: set up offline first] [CARRY=<dir>]
-	$(if $(CARRY),BENCH_CARRIED_ASSETS='$(CARRY)') $(PY) -m bench window $(if $(OUT),--out '$(OUT)') $(if $(MINUTES),--minutes $(MINUTES))
+gpu-window: setup ## on a lent GPU: its DPO matrix, the other methods, emulated 24 GB cards, the 7B cells, a speed pass, side by side in its slots, everything under OUT as it ends [OUT=<dir>] [BUNDLE=<dir>: also packed into 8 flat files there] [MINUTES=9] [WHEELHOUSE=<dir>: set up offline first] [CARRY=<dir>]
+	$(if $(CARRY),BENCH_CARRIED_ASSETS='$(CARRY)') $(PY) -m bench window $(if $(OUT),--out '$(OUT)') $(if $(BUNDLE),--bundle '$(BUNDLE)') $(if $(MINUTES),--minutes $(MINUTES))
 
 $(STAMP): $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)

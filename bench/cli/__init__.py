@@ -11,14 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from bench.cli import advise, estimate, export, machine, pipeline, report, run, selfbench, trace
+from bench.cli import advise, estimate, export, gpu_window, machine, pipeline, report, run, selfbench, trace
 from bench.cli.common import INTERRUPTED
 from bench.errors import BenchError
 from bench.install import missing_training_stack
 from bench.isolation.deferred_sigint import STOP_SIGNALS, exit_status, interrupt_on_stop_signals, stopped_by
 from bench.paths import RESULTS_DEFAULT, SCENARIOS_ENV, scenarios_dir
 
-GROUPS = (run, machine, pipeline, report, estimate, advise, export, selfbench, trace)
+GROUPS = (run, gpu_window, machine, pipeline, report, estimate, advise, export, selfbench, trace)
 PROG = "dpo-bench"
 DESCRIPTION = (
     "Which DPO training setups work on given hardware, how fast, and how much memory they take: `run` trains the "

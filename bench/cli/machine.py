@@ -1,25 +1,14 @@
-"""`window`, `carry-assets`, `matrix` and `images`: a lent GPU's window, the assets carried to it, MATRIX.md
-regenerated, the docker images built."""
+"""`carry-assets`, `matrix` and `images`: the assets carried to a lent GPU, MATRIX.md regenerated, the docker images
+built."""
 
 import argparse
 import time
 from pathlib import Path
 
-from bench.cli.arg_types import positive_float, slot_count
-from bench.cli.common import checked_run_id, run_id_of
+from bench.cli.common import checked_run_id
 from bench.errors import BenchError
 from bench.executors import docker_images as images
 from bench.matrix.profiles import load_profile
-
-
-def cmd_window(args: argparse.Namespace) -> int:
-    from bench.run.window import window
-
-    run_id = run_id_of(args)
-    out = Path(args.out) if args.out else Path(args.results) / "window" / run_id
-    window(args.minutes, out, run_id, args.hw, args.plan, args.gpu_slots)
-    print(f"window: everything under {out}")
-    return 0
 
 
 def cmd_carry_assets(args: argparse.Namespace) -> int:
@@ -77,37 +66,7 @@ def recorded_run(hardware_dir: Path, run_id: str) -> Path:
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    _register_window(sub)
     _register_others(sub)
-
-
-def _register_window(sub: "argparse._SubParsersAction") -> None:
-    p = sub.add_parser(
-        "window",
-        help="on a GPU lent for minutes: the card's DPO matrix, the other methods, emulated 24 GB cards, the 7B cells "
-        "and a speed pass, in that priority, side by side in the card's slots, everything under --out as it ends "
-        "(docs/hardware.md, 'A window on a lent GPU')",
-    )
-    p.add_argument("--minutes", type=positive_float, default=9.0, help="the window's deadline (default: %(default)s)")
-    p.add_argument("--out", default=None, help="where everything goes (default: results/window/<run-id>)")
-    p.add_argument("--run-id", default=None)
-    p.add_argument(
-        "--hw",
-        default=None,
-        help="the one-GPU profile to plan for (default: the card nvidia-smi lists), or a CPU profile with "
-        "memory_budget_gb to rehearse the window on (cpu-budget)",
-    )
-    p.add_argument(
-        "--gpu-slots",
-        type=slot_count,
-        default=None,
-        metavar="N",
-        help="the slots every phase's run cuts the card into (default: the card's automatic count, one per 24 GiB)",
-    )
-    p.add_argument(
-        "--plan", action="store_true", help="print the plan and its PREDICTED coverage, write plan.json, run nothing"
-    )
-    p.set_defaults(func=cmd_window)
 
 
 def _register_others(sub: "argparse._SubParsersAction") -> None:

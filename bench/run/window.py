@@ -132,11 +132,20 @@ def plan_lines(planned: dict) -> list[str]:
 
 
 def window(
-    minutes: float, out: Path, run_id: str, hw: str | None = None, plan_only: bool = False, slots: int | None = None
+    minutes: float,
+    out: Path,
+    run_id: str,
+    hw: str | None = None,
+    plan_only: bool = False,
+    slots: int | None = None,
+    bundle: Path | None = None,
 ) -> dict | None:
     """Plan, then run the window's phases under `out`; the summary (None with `plan_only`). `slots`: the device's,
-    where not the card's automatic count (or the rehearsal's)."""
+    where not the card's automatic count (or the rehearsal's). `bundle`: a folder kept holding the window's folder
+    packed into a few flat files as it changes (window_bundle.py)."""
     from dataclasses import replace
+
+    from bench.run.window_bundle import check_folders, kept
 
     started = time.monotonic()
     deadline = started + minutes * 60
@@ -152,17 +161,20 @@ def window(
     if plan_only:
         return None
     results = out / "results"
+    if bundle is not None:
+        check_folders(out, bundle)
     with (out / LOG_FILE).open("a", encoding="utf-8") as log:
         tee = Tee(log)
         print(f"window: {found.note}; plan in {out / PLAN_FILE}", file=tee, flush=True)
-        ready = prepare(found, phases, run_id, out, tee)
-        run_phases(phases, found, deadline, results, tee, ready, planned)
-        for profile, run in sorted({(p.profile, p.run_id) for p in phases}):
-            write_tables(results, profile, run)
-        summary = summarize(phases, planned, results, time.monotonic() - started)
-        write_whole(out / SUMMARY_FILE, json.dumps(summary, indent=2))
-        for line in summary_lines(summary):
-            print(line, file=tee, flush=True)
+        with kept(out, bundle, run_id, tee) if bundle is not None else contextlib.nullcontext():
+            ready = prepare(found, phases, run_id, out, tee)
+            run_phases(phases, found, deadline, results, tee, ready, planned)
+            for profile, run in sorted({(p.profile, p.run_id) for p in phases}):
+                write_tables(results, profile, run)
+            summary = summarize(phases, planned, results, time.monotonic() - started)
+            write_whole(out / SUMMARY_FILE, json.dumps(summary, indent=2))
+            for line in summary_lines(summary):
+                print(line, file=tee, flush=True)
     return summary
 
 

@@ -46,8 +46,9 @@ SEVEN_B_ALONE = ("two_models-none-zero3_offload",)
 WINDOW_WORKLOADS = (WORKLOAD, "phi-2", "opt-1.3b", SEVEN_B[0])
 """The workloads of the window, in the order its phases need them (and what `carry-assets` carries by default)."""
 HISTORY_STEPS = 2
-"""The DPO phase's cells record the CUDA allocator's history of their load and first two steps (the optimizer's state
-made in the first): what the allocator term is held against. The speed pass runs unrecorded."""
+"""The DPO and other methods' phases' cells record the CUDA allocator's history of their load and first two steps
+(the optimizer's state made in the first): what the allocator term is held against, over TRL's fused head and over
+the losses that materialise their logits (SFT's, ORPO's). The speed pass and the emulated cards run unrecorded."""
 CELL_TIMEOUT_S = 240
 """A healthy 1B cell ends in 1-2 min on an H100 (an offload cell's host optimizer included); a hung one in this."""
 SEVEN_B_CELL_TIMEOUT_S = 600
@@ -132,7 +133,7 @@ def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
     dpo = WindowPhase("dpo", DPO, card, content.profile, content.workload, run_id, content.dpo,
                       allocator_history=HISTORY_STEPS)  # fmt: skip
     methods = WindowPhase("methods", METHODS, card, content.profile, content.workload, f"{run_id}-methods",
-                          content.methods)  # fmt: skip
+                          content.methods, allocator_history=HISTORY_STEPS)  # fmt: skip
     seven_b, shared, alone = content.seven_b
     big = dict(
         profile=content.profile, workload=seven_b, run_id=f"{run_id}-{seven_b}", cell_timeout=SEVEN_B_CELL_TIMEOUT_S
@@ -146,7 +147,8 @@ def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
     phases += [WindowPhase("speed", SPEED, card, content.profile, content.workload, run_id, speed, after=before,
                            alone=True, repeats=1 + SPEED_TRIALS, speed_of="dpo")]  # fmt: skip
     phases += [WindowPhase("methods-rest", METHODS_REST, card, content.profile, content.workload, methods.run_id,
-                           content.methods_rest, after=("methods", "speed"))]  # fmt: skip
+                           content.methods_rest, after=("methods", "speed"),
+                           allocator_history=HISTORY_STEPS)]  # fmt: skip
     phases += [
         _emulated(e, run_id, EMULATED_REST, e.rest, (f"emulated:{e.profile}", "speed")) for e in content.emulated
     ]

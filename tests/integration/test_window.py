@@ -16,7 +16,9 @@ import pytest
 
 from bench.results.schema import Status
 from bench.results.store import load_results
+from bench.run.window_bundle import unpack
 from bench.run.window_spec import REHEARSAL
+from bench.units import MiB
 
 pytestmark = pytest.mark.long
 
@@ -41,16 +43,16 @@ def bench(results: Path, *argv: str, runners: Path, timeout: float = 1800) -> st
 def rehearsal(tmp_path_factory) -> dict:
     """The window on cpu-budget, and the same cells alone, one run per workload."""
     root = tmp_path_factory.mktemp("window")
-    out, runners = root / "out", root / "runners"
+    out, runners, bundle = root / "out", root / "runners", root / "bundle"
     printed = bench(root, "window", "--hw", PROFILE, "--minutes", "20", "--out", str(out), "--run-id", "w",
-                    runners=runners)  # fmt: skip
+                    "--bundle", str(bundle), runners=runners)  # fmt: skip
     alone = root / "alone"
     second, (small, shared, by_itself) = REHEARSAL["second"], REHEARSAL["seven_b"]
     tiny = (*REHEARSAL["dpo"], *REHEARSAL["methods"], *REHEARSAL["methods_rest"])
     for workload, cells in ((REHEARSAL["workload"], tiny), second, (small, (*shared, *by_itself))):
         bench(alone, "run", "--hw", PROFILE, "--workload", workload, "--method", "all", "--filter", ",".join(cells),
               "--run-id", workload, "--exclusive", "--executor", "local", runners=runners)  # fmt: skip
-    return {"out": out, "printed": printed, "alone": alone}
+    return {"out": out, "printed": printed, "alone": alone, "bundle": bundle}
 
 
 def records(folder: Path) -> dict[str, list]:
@@ -77,6 +79,20 @@ def test_the_plan_comes_first_and_every_run_is_written_under_the_folder(rehearsa
         assert row["ran"] == row["planned"] and row["predicted_cells"]["slow"] <= row["ran"], row
         assert row["predicted_cells"]["fast"] == row["planned"], row
         assert row["statuses"] == {"ok": row["planned"]}, row
+
+
+def test_the_bundle_holds_every_run_in_a_few_flat_files(rehearsal, tmp_path):
+    """What a device tool that returns 8 flat files of 16 MiB brings back of the window: every run's records."""
+    out, bundle = rehearsal["out"], rehearsal["bundle"]
+    files = sorted(bundle.iterdir())
+    assert len(files) <= 8 and all(f.is_file() and f.stat().st_size <= 16 * MiB for f in files), files
+    runs, left = unpack(bundle, tmp_path)
+    assert left == {} and runs == sorted(f"{PROFILE}/{run}" for run in ("w", "w-methods", "w-emulated", "w-small"))
+    for run in runs:
+        assert (tmp_path / run / "results.jsonl").read_text() == (out / "results" / run / "results.jsonl").read_text()
+    assert json.loads((tmp_path / "window" / "w" / "summary.json").read_text()) == json.loads(
+        (out / "summary.json").read_text()
+    )
 
 
 def _span(record) -> tuple[dt.datetime, dt.datetime]:
