@@ -21,7 +21,7 @@ def cmd_window(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.results) / "window" / run_id
     bundle = Path(args.bundle) if args.bundle else None
     window(args.minutes, out, run_id, args.hw, args.plan, args.gpu_slots, bundle)
-    print(f"window: everything under {out}" + (f", packed into {bundle}" if bundle else ""))
+    print(f"window: everything under {out}" + (f", packed into {bundle}" if bundle and not args.plan else ""))
     return 0
 
 

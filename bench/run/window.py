@@ -147,6 +147,8 @@ def window(
 
     from bench.run.window_bundle import check_folders, kept
 
+    if bundle is not None:
+        check_folders(out, bundle)
     started = time.monotonic()
     deadline = started + minutes * 60
     found = machine(hw)
@@ -161,8 +163,6 @@ def window(
     if plan_only:
         return None
     results = out / "results"
-    if bundle is not None:
-        check_folders(out, bundle)
     with (out / LOG_FILE).open("a", encoding="utf-8") as log:
         tee = Tee(log)
         print(f"window: {found.note}; plan in {out / PLAN_FILE}", file=tee, flush=True)
