@@ -4,10 +4,11 @@ shallow files brings back of a window. The lent GPUs' tool returns at most 8 fil
 folders down. The bundle is packed again whenever the folder changed, so a command stopped at its limit keeps the
 last pack; `unpack` puts its runs back under a results folder.
 
-The bundle: `plan.json` and `summary.json` as they are, `window.tar.gz` (every other file of the folder: the runs
-under their `<profile>/<run>/` paths, the window's own files under `window/<run-id>/`, a manifest of what was left
-out), and the CUDA allocator's histories in up to MAX_HISTORY_PARTS uncompressed tars (they are gzip files
-already)."""
+The bundle: `window.tar.gz` (every file of the folder but the allocator histories: the runs under their
+`<profile>/<run>/` paths, the window's own files, its plan and summary among them, under `window/<run-id>/`, and a
+manifest of what was left out), and the CUDA allocator's histories in up to MAX_HISTORY_PARTS uncompressed tars
+(they are gzip files already). The window prints its plan and summary, so the device tool's output shows them
+without unpacking."""
 
 import fnmatch
 import io
@@ -28,16 +29,16 @@ from bench.worker.allocator_history import HISTORY_GLOB
 
 ARCHIVE = "window.tar.gz"
 HISTORY_PART = "allocator-histories-{part}.tar"
-PLAIN = ("plan.json", "summary.json")
-"""Copied as they are: readable without unpacking."""
 MANIFEST = "bundle.json"
 """In the archive, beside the window's own files: what each file of the bundle holds and what was left out."""
 PARTIAL = "partial.tmp"
 """Each bundle file is written under this name, then renamed: a pack stopped midway leaves this one file."""
 FILE_LIMIT = 15 * MiB
 """Each file's most, under the tool's 16 MiB (the archive's last compressed block lands after the check)."""
-MAX_HISTORY_PARTS = 4
-"""With the two plain files, the archive and a stopped pack's partial file: 8 files at most."""
+MAX_HISTORY_PARTS = 6
+"""With the archive and a stopped pack's partial file: 8 files at most. A 1B cell's history of two steps is about
+10^5 events (bench/worker/allocator_history.py), some 3.5 MB of JSON before gzip; what does not fit is named in
+the manifest."""
 COMPRESSION_GUESS = 3.0
 """A file goes into the archive while its size over this still fits: logs and JSON compress 5-10 times. Where the
 archive still comes out over its limit, it is packed again taking every file as incompressible."""
@@ -111,10 +112,6 @@ def pack(out: Path, bundle: Path, run_id: str, limit: int = FILE_LIMIT, parts: i
     bundle.mkdir(parents=True, exist_ok=True)
     packed = Packed()
     listed = {name: path for path, name in members(out, run_id)}
-    for name in PLAIN:
-        if (out / name).is_file():
-            _replace(bundle, name, lambda f, source=out / name: f.write(source.read_bytes()))
-            packed.files.append(name)
     histories = [(name, listed[name].stat().st_size) for name in listed if _is_history(name)]
     filled, packed.left_out = history_parts(histories, limit, parts)
     for number, names in enumerate(filled, start=1):

@@ -40,7 +40,7 @@ def test_the_bundle_is_a_few_flat_files_within_the_limit_and_unpacks_to_the_runs
     out, bundle = window_folder(tmp_path), tmp_path / "bundle"
     packed = wb.pack(out, bundle, "R", limit=LIMIT, parts=2)
     files = sorted(p.name for p in bundle.iterdir())
-    assert files == sorted(packed.files) == ["allocator-histories-1.tar", "allocator-histories-2.tar", "plan.json",
+    assert files == sorted(packed.files) == ["allocator-histories-1.tar", "allocator-histories-2.tar",
                                              "window.tar.gz"]  # fmt: skip
     assert all(p.is_file() and p.stat().st_size <= LIMIT and re.fullmatch(r"[\w.-]+", p.name) for p in bundle.iterdir())
     assert list(packed.left_out) == [f"{RUN}/logs/big.log"]  # more than the archive can take
@@ -81,7 +81,7 @@ def test_a_stopped_pack_leaves_one_partial_file_and_the_next_pack_replaces_every
     for cell in ("a", "b"):
         (out / "results" / RUN / "cells" / cell / "allocator_history.rank0.json.gz").unlink()
     packed = wb.pack(out, bundle, "R", limit=LIMIT, parts=2)
-    assert sorted(p.name for p in bundle.iterdir()) == sorted(packed.files) == ["plan.json", "window.tar.gz"]
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(packed.files) == ["window.tar.gz"]
 
 
 def test_the_keeper_packs_as_the_folder_changes_and_once_more_at_the_end(tmp_path):
@@ -94,7 +94,7 @@ def test_the_keeper_packs_as_the_folder_changes_and_once_more_at_the_end(tmp_pat
             time.sleep(0.05)
         assert f"{RUN}/budget.json" in names(bundle)
         (out / "summary.json").write_text("{}")  # written as the window ends, no time for a look
-    assert (bundle / "summary.json").read_text() == "{}" and "window/R/summary.json" in names(bundle)
+    assert "window/R/summary.json" in names(bundle)
 
 
 def names(bundle: Path) -> list[str]:
