@@ -1,14 +1,12 @@
 """The window's folder as a few flat files (`window --bundle DIR`): what a device tool that returns only a handful of
-shallow files brings back of a window. The lent GPUs' tool returns at most 8 files of its command's output folder,
-16 MiB each, no deeper than two folders, named in letters, digits, '.', '_' and '-': a window's records lie five
-folders down. The bundle is packed again whenever the folder changed, so a command stopped at its limit keeps the
-last pack; `unpack` puts its runs back under a results folder.
+shallow files brings back of a window (the lent GPUs' tool: 8 files, 16 MiB each, two folders down; a window's
+records lie five down). Packed again whenever the folder changed, so a command stopped at its limit keeps the last
+pack; `unpack` puts its runs back under a results folder.
 
-The bundle: `window.tar.gz` (every file of the folder but the allocator histories: the runs under their
-`<profile>/<run>/` paths, the window's own files, its plan and summary among them, under `window/<run-id>/`, and a
-manifest of what was left out), and the CUDA allocator's histories in up to MAX_HISTORY_PARTS uncompressed tars
-(they are gzip files already). The window prints its plan and summary, so the device tool's output shows them
-without unpacking."""
+The bundle: `window.tar.gz` (every file but the allocator histories: the runs under `<profile>/<run>/`, the
+window's own files, plan and summary among them, under `window/<run-id>/`, and a manifest of what was left out),
+and the CUDA allocator's histories in up to MAX_HISTORY_PARTS uncompressed tars (gzip files already). The window
+prints its plan and summary, so the device tool's output shows them without unpacking."""
 
 import fnmatch
 import io

@@ -59,8 +59,12 @@ def compact(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
 
 
 def write(path: Path, history: dict[str, Any]) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as out:
+    """Written beside as `<name>.tmp`, then renamed: the window's bundle (bench/run/window_bundle.py) packs the
+    cell folders while cells run and must never take half a history for a whole one."""
+    partial = path.with_name(path.name + ".tmp")
+    with gzip.open(partial, "wt", encoding="utf-8") as out:
         json.dump(history, out, separators=(",", ":"))
+    os.replace(partial, path)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -36,15 +36,18 @@ def test_a_snapshot_is_kept_as_its_devices_requests_and_segments(tmp_path):
     path = tmp_path / "allocator_history.rank0.json.gz"
     write(path, history)
     assert read(path) == history
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # written beside, then renamed
 
 
-def test_the_window_records_the_dpo_phase_only():
+def test_the_window_records_the_dpo_and_other_methods_phases_only():
     content = WindowContent(
         target=("--hw", "1xH200"), profile="1xH200", workload="llama-3.2-1b", dpo=("one_adapter-none-single",),
-        methods=("sft-one_adapter-none-single",), methods_rest=(), emulated=(), seven_b=("mistral-7b", (), ()),
+        methods=("sft-one_adapter-none-single",), methods_rest=("orpo-one_adapter-none-single",), emulated=(),
+        seven_b=("mistral-7b", (), ()),
     )  # fmt: skip
     environments = {p.name: p.environment() for p in window_phases(content, "w")}
-    assert environments.pop("dpo") == {HISTORY_ENV: str(HISTORY_STEPS)}
+    for recorded in ("dpo", "methods", "methods-rest"):
+        assert environments.pop(recorded) == {HISTORY_ENV: str(HISTORY_STEPS)}, recorded
     assert set(map(len, environments.values())) == {0}  # the speed pass above all runs unrecorded
 
 
