@@ -58,7 +58,7 @@ class Packed:
 
 def members(out: Path, run_id: str) -> list[tuple[Path, str]]:
     """(file, name in the bundle) of the window's folder: its runs by their path under `results/`, its own files
-    (plan, log, summary, the host op's build log) under `window/<run_id>/`. Links are not followed."""
+    (plan, log, summary, the host op's build log) under `window/<run_id>/`."""
     found: list[tuple[Path, str]] = []
     results = out / "results"
     if results.is_dir():
@@ -68,7 +68,8 @@ def members(out: Path, run_id: str) -> list[tuple[Path, str]]:
 
 
 def _plain_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
+    """A file to pack: not a link, and not a file being written beside its final name (`*.tmp`)."""
+    return path.is_file() and not path.is_symlink() and path.suffix != ".tmp"
 
 
 def _is_history(name: str) -> bool:

@@ -33,6 +33,7 @@ def window_folder(root: Path) -> Path:
     (run / "results.jsonl").write_text('{"cell_id": "a"}\n{"cell_id": "b"}\n{"cell_id": "c", "sta')
     (out / "plan.json").write_text(json.dumps({"phases": []}))
     (out / "window.log").write_text("window: started\n" * 1000)
+    (run / "cells" / "a" / "allocator_history.rank1.json.gz.tmp").write_bytes(b"being written")
     return out
 
 
@@ -55,6 +56,7 @@ def test_the_bundle_is_a_few_flat_files_within_the_limit_and_unpacks_to_the_runs
     assert (results / "window" / "R" / "plan.json").read_text() == (out / "plan.json").read_text()
     assert (results / "window" / "R" / "window.log").read_text() == (out / "window.log").read_text()
     assert not (run / "logs" / "big.log").exists()
+    assert not (run / "cells" / "a" / "allocator_history.rank1.json.gz.tmp").exists()  # a file being written
 
 
 def test_histories_beyond_the_parts_are_left_out_and_a_part_holds_what_fits():
