@@ -14,20 +14,32 @@ from pathlib import Path
 
 NOT_THROUGH_LINKS = "a symbolic link; the suite writes through none"
 """The reason a file opened for writing is refused when it is a link."""
+TEMPORARY = ".tmp"
+"""How the name of a file being written whole ends, before its writer's pid and thread."""
+
+
+def being_written(path: Path) -> bool:
+    """Whether `path` is a temporary of write_whole_bytes: a file that is not yet whole."""
+    return path.suffix.startswith(TEMPORARY)
 
 
 def write_whole(path: Path, text: str) -> None:
-    """`text` into `path` through a temporary file beside it and a rename (atomic within a filesystem): a link at
-    `path` is replaced, its target untouched. The temporary name carries the writer's pid and thread, so writers of
-    the same path never share one; it matches no `*.json` glob, is created new (never through a link planted there)
-    and is removed when the write fails (a full disk)."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_native_id()}")
+    """`text` into `path`, UTF-8, as write_whole_bytes writes."""
+    write_whole_bytes(path, text.encode("utf-8"))
+
+
+def write_whole_bytes(path: Path, data: bytes) -> None:
+    """`data` into `path` through a temporary file beside it and a rename (atomic within a filesystem): a link at
+    `path` is replaced, its target untouched. The temporary name (TEMPORARY) carries the writer's pid and thread, so
+    writers of the same path never share one; it matches no `*.json` glob, is created new (never through a link
+    planted there) and is removed when the write fails (a full disk)."""
+    tmp = path.with_name(f"{path.name}{TEMPORARY}{os.getpid()}-{threading.get_native_id()}")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # what a dead writer of the same pid left
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
         try:
-            _write_all(fd, text.encode("utf-8"))
+            _write_all(fd, data)
         except OSError as exc:  # os.write names no file: say which one could not be written
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         finally:

@@ -11,7 +11,6 @@ prints its plan and summary, so the device tool's output shows them without unpa
 import fnmatch
 import io
 import json
-import os
 import tarfile
 import threading
 import time
@@ -19,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from bench.errors import BenchError
+from bench.files import being_written, write_whole_bytes
 from bench.units import MiB
 from bench.worker.allocator_history import HISTORY_GLOB
 
@@ -29,12 +28,11 @@ ARCHIVE = "window.tar.gz"
 HISTORY_PART = "allocator-histories-{part}.tar"
 MANIFEST = "bundle.json"
 """In the archive, beside the window's own files: what each file of the bundle holds and what was left out."""
-PARTIAL = "partial.tmp"
-"""Each bundle file is written under this name, then renamed: a pack stopped midway leaves this one file."""
 FILE_LIMIT = 15 * MiB
 """Each file's most, under the tool's 16 MiB (the archive's last compressed block lands after the check)."""
 MAX_HISTORY_PARTS = 6
-"""With the archive and a stopped pack's partial file: 8 files at most. A 1B cell's history of two steps is about
+"""With the archive and the temporary a pack stopped midway leaves (each file is written whole, bench/files.py;
+a pack first removes an earlier one's): 8 files at most. A 1B cell's history of two steps is about
 10^5 events (bench/worker/allocator_history.py), some 3.5 MB of JSON before gzip; what does not fit is named in
 the manifest."""
 COMPRESSION_GUESS = 3.0
@@ -68,8 +66,8 @@ def members(out: Path, run_id: str) -> list[tuple[Path, str]]:
 
 
 def _plain_file(path: Path) -> bool:
-    """A file to pack: not a link, and not a file being written beside its final name (`*.tmp`)."""
-    return path.is_file() and not path.is_symlink() and path.suffix != ".tmp"
+    """A file to pack: not a link, and whole (not a temporary a writer will rename, bench/files.py)."""
+    return path.is_file() and not path.is_symlink() and not being_written(path)
 
 
 def _is_history(name: str) -> bool:
@@ -109,13 +107,16 @@ def history_parts(
 def pack(out: Path, bundle: Path, run_id: str, limit: int = FILE_LIMIT, parts: int = MAX_HISTORY_PARTS) -> Packed:
     """Write the bundle of the window folder `out` into `bundle`, replacing each file whole."""
     bundle.mkdir(parents=True, exist_ok=True)
+    for stale in bundle.iterdir():
+        if being_written(stale):  # an earlier pack stopped midway
+            stale.unlink()
     packed = Packed()
     listed = {name: path for path, name in members(out, run_id)}
     histories = [(name, listed[name].stat().st_size) for name in listed if _is_history(name)]
     filled, packed.left_out = history_parts(histories, limit, parts)
     for number, names in enumerate(filled, start=1):
         part = HISTORY_PART.format(part=number)
-        _replace(bundle, part, lambda f, names=names: _write_tar(f, [(listed[n], n) for n in names]))
+        write_whole_bytes(bundle / part, _tar([(listed[n], n) for n in names]))
         packed.files.append(part)
     for stale in bundle.glob(HISTORY_PART.format(part="*")):
         if stale.name not in packed.files:
@@ -125,56 +126,48 @@ def pack(out: Path, bundle: Path, run_id: str, limit: int = FILE_LIMIT, parts: i
     manifest = {"run_id": run_id, "packed_at": time.time(), "histories": parts_held}
     for guess in (COMPRESSION_GUESS, 1.0):
         attempt = manifest | {"left_out": dict(packed.left_out)}
-        _replace(bundle, ARCHIVE, _archive_writer(rest, limit, attempt, run_id, guess))
-        if (bundle / ARCHIVE).stat().st_size <= limit:
+        archive = _archive(rest, limit, attempt, run_id, guess)
+        if len(archive) <= limit:
             break
+    write_whole_bytes(bundle / ARCHIVE, archive)
     packed.left_out = attempt["left_out"]
     packed.files.append(ARCHIVE)
     return packed
 
 
-def _archive_writer(files: list[tuple[Path, str]], limit: int, manifest: dict, run_id: str, guess: float):
-    return lambda raw: _write_archive(raw, files, limit, manifest, run_id, guess)
-
-
-def _replace(bundle: Path, name: str, write) -> None:
-    partial = bundle / PARTIAL
-    with partial.open("wb") as f:
-        write(f)
-    os.replace(partial, bundle / name)
-
-
-def _write_tar(raw: IO[bytes], files: list[tuple[Path, str]]) -> None:
+def _tar(files: list[tuple[Path, str]]) -> bytes:
+    raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for path, name in files:
             tar.add(path, arcname=name, recursive=False)
+    return raw.getvalue()
 
 
-def _write_archive(
-    raw: IO[bytes], files: list[tuple[Path, str]], limit: int, manifest: dict, run_id: str, guess: float
-) -> None:
+def _archive(files: list[tuple[Path, str]], limit: int, manifest: dict, run_id: str, guess: float) -> bytes:
     """The files smallest first while the compressed stream leaves room (each taken to shrink `guess` times), then
     the manifest."""
     sized = []
     for path, name in files:
         try:
-            sized.append((path.stat().st_size, path, name))
+            sized.append((path.stat(), path, name))
         except FileNotFoundError:  # a run removed it while the list was made
             continue
     left = manifest["left_out"]
+    raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar:
-        for size, path, name in sorted(sized, key=lambda s: s[0]):
-            if raw.tell() + size / guess > limit - limit // HEADROOM:
-                left[name] = f"{size} bytes: the archive is full ({limit})"
+        for stat, path, name in sorted(sized, key=lambda s: s[0].st_size):
+            if raw.tell() + stat.st_size / guess > limit - limit // HEADROOM:
+                left[name] = f"{stat.st_size} bytes: the archive is full ({limit})"
                 continue
-            _add(tar, path, name)
+            _add(tar, path, name, int(stat.st_mtime))
         text = json.dumps(manifest, indent=1).encode()
         info = tarfile.TarInfo(f"window/{run_id}/{MANIFEST}")
         info.size, info.mtime = len(text), int(time.time())
         tar.addfile(info, io.BytesIO(text))
+    return raw.getvalue()
 
 
-def _add(tar: tarfile.TarFile, path: Path, name: str) -> None:
+def _add(tar: tarfile.TarFile, path: Path, name: str, mtime: int) -> None:
     """A file as it is now; an appended JSON-lines file up to its last whole line (a run may be writing one)."""
     try:
         data = path.read_bytes()
@@ -183,7 +176,7 @@ def _add(tar: tarfile.TarFile, path: Path, name: str) -> None:
     if name.endswith(".jsonl"):
         data = data[: data.rfind(b"\n") + 1]
     info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), int(path.stat().st_mtime), 0o644
+    info.size, info.mtime, info.mode = len(data), mtime, 0o644
     tar.addfile(info, io.BytesIO(data))
 
 

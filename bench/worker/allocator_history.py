@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.files import write_whole_bytes
+
 HISTORY_ENV = "BENCH_ALLOCATOR_HISTORY"
 HISTORY_FILE = "allocator_history.rank{rank}.json.gz"
 HISTORY_GLOB = HISTORY_FILE.format(rank="*")
@@ -59,12 +61,9 @@ def compact(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
 
 
 def write(path: Path, history: dict[str, Any]) -> None:
-    """Written beside as `<name>.tmp`, then renamed: the window's bundle (bench/run/window_bundle.py) packs the
-    cell folders while cells run and must never take half a history for a whole one."""
-    partial = path.with_name(path.name + ".tmp")
-    with gzip.open(partial, "wt", encoding="utf-8") as out:
-        json.dump(history, out, separators=(",", ":"))
-    os.replace(partial, path)
+    """Written whole (bench/files.py): the window's bundle (bench/run/window_bundle.py) packs the cell folders while
+    cells run and must never take half a history for a whole one."""
+    write_whole_bytes(path, gzip.compress(json.dumps(history, separators=(",", ":")).encode("utf-8")))
 
 
 def read(path: Path) -> dict[str, Any]:
