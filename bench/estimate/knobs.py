@@ -84,8 +84,9 @@ class Knobs(BaseModel):
     self.lora_A)`), its attention keeps more of the fused output (terms.litgpt_attention) and its GELU is torch's
     own kernel (shapes.layer_saves)."""
     torch_compile: bool = False
-    """TrainingArguments.torch_compile: no memory term (no source states what Inductor's fused kernels save or
-    keep); its speed: bench/estimate/speed/knob_factors.py."""
+    """torch.compile on (TrainingArguments.torch_compile, torchtune's `compile: True`): a compiled chunked fp32 loss
+    keeps only its logits (terms.logits_bytes_per_element); no other memory term (no traced compiled layer); its
+    speed: bench/estimate/speed/knob_factors.py."""
 
 
 def knobs_of(workload: Workload) -> Knobs:

@@ -708,7 +708,8 @@ def _materialised_head(s: _Setting, tokens: int, head_gradient_bytes: int) -> tu
     gradient = shapes.vocab * shapes.hidden * head_gradient_bytes
     if s.liger and s.device == "cuda":
         return "liger_fused_linear_ce", terms.liger_fused_linear_ce(tokens, shapes.hidden, shapes.vocab, b) + gradient
-    return "lm_head_backward", tokens * shapes.vocab * terms.logits_bytes_per_element(s.knobs.loss, b) + gradient
+    per_logit = terms.logits_bytes_per_element(s.knobs.loss, b, s.knobs.torch_compile)
+    return "lm_head_backward", tokens * shapes.vocab * per_logit + gradient
 
 
 def _row_length(s: _Setting) -> int:

@@ -420,16 +420,19 @@ def saved_activations(
     return layers * per_layer
 
 
-def logits_bytes_per_element(loss: str, compute_bytes: int) -> float:
+def logits_bytes_per_element(loss: str, compute_bytes: int, compiled: bool = False) -> float:
     """Bytes per logit (token x vocabulary entry) alive at the loss's peak where logits are materialised:
-    - full_fp32: the logits in b, their fp32 upcast, the shifted contiguous copy and log_softmax's fp32 output kept
-      for backward (transformers' LlamaForCausalLM up to 4.44: `logits.float()`, `shift_logits.contiguous()`):
-      b + 3 * 4;
+    - full_fp32: the logits in b, their fp32 upcast, the shifted copy and log_softmax's fp32 output kept for backward
+      (transformers' LlamaForCausalLM up to 4.44: `logits.float()`, `shift_logits.contiguous()`): b + 3 * 4;
     - full: the same in the compute dtype (a model's own CrossEntropyLoss over bf16 logits, Qwen-7B's
       modeling_qwen.py): 3 * b;
     - chunked_fp32: every chunk's logits kept in b + each chunk's fp32 log_softmax kept for backward (torchtune's
       CEWithChunkedOutputLoss): b + 4;
-    - chunked: every chunk's logits and log_softmax kept in b (LitGPT's chunked_cross_entropy): 2 * b."""
+    - chunked: every chunk's logits and log_softmax kept in b (LitGPT's chunked_cross_entropy): 2 * b.
+    `compiled` chunked_fp32 (torchtune's compile_loss compiles each chunk's upcast and cross-entropy): Inductor saves
+    the b-byte chunk and 8 bytes a row, not the log_softmax: b (tests/unit/estimate/test_compiled_loss.py)."""
+    if compiled and loss == "chunked_fp32":
+        return compute_bytes
     return {"full_fp32": compute_bytes + 12, "full": 3 * compute_bytes, "chunked_fp32": compute_bytes + 4}.get(
         loss, 2 * compute_bytes
     )

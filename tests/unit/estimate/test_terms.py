@@ -87,6 +87,8 @@ def test_materialised_logits_by_loss():
     assert terms.logits_bytes_per_element("full", 2) == 6
     assert terms.logits_bytes_per_element("chunked_fp32", 2) == 6
     assert terms.logits_bytes_per_element("chunked", 2) == 4
+    assert terms.logits_bytes_per_element("chunked_fp32", 2, compiled=True) == 2
+    assert terms.logits_bytes_per_element("full_fp32", 2, compiled=True) == 14  # no compiled form traced
 
 
 def test_optimizer_states_by_optimizer():
