@@ -21,6 +21,15 @@ def method_of_id(cell_id: str) -> Method:
     return Method(head) if head in set(Method) else Method.DPO
 
 
+def quant_of_id(cell_id: str) -> str:
+    """The quantization a cell id names (base_cell_id's second field after any method prefix); "" where the id has
+    no such field."""
+    fields = cell_id.split("+", 1)[0].split("-")
+    if fields[0] in set(Method):
+        fields = fields[1:]
+    return fields[1] if len(fields) > 2 else ""
+
+
 def is_variant_id(cell_id: str, init: str, quant: str, backend: str, method: str = Method.DPO) -> bool:
     """A row with another launcher, world size, options or the newcomer setup: its id carries a `+` suffix beyond
     [method-]init-quant-backend."""

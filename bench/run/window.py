@@ -28,7 +28,13 @@ from bench.files import write_whole
 from bench.matrix.gpus import identify
 from bench.matrix.profiles import HardwareProfile, available, load_profile
 from bench.paths import PROJECT_ROOT, scenarios_dir
-from bench.run.window_spec import WindowContent, WindowPhase, card_content, rehearsal_content
+from bench.run.window_spec import (
+    WindowContent,
+    WindowPhase,
+    card_content,
+    rehearsal_content,
+    spread_over_quantizations,
+)
 from bench.units import GiB
 
 SETTLE_S = 20.0
@@ -307,8 +313,9 @@ def run_phase(
 
 
 def speed_cells(phase: WindowPhase, results: Path, order: list[str], log) -> WindowPhase:
-    """The speed pass's cells: the first of the phase it follows, in its order, whose record is ok with a shared
-    speed (bench/run/side_by_side.py's rule), as many as the phase names."""
+    """The speed pass's cells: those of the phase it follows whose record is ok with a shared speed
+    (bench/run/side_by_side.py's rule), as many as the phase names, taken in its order one quantization at a time
+    (window_spec.spread_over_quantizations)."""
     from dataclasses import replace
 
     from bench.results.schema import Status
@@ -317,7 +324,7 @@ def speed_cells(phase: WindowPhase, results: Path, order: list[str], log) -> Win
     run_dir = results / phase.profile / phase.run_id
     done = load_results(run_dir, quiet=True).latest_by_cell() if run_dir.is_dir() else {}
     ok = [c for c in order if (r := done.get(c)) is not None and r.status == Status.OK and r.speed_shared]
-    chosen = tuple(ok[: len(phase.cells)])
+    chosen = spread_over_quantizations(ok, len(phase.cells))
     print(f"window: {phase.name}: {', '.join(chosen) or 'no cell ok with a shared speed'}", file=log, flush=True)
     return replace(phase, cells=chosen)
 

@@ -8,8 +8,9 @@ exclusive speed pass (SPEED_TRIALS more trials of SPEED_CELLS, each alone, once 
 rest of the other methods' matrix and of each 24 GB card's DPO matrix, for as long as the window lasts."""
 
 from dataclasses import dataclass, replace
+from itertools import chain, zip_longest
 
-from bench.matrix.cell import Cell
+from bench.matrix.cell import Cell, quant_of_id
 from bench.matrix.methods import Method
 from bench.matrix.profiles import HardwareProfile
 from bench.run.budget import first_pass
@@ -80,7 +81,8 @@ class WindowPhase:
     repeats: int = 1
     cell_timeout: int = CELL_TIMEOUT_S
     speed_of: str | None = None
-    """The speed pass: its cells are the first SPEED_CELLS of that phase's, ok with a shared speed, when it starts."""
+    """The speed pass: its cells are SPEED_CELLS of that phase's, ok with a shared speed, when it starts, taken one
+    quantization at a time (spread_over_quantizations)."""
     allocator_history: int = 0
     """Steps of each cell's start the CUDA allocator records (bench/worker/allocator_history.py; 0: none)."""
 
@@ -127,6 +129,17 @@ class WindowContent:
     """--gpu-slots of every run; None: the card's automatic count."""
 
 
+def spread_over_quantizations(cells: list[str], count: int) -> tuple[str, ...]:
+    """The first `count` of `cells` taking their quantizations in turn (in the order each first appears), each in
+    the cells' order: the speed model's per-call dequantization constant needs 4-bit and 8-bit cells measured alone
+    beside unquantized ones (docs/evidence/speed-physics.md, "Not met")."""
+    groups: dict[str, list[str]] = {}
+    for cell in cells:
+        groups.setdefault(quant_of_id(cell), []).append(cell)
+    turns = chain.from_iterable(zip_longest(*groups.values()))
+    return tuple(c for c in turns if c is not None)[:count]
+
+
 def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
     """The content's phases, in priority order (bench/run/window.py runs them)."""
     card = content.target
@@ -143,7 +156,7 @@ def window_phases(content: WindowContent, run_id: str) -> list[WindowPhase]:
     phases += [WindowPhase("7b", SEVEN_B_CELLS, card, cells=shared, **big)]
     phases += [WindowPhase("7b-alone", SEVEN_B_CELLS, card, cells=alone, after=("7b",), alone=True, **big)]
     before = tuple(p.name for p in phases if p.cells)  # every phase of a higher priority has ended: nothing beside it
-    speed = dpo.cells[: content.speed_cells]
+    speed = spread_over_quantizations(list(dpo.cells), content.speed_cells)
     phases += [WindowPhase("speed", SPEED, card, content.profile, content.workload, run_id, speed, after=before,
                            alone=True, repeats=1 + SPEED_TRIALS, speed_of="dpo")]  # fmt: skip
     phases += [WindowPhase("methods-rest", METHODS_REST, card, content.profile, content.workload, methods.run_id,

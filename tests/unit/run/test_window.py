@@ -183,6 +183,23 @@ def test_the_speed_pass_takes_the_first_cells_in_the_runs_order_that_are_ok_with
     assert chosen.cells == ("e1", "a1")
 
 
+def test_the_speed_pass_takes_one_quantization_at_a_time_so_the_dequantizing_cells_get_speeds():
+    from bench.matrix.cell import quant_of_id
+    from bench.run.window_spec import spread_over_quantizations
+
+    assert [
+        quant_of_id(c) for c in ("two_models-none-single", "kto-one_adapter-nf4-ddp", "one_adapter-int8-zero3+1rank")
+    ] == ["none", "nf4", "int8"]
+    assert quant_of_id("a1") == ""
+    order = ["two_models-none-single", "two_models-none-ddp", "one_adapter-none-single", "one_adapter-nf4-single",
+             "two_adapters-int8-single", "one_adapter-nf4-ddp"]  # fmt: skip
+    assert spread_over_quantizations(order, 5) == (
+        "two_models-none-single", "one_adapter-nf4-single", "two_adapters-int8-single", "two_models-none-ddp",
+        "one_adapter-nf4-ddp",
+    )  # fmt: skip
+    assert spread_over_quantizations(order[:3], 2) == tuple(order[:2])  # one quantization: the run's order
+
+
 def test_the_background_preparation_is_a_runner_of_the_machine_until_the_last_workload_is_ready(monkeypatch, tmp_path):
     """So that a cell measured while it runs is marked overlapped_by (bench/run/runner_registry.py)."""
     from bench.assets import prepare_all as prepare_all_module
