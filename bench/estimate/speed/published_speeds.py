@@ -109,25 +109,27 @@ class PublishedSpeedRow:
     """RMSNorm and RoPE in fused kernels (work.layer_elementwise_bytes); False: transformers' eager ops."""
 
 
+TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj")
+"""llama3_1/8B_lora_single_device's lora_attn_modules (apply_lora_to_mlp False); its QLoRA config adapts q, k, v,
+output and the MLP: every decoder linear (targets None)."""
 TORCHTUNE_ROWS = (
     (
         "full, 1x RTX 4090",
         "NVIDIA GeForce RTX 4090",
         None,
         "none",
+        None,
         "AdamW bytes (the recipe's paged 8-bit AdamW moves fewer)",
     ),
-    ("LoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "none", "r=8 on q_proj and v_proj"),
-    ("QLoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "nf4", "r=8 on every decoder linear"),
-    ("full, 1x A6000", "NVIDIA RTX A6000", None, "none", "AdamW bytes"),
-    ("LoRA, 1x A6000", "NVIDIA RTX A6000", 8, "none", "r=8 on q_proj and v_proj"),
+    ("LoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "none", TORCHTUNE_LORA_TARGETS, "r=8 on q_proj and v_proj"),
+    ("QLoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "nf4", None, "r=8 on every decoder linear"),
+    ("full, 1x A6000", "NVIDIA RTX A6000", None, "none", None, "AdamW bytes"),
+    ("LoRA, 1x A6000", "NVIDIA RTX A6000", 8, "none", TORCHTUNE_LORA_TARGETS, "r=8 on q_proj and v_proj"),
 )
-"""torchtune's rows (setup as its table names it, card, LoRA rank, quantization, what is assumed beyond activation
-checkpointing): Llama-3.1-8B, batch 2 packed to 2048 tokens, adapters in the model's bf16 (no PEFT); the adapted
-linears are those of each config at the commit that published the table (scenarios/published/setups.yaml)."""
-TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj")
-"""llama3_1/8B_lora_single_device's lora_attn_modules, apply_lora_to_mlp False; its QLoRA config adapts q, k, v,
-output and the MLP: every decoder linear."""
+"""torchtune's rows (setup as its table names it, card, LoRA rank, quantization, the adapted linears (None: every
+decoder linear) as each config at the commit that published the table adapts them (scenarios/published/setups.yaml),
+what is assumed beyond activation checkpointing): Llama-3.1-8B, batch 2 packed to 2048 tokens, adapters in the
+model's bf16 (no PEFT)."""
 QWEN_ASSUMED = (
     "8 full-length sequences per iteration (batch 1 x grad_accum 8); LoRA on every decoder linear, dropout "
     "0.05 (finetune.py)"
@@ -135,9 +137,10 @@ QWEN_ASSUMED = (
 QWEN_QLORA_ASSUMED = "; Q-LoRA loads the GPTQ Int4 checkpoint: modelled as 4-bit weights dequantized per pass"
 
 
-def _torchtune(setup: str, card: str, r: int | None, quant: str, assumed: str) -> PublishedSpeedRow:
+def _torchtune(
+    setup: str, card: str, r: int | None, quant: str, targets: tuple[str, ...] | None, assumed: str
+) -> PublishedSpeedRow:
     tokens = torchtune_tokens_per_s(setup)
-    targets = TORCHTUNE_LORA_TARGETS if r is not None and quant == "none" else None
     return PublishedSpeedRow(
         f"{TORCHTUNE_ENTRY}: {setup}", card, "llama31", r, quant, 2, 2048, tokens,
         f"activation checkpointing on; {assumed}", peft=r is None, targets=targets,
