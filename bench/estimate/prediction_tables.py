@@ -64,7 +64,9 @@ def to_markdown(
         f"# PREDICTED memory — {first.hardware} · workload `{first.workload}` (estimator {VERSION})",
         "",
         "**PREDICTED, not measured.** Per device: `load` after loading, `train` the training peak "
-        "(CUDA max allocated on GPU; peak − library baseline on CPU), `total` what is held against usable memory "
+        "(CUDA max allocated on GPU; peak − library baseline on CPU), `reserved` CUDA max reserved (train + the "
+        "caching allocator's segment rounding and cached freed blocks; GPU only), `total` what is held against usable "
+        "memory "
         "(GPU: the nvidia-smi figure = reserved + CUDA context + NCCL buffers; CPU: train + library baseline), "
         "`range` the 80 % interval of the measured total from the validation errors of comparable cells (a wider "
         "pool, named in `pool`, where fewer than 5 exist); `P(fit)` the share of those errors under which the "
@@ -82,14 +84,14 @@ def to_markdown(
     if speeds is not None:
         lines += [SPEED_NOTE, ""]
     lines += [
-        "| cell | verdict | P(fit) | margin | total | range | pool | train | load | host | "
+        "| cell | verdict | P(fit) | margin | total | range | pool | train | reserved | load | host | "
         f"{speed_head}largest terms |",
-        f"|---|---|---|---|---|---|---|---|---|---|{speed_rule}---|",
+        f"|---|---|---|---|---|---|---|---|---|---|---|{speed_rule}---|",
     ]
     for p in predictions:
         speed = "" if speeds is None else _speed(speeds.get(p.cell_id)) + " | "
         if p.status == "not_applicable":
-            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
+            lines.append(f"| {p.cell_id} | N/A | — | — | — | — | — | — | — | — | — | {speed}{p.reason.split(':')[0]} |")
             continue
         top = sorted(p.terms.items(), key=lambda kv: -kv[1])[:3]
         terms = ", ".join(f"{k} {_memory(v, device)}" for k, v in top)
@@ -97,7 +99,8 @@ def to_markdown(
         lines.append(
             f"| {p.cell_id} | {mark} | {_probability(p)} | {_memory(p.margin_bytes, device)} "
             f"| {_memory(p.total_bytes, device)} | {_range(p, device)} | {_pool(p)} | {_memory(p.train_bytes, device)} "
-            f"| {_memory(p.load_bytes, device)} | {_host(p, device)} | {speed}{terms} |"
+            f"| {_memory(p.reserved_bytes, device)} | {_memory(p.load_bytes, device)} | {_host(p, device)} "
+            f"| {speed}{terms} |"
         )
     notes = sorted({n for p in predictions for n in p.notes})
     if notes:
