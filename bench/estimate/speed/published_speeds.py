@@ -33,10 +33,13 @@ seconds to train the entry's `samples` at the context length, over `gpus` cards.
 SPEED_FILES = ("memory.yaml", "speeds.yaml")
 
 
+def _folder() -> Path:
+    return scenarios_dir() / "published"
+
+
 def _entries(folder: Path | None = None) -> dict[str, dict]:
     """The published entries of SPEED_FILES by id (default: the scenario folder in use's)."""
-    found = folder or scenarios_dir() / "published"
-    return _entries_at(found)
+    return _entries_at(folder or _folder())
 
 
 @functools.cache
@@ -49,12 +52,6 @@ def qwen7b_s_per_it(kind: str) -> dict[int, float]:
     """Qwen-7B's s/it by sequence length, shortest first, for `lora` or `qlora` (QWEN_ENTRIES)."""
     figures = _entries()[QWEN_ENTRIES[kind]]["figures"]
     return {int(f["seq_len"]): float(f["s_per_it"]) for f in sorted(figures, key=lambda f: f["seq_len"])}
-
-
-def torchtune_tokens_per_s(setup: str) -> float:
-    """torchtune's tokens/s of the figure whose setup is `setup` (its config named in brackets left out)."""
-    figures = _entries()[TORCHTUNE_ENTRY]["figures"]
-    return float(next(f["tokens_per_s"] for f in figures if f["setup"].split(" (")[0] == setup))
 
 
 def entry_of(row: "PublishedSpeedRow") -> str:
@@ -109,27 +106,6 @@ class PublishedSpeedRow:
     """RMSNorm and RoPE in fused kernels (work.layer_elementwise_bytes); False: transformers' eager ops."""
 
 
-TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj")
-"""llama3_1/8B_lora_single_device's lora_attn_modules (apply_lora_to_mlp False); its QLoRA config adapts q, k, v,
-output and the MLP: every decoder linear (targets None)."""
-TORCHTUNE_ROWS = (
-    (
-        "full, 1x RTX 4090",
-        "NVIDIA GeForce RTX 4090",
-        None,
-        "none",
-        None,
-        "AdamW bytes (the recipe's paged 8-bit AdamW moves fewer)",
-    ),
-    ("LoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "none", TORCHTUNE_LORA_TARGETS, "r=8 on q_proj and v_proj"),
-    ("QLoRA, 1x RTX 4090", "NVIDIA GeForce RTX 4090", 8, "nf4", None, "r=8 on every decoder linear"),
-    ("full, 1x A6000", "NVIDIA RTX A6000", None, "none", None, "AdamW bytes"),
-    ("LoRA, 1x A6000", "NVIDIA RTX A6000", 8, "none", TORCHTUNE_LORA_TARGETS, "r=8 on q_proj and v_proj"),
-)
-"""torchtune's rows (setup as its table names it, card, LoRA rank, quantization, the adapted linears (None: every
-decoder linear) as each config at the commit that published the table adapts them (scenarios/published/setups.yaml),
-what is assumed beyond activation checkpointing): Llama-3.1-8B, batch 2 packed to 2048 tokens, adapters in the
-model's bf16 (no PEFT)."""
 QWEN_ASSUMED = (
     "8 full-length sequences per iteration (batch 1 x grad_accum 8); LoRA on every decoder linear, dropout "
     "0.05 (finetune.py)"
@@ -137,14 +113,39 @@ QWEN_ASSUMED = (
 QWEN_QLORA_ASSUMED = "; Q-LoRA loads the GPTQ Int4 checkpoint: modelled as 4-bit weights dequantized per pass"
 
 
-def _torchtune(
-    setup: str, card: str, r: int | None, quant: str, targets: tuple[str, ...] | None, assumed: str
-) -> PublishedSpeedRow:
-    tokens = torchtune_tokens_per_s(setup)
-    return PublishedSpeedRow(
-        f"{TORCHTUNE_ENTRY}: {setup}", card, "llama31", r, quant, 2, 2048, tokens,
-        f"activation checkpointing on; {assumed}", peft=r is None, targets=targets,
-    )  # fmt: skip
+def _torchtune() -> list[PublishedSpeedRow]:
+    """torchtune's figures, each with its memory row's setup (scenarios/published/setups.yaml: the card, full or LoRA
+    with its rank and adapted linears, the quantization, the optimizer): Llama-3.1-8B, batch 2 packed to 2048
+    tokens, adapters in the model's bf16 (no PEFT), activation checkpointing on."""
+    from bench.estimate.published import load_setups
+    from bench.matrix.gpus import gpu
+
+    entry, setups = _entries()[TORCHTUNE_ENTRY], load_setups(_folder())[TORCHTUNE_ENTRY]
+    rows = []
+    for index, figure in enumerate(entry["figures"]):
+        setup = setups.for_row(index)
+        lora = setup.lora if setup.init == "lora" else None
+        assumed = (
+            f"r={lora.r} on {', '.join(lora.targets)}"
+            if lora is not None
+            else f"AdamW bytes (the recipe's {setup.knobs['optimizer']} moves fewer)"
+        )
+        rows.append(
+            PublishedSpeedRow(
+                f"{TORCHTUNE_ENTRY}: {figure['setup'].split(' (')[0]}",
+                gpu(setup.gpu).card,
+                "llama31",
+                None if lora is None else lora.r,
+                setup.quant or "none",
+                setup.batch_size,
+                setup.seq_len,
+                float(figure["tokens_per_s"]),
+                f"activation checkpointing on; {assumed}",
+                peft=lora is None,
+                targets=None if lora is None else tuple(lora.targets),
+            )
+        )
+    return rows
 
 
 def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
@@ -155,14 +156,11 @@ def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
     )  # fmt: skip
 
 
-ANSWERAI_TARGETS = ("k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj")
-"""train.py's `lora_target_modules` "all" (every decoder linear but o_proj)."""
 ANSWERAI_ASSUMED = (
-    "1,024 samples per run (the template command's --dataset_samples); train.py's defaults: LoRA r=64 on "
-    "ANSWERAI_TARGETS, dropout 0.1, pure bf16 with bf16 adapters (PEFT of the time), AdamW, reentrant checkpointing, "
-    "transformers' eager norm and rotary; the cards' traffic over PCIe 4.0 x16, as the 4090s' is stated (the "
-    "3090s' board has slower lanes the source does not quantify; the DDP rows move only the adapters' gradients, "
-    "about 1 % of a step even at a quarter of that rate); "
+    "1,024 samples per run (the template command's --dataset_samples); train.py's defaults: pure bf16 with bf16 "
+    "adapters (PEFT of the time), AdamW, reentrant checkpointing, transformers' eager norm and rotary; the cards' "
+    "traffic over PCIe 4.0 x16, as the 4090s' is stated (the 3090s' board has slower lanes the source does not "
+    "quantify; the DDP rows move only the adapters' gradients, about 1 % of a step even at a quarter of that rate); "
     "the 3090s' 280 W power limit, against the 350 W the catalog's matmul rate was measured at, is not modelled"
 )
 
@@ -174,13 +172,20 @@ def _answerai_backend(setup: str) -> Backend:
 
 
 def _answerai(entry_id: str, figure: dict) -> PublishedSpeedRow:
+    from bench.estimate.published import load_setups
+
     setup = figure["setup"]
     card = "NVIDIA GeForce RTX 3090" if "3090" in setup else "NVIDIA GeForce RTX 4090"
     batch = int(setup.rsplit("batch ", 1)[1])
+    lora = load_setups(_folder())[ANSWERAI_ENTRIES[0]].lora  # train.py's defaults: every entry runs them
+    if lora is None:
+        raise ValueError(f"{ANSWERAI_ENTRIES[0]}: setups.yaml states no LoRA")
     return PublishedSpeedRow(
-        f"{entry_id}: {setup}", card, "llama2", 64, "nf4" if "QLoRA" in setup else "none", batch,
-        figure["seq_len"], answerai_tokens_per_s(entry_id, figure), ANSWERAI_ASSUMED, dropout=True, peft=False,
-        targets=ANSWERAI_TARGETS, world=_entries()[entry_id]["gpus"], backend=_answerai_backend(setup),
+        f"{entry_id}: {setup}", card, "llama2", lora.r, "nf4" if "QLoRA" in setup else "none", batch,
+        figure["seq_len"], answerai_tokens_per_s(entry_id, figure),
+        f"LoRA r={lora.r} on {', '.join(lora.targets)}, dropout {lora.dropout}; {ANSWERAI_ASSUMED}",
+        dropout=lora.dropout > 0, peft=False,
+        targets=tuple(lora.targets), world=_entries()[entry_id]["gpus"], backend=_answerai_backend(setup),
         fused_norm_rope=False,
     )  # fmt: skip
 
@@ -189,7 +194,7 @@ def rows() -> tuple[PublishedSpeedRow, ...]:
     """torchtune's five rows, Qwen-7B's LoRA and Q-LoRA rows by sequence length, then Answer.AI's eight."""
     qwen = [_qwen(k, seq, t) for k in QWEN_ENTRIES for seq, t in qwen7b_s_per_it(k).items()]
     answerai = [_answerai(e, f) for e in ANSWERAI_ENTRIES for f in _entries()[e]["figures"]]
-    return (*(_torchtune(*row) for row in TORCHTUNE_ROWS), *qwen, *answerai)
+    return (*_torchtune(), *qwen, *answerai)
 
 
 FITTED = tuple(f"qwen7b-{kind}-a100: seq {seq}" for kind in ("lora", "qlora") for seq in (256, 1024, 4096))
