@@ -119,7 +119,9 @@ def test_the_t4_qlora_recipe_computes_in_fp16_and_trains(checkpoint, tmp_path, c
     (data / "train.jsonl").write_text(rows)
     config.write_text(config.read_text().replace(dataset_placeholder(Method.DPO), str(data)))
     script = folder / "dpo_train.py"  # the recipe places the model on the process's GPU; here, the CPU
-    script.write_text(script.read_text().replace("DEVICE_MAP = 'local_rank'", "DEVICE_MAP = {'': 'cpu'}"))
+    exported = script.read_text()
+    assert "DEVICE_MAP = 'local_rank'" in exported
+    script.write_text(exported.replace("DEVICE_MAP = 'local_rank'", "DEVICE_MAP = {'': 'cpu'}"))
 
     done = _run(folder, shim)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
