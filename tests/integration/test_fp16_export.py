@@ -65,21 +65,28 @@ def _run(folder: Path, shim: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd="/")
 
 
-def test_the_t4_recipe_trains_fp32_weights_under_fp16_autocast(checkpoint, tmp_path, capsys):
+def _exported(checkpoint: Path, tmp_path: Path, cell: str) -> tuple[Path, Path, dict]:
+    """`advise --export` of `cell` for one T4, its dataset placeholder filled with the tiny preference rows and the
+    shim beside it: (the launch folder, the shim folder, the exported training config)."""
     folder, shim, data = tmp_path / "launch", tmp_path / "shim", tmp_path / "data"
     argv = ["advise", "--gpu", "T4:1", "--workload", "tiny", "--model", str(checkpoint),
-            "--filter", "two_models-none-single", "--export", str(folder)]  # fmt: skip
+            "--filter", cell, "--export", str(folder)]  # fmt: skip
     assert main(argv) == 0
-    capsys.readouterr()
     config = folder / config_file(Method.DPO)
     settings = yaml.safe_load(config.read_text())
-    assert (settings["dtype"], settings["fp16"], settings["bf16"]) == ("float32", True, False)
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SHIM)
     data.mkdir()
     rows = (SCENARIOS_DIR / "data" / "tiny_prefs" / "train.jsonl").read_text()
     (data / "train.jsonl").write_text(rows)
     config.write_text(config.read_text().replace(dataset_placeholder(Method.DPO), str(data)))
+    return folder, shim, settings
+
+
+def test_the_t4_recipe_trains_fp32_weights_under_fp16_autocast(checkpoint, tmp_path, capsys):
+    folder, shim, settings = _exported(checkpoint, tmp_path, "two_models-none-single")
+    capsys.readouterr()
+    assert (settings["dtype"], settings["fp16"], settings["bf16"]) == ("float32", True, False)
 
     done = _run(folder, shim)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -99,25 +106,14 @@ def test_the_t4_qlora_recipe_computes_in_fp16_and_trains(checkpoint, tmp_path, c
     from transformers import HfArgumentParser
     from trl import ModelConfig, get_quantization_config
 
-    folder, shim, data = tmp_path / "launch", tmp_path / "shim", tmp_path / "data"
-    argv = ["advise", "--gpu", "T4:1", "--workload", "tiny", "--model", str(checkpoint),
-            "--filter", "one_adapter-nf4-single", "--export", str(folder)]  # fmt: skip
-    assert main(argv) == 0
+    folder, shim, settings = _exported(checkpoint, tmp_path, "one_adapter-nf4-single")
     capsys.readouterr()
-    config = folder / config_file(Method.DPO)
-    settings = yaml.safe_load(config.read_text())
     assert (settings["dtype"], settings["fp16"], settings["bf16"]) == ("float16", True, False)
     assert (settings["load_in_4bit"], settings["bnb_4bit_quant_type"], settings["use_peft"]) == (True, "nf4", True)
     (model_args,) = HfArgumentParser(ModelConfig).parse_dict(settings, allow_extra_keys=True)
     quantization = get_quantization_config(model_args)
     assert quantization.bnb_4bit_compute_dtype == torch.float16
-    assert "bfloat16" not in config.read_text()
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SHIM)
-    data.mkdir()
-    rows = (SCENARIOS_DIR / "data" / "tiny_prefs" / "train.jsonl").read_text()
-    (data / "train.jsonl").write_text(rows)
-    config.write_text(config.read_text().replace(dataset_placeholder(Method.DPO), str(data)))
+    assert "bfloat16" not in (folder / config_file(Method.DPO)).read_text()
     script = folder / "dpo_train.py"  # the recipe places the model on the process's GPU; here, the CPU
     exported = script.read_text()
     assert "DEVICE_MAP = 'local_rank'" in exported
