@@ -17,7 +17,7 @@ def test_predict_has_a_predicted_tokens_per_s_column(capsys):
     assert "PREDICTED tokens/s (range)" in text
     row = next(line for line in text.splitlines() if line.startswith("| one_adapter-none-single |"))
     header = next(line for line in text.splitlines() if line.startswith("| cell |"))
-    assert row.count("|") == header.count("|") == 13  # twelve columns, the speed one among them
+    assert row.count("|") == header.count("|") == 14  # thirteen columns, the speed one among them
 
 
 def test_validate_speed_without_measurements_is_a_one_line_error(tmp_path, capsys):
