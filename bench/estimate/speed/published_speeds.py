@@ -6,6 +6,7 @@ configuration its source gives, and what the source leaves open is an assumption
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -17,6 +18,9 @@ from bench.matrix.axes import Backend, Quant
 from bench.matrix.backends import backend_spec
 from bench.matrix.quants import quant_spec
 from bench.paths import scenarios_dir
+
+if TYPE_CHECKING:
+    from bench.estimate.published import LoraSetup, PublishedSetup
 
 MODELS = {"llama31": "llama-3.1-8b", "qwen7b": "qwen-7b", "llama2": "llama-2-7b"}
 """The rows' models, by their names in scenarios/published/mfu.yaml (their config.json numbers)."""
@@ -33,13 +37,10 @@ seconds to train the entry's `samples` at the context length, over `gpus` cards.
 SPEED_FILES = ("memory.yaml", "speeds.yaml")
 
 
-def _folder() -> Path:
-    return scenarios_dir() / "published"
-
-
 def _entries(folder: Path | None = None) -> dict[str, dict]:
     """The published entries of SPEED_FILES by id (default: the scenario folder in use's)."""
-    return _entries_at(folder or _folder())
+    found = folder or scenarios_dir() / "published"
+    return _entries_at(found)
 
 
 @functools.cache
@@ -113,16 +114,14 @@ QWEN_ASSUMED = (
 QWEN_QLORA_ASSUMED = "; Q-LoRA loads the GPTQ Int4 checkpoint: modelled as 4-bit weights dequantized per pass"
 
 
-def _torchtune() -> list[PublishedSpeedRow]:
+def _torchtune(setups: "PublishedSetup") -> list[PublishedSpeedRow]:
     """torchtune's figures, each with its memory row's setup (scenarios/published/setups.yaml: the card, full or LoRA
     with its rank and adapted linears, the quantization, the optimizer): Llama-3.1-8B, batch 2 packed to 2048
     tokens, adapters in the model's bf16 (no PEFT), activation checkpointing on."""
-    from bench.estimate.published import load_setups
     from bench.matrix.gpus import gpu
 
-    entry, setups = _entries()[TORCHTUNE_ENTRY], load_setups(_folder())[TORCHTUNE_ENTRY]
     rows = []
-    for index, figure in enumerate(entry["figures"]):
+    for index, figure in enumerate(_entries()[TORCHTUNE_ENTRY]["figures"]):
         setup = setups.for_row(index)
         lora = setup.lora if setup.init == "lora" else None
         assumed = (
@@ -171,15 +170,10 @@ def _answerai_backend(setup: str) -> Backend:
     return Backend.FSDP_OFFLOAD if "CPU offload" in setup else Backend.FSDP
 
 
-def _answerai(entry_id: str, figure: dict) -> PublishedSpeedRow:
-    from bench.estimate.published import load_setups
-
+def _answerai(entry_id: str, figure: dict, lora: "LoraSetup") -> PublishedSpeedRow:
     setup = figure["setup"]
     card = "NVIDIA GeForce RTX 3090" if "3090" in setup else "NVIDIA GeForce RTX 4090"
     batch = int(setup.rsplit("batch ", 1)[1])
-    lora = load_setups(_folder())[ANSWERAI_ENTRIES[0]].lora  # train.py's defaults: every entry runs them
-    if lora is None:
-        raise ValueError(f"{ANSWERAI_ENTRIES[0]}: setups.yaml states no LoRA")
     return PublishedSpeedRow(
         f"{entry_id}: {setup}", card, "llama2", lora.r, "nf4" if "QLoRA" in setup else "none", batch,
         figure["seq_len"], answerai_tokens_per_s(entry_id, figure),
@@ -192,9 +186,15 @@ def _answerai(entry_id: str, figure: dict) -> PublishedSpeedRow:
 
 def rows() -> tuple[PublishedSpeedRow, ...]:
     """torchtune's five rows, Qwen-7B's LoRA and Q-LoRA rows by sequence length, then Answer.AI's eight."""
+    from bench.estimate.published import load_setups
+
+    setups = load_setups()
+    lora = setups[ANSWERAI_ENTRIES[0]].lora  # train.py's defaults, stated on the DDP entry: every entry runs them
+    if lora is None:
+        raise ValueError(f"{ANSWERAI_ENTRIES[0]}: setups.yaml states no LoRA")
     qwen = [_qwen(k, seq, t) for k in QWEN_ENTRIES for seq, t in qwen7b_s_per_it(k).items()]
-    answerai = [_answerai(e, f) for e in ANSWERAI_ENTRIES for f in _entries()[e]["figures"]]
-    return (*_torchtune(), *qwen, *answerai)
+    answerai = [_answerai(e, f, lora) for e in ANSWERAI_ENTRIES for f in _entries()[e]["figures"]]
+    return (*_torchtune(setups[TORCHTUNE_ENTRY]), *qwen, *answerai)
 
 
 FITTED = tuple(f"qwen7b-{kind}-a100: seq {seq}" for kind in ("lora", "qlora") for seq in (256, 1024, 4096))
