@@ -20,6 +20,7 @@ from bench.estimate.shapes import (
     shapes_for,
 )
 from bench.estimate.uncertainty import MemoryVerdict
+from bench.files import write_whole
 from bench.matrix import precision as precisions
 from bench.matrix.axes import Backend, Option
 from bench.matrix.backends import BackendSpec, Placement, backend_spec
@@ -1009,4 +1010,4 @@ def checkpoint_bytes(workload: Workload, shapes: ModelShapes) -> int:
 
 
 def write_calibration(calibration: Calibration, path: Path = CALIBRATION_FILE) -> None:
-    path.write_text(json.dumps(calibration.model_dump(), indent=2) + "\n", encoding="utf-8")
+    write_whole(path, json.dumps(calibration.model_dump(), indent=2) + "\n")

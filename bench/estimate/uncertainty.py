@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, computed_field
 
 from bench.file_cache import parsed
+from bench.files import write_whole
 from bench.matrix.backends import backend_spec
 from bench.paths import DERIVED_DIR
 
@@ -171,4 +172,4 @@ def load_spreads(path: Path = SPREAD_FILE) -> Spreads | None:
 
 
 def write_spreads(spreads: Spreads, path: Path = SPREAD_FILE) -> None:
-    path.write_text(json.dumps(spreads.model_dump(), indent=2) + "\n", encoding="utf-8")
+    write_whole(path, json.dumps(spreads.model_dump(), indent=2) + "\n")

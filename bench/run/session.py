@@ -287,9 +287,9 @@ def host_ops_ready(python: str, plans: dict[str, Plan], request: RunRequest) -> 
 
 def time_budget(seconds: float, ctx: RunContext, cells: list[Cell], started: float) -> TimeBudget:
     """The run's TimeBudget: the speed model's slow end per step for each cell's plan (bench/estimate/speed)."""
-    from bench.estimate.speed.cell_speeds import speeds_of_plans
+    from bench.estimate.speed.cell_speeds import model_speeds
 
-    speeds = speeds_of_plans([ctx.plan(c) for c in cells])
+    speeds = model_speeds([ctx.plan(c) for c in cells])
 
     def step_seconds(cell: Cell) -> float | None:
         speed = speeds.get(cell.id)

@@ -299,3 +299,42 @@ def kind_for(plan: "Plan") -> Kind:
     if shape is None:
         raise ValueError(f"{plan.workload.name}: no config.json to read the model's size from")
     return kind_of(plan.cell, name, shape.matmul_params)
+
+
+BOUND_TERM = "published_bound"
+"""The term that slows a prediction to the best published MFU of its kind (held_to_bound)."""
+
+
+def held_to_bound(prediction: "SpeedPrediction", plan: "Plan") -> "SpeedPrediction":
+    """The prediction with neither its tokens/s nor its range's fast end implying more than mfu_bound: a step the
+    model times faster than any published run of its kind reached is slowed to that run's utilisation, the seconds
+    added shown as the BOUND_TERM. As it was off CUDA (every figure is an NVIDIA card's), without a peak, or for a
+    kind without a published figure."""
+    if prediction.tokens_per_s is None or plan.device != "cuda" or not plan.profile.peak_tflops:
+        return prediction
+    try:
+        limit = mfu_bound(plan)
+        implied = implied_mfu(prediction, plan) if limit is not None else 0.0
+    except ValueError:  # no model shape to count the FLOPs of
+        return prediction
+    if limit is None or implied * prediction.s_per_step / prediction.s_per_step_low <= limit[0]:
+        return prediction
+    at_bound = prediction.s_per_step * implied / limit[0]
+    seconds, low, high = (
+        max(s, at_bound) for s in (prediction.s_per_step, prediction.s_per_step_low, prediction.s_per_step_high)
+    )
+    tokens = prediction.tokens_per_step
+    terms = prediction.terms | (
+        {BOUND_TERM: seconds - prediction.s_per_step} if seconds > prediction.s_per_step else {}
+    )
+    return prediction.model_copy(
+        update={
+            "s_per_step": seconds,
+            "s_per_step_low": low,
+            "s_per_step_high": high,
+            "tokens_per_s": tokens / seconds,
+            "tokens_per_s_low": tokens / high,
+            "tokens_per_s_high": tokens / low,
+            "terms": terms,
+        }
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bench.errors import BenchError
+from bench.files import write_whole
 from bench.paths import DERIVED_DIR
 
 CALIBRATION_FILE = DERIVED_DIR / "speed_calibration.json"
@@ -75,7 +76,7 @@ def load_speed_calibration(path: Path = CALIBRATION_FILE) -> SpeedCalibration:
 
 
 def write_speed_calibration(calibration: SpeedCalibration, path: Path = CALIBRATION_FILE) -> None:
-    path.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    write_whole(path, calibration.model_dump_json(indent=2) + "\n")
 
 
 def constants_for(calibration: SpeedCalibration, device_class: str) -> ClassConstants:

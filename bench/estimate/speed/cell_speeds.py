@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
+from bench.estimate.speed.bounds import held_to_bound, implied_mfu
 from bench.estimate.speed.calibration import load_speed_calibration
 from bench.estimate.speed.model import SpeedPrediction, predict_speed
 from bench.matrix.plan import Plan, plan_for
@@ -21,7 +22,15 @@ def speeds_of(profile: "HardwareProfile", workload: "Workload", cells: Iterable[
 
 
 def speeds_of_plans(plans: list[Plan]) -> dict[str, SpeedPrediction]:
-    """speeds_of the planned cells (each already resolved on its profile with its workload)."""
+    """model_speeds of the planned cells, each held to the best published utilisation of its kind
+    (bounds.held_to_bound): what predict, advise and the page show."""
+    by_plan = {p.cell.id: p for p in plans}
+    return {cell_id: held_to_bound(speed, by_plan[cell_id]) for cell_id, speed in model_speeds(plans).items()}
+
+
+def model_speeds(plans: list[Plan]) -> dict[str, SpeedPrediction]:
+    """The speed model's own predictions of the planned cells (each resolved on its profile with its workload), not
+    held to a published bound: a run's time budget takes their slow end."""
     calibration = load_speed_calibration()
     try:
         return {p.cell.id: predict_speed(p, calibration) for p in plans}
@@ -41,8 +50,6 @@ def speeds_for(profile: "HardwareProfile", workload: "Workload", cell_ids: list[
 
 def with_mfu(speed: SpeedPrediction, plan: "Plan") -> SpeedPrediction:
     """The prediction with the MFU its tokens/s implies; as it was where there is none (no tokens/s, no peak)."""
-    from bench.estimate.speed.bounds import implied_mfu
-
     if speed.tokens_per_s is None or not plan.profile.peak_tflops:
         return speed
     try:

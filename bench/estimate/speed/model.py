@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
 
+from bench.estimate.knobs import DEFAULT_OPTIMIZER
 from bench.estimate.predict import effective_backend
 from bench.estimate.shapes import ModelShapes, config_path, last_gemm_dropout, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
@@ -54,6 +55,14 @@ class StepSetup:
     """The profile's device kind (cuda, rocm, hpu, cpu): whether the settings' GPU factors apply (knob_factors.py)."""
     online: decode.OnlineCell | None = None
     """An online cell's generation (decode.py); None for an offline cell."""
+    optimizer: str = DEFAULT_OPTIMIZER
+    trained_tensors: tuple[tuple[int, int], ...] = ()
+    """(rows, cols) of each trained tensor, for the optimizer's bytes (work.optimizer_param_bytes); empty: fused
+    AdamW's fp32 bytes."""
+    trained_bytes: int = 4
+    """A trained parameter's and its gradient's bytes: the compute dtype's in pure 16-bit training."""
+    paged: offload.PagedState = offload.NO_PAGED_STATE
+    """A paged optimizer's state beside the rest of the process on the card (offload.evicted_paged_bytes)."""
 
 
 def method_shape(shape: ModelShape, output: str) -> ModelShape:
@@ -119,7 +128,33 @@ def setup_for(plan: Plan, seq_len: float | None = None, online_row: bool = False
         flops_scale=traced.ratio if (traced := traced_for(plan)) is not None else 1.0,
         device=plan.device,
         online=online,
+        trained_bytes=b if plan.pure_bf16 else 4,
+        **_optimizer_fields(plan, shapes, spec),
     )
+
+
+def _optimizer_fields(plan: Plan, shapes: ModelShapes, spec: BackendSpec) -> dict:
+    """StepSetup's optimizer, trained tensors and paged state (where the optimizer steps on the device: with an
+    offloaded optimizer DeepSpeed's or torch's step runs on the host)."""
+    optimizer = plan.workload.train.optim or DEFAULT_OPTIMIZER
+    on_device = spec.sharding.optimizer != Placement.OFFLOADED
+    adapted = shapes.lora_tensors(plan.workload.lora.r, plan.workload.lora.target_modules) if plan.init.adapters else []
+    return {
+        "optimizer": optimizer,
+        "trained_tensors": tuple(adapted if plan.init.adapters else shapes.full_tensors()),
+        "paged": _paged_state(plan) if optimizer.startswith("paged_") and on_device else offload.NO_PAGED_STATE,
+    }
+
+
+def _paged_state(plan: Plan) -> offload.PagedState:
+    """The planned cell's paged optimizer state beside the rest of its memory prediction (none off CUDA: no managed
+    memory)."""
+    from bench.estimate.predict import predict
+
+    if plan.device != "cuda":
+        return offload.NO_PAGED_STATE
+    memory = predict(plan)
+    return offload.PagedState(memory.paged_bytes, memory.total_bytes or 0.0, memory.usable_bytes)
 
 
 def param_modules(linears: int, layers: int) -> int:
@@ -177,7 +212,11 @@ def step_terms(
         terms["elementwise"] = work.activation_bytes(step) / device.memory_bytes_s
     sharded_engine = spec.deepspeed is not None or bool(spec.fsdp_version)
     master = setup.compute_bytes if sharded_engine and setup.compute_bytes < 4 else 0
-    adam_s = work.optimizer_bytes(updated, master) / (host_bytes_s if optimizer_on_host else device.memory_bytes_s)
+    # DeepSpeed's CPU Adam steps an offloaded optimizer: fused AdamW's bytes at the host's rate
+    per_param = None if optimizer_on_host else _optimizer_pass_bytes(setup)
+    adam_s = work.optimizer_bytes(updated, master, per_param) / (
+        host_bytes_s if optimizer_on_host else device.memory_bytes_s
+    )
     terms["optimizer_cpu_adam" if optimizer_on_host else "optimizer"] = adam_s
     gathers = gathering_passes(setup)
     grad_bytes = step.trainable_params * setup.compute_bytes
@@ -193,6 +232,8 @@ def step_terms(
         if sharding.params == Placement.OFFLOADED:
             host += offload.param_offload_bytes(setup.policy_bytes / world, gathers)
         terms["offload_transfer"] = host / device.host_link_bytes_s
+    if evicted := offload.evicted_paged_bytes(setup.paged):
+        terms["paged_migration"] = offload.paged_migration_bytes(evicted) / device.host_link_bytes_s
     terms["overhead"] = (
         constants.step_overhead_s
         + (constants.multi_process_step_s if world > 1 else 0.0)
@@ -202,6 +243,13 @@ def step_terms(
     if constants.layer_pass_s:
         terms["layer_launches"] = constants.layer_pass_s * work.layer_passes(step)
     return terms
+
+
+def _optimizer_pass_bytes(setup: StepSetup) -> float | None:
+    """work.optimizer_param_bytes of the setup's optimizer; None (fused AdamW in fp32) where no tensors are given."""
+    if not setup.trained_tensors:
+        return None
+    return work.optimizer_param_bytes(setup.optimizer, list(setup.trained_tensors), setup.trained_bytes)
 
 
 def online_terms(

@@ -4,13 +4,13 @@ RTX 3090s and two RTX 4090s; speeds.yaml: Qwen-7B's Q-LoRA s/it, both of QWEN_RE
 configuration its source gives, and what the source leaves open is an assumption named in `assumed`."""
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
-from bench.estimate.speed import work
+from bench.estimate.speed import offload, work
 from bench.estimate.speed.mfu_sources import model_config
 from bench.estimate.speed.model import StepSetup, gather_units, param_modules
 from bench.judge.mfu import ModelShape, shape_of
@@ -105,6 +105,13 @@ class PublishedSpeedRow:
     """How the cards share the work: DDP (a full copy each), FSDP or FSDP with the parameters on the CPU."""
     fused_norm_rope: bool = True
     """RMSNorm and RoPE in fused kernels (work.layer_elementwise_bytes); False: transformers' eager ops."""
+    optimizer: str = "adamw_torch_fused"
+    """The optimizer as transformers names it (work.optimizer_pass_bytes)."""
+    param_bytes: int = 4
+    """A trained parameter's and its gradient's bytes: 2 in pure bf16 training (torchtune's), 4 with fp32 ones."""
+    memory_setup: "PublishedSetup | None" = field(default=None, compare=False)
+    """The row's memory setup (scenarios/published/setups.yaml) where a paged optimizer's state may not fit the card:
+    setup_of predicts its memory for its offload.PagedState."""
 
 
 QWEN_ASSUMED = (
@@ -124,11 +131,10 @@ def _torchtune(setups: "PublishedSetup") -> list[PublishedSpeedRow]:
     for index, figure in enumerate(_entries()[TORCHTUNE_ENTRY]["figures"]):
         setup = setups.for_row(index)
         lora = setup.lora if setup.init == "lora" else None
-        assumed = (
-            f"r={lora.r} on {', '.join(lora.targets)}"
-            if lora is not None
-            else f"AdamW bytes (the recipe's {setup.knobs['optimizer']} moves fewer)"
-        )
+        paged = str(setup.knobs.get("optimizer", "")).startswith("paged_")
+        assumed = f"r={lora.r} on {', '.join(lora.targets)}" if lora is not None else "every parameter trained"
+        if paged:
+            assumed += "; the paged optimizer state the card has no room for migrates to the host and back each step"
         rows.append(
             PublishedSpeedRow(
                 f"{TORCHTUNE_ENTRY}: {figure['setup'].split(' (')[0]}",
@@ -142,9 +148,25 @@ def _torchtune(setups: "PublishedSetup") -> list[PublishedSpeedRow]:
                 f"activation checkpointing on; {assumed}",
                 peft=lora is None,
                 targets=None if lora is None else tuple(lora.targets),
+                optimizer=setup.knobs["optimizer"],
+                param_bytes=4 if setup.knobs.get("master_weights", True) else 2,
+                memory_setup=setup if paged else None,
             )
         )
     return rows
+
+
+def _paged_state(row: PublishedSpeedRow) -> offload.PagedState:
+    """The row's paged optimizer state beside the rest of its memory prediction (bench/estimate/published.py) on its
+    card."""
+    from bench.estimate.published import predict_setup
+    from bench.matrix.gpus import gpu
+
+    setup = row.memory_setup
+    if setup is None:
+        return offload.NO_PAGED_STATE
+    memory = predict_setup(setup, setup.seq_len, gpu(setup.gpu).memory_gb)
+    return offload.PagedState(memory.paged_bytes, memory.total_bytes or 0.0, memory.usable_bytes)
 
 
 def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
@@ -265,6 +287,13 @@ def _adapter_bytes(row: PublishedSpeedRow) -> float:
     return work.adapter_bytes(_adapted(row.model, row.targets), 2, row.dropout, row.peft)
 
 
+def _trained_tensors(row: PublishedSpeedRow) -> list[tuple[int, int]]:
+    """(rows, cols) of the row's trained tensors: each adapter's A and B, or every parameter of the model."""
+    if row.lora_r:
+        return [t for i, o in _adapted(row.model, row.targets) for t in ((row.lora_r, i), (o, row.lora_r))]
+    return [(p.shape[0], p.shape[1] if p.dim() > 1 else 1) for p in _model(row.model).parameters()]
+
+
 def setup_of(row: PublishedSpeedRow) -> StepSetup:
     shape, total, linear = _shapes(row.model)
     quantized = linear if row.quant == "nf4" else 0
@@ -297,4 +326,8 @@ def setup_of(row: PublishedSpeedRow) -> StepSetup:
         param_modules=param_modules(7 * shape.layers, shape.layers),
         gather_units=gather_units(shape.layers),
         trl=False,
+        optimizer=row.optimizer,
+        trained_tensors=tuple(_trained_tensors(row)),
+        trained_bytes=row.param_bytes,
+        paged=_paged_state(row),
     )

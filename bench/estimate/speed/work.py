@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass
 
 from bench.estimate.shapes import ModelShapes, activation_of
+from bench.estimate.terms import optimizer_state
 from bench.judge.mfu import ModelShape, flops_per_token
 
-ADAM_BYTES_PER_PARAM = 28
-"""AdamW in fp32 reads parameter, gradient and both moments (4 x 4 bytes) and writes parameter and moments
-(3 x 4 bytes) per trained parameter: torch.optim.AdamW's update, one pass over each tensor."""
+ADAM_STATE_BYTES = 8.0
+"""AdamW's two fp32 moments per parameter (terms.optimizer_state's adamw_torch_fused, 2 x 4 bytes)."""
 LOGPROB_PASSES_GRAD = 6
 """Passes over the (tokens x vocab) fp32 logits in a forward with gradient and its backward: write the logits,
 read them for the log-sum-exp, write the log-probs; the backward reads the softmax and the incoming gradient and
@@ -190,13 +190,40 @@ def step_hardware_ratio(step: StepShape) -> float:
     return step_flops(step) / step.tokens / model
 
 
-def optimizer_bytes(trainable_params: float, master_copy_bytes: int = 0) -> float:
-    """Memory traffic of the AdamW step over the parameters this rank updates. `master_copy_bytes`: a compute dtype
-    of that many bytes under an engine that keeps an fp32 master copy (DeepSpeed's bf16/fp16 ZeRO, whose fp32
-    partition bench/estimate/terms.py counts in memory): each step casts the gradients up (read b, write 4) and the
-    updated master down (read 4, write b), 2 x (4 + b) bytes more per parameter."""
+def optimizer_pass_bytes(optimizer: str, state_bytes: float = ADAM_STATE_BYTES, param_bytes: int = 4) -> float:
+    """Bytes one optimizer step moves per parameter, by how its kernels pass over it (S: the states' bytes,
+    terms.optimizer_state; p: a parameter's and its gradient's bytes, 2 in pure 16-bit training):
+    - one fused pass (torch `_fused_adamw`; bitsandbytes' 8-bit blockwise and 32-bit kernels, paged alike while
+      resident): read p, g, states; write p, states: 2p + g + 2S (AdamW fp32: 28);
+    - adamw_torch (`_multi_tensor_adam`, no weight decay): lerp_, mul_, addcmul_ (g twice), sqrt to a temporary,
+      div_, add_, addcdiv_: 2p + 3g + 7S (76 in fp32);
+    - adafactor (transformers' Adafactor.step, factored, beta1 None): p's RMS, grad**2, + eps, two means, the factors'
+      product, mul_ g, the update's RMS, div_, mul_ lr, -update, add_: 84 in fp32, + fp32 copies of 16-bit p, g."""
+    p = g = param_bytes
+    if optimizer == "adafactor":
+        return 84 + (g + 4 if g < 4 else 0) + (2 * (p + 4) if p < 4 else 0)
+    if optimizer == "adamw_torch":
+        return 2 * p + 3 * g + 7 * state_bytes
+    return 2 * p + g + 2 * state_bytes
+
+
+def optimizer_param_bytes(optimizer: str, tensors: list[tuple[int, int]], param_bytes: int = 4) -> float:
+    """optimizer_pass_bytes of `optimizer` over trainable `tensors` ((rows, cols)), its states' bytes per parameter
+    as memory counts them (terms.optimizer_state: 8-bit states, small tensors' 32-bit ones, the absmax)."""
+    elements = sum(r * c for r, c in tensors)
+    state = optimizer_state(optimizer, tensors, param_bytes)
+    per_element = (state.resident + state.paged) / elements if elements else ADAM_STATE_BYTES
+    return optimizer_pass_bytes(optimizer, per_element, param_bytes)
+
+
+def optimizer_bytes(trainable_params: float, master_copy_bytes: int = 0, per_param: float | None = None) -> float:
+    """Memory traffic of the optimizer step over the parameters this rank updates (`per_param`: optimizer_pass_bytes;
+    default fused AdamW in fp32). `master_copy_bytes`: a compute dtype of that many bytes under an engine that keeps
+    an fp32 master copy (DeepSpeed's bf16/fp16 ZeRO, whose fp32 partition terms.py counts in memory): each step
+    casts the gradients up (read b, write 4) and the updated master down (read 4, write b), 2 x (4 + b) more."""
+    per = optimizer_pass_bytes("adamw_torch_fused") if per_param is None else per_param
     extra = 2 * (4 + master_copy_bytes) if master_copy_bytes else 0
-    return (ADAM_BYTES_PER_PARAM + extra) * trainable_params
+    return (per + extra) * trainable_params
 
 
 def logprob_bytes(step: StepShape) -> float:

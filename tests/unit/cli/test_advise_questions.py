@@ -45,21 +45,7 @@ QUESTIONS = [
     ("rloo", "llama-3.1-8b", "A100-80G:1"),
     ("grpo", "llama-3.1-8b", "H100:8"),
     ("sft", "llama-3.1-8b", "H200:1"),
-    pytest.param(
-        "orpo",
-        "mistral-7b-v0.3",
-        "RTX-3090:2",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="the speed model over the published bound on RTX 3090: the fastest pick orpo-one_adapter-none-ddp "
-            "implies 0.83 MFU of the datasheet's 71 TFLOP/s, over 0.78, Answer.AI's two-3090 LoRA run (0.72 MFU, "
-            "cards capped at 280 W) in this step's MFU. The model predicts that run within +4 % and its QLoRA run "
-            "within +2 % (docs/evidence/speed-validation.md); the pick adapts q, k, v, o at r=16 without dropout "
-            "where that run adapts six linears, the MLP's included, at r=64 with dropout 0.1: less traffic per "
-            "token. No published run with light adapters on a 3090 says which is right",
-        ),
-        id="orpo-mistral-7b-v0.3-RTX-3090:2",
-    ),
+    ("orpo", "mistral-7b-v0.3", "RTX-3090:2"),
     ("simpo", "gemma-2-9b", "A100-40G:4"),
     ("dpo", "llama-3.1-70b", "H100:8"),
     ("sft", "llama-3.1-70b", "A100-80G:8"),

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from bench.errors import BenchError
-from bench.estimate.speed import comm, work
+from bench.estimate.predict import predict
+from bench.estimate.speed import comm, offload, work
 from bench.estimate.speed.calibration import FEATURES, fit_class, load_speed_calibration
 from bench.estimate.speed.devices import card_figures, device_figures
 from bench.estimate.speed.model import predict_speed
@@ -72,6 +73,54 @@ def test_memory_bound_terms():
     assert work.logprob_bytes(_step(output="scalar")) == 0
     assert work.logprob_bytes(_step(no_grad_forwards=0)) == 6 * 4 * 400 * 512
     assert work.dequant_bytes(1000, 0.5, 2, passes=3) == 3 * 1000 * 2.5
+
+
+def test_the_optimizer_step_moves_what_its_kernels_read_and_write():
+    """Bytes per updated parameter (work.optimizer_pass_bytes): fused AdamW 28 in fp32 and 14 in pure bf16; torch's
+    foreach AdamW 76; bitsandbytes' 8-bit states 2 bytes + 2 fp32 absmax per 256 (a tensor under 4096 elements keeps
+    32-bit states); Adafactor's eleven passes 84."""
+    big, small = [(4096, 4096)], [(64, 32)]
+    assert work.optimizer_param_bytes("adamw_torch_fused", big) == 28
+    assert work.optimizer_param_bytes("adamw_torch_fused", big, param_bytes=2) == 14
+    assert work.optimizer_param_bytes("adamw_torch", big) == 76
+    assert work.optimizer_param_bytes("paged_adamw_8bit", big) == pytest.approx(12 + 2 * (2 + 8 / 256))
+    assert work.optimizer_param_bytes("adamw_8bit", small) == work.optimizer_param_bytes("paged_adamw_32bit", small)
+    assert work.optimizer_param_bytes("adafactor", big) == 84
+    profile = load_profile("2xA10")
+    workload = load_workload(profile.workload)
+    cell = Cell(init=Init.TWO_MODELS, quant=Quant.NONE, backend=Backend.SINGLE, launcher="accelerate")
+    speeds = {}
+    for optim in ("adamw_torch_fused", "adamw_8bit"):
+        train = workload.train.model_copy(update={"optim": optim})
+        speeds[optim] = predict_speed(plan_for(cell, profile, workload.model_copy(update={"train": train})))
+    fused, eight_bit = (speeds[o].terms["optimizer"] for o in ("adamw_torch_fused", "adamw_8bit"))
+    assert eight_bit / fused == pytest.approx((12 + 2 * (2 + 8 / 256)) / 28, rel=0.02)
+
+
+def test_a_paged_state_the_card_has_no_room_for_migrates_each_step():
+    """offload.evicted_paged_bytes: what the rest of the process leaves of the card holds that much of the paged
+    state, the rest goes out and comes back in each step. phi-2's full fine-tune on an A10 with paged 8-bit AdamW:
+    5.6 GB of paged state beside 20.9 GB held, 2.5 GB evicted; its unpaged twin and an adapter's have no term."""
+    state = offload.PagedState
+    assert offload.evicted_paged_bytes(state(6.0, 20.0, 24.0)) == 2.0
+    assert offload.evicted_paged_bytes(state(3.0, 20.0, 24.0)) == offload.evicted_paged_bytes(state(3.0, 30.0)) == 0.0
+    assert offload.evicted_paged_bytes(state(3.0, 30.0, 24.0)) == 3.0
+    profile = load_profile("2xA10")
+    workload = load_workload(profile.workload)
+    for init, optim, evicted in (
+        (Init.TWO_MODELS, "paged_adamw_8bit", True),
+        (Init.TWO_MODELS, "adamw_8bit", False),
+        (Init.ONE_ADAPTER, "paged_adamw_8bit", False),
+    ):
+        cell = Cell(init=init, quant=Quant.NONE, backend=Backend.SINGLE, launcher="accelerate")
+        train = workload.train.model_copy(update={"optim": optim})
+        plan = plan_for(cell, profile, workload.model_copy(update={"train": train}))
+        memory, terms = predict(plan), predict_speed(plan).terms
+        assert ("paged_migration" in terms) == evicted
+        if evicted:
+            out = memory.paged_bytes - (profile.memory_per_device_gb * 1e9 - memory.total_bytes)
+            link = device_figures(profile, (1.0, 1.0, "")).host_link_bytes_s
+            assert out > 1e9 and terms["paged_migration"] == pytest.approx(2 * out / link)
 
 
 def test_ring_collectives():
