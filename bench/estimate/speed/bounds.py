@@ -314,10 +314,12 @@ def held_to_bound(prediction: "SpeedPrediction", plan: "Plan") -> "SpeedPredicti
         return prediction
     try:
         limit = mfu_bound(plan)
-        implied = implied_mfu(prediction, plan) if limit is not None else 0.0
+        if limit is None:
+            return prediction
+        implied = implied_mfu(prediction, plan)
     except ValueError:  # no model shape to count the FLOPs of
         return prediction
-    if limit is None or implied * prediction.s_per_step / prediction.s_per_step_low <= limit[0]:
+    if implied * prediction.s_per_step / prediction.s_per_step_low <= limit[0]:
         return prediction
     at_bound = prediction.s_per_step * implied / limit[0]
     seconds, low, high = (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from bench.estimate.knobs import DEFAULT_OPTIMIZER
-from bench.estimate.predict import effective_backend
+from bench.estimate.predict import Prediction, effective_backend, predict
 from bench.estimate.shapes import ModelShapes, config_path, last_gemm_dropout, shapes_for
 from bench.estimate.speed import comm, decode, offload, work
 from bench.estimate.speed.calibration import ClassConstants, SpeedCalibration, constants_for, load_speed_calibration
@@ -138,10 +138,14 @@ def _optimizer_fields(plan: Plan, shapes: ModelShapes, spec: BackendSpec) -> dic
     offloaded optimizer DeepSpeed's or torch's step runs on the host)."""
     optimizer = plan.workload.train.optim or DEFAULT_OPTIMIZER
     on_device = spec.sharding.optimizer != Placement.OFFLOADED
-    adapted = shapes.lora_tensors(plan.workload.lora.r, plan.workload.lora.target_modules) if plan.init.adapters else []
+    trained = (
+        shapes.lora_tensors(plan.workload.lora.r, plan.workload.lora.target_modules)
+        if plan.init.adapters
+        else shapes.full_tensors()
+    )
     return {
         "optimizer": optimizer,
-        "trained_tensors": tuple(adapted if plan.init.adapters else shapes.full_tensors()),
+        "trained_tensors": tuple(trained),
         "paged": _paged_state(plan) if optimizer.startswith("paged_") and on_device else offload.NO_PAGED_STATE,
     }
 
@@ -149,11 +153,11 @@ def _optimizer_fields(plan: Plan, shapes: ModelShapes, spec: BackendSpec) -> dic
 def _paged_state(plan: Plan) -> offload.PagedState:
     """The planned cell's paged optimizer state beside the rest of its memory prediction (none off CUDA: no managed
     memory)."""
-    from bench.estimate.predict import predict
+    return paged_state_of(predict(plan)) if plan.device == "cuda" else offload.NO_PAGED_STATE
 
-    if plan.device != "cuda":
-        return offload.NO_PAGED_STATE
-    memory = predict(plan)
+
+def paged_state_of(memory: Prediction) -> offload.PagedState:
+    """A memory prediction's paged optimizer state, what the rest of the process holds and the usable memory."""
     return offload.PagedState(memory.paged_bytes, memory.total_bytes or 0.0, memory.usable_bytes)
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from bench.estimate.speed import offload, work
 from bench.estimate.speed.mfu_sources import model_config
-from bench.estimate.speed.model import StepSetup, gather_units, param_modules
+from bench.estimate.speed.model import StepSetup, gather_units, paged_state_of, param_modules
 from bench.judge.mfu import ModelShape, shape_of
 from bench.matrix.axes import Backend, Quant
 from bench.matrix.backends import backend_spec
@@ -165,8 +165,7 @@ def _paged_state(row: PublishedSpeedRow) -> offload.PagedState:
     setup = row.memory_setup
     if setup is None:
         return offload.NO_PAGED_STATE
-    memory = predict_setup(setup, setup.seq_len, gpu(setup.gpu).memory_gb)
-    return offload.PagedState(memory.paged_bytes, memory.total_bytes or 0.0, memory.usable_bytes)
+    return paged_state_of(predict_setup(setup, setup.seq_len, gpu(setup.gpu).memory_gb))
 
 
 def _qwen(kind: str, seq: int, s_per_it: float) -> PublishedSpeedRow:
