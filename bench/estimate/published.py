@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from bench.estimate import uncertainty
 from bench.estimate.knobs import Knobs
-from bench.matrix.axes import Backend, Init, Launcher, Quant
+from bench.matrix.axes import Backend, Init, Quant
+from bench.matrix.backends import backend_spec
 from bench.matrix.cell import Cell
 from bench.matrix.profiles import HardwareProfile, Workload
 from bench.paths import SCENARIOS_DIR, scenarios_dir
@@ -45,6 +46,9 @@ class RowSetup(BaseModel):
     quant: Literal["none", "int8", "nf4"] | None = None
     lora: LoraSetup | None = None
     batch_size: int | None = None
+    backend: Backend = Backend.SINGLE
+    """How the run spread the model over its entry's `gpus` cards; `single`: one card (a replica per card under
+    data parallelism is predicted as one card, its gradient all-reduce not counted)."""
     knobs: dict[str, Any] = {}
     reason: str | None = None
     comparable: bool = True
@@ -92,8 +96,9 @@ class PublishedMemoryRow(BaseModel):
     source_key: str = ""
     """The publishing project (ADMISSION.md: rows of one project are one source)."""
     error_kind: str = ""
-    """The pool its memory error joins (bench/estimate/uncertainty.cell_kind): a single CUDA device and the setup's
-    kind; the rows are of other trainers (mostly SFT) and go into DPO's pools, as tests of the same mechanisms."""
+    """The pool its memory error joins (bench/estimate/uncertainty.cell_kind): a CUDA device, the setup's kind and
+    its backend's pool; the rows are of other trainers (mostly SFT) and go into DPO's pools, as tests of the same
+    mechanisms."""
 
     @property
     def row_id(self) -> str:
@@ -159,14 +164,14 @@ def _workload(setup: PublishedSetup, seq_len: int) -> Workload:
     )
 
 
-def _profile(setup: PublishedSetup, memory_gib: float | None) -> HardwareProfile:
+def _profile(setup: PublishedSetup, memory_gib: float | None, world: int) -> HardwareProfile:
     return HardwareProfile.model_validate(
         {
-            "name": f"1x{setup.gpu}",
+            "name": f"{world}x{setup.gpu}",
             "gpu": setup.gpu,
             "device": "cuda",
-            "device_count": 1,
-            "processes": 1,
+            "device_count": world,
+            "processes": world,
             "memory_per_device_gb": None if memory_gib is None else memory_gib * GiB / GB,
             "precision": "bf16",
             "image_flavor": "cuda",
@@ -178,17 +183,24 @@ def _profile(setup: PublishedSetup, memory_gib: float | None) -> HardwareProfile
 
 def _cell(setup: PublishedSetup) -> Cell:
     init = Init.TWO_MODELS if setup.init == "full" else Init.ONE_ADAPTER
-    return Cell(init=init, quant=Quant(setup.quant or "none"), backend=Backend.SINGLE, launcher=Launcher.PYTHON)
+    launcher = backend_spec(setup.backend).default_launcher
+    return Cell(init=init, quant=Quant(setup.quant or "none"), backend=setup.backend, launcher=launcher)
 
 
-def predict_setup(setup: PublishedSetup, seq_len: int, memory_gib: float | None = None):
-    """The estimator's Prediction for one published configuration at `seq_len` tokens per row."""
+def world_of(setup: PublishedSetup, entry: dict[str, Any]) -> int:
+    """The cards one prediction spans: the entry's `gpus` where the row's backend spreads the model, else one."""
+    return 1 if setup.backend == Backend.SINGLE else int(entry["gpus"])
+
+
+def predict_setup(setup: PublishedSetup, seq_len: int, memory_gib: float | None = None, world: int = 1):
+    """The estimator's Prediction for one published configuration at `seq_len` tokens per row, on `world` cards
+    (each card's figures: every published figure here is per card)."""
     from bench.estimate.predict import predict_cell
 
     knobs = Knobs.model_validate({k: v for k, v in setup.knobs.items()})
     spreads = None  # a published row is predicted bare: its own error must not widen it
     return predict_cell(
-        _cell(setup), _profile(setup, memory_gib), _workload(setup, seq_len), knobs=knobs, spreads=spreads
+        _cell(setup), _profile(setup, memory_gib, world), _workload(setup, seq_len), knobs=knobs, spreads=spreads
     )
 
 
@@ -255,7 +267,7 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -
     else:
         published = figure["memory_gib"] * GiB if "memory_gib" in figure else figure["memory_gb"] * GB
         seq_len = int(figure.get("seq_len") or setup.seq_len or entry.get("seq_len") or 0)
-        prediction = predict_setup(setup, seq_len)
+        prediction = predict_setup(setup, seq_len, world=world_of(setup, entry))
         predicted = getattr(prediction, FIGURE_OF_KIND[kind])
         error = (predicted - published) / published
         row = PublishedMemoryRow(
@@ -269,7 +281,7 @@ def _row(entry: dict[str, Any], figure: dict[str, Any], setup: PublishedSetup) -
     row.comparable = setup.comparable
     row.source_key = entry["source_key"]
     kind = uncertainty.setup_kind(setup.init != "full", (setup.quant or "none") != "none")
-    row.error_kind = uncertainty.cell_kind("cuda", "cuda_allocated", "single", "dpo", kind)
+    row.error_kind = uncertainty.cell_kind("cuda", "cuda_allocated", setup.backend, "dpo", kind)
     if not setup.comparable:
         row.reason = setup.source_reason
     elif abs(row.error or 0.0) > LIMIT:

@@ -125,3 +125,21 @@ def test_rows_override_their_entry():
     assert (full.init, full.gpu, full.knobs["optimizer"]) == ("full", "RTX-4090", "paged_adamw_8bit")
     assert (lora.init, lora.lora.r) == ("lora", 8)
     assert full.knobs["loss"] == lora.knobs["loss"] == "chunked_fp32"  # the entry's knobs stay under the row's
+
+
+def test_a_row_spread_over_cards_is_predicted_per_card_over_its_entrys_gpus():
+    # ZeRO-3 partitions the weights over the entry's eight cards; Answer.AI's DDP rows keep a replica per card (one
+    # card's prediction) though their entry names two
+    entries = {e["id"]: e for e in published.load_entries()}
+    setups = published.load_setups()
+    zero3 = setups["peft-docs-llama2-70b-lora-zero3"]
+    ddp = setups["answerai-fsdp-qlora-ddp-mode"].for_row(2)
+    assert published.world_of(zero3, entries["peft-docs-llama2-70b-lora-zero3"]) == 8
+    assert published.world_of(ddp, entries["answerai-fsdp-qlora-ddp-mode"]) == 1
+    spread = published.predict_setup(zero3, 2048, world=8)
+    whole = published.predict_setup(zero3.model_copy(update={"backend": "single"}), 2048)
+    assert (spread.backend, spread.world_size) == ("zero3", 8)
+    assert spread.terms["weights"] == pytest.approx(whole.terms["weights"] / 8)
+    kinds = {r.label: r.error_kind for r in published.published_rows() if r.source_key == "answer-ai"}
+    assert kinds["2x RTX 4090, LoRA, FSDP + CPU offload, batch 10"] == "cuda:cuda_allocated:adapter:fsdp_offload"
+    assert kinds["2x RTX 4090, LoRA, DDP, batch 4"] == "cuda:cuda_allocated:adapter:single"
