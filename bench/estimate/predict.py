@@ -446,11 +446,14 @@ class _Weights:
 
 def _weights(s: _Setting) -> _Weights:
     """Weights: quantized models get their non-quantized params upcast to fp32 by prepare_model_for_kbit_training
-    (two_adapters, bench/worker/models.py); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
+    (two_adapters, bench/worker/models.py), which DeepSpeed's engine casts back to its 16-bit dtype with every other
+    floating-point param (`stored`); FSDP2 with mixed precision upcasts all params to fp32 (accelerate)."""
     b, knobs, quantized, init, spec = s.b, s.knobs, s.quantized, s.init, s.spec
     linear, other, total, shapes, quant = s.linear, s.other, s.total, s.shapes, str(s.cell.quant)
-    stored = terms.stored_weight_bytes(s.precision, quantized, spec.deepspeed is not None)
-    keep = 4 if (quantized and init.reference == "ref_adapter" and knobs.master_weights) else stored
+    engine_casts = spec.deepspeed is not None
+    stored = terms.stored_weight_bytes(s.precision, quantized, engine_casts)
+    upcast = quantized and init.reference == "ref_adapter" and knobs.master_weights and not engine_casts
+    keep = 4 if upcast else stored
     head = shapes.lm_head if quantized and knobs.quantized_head else 0
     full = terms.weight_bytes(linear + head, shapes.linear_rows, other - head, quant, stored, keep)
     fsdp_upcast = spec.fsdp_version is not None and b != 4 and not quantized and knobs.master_weights
@@ -575,9 +578,9 @@ def _peak_phase(
     s: _Setting, t: _Trainable, zero2_grads: float, host: dict[str, float]
 ) -> tuple[dict[str, float], float]:
     """The step's peak, the largest of its phases: the LM head's backward (the head's temporaries + accumulators +
-    the activations saved so far), the recompute of a checkpointed layer later in backward, the end of backward
-    (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the peak phase's terms and
-    the bytes of every gradient."""
+    the activations saved so far), a decoder layer's backward (its recompute where checkpointed, its temporaries),
+    the end of backward (every gradient) and the optimizer step (gradients + the step's temporaries). Returns the
+    peak phase's terms and the bytes of every gradient."""
     knobs, shapes, b = s.knobs, s.shapes, s.b
     checkpointing, spec, stage, world, offload = s.checkpointing, s.spec, s.stage, s.world, s.offload
     grads_at, devices = s.grads_at, s.device_count
@@ -620,6 +623,7 @@ def _peak_phase(
             "lora_input_copies": (lora_layer if checkpointing else lora_saved / split),
             **at_recompute,
             "recomputed_layer": per_layer if checkpointing else 0.0,
+            "layer_backward": _layer_backward(s, tokens),
             "gradients": grads,
             "zero_buckets": bucket_at_head,
         },
@@ -630,6 +634,12 @@ def _peak_phase(
     if kept_previous:
         phases["next_forward"] = _next_forward(phases["head"], head_name, kept_previous, s)
     return max(phases.values(), key=lambda phase: sum(phase.values())), grads_full
+
+
+def _layer_backward(s: _Setting, tokens: int) -> float:
+    """A decoder layer's backward temporaries (terms.layer_backward_temporaries) over the step's tokens."""
+    shapes = s.shapes
+    return terms.layer_backward_temporaries(tokens, shapes.hidden, shapes.intermediate, s.b, shapes.gated_mlp)
 
 
 def _quantized_saved(s: _Setting, tokens: int, split: int) -> tuple[dict[str, float], dict[str, float], float]:

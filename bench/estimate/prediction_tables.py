@@ -170,6 +170,7 @@ TERM_COLUMNS = (
     "scalar_head",
     "kl_batch_forward",
     "recomputed_layer",
+    "layer_backward",
     "optimizer_step_temporaries",
     "ddp_buckets",
     "zero_buckets",

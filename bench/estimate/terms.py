@@ -420,6 +420,15 @@ def saved_activations(
     return layers * per_layer
 
 
+def layer_backward_temporaries(tokens: int, hidden: int, intermediate: int, act_bytes: int, gated: bool) -> float:
+    """What a decoder layer's backward holds beyond its saved activations, at the MLP's backward: the gradient coming
+    into the layer, t*H*b, and the MLP's gradients at the intermediate width. Gated (`down(act(gate(x)) * up(x))`):
+    the product's gradient and `mul`'s two, 3 [t, I]; ungated (`fc2(act(fc1(x)))`): fc2's input gradient and the
+    activation's, 2 [t, I]. Traced on llama-3.2-1b's shapes (MemTracker, docs/evidence/trace.md, "Memory: which side
+    is wrong"): every recomputed layer's temp less the pending head gradient is exactly 3 t I b + t H b."""
+    return tokens * (hidden + (3 if gated else 2) * intermediate) * act_bytes
+
+
 def logits_bytes_per_element(loss: str, compute_bytes: int, compiled: bool = False) -> float:
     """Bytes per logit (token x vocabulary entry) alive at the loss's peak where logits are materialised:
     - full_fp32: the logits in b, their fp32 upcast, the shifted copy and log_softmax's fp32 output kept for backward
